@@ -1,0 +1,16 @@
+// Package core is kernelhost's transport-agnostic execution engine.
+//
+// It owns contexts (one stateful kernel each), per-context admission (one
+// execution on a kernel at a time, FIFO, bounded queue), msg_id routing of kernel
+// messages to the one execution they belong to, ordered env-var set/reset around
+// every execution, the disconnect policy, and the output model that the HTTP host
+// streams as NDJSON.
+//
+// core imports only the standard library and github.com/google/uuid: no net and
+// no os/exec. It builds and its tests run with GOOS=wasip1 GOARCH=wasm. Everything
+// that talks to a real kernel lives behind the Transport and Kernel interfaces,
+// implemented by the packages under transports/ and by the plugin client.
+//
+// The invariants it keeps are written in docs/RATIONALE.md; each has a test in
+// this package that fails when it is broken.
+package core

@@ -1,0 +1,40 @@
+package core
+
+import "errors"
+
+// ErrorKind classifies the errors the engine returns before an execution starts,
+// so that a front end can map them to a status code without parsing text.
+type ErrorKind int
+
+const (
+	KindInternal    ErrorKind = iota // something broke on our side (HTTP 500)
+	KindInvalid                      // the request itself is wrong (HTTP 400)
+	KindNotFound                     // no such context (HTTP 404)
+	KindQueueFull                    // the context's queue is full; try again later (HTTP 429)
+	KindRejected                     // an env-var policy refused the request (HTTP 403)
+	KindUnavailable                  // the engine is shutting down (HTTP 503)
+	KindTooLarge                     // the request is larger than a limit (HTTP 413)
+)
+
+// Error is an engine error with a kind and a message meant for the client.
+type Error struct {
+	Kind ErrorKind
+	Msg  string // human-readable, shown to the client verbatim
+	Err  error  // the cause, if any
+}
+
+func (e *Error) Error() string { return e.Msg }
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns the kind of err, KindInternal for errors that are not *Error.
+func KindOf(err error) ErrorKind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return KindInternal
+}
+
+func newError(kind ErrorKind, msg string, cause error) *Error {
+	return &Error{Kind: kind, Msg: msg, Err: cause}
+}

@@ -1,0 +1,141 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Transport starts kernels. It is the one thing a transport author implements
+// (together with Kernel); the engine never knows whether it talks to a local
+// process, a Jupyter Server or a plugin over gRPC.
+//
+// A Transport must be safe for concurrent use.
+type Transport interface {
+	// Info describes the transport: its name, version and the languages it can
+	// start. The engine uses Languages to pick default contexts at start-up.
+	Info() TransportInfo
+
+	// StartKernel starts a fresh kernel for spec.Language, running in spec.Cwd
+	// where the transport can arrange that (the engine also applies the cwd
+	// with a snippet, so a transport that cannot may ignore it). It returns when
+	// the kernel is ready to accept Execute. An unknown language is an error
+	// that names it. ctx bounds the start only, not the kernel's lifetime.
+	StartKernel(ctx context.Context, spec KernelSpec) (Kernel, error)
+}
+
+// TransportInfo describes a transport.
+type TransportInfo struct {
+	Name      string   `json:"name"`
+	Version   string   `json:"version"`
+	Languages []string `json:"languages"` // normalised language names, e.g. "python", "bash"
+}
+
+// KernelSpec says what kernel to start.
+type KernelSpec struct {
+	Language string // normalised (see NormalizeLanguage)
+	Cwd      string // working directory for the interpreter
+}
+
+// Kernel is one running, stateful interpreter session.
+//
+// Its lifecycle, in order:
+//
+//  1. StartKernel returns it idle and ready.
+//  2. Execute sends one request. The engine never sends a second request before
+//     the kernel has reported the first finished, i.e. sent both an
+//     execute_reply and a status idle whose ParentID is the request's MsgID.
+//     (The kernel is never asked to queue user code behind other user code.)
+//  3. Messages delivers every message the kernel emits, in kernel order. Each
+//     message produced for a request carries that request's MsgID as ParentID.
+//     Kernel-wide events (the kernel died, restarted or its connection was lost)
+//     are StatusMessages with ParentID "".
+//  4. Interrupt asks the running request to stop (SIGINT, or the Jupyter
+//     interrupt call). It returns once the interrupt was delivered, not when the
+//     request has ended: the request still reports reply and idle.
+//  5. Restart replaces the interpreter with a fresh one of the same language.
+//     Before it returns it emits a status message with State StateRestarting and
+//     ParentID ""; no further message of an earlier request is delivered.
+//     Restart also recovers a kernel that reported StateDead.
+//  6. Shutdown stops the interpreter and releases everything the kernel holds;
+//     afterwards Messages is closed. Shutdown is safe to call more than once.
+//
+// When a kernel is lost for good (its connection or plugin is gone and cannot
+// come back) the transport closes the Messages channel without Shutdown. The
+// engine then ends in-flight work with an error and, on the next restart of the
+// context, starts a new kernel through the Transport.
+//
+// All methods are safe for concurrent use.
+type Kernel interface {
+	Execute(ctx context.Context, req ExecuteRequest) error
+	Messages() <-chan Message
+	Interrupt(ctx context.Context) error
+	Restart(ctx context.Context) error
+	Shutdown(ctx context.Context) error
+}
+
+// ExecuteRequest is one request to run code on a kernel.
+type ExecuteRequest struct {
+	MsgID string // unique id; every message the request causes carries it as ParentID
+	Code  string
+	// Silent marks the engine's own helper requests (cwd, env set/reset): the
+	// kernel must not count them as executions nor store them in history. Their
+	// output is dropped by the engine.
+	Silent bool
+}
+
+// MessageType is the kind of a kernel message. The names and meanings are those
+// of the Jupyter messaging protocol 5.x, so a Jupyter transport maps them 1:1.
+type MessageType string
+
+const (
+	MsgExecuteInput      MessageType = "execute_input"       // the kernel accepted the request: ExecutionCount
+	MsgStream            MessageType = "stream"              // Name ("stdout"/"stderr"), Text
+	MsgExecuteResult     MessageType = "execute_result"      // Data, ExecutionCount: the main result
+	MsgDisplayData       MessageType = "display_data"        // Data: a rich display
+	MsgUpdateDisplayData MessageType = "update_display_data" // Data: an update of an earlier display
+	MsgError             MessageType = "error"               // EName, EValue, Traceback
+	MsgExecuteReply      MessageType = "execute_reply"       // Status ("ok", "error", "aborted"), ExecutionCount, and EName/EValue/Traceback on error
+	MsgStatus            MessageType = "status"              // State
+)
+
+// Kernel states carried by status messages.
+const (
+	StateBusy       = "busy"
+	StateIdle       = "idle"
+	StateRestarting = "restarting" // the interpreter was replaced: its state, cwd and env are gone
+	StateDead       = "dead"       // the interpreter died; Restart brings it back
+	// StateDisconnected says the connection to the kernel dropped; requests in
+	// flight will get no more messages. The transport reconnects by itself.
+	StateDisconnected = "disconnected"
+)
+
+// Reply statuses carried by execute_reply.
+const (
+	ReplyOK      = "ok"
+	ReplyError   = "error"
+	ReplyAborted = "aborted"
+)
+
+// Message is one message from a kernel. Only the fields of its Type are set.
+// The JSON form is what the subprocess drivers write and what plugins carry.
+type Message struct {
+	ParentID  string      `json:"parent_id,omitempty"`
+	Type      MessageType `json:"type"`
+	Timestamp string      `json:"timestamp,omitempty"` // ISO-8601, the kernel's clock; the engine fills it in when empty
+
+	ExecutionCount int `json:"execution_count,omitempty"`
+
+	Name string `json:"name,omitempty"` // stream name: "stdout" or "stderr"
+	Text string `json:"text,omitempty"` // stream text
+
+	// Data is a MIME bundle, each value kept as the raw JSON the kernel sent so
+	// numbers and nulls pass through unchanged.
+	Data map[string]json.RawMessage `json:"data,omitempty"`
+
+	EName     string   `json:"ename,omitempty"`
+	EValue    string   `json:"evalue,omitempty"`
+	Traceback []string `json:"traceback,omitempty"`
+
+	Status string `json:"status,omitempty"` // execute_reply status
+	State  string `json:"state,omitempty"`  // status execution_state
+}

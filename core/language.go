@@ -1,0 +1,42 @@
+package core
+
+import (
+	"sort"
+	"strings"
+)
+
+// NormalizeLanguage turns a requested language into the name contexts are keyed
+// by: empty means python; otherwise trimmed and lowercased, with the aliases
+// js → javascript and ts → typescript (and py → python, sh → bash).
+func NormalizeLanguage(lang string) string {
+	lang = strings.ToLower(strings.TrimSpace(lang))
+	switch lang {
+	case "", "py", "python3":
+		return "python"
+	case "js", "node":
+		return "javascript"
+	case "ts":
+		return "typescript"
+	case "sh", "shell":
+		return "bash"
+	}
+	return lang
+}
+
+// KernelLanguage is the language a kernel is started for: typescript runs on
+// the javascript kernel (in its own context).
+func KernelLanguage(lang string) string {
+	if lang == "typescript" {
+		return "javascript"
+	}
+	return lang
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
