@@ -17,9 +17,9 @@ type PolicyInput struct {
 	ContextID string            `json:"context_id"`
 	Language  string            `json:"language"`
 	Cwd       string            `json:"cwd"`
-	EnvVars   map[string]string `json:"env_vars"`    // the request's per-execution env vars
-	GlobalEnv map[string]string `json:"global_env"`  // the context's global env vars
-	Metadata  map[string]string `json:"metadata"`    // request metadata (e.g. request id, remote address)
+	EnvVars   map[string]string `json:"env_vars"`   // the request's per-execution env vars
+	GlobalEnv map[string]string `json:"global_env"` // the context's global env vars
+	Metadata  map[string]string `json:"metadata"`   // request metadata (e.g. request id, remote address)
 }
 
 // PolicyDecision is a policy's answer. When Rejections is non-empty the

@@ -1,0 +1,604 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ContextInfo is a context as the API lists it.
+type ContextInfo struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// Context is one stateful kernel and the queue of executions waiting for it.
+//
+// One goroutine, the context's loop, owns the kernel: it runs executions one at
+// a time in FIFO order, and restarts and deletes too, so nothing else ever
+// talks to the kernel between a request and its cleanup. "Holding the slot"
+// is simply "being the loop's current work": it starts when the request is sent
+// and ends when the kernel reported it finished (or restarted, died, or was
+// lost) and its env vars were reset. The client's stream never holds it.
+type Context struct {
+	info ContextInfo
+	e    *Engine
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	queue    []*Execution // waiting, FIFO
+	control  []*controlOp // restart/delete requests; they go before the queue
+	closed   bool         // deleted or engine closing: no new executions
+	kernel   Kernel       // replaced only by the loop, read under mu by Interrupt
+	rt       *router
+	dead     bool // the kernel reported StateDead
+	restarts int  // kernel-wide "restarting" events seen by the router
+	// needsSetup: cwd and globals must be (re)applied before user code runs.
+	needsSetup bool
+	// needsRestart: the kernel's state is not trusted (a reset failed, an
+	// interrupt did not take effect): restart before the next user code.
+	needsRestart bool
+	globals      map[string]string
+
+	wake     chan struct{} // capacity 1: the queue changed
+	ctrl     chan struct{} // capacity 1: a control op is waiting (aborts the running execution)
+	loopDone chan struct{}
+	events   chan struct{} // closed and replaced on every kernel-wide restarting event
+}
+
+type controlKind int
+
+const (
+	opRestart controlKind = iota
+	opDelete
+)
+
+type controlOp struct {
+	kind controlKind
+	done chan error // capacity 1
+}
+
+func newContext(e *Engine, info ContextInfo) *Context {
+	return &Context{
+		info:     info,
+		e:        e,
+		log:      e.log.With("context_id", info.ID, "language", info.Language),
+		wake:     make(chan struct{}, 1),
+		ctrl:     make(chan struct{}, 1),
+		loopDone: make(chan struct{}),
+		events:   make(chan struct{}),
+	}
+}
+
+// Info returns the context's id, language and cwd.
+func (c *Context) Info() ContextInfo { return c.info }
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// attach makes k the context's kernel and starts routing its messages.
+func (c *Context) attach(k Kernel) {
+	r := newRouter(k.Messages(), c.onKernelEvent)
+	c.mu.Lock()
+	c.kernel, c.rt = k, r
+	c.dead = false
+	c.needsSetup = true
+	c.mu.Unlock()
+}
+
+// onKernelEvent runs on the router goroutine for every kernel-wide status.
+func (c *Context) onKernelEvent(state string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch state {
+	case StateDead:
+		c.dead = true
+	case StateRestarting:
+		c.needsSetup = true
+		c.restarts++
+		close(c.events)
+		c.events = make(chan struct{})
+	}
+}
+
+func (c *Context) current() (Kernel, *router) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.kernel, c.rt
+}
+
+// submit queues x, or refuses when the queue is full or the context is gone.
+func (c *Context) submit(x *Execution) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return newError(KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
+	}
+	if depth := c.e.cfg.QueueDepth; len(c.queue) >= depth {
+		return newError(KindQueueFull, fmt.Sprintf("Context %s has %d executions waiting, the most it queues; try again later", c.info.ID, depth), nil)
+	}
+	c.queue = append(c.queue, x)
+	// A client that leaves while queued leaves the queue; its code is never sent.
+	x.stopQueueWatch = context.AfterFunc(x.ctx, func() {
+		if c.dequeue(x) {
+			x.out.close()
+		}
+	})
+	notify(c.wake)
+	return nil
+}
+
+func (c *Context) dequeue(x *Execution) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, q := range c.queue {
+		if q == x {
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// requestControl asks the loop to restart or delete the context, aborting the
+// running execution, and waits for the result.
+func (c *Context) requestControl(ctx context.Context, kind controlKind) error {
+	op := &controlOp{kind: kind, done: make(chan error, 1)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return newError(KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
+	}
+	if kind == opDelete {
+		c.closed = true
+	}
+	c.control = append(c.control, op)
+	c.mu.Unlock()
+	notify(c.ctrl)
+	select {
+	case err := <-op.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Context) controlPending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.control) > 0
+}
+
+// interrupt delivers an interrupt to the running code, if any.
+func (c *Context) interrupt(ctx context.Context) error {
+	k, _ := c.current()
+	return k.Interrupt(ctx)
+}
+
+// loop is the context's owner goroutine.
+func (c *Context) loop() {
+	defer close(c.loopDone)
+	for {
+		op, x := c.nextWork()
+		switch {
+		case op != nil:
+			if stop := c.handleControl(op); stop {
+				return
+			}
+		case x != nil:
+			c.run(x)
+		default:
+			return
+		}
+	}
+}
+
+func (c *Context) nextWork() (*controlOp, *Execution) {
+	for {
+		c.mu.Lock()
+		if len(c.control) > 0 {
+			op := c.control[0]
+			c.control = c.control[1:]
+			c.mu.Unlock()
+			return op, nil
+		}
+		if len(c.queue) > 0 && !c.closed {
+			x := c.queue[0]
+			c.queue = c.queue[1:]
+			c.mu.Unlock()
+			return nil, x
+		}
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return nil, nil
+		}
+		select {
+		case <-c.wake:
+		case <-c.ctrl:
+		}
+	}
+}
+
+func (c *Context) handleControl(op *controlOp) (stop bool) {
+	switch op.kind {
+	case opRestart:
+		err := c.restartKernel()
+		if err != nil {
+			c.log.Error("restart failed", "err", err)
+			err = newError(KindInternal, fmt.Sprintf("Failed to restart context %s: %v", c.info.ID, err), err)
+		}
+		op.done <- err
+		return false
+	default: // opDelete
+		c.mu.Lock()
+		waiting := c.queue
+		c.queue = nil
+		rest := c.control
+		c.control = nil
+		c.mu.Unlock()
+		for _, x := range waiting {
+			x.stopQueueWatch()
+			x.end(ErrNameUnexpectedEnd, "The context was removed before the execution started")
+		}
+		for _, o := range rest {
+			o.done <- newError(KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
+		}
+		k, _ := c.current()
+		ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
+		defer cancel()
+		err := k.Shutdown(ctx)
+		if err != nil {
+			c.log.Error("shutdown failed", "err", err)
+			err = newError(KindInternal, fmt.Sprintf("Failed to remove context %s: %v", c.info.ID, err), err)
+		}
+		op.done <- err
+		return true
+	}
+}
+
+// run executes x: it owns the kernel from sending x's first request until x's
+// env vars are reset.
+func (c *Context) run(x *Execution) {
+	x.stopQueueWatch()
+	if x.ctx.Err() != nil {
+		x.out.close() // the client left before its turn: its code is never sent
+		return
+	}
+	if err := c.ensureReady(); err != nil {
+		x.end(ErrNameContextSetup, err.Error())
+		return
+	}
+	if len(x.env) == 0 {
+		c.runUserCode(x)
+		return
+	}
+	// Once the set snippet was sent, some values may be on the kernel whatever
+	// its reply says: the reset always runs, before the next execution's code
+	// (invariant 2).
+	err := c.helper(setEnvCode(c.info.Language, x.env))
+	if err != nil {
+		x.end(ErrNameEnvVars, "Failed to set env vars: "+err.Error())
+	} else {
+		c.runUserCode(x)
+	}
+	c.resetEnv(x.env)
+}
+
+// resetEnv puts x's keys back to their global values (or removes them). If the
+// kernel does not confirm it, the kernel is restarted before any other code.
+func (c *Context) resetEnv(env map[string]string) {
+	c.mu.Lock()
+	globals := c.globals
+	c.mu.Unlock()
+	if err := c.helper(resetEnvCode(c.info.Language, env, globals)); err != nil {
+		c.log.Warn("env reset not confirmed; restarting the kernel before the next execution", "err", err)
+		c.mu.Lock()
+		c.needsRestart = true
+		c.mu.Unlock()
+	}
+}
+
+// ensureReady brings the kernel to a state where user code may run: restarted
+// if it died, was lost or is not trusted, and with cwd and globals applied.
+func (c *Context) ensureReady() error {
+	c.mu.Lock()
+	restart := c.dead || c.needsRestart
+	setup := c.needsSetup
+	r := c.rt
+	c.mu.Unlock()
+	select {
+	case <-r.gone:
+		restart = true
+	default:
+	}
+	if restart {
+		return c.restartKernel()
+	}
+	if setup {
+		return c.setup(context.Background())
+	}
+	return nil
+}
+
+// restartKernel restarts the kernel (or starts a new one when it is lost) and
+// applies cwd and globals again.
+func (c *Context) restartKernel() error {
+	k, r := c.current()
+	ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.StartTimeout)
+	defer cancel()
+	lost := false
+	select {
+	case <-r.gone:
+		lost = true
+	default:
+	}
+	if !lost {
+		c.mu.Lock()
+		before, events := c.restarts, c.events
+		c.mu.Unlock()
+		err := k.Restart(ctx)
+		if err == nil {
+			// Wait until the router has passed the restarting event, so that no
+			// event of the old interpreter reaches a request sent from now on.
+			if err = c.awaitRestartEvent(ctx, before, events); err == nil {
+				c.mu.Lock()
+				c.dead, c.needsRestart, c.needsSetup = false, false, true
+				c.mu.Unlock()
+				return c.setup(ctx)
+			}
+		}
+		c.log.Warn("kernel restart failed; starting a new kernel", "err", err)
+		_ = k.Shutdown(ctx)
+	}
+	nk, err := c.e.cfg.Transport.StartKernel(ctx, KernelSpec{Language: KernelLanguage(c.info.Language), Cwd: c.info.Cwd})
+	if err != nil {
+		return fmt.Errorf("start a new %s kernel: %w", c.info.Language, err)
+	}
+	c.attach(nk)
+	c.mu.Lock()
+	c.needsRestart = false
+	c.mu.Unlock()
+	return c.setup(ctx)
+}
+
+func (c *Context) awaitRestartEvent(ctx context.Context, before int, events chan struct{}) error {
+	for {
+		c.mu.Lock()
+		seen := c.restarts > before
+		events = c.events
+		c.mu.Unlock()
+		if seen {
+			return nil
+		}
+		select {
+		case <-events:
+		case <-ctx.Done():
+			return fmt.Errorf("the kernel did not report that it restarted: %w", ctx.Err())
+		}
+	}
+}
+
+// setup applies the cwd and the global env vars. It always sends a request,
+// even an empty one, which also serves as a barrier behind the kernel's
+// earlier events.
+func (c *Context) setup(ctx context.Context) error {
+	var globals map[string]string
+	if c.e.cfg.GlobalEnv != nil {
+		g, err := c.e.cfg.GlobalEnv(ctx)
+		if err != nil {
+			return fmt.Errorf("fetch global env vars: %w", err)
+		}
+		globals = make(map[string]string, len(g))
+		for k, v := range g {
+			if err := errors.Join(ValidateEnvKey(k), ValidateEnvValue(k, v)); err != nil {
+				c.log.Warn("skipping global env var", "key", k, "err", err)
+				continue
+			}
+			globals[k] = v
+		}
+	}
+	if err := c.helper(setupCode(c.info.Language, c.info.Cwd, globals)); err != nil {
+		return &setupError{cwd: c.info.Cwd, err: err}
+	}
+	c.mu.Lock()
+	c.globals = globals
+	c.needsSetup = false
+	c.mu.Unlock()
+	return nil
+}
+
+type setupError struct {
+	cwd string
+	err error
+}
+
+func (e *setupError) Error() string {
+	return fmt.Sprintf("Failed to set up the context (working directory %q, global env vars): %v", e.cwd, e.err)
+}
+func (e *setupError) Unwrap() error { return e.err }
+
+// helper runs one silent request of the engine's own (cwd, env set/reset) and
+// waits, bounded by Config.HelperTimeout, for the kernel to finish it.
+func (c *Context) helper(code string) error {
+	k, r := c.current()
+	msgID := newID()
+	rt := r.register(msgID)
+	defer r.unregister(msgID)
+	ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
+	defer cancel()
+	if err := k.Execute(ctx, ExecuteRequest{MsgID: msgID, Code: code, Silent: true}); err != nil {
+		return err
+	}
+	var reply *Message
+	var firstErr *Message
+	idle := false
+	for reply == nil || !idle {
+		select {
+		case m := <-rt.ch:
+			switch {
+			case m.ParentID == "":
+				if m.State == StateRestarting || m.State == StateDead || m.State == StateDisconnected {
+					return fmt.Errorf("the kernel reported %q", m.State)
+				}
+			case m.Type == MsgExecuteReply:
+				reply = &m
+			case m.Type == MsgError && firstErr == nil:
+				firstErr = &m
+			case m.Type == MsgStatus && m.State == StateIdle:
+				idle = true
+			}
+		case <-r.gone:
+			return errors.New("the connection to the kernel was lost")
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.needsRestart = true // whatever it is doing, it is not trusted any more
+			c.mu.Unlock()
+			return fmt.Errorf("the kernel did not answer within %s", c.e.cfg.HelperTimeout)
+		}
+	}
+	if reply.Status == ReplyOK {
+		return nil
+	}
+	if firstErr == nil {
+		firstErr = reply
+	}
+	if firstErr.EName == "" {
+		return fmt.Errorf("the kernel answered %q", reply.Status)
+	}
+	return fmt.Errorf("%s: %s", firstErr.EName, firstErr.EValue)
+}
+
+// runUserCode sends x's code and streams its messages to x until the kernel
+// reports it finished (execute_reply and idle), restarted, died or was lost.
+func (c *Context) runUserCode(x *Execution) {
+	k, r := c.current()
+	msgID := newID()
+	rt := r.register(msgID)
+	defer r.unregister(msgID)
+	if err := k.Execute(context.Background(), ExecuteRequest{MsgID: msgID, Code: x.code}); err != nil {
+		name := ErrNameConnection
+		if KindOf(err) == KindTooLarge {
+			name = "CodeTooLarge"
+		}
+		x.end(name, "Failed to send the execution request: "+err.Error())
+		return
+	}
+	var (
+		gotReply, gotIdle bool
+		clientGone        = x.ctx.Done()
+		grace             <-chan time.Time
+	)
+	for !gotReply || !gotIdle {
+		select {
+		case m := <-rt.ch:
+			if m.ParentID == "" {
+				switch m.State {
+				case StateRestarting:
+					x.end(ErrNameRestarting, "Context was restarted")
+					return
+				case StateDead:
+					x.end(ErrNameKernelDied, "The kernel died while running this execution; the context restarts on its next execution, without its state")
+					return
+				case StateDisconnected:
+					x.end(ErrNameConnection, "The connection to the kernel was lost; rerun the code to get the results")
+					return
+				}
+				continue
+			}
+			switch m.Type {
+			case MsgExecuteInput:
+				x.out.push(Output{Type: OutNumberOfExecutions, ExecutionCount: m.ExecutionCount})
+			case MsgStream:
+				t := OutStdout
+				if m.Name == "stderr" {
+					t = OutStderr
+				}
+				ts := m.Timestamp
+				if ts == "" {
+					ts = now()
+				}
+				x.out.push(Output{Type: t, Text: m.Text, Timestamp: ts})
+			case MsgExecuteResult, MsgDisplayData:
+				x.out.push(Output{Type: OutResult, Bundle: m.Data, IsMainResult: m.Type == MsgExecuteResult})
+			case MsgError:
+				x.pushError(m.EName, m.EValue, strings.Join(m.Traceback, "\n"))
+			case MsgExecuteReply:
+				gotReply = true
+				switch m.Status {
+				case ReplyError:
+					x.pushError(m.EName, m.EValue, strings.Join(m.Traceback, "\n"))
+				case ReplyAborted, "abort":
+					x.pushError(ErrNameAborted, "Execution was aborted", "")
+				}
+			case MsgStatus:
+				if m.State == StateIdle {
+					gotIdle = true
+				}
+			}
+		case <-r.gone:
+			x.end(ErrNameUnexpectedEnd, "The connection to the kernel was lost before the execution finished")
+			return
+		case <-clientGone:
+			clientGone = nil
+			if c.e.cfg.DisconnectPolicy == DisconnectContinue {
+				continue
+			}
+			c.log.Info("client left mid-execution; interrupting", "execution_id", x.id)
+			ictx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
+			if err := k.Interrupt(ictx); err != nil {
+				c.log.Warn("interrupt failed", "err", err)
+			}
+			cancel()
+			timer := time.NewTimer(c.e.cfg.InterruptGrace)
+			defer timer.Stop()
+			grace = timer.C
+		case <-grace:
+			// The code ignored the interrupt: restart so that the context is
+			// free again within a bound (the contract's option B).
+			c.log.Warn("interrupt did not take effect; restarting the kernel", "grace", c.e.cfg.InterruptGrace)
+			x.end(ErrNameRestarting, fmt.Sprintf("The execution did not stop within %s of an interrupt; the context was restarted", c.e.cfg.InterruptGrace))
+			if err := c.restartKernel(); err != nil {
+				c.log.Error("restart after interrupt failed", "err", err)
+			}
+			return
+		case <-c.ctrl:
+			if c.controlPending() {
+				notify(c.ctrl) // let the loop see it too
+				x.end(ErrNameUnexpectedEnd, "Connection to the execution was closed before the execution was finished")
+				return
+			}
+		}
+	}
+	x.out.push(Output{Type: OutEndOfExecution})
+	x.out.close()
+}
+
+// pushError emits an error line unless the execution already has one: each
+// error line fires the SDK's onError, and the contract allows one.
+func (x *Execution) pushError(name, value, traceback string) {
+	if x.errorSent {
+		return
+	}
+	x.errorSent = true
+	x.out.push(errorOutput(name, value, traceback))
+}
+
+// end finishes x's stream abnormally: an error line (unless the kernel already
+// sent one), then end_of_execution.
+func (x *Execution) end(name, value string) {
+	x.pushError(name, value, "")
+	x.out.push(Output{Type: OutEndOfExecution})
+	x.out.close()
+}
+
+func now() string { return time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00") }

@@ -1,0 +1,405 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// DisconnectPolicy says what happens to running code when its client leaves.
+type DisconnectPolicy string
+
+const (
+	// DisconnectInterrupt interrupts the kernel (what E2B does). If the code
+	// does not stop within Config.InterruptGrace, the kernel is restarted.
+	DisconnectInterrupt DisconnectPolicy = "interrupt"
+	// DisconnectContinue lets the code run to its end; its output is drained.
+	DisconnectContinue DisconnectPolicy = "continue"
+)
+
+// ParseDisconnectPolicy validates a policy name.
+func ParseDisconnectPolicy(s string) (DisconnectPolicy, error) {
+	switch p := DisconnectPolicy(s); p {
+	case DisconnectInterrupt, DisconnectContinue:
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown disconnect policy %q (want %q or %q)", s, DisconnectInterrupt, DisconnectContinue)
+}
+
+// Config configures an Engine. Zero values get the defaults written on each field.
+type Config struct {
+	Transport Transport    // required
+	Logger    *slog.Logger // default: discard
+
+	// DefaultCwd is the cwd of contexts created without one. Default "/home/user".
+	DefaultCwd string
+	// GlobalEnv returns the env vars every context gets, applied after its
+	// kernel starts or restarts. Invalid keys are skipped with a log line.
+	GlobalEnv func(ctx context.Context) (map[string]string, error)
+	// Policy, if set, decides on every execution's env vars before it is queued.
+	Policy EnvPolicy
+
+	QueueDepth       int              // executions waiting per context; default 32
+	MaxOutputBytes   int              // output buffered per execution for a slow client; default 64 MiB
+	DisconnectPolicy DisconnectPolicy // default DisconnectInterrupt
+	InterruptGrace   time.Duration    // default 5s: after that an ignored interrupt becomes a restart
+	HelperTimeout    time.Duration    // bound on the engine's own requests (cwd, env); default 30s
+	StartTimeout     time.Duration    // bound on starting or restarting a kernel; default 60s
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.DefaultCwd == "" {
+		c.DefaultCwd = "/home/user"
+	}
+	if c.QueueDepth <= 0 {
+		c.QueueDepth = 32
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = 64 << 20
+	}
+	if c.DisconnectPolicy == "" {
+		c.DisconnectPolicy = DisconnectInterrupt
+	}
+	if c.InterruptGrace <= 0 {
+		c.InterruptGrace = 5 * time.Second
+	}
+	if c.HelperTimeout <= 0 {
+		c.HelperTimeout = 30 * time.Second
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 60 * time.Second
+	}
+}
+
+// Engine owns all contexts. It is safe for concurrent use.
+type Engine struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	contexts []*Context          // creation order
+	defaults map[string]*Context // language → its default context
+	closed   bool
+
+	// defaultLocks make concurrent first uses of a language start one kernel.
+	defaultLocks sync.Map // language → *sync.Mutex
+}
+
+// NewEngine returns an engine with no contexts.
+func NewEngine(cfg Config) (*Engine, error) {
+	if cfg.Transport == nil {
+		return nil, errors.New("core: Config.Transport is required")
+	}
+	cfg.setDefaults()
+	if _, err := ParseDisconnectPolicy(string(cfg.DisconnectPolicy)); err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg, log: cfg.Logger, defaults: make(map[string]*Context)}, nil
+}
+
+// Transport returns the engine's transport.
+func (e *Engine) Transport() Transport { return e.cfg.Transport }
+
+// StartDefaults creates the default context of each language, in order.
+func (e *Engine) StartDefaults(ctx context.Context, languages ...string) error {
+	for _, lang := range languages {
+		if _, err := e.DefaultContext(ctx, lang); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CreateContext starts a new kernel for language in cwd (empty: the default
+// cwd), applies the cwd and global env vars, and returns the new context. A cwd
+// the kernel cannot enter is a KindInvalid error and leaves no kernel behind.
+func (e *Engine) CreateContext(ctx context.Context, language, cwd string) (ContextInfo, error) {
+	c, err := e.createContext(ctx, NormalizeLanguage(language), cwd, false)
+	if err != nil {
+		return ContextInfo{}, err
+	}
+	return c.info, nil
+}
+
+func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefault bool) (*Context, error) {
+	if cwd == "" {
+		cwd = e.cfg.DefaultCwd
+	}
+	if err := ValidateEnvValue("cwd", cwd); err != nil {
+		return nil, newError(KindInvalid, "Invalid cwd: "+err.Error(), err)
+	}
+	if e.isClosed() {
+		return nil, newError(KindUnavailable, "The server is shutting down", nil)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, e.cfg.StartTimeout)
+	defer cancel()
+	k, err := e.cfg.Transport.StartKernel(startCtx, KernelSpec{Language: KernelLanguage(language), Cwd: cwd})
+	if err != nil {
+		return nil, newError(KindInternal, fmt.Sprintf("Failed to create context: %v", err), err)
+	}
+	c := newContext(e, ContextInfo{ID: newID(), Language: language, Cwd: cwd})
+	c.attach(k)
+	if err := c.setup(startCtx); err != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), e.cfg.HelperTimeout)
+		defer cancel()
+		_ = k.Shutdown(shutdownCtx)
+		var se *setupError
+		if errors.As(err, &se) {
+			return nil, newError(KindInvalid, fmt.Sprintf("Failed to set working directory %q: %v", cwd, se.err), err)
+		}
+		return nil, newError(KindInternal, fmt.Sprintf("Failed to create context: %v", err), err)
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		_ = k.Shutdown(context.Background())
+		return nil, newError(KindUnavailable, "The server is shutting down", nil)
+	}
+	e.contexts = append(e.contexts, c)
+	if isDefault {
+		e.defaults[language] = c
+	}
+	e.mu.Unlock()
+	go c.loop()
+	e.log.Info("context created", "context_id", c.info.ID, "language", language, "default", isDefault)
+	return c, nil
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// DefaultContext returns language's default context, creating it on first use.
+func (e *Engine) DefaultContext(ctx context.Context, language string) (*Context, error) {
+	language = NormalizeLanguage(language)
+	e.mu.Lock()
+	c := e.defaults[language]
+	e.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	lock, _ := e.defaultLocks.LoadOrStore(language, &sync.Mutex{})
+	lock.(*sync.Mutex).Lock()
+	defer lock.(*sync.Mutex).Unlock()
+	e.mu.Lock()
+	c = e.defaults[language]
+	e.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	return e.createContext(ctx, language, "", true)
+}
+
+// Lookup returns the context with this id, or a KindNotFound error.
+func (e *Engine) Lookup(id string) (*Context, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.contexts {
+		if c.info.ID == id {
+			return c, nil
+		}
+	}
+	return nil, newError(KindNotFound, fmt.Sprintf("Context %s not found", id), nil)
+}
+
+// Contexts lists live contexts: the python and javascript defaults first,
+// then the others in creation order. A restart never moves an entry.
+func (e *Engine) Contexts() []ContextInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]ContextInfo, 0, len(e.contexts))
+	first := map[*Context]bool{}
+	for _, lang := range []string{"python", "javascript"} {
+		if c := e.defaults[lang]; c != nil {
+			out = append(out, c.info)
+			first[c] = true
+		}
+	}
+	for _, c := range e.contexts {
+		if !first[c] {
+			out = append(out, c.info)
+		}
+	}
+	return out
+}
+
+// Restart restarts a context's kernel: the running execution ends with an
+// error, the state is gone, cwd and global env vars are applied again.
+func (e *Engine) Restart(ctx context.Context, id string) error {
+	c, err := e.Lookup(id)
+	if err != nil {
+		return err
+	}
+	return c.requestControl(ctx, opRestart)
+}
+
+// Interrupt interrupts the code running in a context, if any.
+func (e *Engine) Interrupt(ctx context.Context, id string) error {
+	c, err := e.Lookup(id)
+	if err != nil {
+		return err
+	}
+	if err := c.interrupt(ctx); err != nil {
+		return newError(KindInternal, fmt.Sprintf("Failed to interrupt context %s: %v", id, err), err)
+	}
+	return nil
+}
+
+// Delete shuts a context's kernel down and forgets the context. Deleting a
+// default context is allowed: the next use of its language creates a new one.
+func (e *Engine) Delete(ctx context.Context, id string) error {
+	c, err := e.Lookup(id)
+	if err != nil {
+		return err
+	}
+	e.forget(c)
+	err = c.requestControl(ctx, opDelete)
+	if err == nil {
+		select {
+		case <-c.loopDone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+func (e *Engine) forget(c *Context) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, x := range e.contexts {
+		if x == c {
+			e.contexts = append(e.contexts[:i], e.contexts[i+1:]...)
+			break
+		}
+	}
+	for lang, d := range e.defaults {
+		if d == c {
+			delete(e.defaults, lang)
+		}
+	}
+}
+
+// Execute validates req, resolves its context (creating a default one on first
+// use), runs the env-var policy and queues the execution. The returned errors
+// are *Error with a Kind; after it returns nil the outcome is in the stream.
+// ctx is the client's: when it ends, a queued execution leaves the queue and a
+// running one gets the disconnect policy.
+func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, error) {
+	if req.ContextID != "" && req.Language != "" {
+		return nil, newError(KindInvalid, "Only one of context_id or language can be provided", nil)
+	}
+	if err := validateEnv(req.EnvVars); err != nil {
+		return nil, newError(KindInvalid, err.Error(), err)
+	}
+	var c *Context
+	var err error
+	if req.ContextID != "" {
+		c, err = e.Lookup(req.ContextID)
+	} else {
+		c, err = e.DefaultContext(ctx, req.Language)
+	}
+	if err != nil {
+		return nil, err
+	}
+	env := req.EnvVars
+	if len(env) > 0 && !SupportsEnv(c.info.Language) {
+		return nil, newError(KindInvalid, fmt.Sprintf("env_vars are not supported for language %q", c.info.Language), nil)
+	}
+	if e.cfg.Policy != nil {
+		if env, err = e.applyPolicy(ctx, c, req); err != nil {
+			return nil, err
+		}
+	}
+	x := &Execution{
+		id:      newID(),
+		ctx:     ctx,
+		context: c,
+		env:     env,
+		code:    req.Code,
+		out:     newOutputQueue(e.cfg.MaxOutputBytes),
+	}
+	if err := c.submit(x); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+func (e *Engine) applyPolicy(ctx context.Context, c *Context, req ExecRequest) (map[string]string, error) {
+	c.mu.Lock()
+	globals := c.globals
+	c.mu.Unlock()
+	d, err := e.cfg.Policy.Evaluate(ctx, PolicyInput{
+		ContextID: c.info.ID,
+		Language:  c.info.Language,
+		Cwd:       c.info.Cwd,
+		EnvVars:   nonNil(req.EnvVars),
+		GlobalEnv: nonNil(globals),
+		Metadata:  nonNil(req.Metadata),
+	})
+	if err != nil {
+		return nil, newError(KindRejected, "Env var policy failed: "+err.Error(), err)
+	}
+	if len(d.Rejections) > 0 {
+		msg := "Env vars rejected by policy:"
+		for _, r := range d.Rejections {
+			msg += fmt.Sprintf(" %s (%s);", r.Key, r.Reason)
+		}
+		return nil, newError(KindRejected, msg[:len(msg)-1], nil)
+	}
+	env := req.EnvVars
+	if d.EnvVars != nil {
+		env = d.EnvVars
+	}
+	if err := validateEnv(env); err != nil {
+		return nil, newError(KindRejected, "Env var policy answered an invalid env var: "+err.Error(), err)
+	}
+	if len(env) > 0 && !SupportsEnv(c.info.Language) {
+		return nil, newError(KindInvalid, fmt.Sprintf("env_vars are not supported for language %q", c.info.Language), nil)
+	}
+	return env, nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// Close shuts every context down: running executions end with an error line,
+// queued ones too, and every kernel is shut down. It waits, bounded by ctx.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	contexts := append([]*Context(nil), e.contexts...)
+	e.contexts = nil
+	e.defaults = map[string]*Context{}
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(contexts))
+	for i, c := range contexts {
+		wg.Go(func() {
+			if err := c.requestControl(ctx, opDelete); err != nil && KindOf(err) != KindNotFound {
+				errs[i] = err
+				return
+			}
+			select {
+			case <-c.loopDone:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,236 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// ValidateEnvKey reports whether key is a portable environment variable name:
+// ^[A-Za-z_][A-Za-z0-9_]*$. Anything else could break or inject into the
+// generated snippets of some language, so it is refused before anything runs.
+func ValidateEnvKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("env var name is empty")
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		letter := c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return fmt.Errorf("invalid env var name %q: names must match [A-Za-z_][A-Za-z0-9_]*", key)
+		}
+	}
+	return nil
+}
+
+// ValidateEnvValue refuses values that no language can hold in its environment.
+func ValidateEnvValue(key, value string) error {
+	if strings.IndexByte(value, 0) >= 0 {
+		return fmt.Errorf("env var %s: value contains a NUL character", key)
+	}
+	if !utf8.ValidString(value) {
+		return fmt.Errorf("env var %s: value is not valid UTF-8", key)
+	}
+	return nil
+}
+
+func validateEnv(env map[string]string) error {
+	for _, k := range sortedKeys(env) {
+		if err := ValidateEnvKey(k); err != nil {
+			return err
+		}
+		if err := ValidateEnvValue(k, env[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// snippets generates the helper code the engine runs on a kernel of one
+// language. Keys are always valid names (ValidateEnvKey) and every value is
+// encoded as a literal of the language, never spliced (invariant 7).
+type snippets struct {
+	setEnv   func(key, value string) string
+	unsetEnv func(key string) string
+	chdir    func(path string) string
+}
+
+var languageSnippets = map[string]snippets{
+	"python": {
+		setEnv:   func(k, v string) string { return "__import__('os').environ[" + pyString(k) + "] = " + pyString(v) },
+		unsetEnv: func(k string) string { return "__import__('os').environ.pop(" + pyString(k) + ", None)" },
+		chdir:    func(p string) string { return "__import__('os').chdir(" + pyString(p) + ")" },
+	},
+	"javascript": jsSnippets,
+	"typescript": jsSnippets,
+	"r": {
+		setEnv:   func(k, v string) string { return "Sys.setenv(" + rString(k) + " = " + rString(v) + ")" },
+		unsetEnv: func(k string) string { return "Sys.unsetenv(" + rString(k) + ")" },
+		chdir:    func(p string) string { return "setwd(" + rString(p) + ")" },
+	},
+	// Java kernels get JVM system properties, as the contract (§7.3) describes.
+	"java": {
+		setEnv:   func(k, v string) string { return "System.setProperty(" + javaString(k) + ", " + javaString(v) + ");" },
+		unsetEnv: func(k string) string { return "System.clearProperty(" + javaString(k) + ");" },
+		chdir:    func(p string) string { return `System.setProperty("user.dir", ` + javaString(p) + ");" },
+	},
+	"bash": {
+		setEnv:   func(k, v string) string { return "export " + k + "=" + shString(v) },
+		unsetEnv: func(k string) string { return "unset " + k },
+		chdir:    func(p string) string { return "cd -- " + shString(p) },
+	},
+}
+
+var jsSnippets = snippets{
+	setEnv:   func(k, v string) string { return "process.env[" + jsString(k) + "] = " + jsString(v) + ";" },
+	unsetEnv: func(k string) string { return "delete process.env[" + jsString(k) + "];" },
+	chdir:    func(p string) string { return "process.chdir(" + jsString(p) + ");" },
+}
+
+// SupportsEnv reports whether the engine can set env vars and cwd on kernels of
+// this language.
+func SupportsEnv(language string) bool {
+	_, ok := languageSnippets[language]
+	return ok
+}
+
+// setupCode is the helper code run after a kernel starts or restarts: change
+// to cwd (if any) and apply the global env vars.
+func setupCode(language, cwd string, globals map[string]string) string {
+	s, ok := languageSnippets[language]
+	if !ok {
+		return ""
+	}
+	var lines []string
+	if cwd != "" {
+		lines = append(lines, s.chdir(cwd))
+	}
+	for _, k := range sortedKeys(globals) {
+		lines = append(lines, s.setEnv(k, globals[k]))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// setEnvCode applies one execution's env vars.
+func setEnvCode(language string, env map[string]string) string {
+	s := languageSnippets[language]
+	lines := make([]string, 0, len(env))
+	for _, k := range sortedKeys(env) {
+		lines = append(lines, s.setEnv(k, env[k]))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// resetEnvCode undoes setEnvCode: each key goes back to its global value, or is
+// removed when there is none.
+func resetEnvCode(language string, env, globals map[string]string) string {
+	s := languageSnippets[language]
+	lines := make([]string, 0, len(env))
+	for _, k := range sortedKeys(env) {
+		if g, ok := globals[k]; ok {
+			lines = append(lines, s.setEnv(k, g))
+		} else {
+			lines = append(lines, s.unsetEnv(k))
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// pyString encodes s as a Python str literal. Non-ASCII stays as UTF-8 (Python
+// source is UTF-8); control characters are \x escapes so no line of the
+// snippet ever starts inside the literal (IPython would treat `!` or `%` there
+// as syntax).
+func pyString(s string) string {
+	var b strings.Builder
+	b.WriteByte('\'')
+	for _, r := range s {
+		switch {
+		case r == '\\' || r == '\'':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r == 0x85 || r == 0x2028 || r == 0x2029:
+			fmt.Fprintf(&b, `\u%04x`, r) // line separators: keep the snippet on one line for every tokenizer
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}
+
+// jsString encodes s as a JSON string, which is a valid JS literal.
+func jsString(s string) string {
+	out, _ := json.Marshal(s) // cannot fail for a string
+	return string(out)
+}
+
+// shString single-quotes s for bash: nothing inside single quotes is special
+// except the quote itself, written as '\”.
+func shString(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// rString encodes s as an R double-quoted literal: non-ASCII as \u{…}/\U{…}.
+func rString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '\\' || r == '"':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r < utf8.RuneSelf:
+			b.WriteRune(r)
+		case r <= 0xFFFF:
+			fmt.Fprintf(&b, `\u{%04x}`, r)
+		default:
+			fmt.Fprintf(&b, `\U{%08x}`, r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// javaString encodes s as a Java string literal. It never emits \uXXXX escapes,
+// which Java turns into raw characters before parsing; control characters are
+// octal escapes and other text stays UTF-8.
+func javaString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '\\' || r == '"':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\%03o`, r) // three digits, so a following digit is not read into it
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

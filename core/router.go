@@ -1,0 +1,89 @@
+package core
+
+import "sync"
+
+// router reads one kernel's messages and hands each to the request whose msg_id
+// is its parent, and to no other (invariant 4). Messages of unknown or
+// abandoned requests are dropped; the router never blocks on a request that is
+// gone. Kernel-wide status messages (ParentID "") go to every registered
+// request, so whatever is in flight learns that the kernel restarted, died or
+// lost its connection.
+type router struct {
+	mu     sync.Mutex
+	routes map[string]*route
+	// gone is closed when the kernel's Messages channel closed: the kernel is
+	// lost for good.
+	gone chan struct{}
+	// onKernelEvent records kernel-wide states on the context even when no
+	// request is in flight.
+	onKernelEvent func(state string)
+}
+
+type route struct {
+	ch   chan Message
+	done chan struct{} // closed by unregister: the router stops delivering
+}
+
+func newRouter(msgs <-chan Message, onKernelEvent func(state string)) *router {
+	r := &router{routes: make(map[string]*route), gone: make(chan struct{}), onKernelEvent: onKernelEvent}
+	go r.run(msgs)
+	return r
+}
+
+func (r *router) run(msgs <-chan Message) {
+	defer close(r.gone)
+	for m := range msgs {
+		if m.ParentID == "" {
+			if m.Type == MsgStatus {
+				r.onKernelEvent(m.State)
+				r.broadcast(m)
+			}
+			continue
+		}
+		r.mu.Lock()
+		rt := r.routes[m.ParentID]
+		r.mu.Unlock()
+		if rt != nil {
+			rt.deliver(m)
+		}
+	}
+}
+
+func (r *router) broadcast(m Message) {
+	r.mu.Lock()
+	routes := make([]*route, 0, len(r.routes))
+	for _, rt := range r.routes {
+		routes = append(routes, rt)
+	}
+	r.mu.Unlock()
+	for _, rt := range routes {
+		rt.deliver(m)
+	}
+}
+
+func (rt *route) deliver(m Message) {
+	select {
+	case rt.ch <- m:
+	case <-rt.done:
+	}
+}
+
+// register starts routing the messages of msgID. The caller must read the
+// route's channel until it calls unregister.
+func (r *router) register(msgID string) *route {
+	rt := &route{ch: make(chan Message, 256), done: make(chan struct{})}
+	r.mu.Lock()
+	r.routes[msgID] = rt
+	r.mu.Unlock()
+	return rt
+}
+
+func (r *router) unregister(msgID string) {
+	r.mu.Lock()
+	rt := r.routes[msgID]
+	delete(r.routes, msgID)
+	r.mu.Unlock()
+	if rt != nil {
+		close(rt.done)
+	}
+}
