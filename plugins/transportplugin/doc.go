@@ -1,0 +1,17 @@
+// Package transportplugin runs a core.Transport in a separate process with
+// hashicorp/go-plugin over gRPC, and is the one package both sides import.
+//
+// A transport author writes a core.Transport and a main of a few lines:
+//
+//	func main() { transportplugin.Serve(mytransport.New()) }
+//
+// The host starts the binary with Launch and gets back a *Supervised, which is
+// itself a core.Transport: the engine cannot tell it from an in-process one.
+// The supervisor notices at once when the plugin process exits, ends that
+// plugin's kernels (a kernel-wide dead status, then their Messages channels
+// close), starts the plugin again with bounded backoff, and kills it on Close.
+//
+// The wire protocol is the gRPC service in proto/transport.proto, version
+// ProtocolVersion, negotiated in the go-plugin handshake; authors never see
+// its types.
+package transportplugin

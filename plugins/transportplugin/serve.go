@@ -1,0 +1,89 @@
+package transportplugin
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// kernelShutdownTimeout bounds how long a plugin on its way out waits for its
+// kernels to stop. It is below go-plugin's 2 s grace period, after which the
+// host kills the plugin outright.
+const kernelShutdownTimeout = 1500 * time.Millisecond
+
+// Serve runs t as a transport plugin and returns when the host is done with it
+// (or is gone). It is the whole body of a plugin's main:
+//
+//	func main() { transportplugin.Serve(mytransport.New()) }
+//
+// Rules for the plugin process, which Serve relies on:
+//   - Write nothing to stdout before calling Serve: go-plugin reads the
+//     handshake from the plugin's first stdout line, so a stray print breaks
+//     start-up. Log to stderr (Logger returns a logger that does this).
+//   - Leave the process's signals alone; Serve handles SIGTERM by stopping
+//     all kernels and returning.
+//
+// Serve also exits when the host process dies (it watches its parent), after
+// stopping its kernels, so a plugin never outlives a SIGKILLed host.
+func Serve(t core.Transport) {
+	serve(t, ProtocolVersion)
+}
+
+// Logger returns the logger a plugin should use: hclog JSON on stderr, which
+// the host parses and re-logs under the plugin's name at the same level.
+func Logger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "transport",
+		Level:      hclog.Debug,
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+}
+
+// serve is Serve with the protocol version as a parameter, so tests can build
+// a plugin that speaks a version the host does not.
+func serve(t core.Transport, version int) {
+	log := Logger()
+	srv := newServer(t)
+	keepStdoutForHandshake(log)
+
+	done := make(chan struct{})
+	defer close(done)
+	exit := func(why string) {
+		log.Info("stopping kernels and exiting", "reason", why)
+		srv.shutdownAll(kernelShutdownTimeout)
+		os.Exit(0)
+	}
+	go watchParent(done, exit)
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM)
+		defer signal.Stop(sig)
+		select {
+		case <-sig:
+			exit("SIGTERM")
+		case <-done:
+		}
+	}()
+
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: handshake,
+		VersionedPlugins: map[int]plugin.PluginSet{
+			version: {pluginName: &grpcPlugin{srv: srv}},
+		},
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes))
+			return grpc.NewServer(opts...)
+		},
+		Logger: log,
+	})
+	// The host closed the plugin (client.Kill): stop what is left.
+	srv.shutdownAll(kernelShutdownTimeout)
+}
