@@ -1,0 +1,337 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// api serves the code-interpreter HTTP API (docs/api-contract.md) on an engine.
+type api struct {
+	engine       *core.Engine
+	log          *slog.Logger
+	maxBodyBytes int64
+	keepalive    time.Duration
+	ready        atomic.Bool // the default contexts exist
+}
+
+// handler returns the API's routes behind CORS and the body limit.
+func (a *api) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", a.health)
+	mux.HandleFunc("POST /execute", a.execute)
+	mux.HandleFunc("GET /contexts", a.listContexts)
+	mux.HandleFunc("POST /contexts", a.createContext)
+	mux.HandleFunc("DELETE /contexts/{id}", a.deleteContext)
+	mux.HandleFunc("POST /contexts/{id}/restart", a.restartContext)
+	mux.HandleFunc("POST /contexts/{id}/interrupt", a.interruptContext)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeText(w, http.StatusNotFound, "Not Found")
+	})
+	return cors(mux)
+}
+
+// cors allows every origin, method and header and answers preflights, as
+// upstream does: browser builds of the JS SDK send custom headers.
+func cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		origin := r.Header.Get("Origin")
+		if origin == "" {
+			h.Set("Access-Control-Allow-Origin", "*")
+		} else {
+			h.Set("Access-Control-Allow-Origin", origin)
+			h.Set("Access-Control-Allow-Credentials", "true")
+			h.Add("Vary", "Origin")
+		}
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h.Set("Access-Control-Allow-Methods", "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT")
+			if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
+				h.Set("Access-Control-Allow-Headers", req)
+			}
+			h.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *api) health(w http.ResponseWriter, r *http.Request) {
+	if !a.ready.Load() {
+		writeText(w, http.StatusServiceUnavailable, "Starting: the default contexts are not ready yet")
+		return
+	}
+	writeJSON(w, "OK")
+}
+
+// executeRequest is the /execute body. Pointers tell absent and null apart
+// from empty; a *string map value rejects null values.
+type executeRequest struct {
+	Code      *string            `json:"code"`
+	ContextID *string            `json:"context_id"`
+	Language  *string            `json:"language"`
+	EnvVars   map[string]*string `json:"env_vars"`
+}
+
+func (a *api) execute(w http.ResponseWriter, r *http.Request) {
+	body, ok := a.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req executeRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeText(w, http.StatusUnprocessableEntity, "Invalid request body: "+jsonProblem(err))
+		return
+	}
+	if req.Code == nil {
+		writeText(w, http.StatusUnprocessableEntity, `Invalid request body: "code" is required and must be a string`)
+		return
+	}
+	env := make(map[string]string, len(req.EnvVars))
+	for k, v := range req.EnvVars {
+		if v == nil {
+			writeText(w, http.StatusUnprocessableEntity, fmt.Sprintf("Invalid request body: env_vars[%q] must be a string", k))
+			return
+		}
+		env[k] = *v
+	}
+	x, err := a.engine.Execute(r.Context(), core.ExecRequest{
+		Code:      *req.Code,
+		ContextID: deref(req.ContextID),
+		Language:  deref(req.Language),
+		EnvVars:   env,
+		Metadata:  requestMetadata(r),
+	})
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	a.stream(w, r, x)
+}
+
+// stream writes x's outputs as NDJSON, one flush per batch of available
+// outputs, and a keepalive line after a.keepalive of silence. Headers go out
+// at once, before the execution waits for its context (the contract's §4.2).
+func (a *api) stream(w http.ResponseWriter, r *http.Request, x *core.Execution) {
+	h := w.Header()
+	h.Set("Content-Type", "application/x-ndjson")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // tell buffering proxies to pass lines through
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return // the client is gone; the engine sees r.Context() end
+	}
+	var (
+		outs []core.Output
+		line []byte
+		err  error
+	)
+	for {
+		wait, cancel := context.WithTimeout(r.Context(), a.keepalive)
+		outs, err = x.Next(wait, outs[:0])
+		cancel()
+		line = line[:0]
+		for _, o := range outs {
+			line = core.AppendLine(line, o)
+		}
+		switch {
+		case err == nil || err == io.EOF:
+		case r.Context().Err() != nil:
+			return // the client left; the engine applies the disconnect policy
+		default: // silence: a keepalive line makes a vanished client visible
+			line = core.AppendLine(line, core.Output{Type: core.OutKeepalive})
+		}
+		if len(line) > 0 {
+			if _, werr := w.Write(line); werr != nil {
+				return
+			}
+			if ferr := rc.Flush(); ferr != nil {
+				return
+			}
+		}
+		if err == io.EOF {
+			return
+		}
+	}
+}
+
+func (a *api) listContexts(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, a.engine.Contexts())
+}
+
+type createContextRequest struct {
+	Language *string `json:"language"`
+	Cwd      *string `json:"cwd"`
+}
+
+func (a *api) createContext(w http.ResponseWriter, r *http.Request) {
+	body, ok := a.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req createContextRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeText(w, http.StatusUnprocessableEntity, "Invalid request body: "+jsonProblem(err))
+			return
+		}
+	}
+	cwd := deref(req.Cwd)
+	// The transports run interpreters on this machine, so a cwd that is not a
+	// directory here can be refused before a kernel is started for nothing.
+	if cwd != "" {
+		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+			writeText(w, http.StatusBadRequest, fmt.Sprintf("Invalid cwd %q: not an existing directory", cwd))
+			return
+		}
+	}
+	info, err := a.engine.CreateContext(r.Context(), deref(req.Language), cwd)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, info)
+}
+
+func (a *api) deleteContext(w http.ResponseWriter, r *http.Request) {
+	a.control(w, r, a.engine.Delete)
+}
+
+func (a *api) restartContext(w http.ResponseWriter, r *http.Request) {
+	a.control(w, r, a.engine.Restart)
+}
+
+func (a *api) interruptContext(w http.ResponseWriter, r *http.Request) {
+	a.control(w, r, a.engine.Interrupt)
+}
+
+// control runs a bodiless operation on the context named in the path. The
+// SDKs send Content-Type: application/json with an empty body: ignored.
+func (a *api) control(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error) {
+	if err := op(r.Context(), r.PathValue("id")); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, nil)
+}
+
+// readBody reads the whole body up to the configured limit; past it the
+// answer is 413.
+func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeText(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes (setting %s)", a.maxBodyBytes, EnvVar("max-body-bytes")))
+			return nil, false
+		}
+		writeText(w, http.StatusBadRequest, "Failed to read the request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// statusOf maps engine errors to HTTP statuses. Never 502: the SDKs read it
+// as "the sandbox timed out".
+func statusOf(err error) int {
+	switch core.KindOf(err) {
+	case core.KindInvalid:
+		return http.StatusBadRequest
+	case core.KindNotFound:
+		return http.StatusNotFound
+	case core.KindQueueFull:
+		return http.StatusTooManyRequests
+	case core.KindRejected:
+		return http.StatusForbidden
+	case core.KindUnavailable:
+		return http.StatusServiceUnavailable
+	case core.KindTooLarge:
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusInternalServerError
+}
+
+func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusOf(err)
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client left while we worked for it: nobody to answer
+	}
+	msg := err.Error()
+	var ce *core.Error
+	if !errors.As(err, &ce) {
+		msg = "Internal error: " + msg
+	}
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	a.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", msg)
+	writeText(w, status, msg)
+}
+
+// jsonProblem describes a decoding error without echoing the body (it may
+// hold code or secrets).
+func jsonProblem(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		if typeErr.Field == "" {
+			return "the body must be a JSON object"
+		}
+		return fmt.Sprintf("field %q must not be a JSON %s", typeErr.Field, typeErr.Value)
+	}
+	var syntaxErr *json.SyntaxError
+	if errors.As(err, &syntaxErr) {
+		return fmt.Sprintf("malformed JSON at byte %d: %v", syntaxErr.Offset, err)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "malformed JSON: unexpected end of input"
+	}
+	return err.Error()
+}
+
+func requestMetadata(r *http.Request) map[string]string {
+	id := r.Header.Get("X-Request-Id")
+	if id == "" {
+		id = uuid.NewString()
+	}
+	return map[string]string{"request_id": id, "remote_addr": r.RemoteAddr}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func writeText(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeText(w, http.StatusInternalServerError, "Internal error: encode response: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,168 @@
+// Package server is the kernelhost host: it builds the transport and the
+// engine from a Config, serves the code-interpreter HTTP API
+// (docs/api-contract.md) and shuts everything down in order. The binary in
+// hostcmd is a thin main around it; tests and benchmarks start it in-process.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// Host is a running kernelhost: an engine behind an HTTP server.
+type Host struct {
+	Engine *core.Engine
+
+	log      *slog.Logger
+	api      *api
+	srv      *http.Server
+	ln       net.Listener
+	served   chan error // Serve's result
+	shutdown atomic.Bool
+}
+
+// Start listens on cfg.Addr, starts serving and creates the default contexts
+// (python, and javascript where the transport has it). /health answers 200
+// only once they exist. Start returns when the defaults are ready, or with
+// an error after cleaning up.
+func Start(ctx context.Context, cfg Config) (*Host, error) {
+	cfg = withDefaults(cfg)
+	log := cfg.Logger
+	cwd := resolveDefaultCwd(cfg.DefaultCwd, log)
+
+	transport := cfg.Transport
+	if transport == nil {
+		var err error
+		if transport, err = newTransport(cfg); err != nil {
+			return nil, fmt.Errorf("create the transport: %w", err)
+		}
+	}
+	globals := cfg.GlobalEnv
+	engine, err := core.NewEngine(core.Config{
+		Transport:        transport,
+		Logger:           log,
+		DefaultCwd:       cwd,
+		GlobalEnv:        func(context.Context) (map[string]string, error) { return globals, nil },
+		QueueDepth:       cfg.QueueDepth,
+		MaxOutputBytes:   cfg.MaxOutputBytes,
+		DisconnectPolicy: cfg.DisconnectPolicy,
+		InterruptGrace:   cfg.InterruptGrace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create the engine: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		_ = engine.Close(context.Background())
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	a := &api{engine: engine, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive}
+	h := &Host{
+		Engine: engine,
+		log:    log,
+		api:    a,
+		ln:     ln,
+		served: make(chan error, 1),
+		srv: &http.Server{
+			Handler: a.handler(),
+			// Upstream keeps idle connections 640 s; SDKs pool connections and
+			// an earlier close races with reuse (ECONNRESET in the client).
+			IdleTimeout:       640 * time.Second,
+			ReadHeaderTimeout: 30 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			// No WriteTimeout: /execute streams for as long as the code runs.
+		},
+	}
+	go func() { h.served <- h.srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "transport", transport.Info().Name, "languages", transport.Info().Languages)
+
+	defaults := []string{"python"}
+	if slices.Contains(transport.Info().Languages, "javascript") {
+		defaults = append(defaults, "javascript")
+	}
+	if err := engine.StartDefaults(ctx, defaults...); err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = h.Shutdown(stopCtx)
+		return nil, fmt.Errorf("start the default contexts %v: %w", defaults, err)
+	}
+	a.ready.Store(true)
+	log.Info("ready", "default_contexts", defaults, "default_cwd", cwd)
+	return h, nil
+}
+
+// Addr is the address the host listens on.
+func (h *Host) Addr() string { return h.ln.Addr().String() }
+
+// URL is the host's base URL.
+func (h *Host) URL() string { return "http://" + h.Addr() }
+
+// Shutdown stops accepting connections, ends in-flight streams (each gets an
+// error line and end_of_execution), stops every interpreter and waits for the
+// handlers, all bounded by ctx.
+func (h *Host) Shutdown(ctx context.Context) error {
+	if h.shutdown.Swap(true) {
+		return nil
+	}
+	h.api.ready.Store(false)
+	// http.Server.Shutdown closes the listeners at once, then waits for active
+	// connections to go idle; those are the streams that engine.Close ends.
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- h.srv.Shutdown(ctx) }()
+	engineErr := h.Engine.Close(ctx)
+	srvErr := <-srvDone
+	if serveErr := <-h.served; !errors.Is(serveErr, http.ErrServerClosed) {
+		srvErr = errors.Join(srvErr, serveErr)
+	}
+	if srvErr != nil {
+		// Streams still open after the deadline: cut them.
+		_ = h.srv.Close()
+	}
+	h.log.Info("stopped")
+	return errors.Join(engineErr, srvErr)
+}
+
+func withDefaults(c Config) Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.DefaultCwd == "" {
+		c.DefaultCwd = DefaultCwd
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Keepalive <= 0 {
+		c.Keepalive = DefaultKeepalive
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// resolveDefaultCwd keeps the configured default cwd when it is a directory,
+// and otherwise falls back to the host's own working directory: outside an
+// E2B sandbox /home/user usually does not exist.
+func resolveDefaultCwd(cwd string, log *slog.Logger) string {
+	if fi, err := os.Stat(cwd); err == nil && fi.IsDir() {
+		return cwd
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		log.Warn("default cwd does not exist and the host's working directory is unknown; keeping it", "default_cwd", cwd, "err", err)
+		return cwd
+	}
+	log.Info("default cwd does not exist; using the host's working directory", "configured", cwd, "default_cwd", wd)
+	return wd
+}

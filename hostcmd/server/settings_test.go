@@ -1,0 +1,86 @@
+package server_test
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestLoadDefaults(t *testing.T) {
+	c, err := server.Load("kernelhost", nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:49999" || c.DefaultCwd != "/home/user" || c.DisconnectPolicy != core.DisconnectInterrupt ||
+		c.MaxBodyBytes != 16<<20 || c.Keepalive != 5*time.Second || c.Interpreters.Python != "python3" || len(c.GlobalEnv) != 0 {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestLoadEnvAndFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "env.json")
+	if err := os.WriteFile(file, []byte(`{"A":"from file","B":"file"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{
+		"KERNELHOST_ADDR":              "127.0.0.1:1",
+		"KERNELHOST_QUEUE_DEPTH":       "7",
+		"KERNELHOST_DISCONNECT_POLICY": "continue",
+		"KERNELHOST_ENV_FILE":          file,
+		"KERNELHOST_ENV":               `{"A":"inline"}`,
+		"KERNELHOST_PYTHON":            "/opt/python",
+		"KERNELHOST_LOG_FORMAT":        "json",
+	}
+	c, err := server.Load("kernelhost", []string{"-addr", "127.0.0.1:2"}, env(vars), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:2" {
+		t.Errorf("addr %q: the flag must win over KERNELHOST_ADDR", c.Addr)
+	}
+	if c.QueueDepth != 7 || c.DisconnectPolicy != core.DisconnectContinue || c.Interpreters.Python != "/opt/python" {
+		t.Errorf("env settings not applied: %+v", c)
+	}
+	if c.GlobalEnv["A"] != "inline" || c.GlobalEnv["B"] != "file" {
+		t.Errorf("global env %q: inline must win over the file", c.GlobalEnv)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		"bad policy":      {env: map[string]string{"KERNELHOST_DISCONNECT_POLICY": "nope"}, want: "disconnect policy"},
+		"bad int":         {env: map[string]string{"KERNELHOST_QUEUE_DEPTH": "x"}, want: "KERNELHOST_QUEUE_DEPTH"},
+		"bad env json":    {env: map[string]string{"KERNELHOST_ENV": `{"A":1}`}, want: "KERNELHOST_ENV"},
+		"missing file":    {args: []string{"-env-file", "/does/not/exist"}, want: "global env file"},
+		"bad log level":   {args: []string{"-log-level", "loud"}, want: "log level"},
+		"bad body limit":  {args: []string{"-max-body-bytes", "0"}, want: "max-body-bytes"},
+		"stray arguments": {args: []string{"extra"}, want: "unexpected arguments"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := server.Load("kernelhost", tc.args, env(tc.env), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestEnvVarName(t *testing.T) {
+	if got := server.EnvVar("default-cwd"); got != "KERNELHOST_DEFAULT_CWD" {
+		t.Fatal(got)
+	}
+}
