@@ -1,0 +1,587 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// bound is how long any single wait in these tests may take. Nothing here
+// needs more than milliseconds; the bound only turns a hang into a failure.
+const bound = 10 * time.Second
+
+func newTestEngine(t *testing.T, cfg Config) (*Engine, *fakeTransport) {
+	t.Helper()
+	ft := &fakeTransport{}
+	cfg.Transport = ft
+	if cfg.DefaultCwd == "" {
+		cfg.DefaultCwd = "/home/user"
+	}
+	e, err := NewEngine(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return e, ft
+}
+
+func execute(t *testing.T, e *Engine, ctx context.Context, req ExecRequest) *Execution {
+	t.Helper()
+	x, err := e.Execute(ctx, req)
+	if err != nil {
+		t.Fatalf("execute %q: %v", req.Code, err)
+	}
+	return x
+}
+
+// collect reads x to its end.
+func collect(t *testing.T, x *Execution) []Output {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	var outs []Output
+	for {
+		var err error
+		outs, err = x.Next(ctx, outs)
+		if errors.Is(err, io.EOF) {
+			return outs
+		}
+		if err != nil {
+			t.Fatalf("execution did not end within %s; got so far: %+v", bound, outs)
+		}
+	}
+}
+
+func stdout(outs []Output) string {
+	var b strings.Builder
+	for _, o := range outs {
+		if o.Type == OutStdout {
+			b.WriteString(o.Text)
+		}
+	}
+	return b.String()
+}
+
+func errorsOf(outs []Output) []Output {
+	var errs []Output
+	for _, o := range outs {
+		if o.Type == OutError {
+			errs = append(errs, o)
+		}
+	}
+	return errs
+}
+
+func assertEnded(t *testing.T, outs []Output) {
+	t.Helper()
+	if len(outs) == 0 || outs[len(outs)-1].Type != OutEndOfExecution {
+		t.Fatalf("stream does not end with end_of_execution: %+v", outs)
+	}
+}
+
+// awaitStart waits until the kernel starts running user code.
+func awaitStart(t *testing.T, k *fakeKernel, code string) {
+	t.Helper()
+	timeout := time.After(bound)
+	for {
+		select {
+		case got := <-k.started:
+			if got == code {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("kernel never started %q", code)
+		}
+	}
+}
+
+func releaseBlock(t *testing.T, k *fakeKernel) {
+	t.Helper()
+	select {
+	case k.release <- struct{}{}:
+	case <-time.After(bound):
+		t.Fatal("nothing was blocked to release")
+	}
+}
+
+func TestExecuteStreamsOutputsInOrder(t *testing.T) {
+	e, _ := newTestEngine(t, Config{})
+	outs := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print hi\neprint oops\nresult 2"}))
+	want := []OutputType{OutNumberOfExecutions, OutStdout, OutStderr, OutResult, OutEndOfExecution}
+	if len(outs) != len(want) {
+		t.Fatalf("got %d outputs %+v, want types %v", len(outs), outs, want)
+	}
+	for i, o := range outs {
+		if o.Type != want[i] {
+			t.Errorf("output %d: type %s, want %s", i, o.Type, want[i])
+		}
+	}
+	if outs[0].ExecutionCount != 1 {
+		t.Errorf("first user execution has count %d, want 1 (helpers must not count)", outs[0].ExecutionCount)
+	}
+	if !outs[3].IsMainResult || string(outs[3].Bundle["text/plain"]) != `"2"` {
+		t.Errorf("result = %+v", outs[3])
+	}
+	if outs[1].Timestamp == "" {
+		t.Error("stdout line has no timestamp")
+	}
+	second := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print again", Language: "python"}))
+	if second[0].ExecutionCount != 2 {
+		t.Errorf("second execution count = %d, want 2 (language python shares the default context)", second[0].ExecutionCount)
+	}
+}
+
+// Invariant 1: admission follows the kernel, never the client.
+func TestInvariant1ClientGoneDoesNotHoldTheSlot(t *testing.T) {
+	t.Run("continue policy: next runs as soon as the kernel finishes", func(t *testing.T) {
+		e, ft := newTestEngine(t, Config{DisconnectPolicy: DisconnectContinue})
+		clientA, leaveA := context.WithCancel(context.Background())
+		execute(t, e, clientA, ExecRequest{Code: "block\nprint late"})
+		k := ft.kernel(0)
+		awaitStart(t, k, "block\nprint late")
+		leaveA()
+		b := execute(t, e, context.Background(), ExecRequest{Code: "print b"})
+		releaseBlock(t, k) // the kernel finishes A; nobody reads A's stream
+		outs := collect(t, b)
+		if got := stdout(outs); got != "b\n" {
+			t.Fatalf("B saw stdout %q, want only its own", got)
+		}
+	})
+	t.Run("interrupt policy: the kernel is interrupted and next runs", func(t *testing.T) {
+		e, ft := newTestEngine(t, Config{})
+		clientA, leaveA := context.WithCancel(context.Background())
+		execute(t, e, clientA, ExecRequest{Code: "block"})
+		k := ft.kernel(0)
+		awaitStart(t, k, "block")
+		b := execute(t, e, context.Background(), ExecRequest{Code: "print b"})
+		leaveA() // no release: only the interrupt can end A
+		if got := stdout(collect(t, b)); got != "b\n" {
+			t.Fatalf("B stdout = %q", got)
+		}
+	})
+	t.Run("ignored interrupt escalates to a restart", func(t *testing.T) {
+		e, ft := newTestEngine(t, Config{InterruptGrace: 50 * time.Millisecond})
+		clientA, leaveA := context.WithCancel(context.Background())
+		execute(t, e, clientA, ExecRequest{Code: "ignoreint"})
+		k := ft.kernel(0)
+		awaitStart(t, k, "ignoreint")
+		b := execute(t, e, context.Background(), ExecRequest{Code: "print b"})
+		leaveA()
+		outs := collect(t, b)
+		if got := stdout(outs); got != "b\n" {
+			t.Fatalf("B stdout = %q", got)
+		}
+		if outs[0].ExecutionCount != 1 {
+			t.Errorf("B count = %d, want 1 after the restart", outs[0].ExecutionCount)
+		}
+	})
+	t.Run("a reader that never reads does not delay the next execution", func(t *testing.T) {
+		e, _ := newTestEngine(t, Config{MaxOutputBytes: 4096})
+		execute(t, e, context.Background(), ExecRequest{Code: "many 5000"}) // never read
+		if got := stdout(collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print b"}))); got != "b\n" {
+			t.Fatalf("B stdout = %q", got)
+		}
+	})
+}
+
+func TestSlowReaderIsToldWhatWasDropped(t *testing.T) {
+	e, _ := newTestEngine(t, Config{MaxOutputBytes: 4096})
+	x := execute(t, e, context.Background(), ExecRequest{Code: "many 1000\nprint last"})
+	// Let the kernel finish before reading anything.
+	if got := stdout(collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print sync"}))); got != "sync\n" {
+		t.Fatal(got)
+	}
+	outs := collect(t, x)
+	assertEnded(t, outs)
+	var notice bool
+	for _, o := range outs {
+		if o.Type == OutStderr && strings.Contains(o.Text, "dropped") {
+			notice = true
+		}
+	}
+	if !notice {
+		t.Fatalf("no drop notice in %d outputs", len(outs))
+	}
+}
+
+// Invariant 2: a request's env vars are reset before any later code runs,
+// however the request ended.
+func TestInvariant2EnvVarsNeverLeak(t *testing.T) {
+	endings := map[string]struct {
+		code  string
+		leave bool // the client disconnects mid-execution
+	}{
+		"success":         {code: "print done"},
+		"error":           {code: "raise"},
+		"client gone":     {code: "block", leave: true},
+		"blocked then ok": {code: "block\nprint done"},
+	}
+	for name, ending := range endings {
+		t.Run(name, func(t *testing.T) {
+			e, ft := newTestEngine(t, Config{GlobalEnv: func(context.Context) (map[string]string, error) {
+				return map[string]string{"SHARED": "global"}, nil
+			}})
+			secret := "it's \"a\" \\secret\n$(rm -rf /) ünï 😀\t"
+			clientA, leaveA := context.WithCancel(context.Background())
+			defer leaveA()
+			codeA := "getenv SECRET\ngetenv SHARED\n" + ending.code
+			a := execute(t, e, clientA, ExecRequest{Code: codeA, EnvVars: map[string]string{"SECRET": secret, "SHARED": "mine"}})
+			k := ft.kernel(0)
+			awaitStart(t, k, codeA)
+			// B is queued while A runs: it overlaps A in time.
+			b := execute(t, e, context.Background(), ExecRequest{Code: "getenv SECRET\ngetenv SHARED"})
+			switch {
+			case ending.leave:
+				leaveA()
+			case strings.HasPrefix(ending.code, "block"):
+				releaseBlock(t, k)
+			}
+			if !ending.leave {
+				if got, want := stdout(collect(t, a)), "SECRET="+secret+"SHARED=mine"; !strings.HasPrefix(got, want) {
+					t.Errorf("A saw %q, want prefix %q", got, want)
+				}
+			}
+			if got, want := stdout(collect(t, b)), "SECRET unsetSHARED=global"; got != want {
+				t.Fatalf("B saw %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// Invariant 3: an error in one execution never aborts another's.
+func TestInvariant3ErrorsDoNotCascade(t *testing.T) {
+	e, ft := newTestEngine(t, Config{})
+	collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print warm"}))
+	k := ft.kernel(0)
+	for i := range 20 {
+		a := execute(t, e, context.Background(), ExecRequest{Code: "block\nraise", EnvVars: map[string]string{"A": "1"}})
+		awaitStart(t, k, "block\nraise")
+		b := execute(t, e, context.Background(), ExecRequest{Code: fmt.Sprintf("print b%d", i)})
+		releaseBlock(t, k)
+		if errs := errorsOf(collect(t, a)); len(errs) != 1 || errs[0].ErrName != "NameError" {
+			t.Fatalf("A errors = %+v, want exactly one NameError", errs)
+		}
+		outs := collect(t, b)
+		if errs := errorsOf(outs); len(errs) != 0 {
+			t.Fatalf("B was hit by A's error: %+v", errs)
+		}
+		if got := stdout(outs); got != fmt.Sprintf("b%d\n", i) {
+			t.Fatalf("B stdout = %q", got)
+		}
+	}
+	if maxOut, aborted := k.stats(); maxOut != 1 || aborted != 0 {
+		t.Fatalf("kernel saw up to %d requests queued and aborted %d: the engine pipelined", maxOut, aborted)
+	}
+}
+
+// Invariant 4: messages reach only their own execution; kernel-wide events end
+// what is in flight with a clear error.
+func TestInvariant4Routing(t *testing.T) {
+	t.Run("stray and late messages are dropped", func(t *testing.T) {
+		e, ft := newTestEngine(t, Config{DisconnectPolicy: DisconnectContinue})
+		if got := stdout(collect(t, execute(t, e, context.Background(), ExecRequest{Code: "stray\nprint mine"}))); got != "mine\n" {
+			t.Fatalf("stdout = %q", got)
+		}
+		clientA, leaveA := context.WithCancel(context.Background())
+		execute(t, e, clientA, ExecRequest{Code: "block\nprint late-from-A"})
+		k := ft.kernel(0)
+		awaitStart(t, k, "block\nprint late-from-A")
+		leaveA()
+		b := execute(t, e, context.Background(), ExecRequest{Code: "print b"})
+		releaseBlock(t, k)
+		if got := stdout(collect(t, b)); got != "b\n" {
+			t.Fatalf("B stdout = %q", got)
+		}
+	})
+	t.Run("restart ends the running execution", func(t *testing.T) {
+		e, ft := newTestEngine(t, Config{})
+		a := execute(t, e, context.Background(), ExecRequest{Code: "block"})
+		k := ft.kernel(0)
+		awaitStart(t, k, "block")
+		if err := e.Restart(context.Background(), a.ContextID()); err != nil {
+			t.Fatal(err)
+		}
+		outs := collect(t, a)
+		assertEnded(t, outs)
+		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameUnexpectedEnd {
+			t.Fatalf("errors = %+v", errs)
+		}
+		next := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "cwd"}))
+		if next[0].ExecutionCount != 1 || stdout(next) != "/home/user" {
+			t.Fatalf("after restart: %+v (want count 1 and the cwd applied again)", next)
+		}
+	})
+	t.Run("a kernel that dies ends the execution and comes back", func(t *testing.T) {
+		e, _ := newTestEngine(t, Config{})
+		outs := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "die"}))
+		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameKernelDied {
+			t.Fatalf("errors = %+v", errs)
+		}
+		if got := stdout(collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print back"}))); got != "back\n" {
+			t.Fatalf("after death: %q", got)
+		}
+	})
+	t.Run("a lost kernel ends the execution; the next one gets a new kernel", func(t *testing.T) {
+		e, ft := newTestEngine(t, Config{})
+		a := execute(t, e, context.Background(), ExecRequest{Code: "block"})
+		awaitStart(t, ft.kernel(0), "block")
+		ft.kernel(0).lose()
+		outs := collect(t, a)
+		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameUnexpectedEnd {
+			t.Fatalf("errors = %+v", errs)
+		}
+		if got := stdout(collect(t, execute(t, e, context.Background(), ExecRequest{Code: "cwd"}))); got != "/home/user" {
+			t.Fatalf("new kernel: %q", got)
+		}
+	})
+}
+
+// Invariant 5: shutting down ends every stream and leaves nothing behind
+// (TestMain checks goroutines).
+func TestInvariant5CloseEndsEverything(t *testing.T) {
+	ft := &fakeTransport{}
+	e, err := NewEngine(Config{Transport: ft})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := execute(t, e, context.Background(), ExecRequest{Code: "block"})
+	awaitStart(t, ft.kernel(0), "block")
+	queued := execute(t, e, context.Background(), ExecRequest{Code: "print never"})
+	other, err := e.CreateContext(context.Background(), "python", "/tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*Execution{running, queued} {
+		outs := collect(t, x)
+		assertEnded(t, outs)
+		if len(errorsOf(outs)) != 1 {
+			t.Errorf("%s: want one error line, got %+v", x.code, outs)
+		}
+	}
+	for i := range 2 {
+		if k := ft.kernel(i); !k.shut {
+			t.Errorf("kernel %d not shut down", i)
+		}
+	}
+	if _, err := e.Execute(context.Background(), ExecRequest{Code: "x", ContextID: other.ID}); KindOf(err) != KindNotFound {
+		t.Errorf("execute after close: %v", err)
+	}
+}
+
+func TestQueueIsBoundedAndLeavable(t *testing.T) {
+	e, ft := newTestEngine(t, Config{QueueDepth: 2})
+	a := execute(t, e, context.Background(), ExecRequest{Code: "block"})
+	k := ft.kernel(0)
+	awaitStart(t, k, "block")
+	leaving, leave := context.WithCancel(context.Background())
+	gone := execute(t, e, leaving, ExecRequest{Code: "print never-sent"})
+	c := execute(t, e, context.Background(), ExecRequest{Code: "print c"})
+	if _, err := e.Execute(context.Background(), ExecRequest{Code: "print d"}); KindOf(err) != KindQueueFull {
+		t.Fatalf("third queued execution: err = %v, want KindQueueFull", err)
+	}
+	leave()
+	if outs := collect(t, gone); len(outs) != 0 {
+		t.Fatalf("a client that left the queue got %+v", outs)
+	}
+	// Its place is free again.
+	d := execute(t, e, context.Background(), ExecRequest{Code: "print d"})
+	releaseBlock(t, k)
+	collect(t, a)
+	if got := stdout(collect(t, c)) + stdout(collect(t, d)); got != "c\nd\n" {
+		t.Fatalf("got %q", got)
+	}
+	for {
+		select {
+		case code := <-k.started:
+			if code == "print never-sent" {
+				t.Fatal("the code of a client that left the queue reached the kernel")
+			}
+			continue
+		default:
+		}
+		break
+	}
+}
+
+func TestBadInputIsRefusedBeforeAnythingRuns(t *testing.T) {
+	e, ft := newTestEngine(t, Config{})
+	ctx := context.Background()
+	info, err := e.CreateContext(ctx, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  ExecRequest
+		kind ErrorKind
+		msg  string
+	}{
+		{"both context and language", ExecRequest{Code: "x", ContextID: info.ID, Language: "python"}, KindInvalid, "Only one of context_id or language can be provided"},
+		{"unknown context", ExecRequest{Code: "x", ContextID: "nope"}, KindNotFound, "Context nope not found"},
+		{"invalid key", ExecRequest{Code: "x", EnvVars: map[string]string{"MY-VAR": "1"}}, KindInvalid, `invalid env var name "MY-VAR"`},
+		{"key injection", ExecRequest{Code: "x", EnvVars: map[string]string{"A']=1;import os#": "1"}}, KindInvalid, "invalid env var name"},
+		{"NUL in value", ExecRequest{Code: "x", EnvVars: map[string]string{"A": "a\x00b"}}, KindInvalid, "NUL"},
+		{"unknown language", ExecRequest{Code: "x", Language: "cobol"}, KindInternal, `no kernel for language "cobol"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.Execute(ctx, tc.req)
+			if KindOf(err) != tc.kind || err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %v (kind %d), want kind %d containing %q", err, KindOf(err), tc.kind, tc.msg)
+			}
+		})
+	}
+	if _, err := e.CreateContext(ctx, "python", "/missing/dir"); KindOf(err) != KindInvalid {
+		t.Fatalf("bad cwd: %v", err)
+	}
+	ft.mu.Lock()
+	last := ft.kernels[len(ft.kernels)-1]
+	ft.mu.Unlock()
+	if !last.shut {
+		t.Error("the kernel started for a bad cwd was left running")
+	}
+	if len(e.Contexts()) != 1 {
+		t.Errorf("contexts = %+v, want only the good one", e.Contexts())
+	}
+	// Nothing else was disturbed.
+	if got := stdout(collect(t, execute(t, e, ctx, ExecRequest{Code: "print ok", ContextID: info.ID}))); got != "ok\n" {
+		t.Fatalf("context after bad input: %q", got)
+	}
+}
+
+func TestContextsListingAndDefaults(t *testing.T) {
+	e, _ := newTestEngine(t, Config{})
+	ctx := context.Background()
+	extra, err := e.CreateContext(ctx, " Python ", "/tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := e.DefaultContext(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := e.Contexts()
+	if len(list) != 2 || list[0] != def.Info() || list[1] != extra {
+		t.Fatalf("listing = %+v, want the default first, then %+v", list, extra)
+	}
+	if err := e.Restart(ctx, extra.ID); err != nil {
+		t.Fatal(err)
+	}
+	if list2 := e.Contexts(); list2[1] != extra {
+		t.Fatalf("restart moved the entry: %+v", list2)
+	}
+	if err := e.Delete(ctx, def.Info().ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Delete(ctx, def.Info().ID); KindOf(err) != KindNotFound {
+		t.Fatalf("second delete: %v", err)
+	}
+	again, err := e.DefaultContext(ctx, "python")
+	if err != nil || again.Info().ID == def.Info().ID {
+		t.Fatalf("deleted default was not recreated: %v", err)
+	}
+}
+
+func TestConcurrentFirstUseStartsOneDefaultKernel(t *testing.T) {
+	e, ft := newTestEngine(t, Config{})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			x, err := e.Execute(context.Background(), ExecRequest{Code: "print x"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			collect(t, x)
+		})
+	}
+	wg.Wait()
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if len(ft.kernels) != 1 {
+		t.Fatalf("%d kernels started for one default context", len(ft.kernels))
+	}
+}
+
+type testPolicy struct{}
+
+func (testPolicy) Evaluate(_ context.Context, in PolicyInput) (PolicyDecision, error) {
+	if _, ok := in.EnvVars["LD_PRELOAD"]; ok {
+		return PolicyDecision{Rejections: []Rejection{{Key: "LD_PRELOAD", Reason: "denied"}}}, nil
+	}
+	if v, ok := in.EnvVars["CRASH"]; ok {
+		return PolicyDecision{}, errors.New("module trapped: " + v)
+	}
+	out := map[string]string{}
+	for k, v := range in.EnvVars {
+		out[k] = strings.ToUpper(v)
+	}
+	return PolicyDecision{EnvVars: out}, nil
+}
+
+func TestPolicyDecidesBeforeAnythingRuns(t *testing.T) {
+	e, ft := newTestEngine(t, Config{Policy: testPolicy{}})
+	ctx := context.Background()
+	for _, env := range []map[string]string{{"LD_PRELOAD": "/x.so"}, {"CRASH": "boom"}} {
+		if _, err := e.Execute(ctx, ExecRequest{Code: "print no", EnvVars: env}); KindOf(err) != KindRejected {
+			t.Fatalf("env %v: err = %v, want KindRejected", env, err)
+		}
+	}
+	if got := stdout(collect(t, execute(t, e, ctx, ExecRequest{Code: "getenv A", EnvVars: map[string]string{"A": "rewritten"}}))); got != "A=REWRITTEN" {
+		t.Fatalf("rewritten value: %q", got)
+	}
+	if _, aborted := ft.kernel(0).stats(); aborted != 0 {
+		t.Fatal("aborts")
+	}
+}
+
+// A hammer test: many clients on a few contexts at once. Every execution sees
+// only its own output and env, in FIFO order per context.
+func TestHammerManyClientsFewContexts(t *testing.T) {
+	e, _ := newTestEngine(t, Config{QueueDepth: 1000})
+	ctx := context.Background()
+	ids := make([]string, 4)
+	for i := range ids {
+		info, err := e.CreateContext(ctx, "python", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = info.ID
+	}
+	var wg sync.WaitGroup
+	for c := range 16 {
+		wg.Go(func() {
+			for i := range 25 {
+				tag := fmt.Sprintf("c%d-%d", c, i)
+				x, err := e.Execute(ctx, ExecRequest{Code: "getenv TAG\nprint " + tag, ContextID: ids[(c+i)%len(ids)], EnvVars: map[string]string{"TAG": tag}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got, want := stdout(collect(t, x)), "TAG="+tag+tag+"\n"; got != want {
+					t.Errorf("got %q, want %q", got, want)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,414 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// fakeTransport starts scripted kernels. They behave like a Jupyter kernel in
+// the ways the invariants depend on: one request at a time from an internal
+// queue, stop_on_error (a failed request aborts whatever is queued behind it),
+// interrupts that only hit running code, restarts that lose state, and the
+// message sequence busy → execute_input → outputs → execute_reply → idle.
+//
+// User code is a tiny command language, one command per line:
+//
+//	print T | eprint T | result T | getenv K | cwd | block | ignoreint | raise | die | stray | many N
+//
+// Silent requests must be the engine's python snippets, which the fake parses,
+// so the tests also prove the snippets carry values exactly.
+type fakeTransport struct {
+	mu      sync.Mutex
+	kernels []*fakeKernel
+}
+
+func (t *fakeTransport) Info() TransportInfo {
+	return TransportInfo{Name: "fake", Version: "test", Languages: []string{"python"}}
+}
+
+func (t *fakeTransport) StartKernel(ctx context.Context, spec KernelSpec) (Kernel, error) {
+	if spec.Language != "python" {
+		return nil, fmt.Errorf("fake transport: no kernel for language %q", spec.Language)
+	}
+	k := &fakeKernel{
+		msgs:    make(chan Message, 4096),
+		reqs:    make(chan ExecuteRequest, 64),
+		intr:    make(chan struct{}, 1),
+		release: make(chan struct{}),
+		stop:    make(chan struct{}),
+		kill:    make(chan struct{}),
+		env:     map[string]string{},
+		started: make(chan string, 64),
+	}
+	t.mu.Lock()
+	t.kernels = append(t.kernels, k)
+	t.mu.Unlock()
+	go k.serve()
+	return k, nil
+}
+
+func (t *fakeTransport) kernel(i int) *fakeKernel {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.kernels[i]
+}
+
+type fakeKernel struct {
+	msgs    chan Message
+	reqs    chan ExecuteRequest
+	intr    chan struct{}
+	release chan struct{} // a send releases one `block`
+	stop    chan struct{}
+	kill    chan struct{} // closed by Restart and Shutdown: the running code is gone
+	started chan string // code of every user request as it starts running
+
+	mu             sync.Mutex
+	gen            int // bumped by Restart: older requests emit nothing more
+	env            map[string]string
+	cwd            string
+	count          int
+	dead           bool
+	running        bool
+	outstanding    int
+	maxOutstanding int
+	aborted        int
+	shut           bool
+}
+
+func (k *fakeKernel) Messages() <-chan Message { return k.msgs }
+
+func (k *fakeKernel) Execute(ctx context.Context, req ExecuteRequest) error {
+	k.mu.Lock()
+	if k.shut {
+		k.mu.Unlock()
+		return errors.New("fake kernel: shut down")
+	}
+	k.outstanding++
+	k.maxOutstanding = max(k.maxOutstanding, k.outstanding)
+	k.mu.Unlock()
+	select {
+	case k.reqs <- req:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (k *fakeKernel) Interrupt(ctx context.Context) error {
+	k.mu.Lock()
+	running := k.running
+	k.mu.Unlock()
+	if running { // like SIGINT to an idle ipykernel: no effect between requests
+		select {
+		case k.intr <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (k *fakeKernel) Restart(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.gen++
+	close(k.kill)
+	k.kill = make(chan struct{})
+	k.env, k.cwd, k.count, k.dead = map[string]string{}, "", 0, false
+	for {
+		select {
+		case <-k.reqs:
+			k.outstanding--
+			continue
+		default:
+		}
+		break
+	}
+	k.msgs <- Message{Type: MsgStatus, State: StateRestarting}
+	return nil
+}
+
+func (k *fakeKernel) Shutdown(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.shut {
+		k.shut = true
+		k.gen++
+		close(k.stop)
+		close(k.kill)
+	}
+	return nil
+}
+
+// lose closes Messages as a transport does when the kernel is gone for good.
+func (k *fakeKernel) lose() { _ = k.Shutdown(context.Background()) }
+
+func (k *fakeKernel) stats() (maxOutstanding, aborted int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.maxOutstanding, k.aborted
+}
+
+func (k *fakeKernel) serve() {
+	defer close(k.msgs)
+	for {
+		select {
+		case <-k.stop:
+			return
+		case req := <-k.reqs:
+			k.handle(req)
+		}
+	}
+}
+
+// emit sends m unless a restart or shutdown happened since gen.
+func (k *fakeKernel) emit(gen int, m Message) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.gen != gen {
+		return false
+	}
+	k.msgs <- m
+	return true
+}
+
+func (k *fakeKernel) handle(req ExecuteRequest) {
+	k.mu.Lock()
+	gen := k.gen
+	if k.dead {
+		k.outstanding--
+		k.mu.Unlock()
+		return // a dead kernel answers nothing
+	}
+	k.running = true
+	kill := k.kill
+	select { // a stale interrupt never reaches a new request
+	case <-k.intr:
+	default:
+	}
+	if !req.Silent {
+		k.count++
+	}
+	count := k.count
+	k.mu.Unlock()
+	p := req.MsgID
+	k.emit(gen, Message{ParentID: p, Type: MsgStatus, State: StateBusy})
+	var failure *Message
+	if req.Silent {
+		failure = k.runSnippet(req.Code)
+	} else {
+		k.emit(gen, Message{ParentID: p, Type: MsgExecuteInput, ExecutionCount: count})
+		select {
+		case k.started <- req.Code:
+		default:
+		}
+		failure = k.runCommands(gen, p, req.Code, kill)
+	}
+	if failure != nil && failure.EName == "died" {
+		k.mu.Lock()
+		k.running = false
+		k.outstanding--
+		k.mu.Unlock()
+		return
+	}
+	reply := Message{ParentID: p, Type: MsgExecuteReply, Status: ReplyOK, ExecutionCount: count}
+	if failure != nil {
+		if !req.Silent {
+			k.emit(gen, Message{ParentID: p, Type: MsgError, EName: failure.EName, EValue: failure.EValue, Traceback: failure.Traceback})
+		}
+		reply.Status, reply.EName, reply.EValue = ReplyError, failure.EName, failure.EValue
+	}
+	k.emit(gen, reply)
+	k.mu.Lock()
+	k.running = false
+	k.outstanding--
+	k.mu.Unlock()
+	k.emit(gen, Message{ParentID: p, Type: MsgStatus, State: StateIdle})
+	if failure != nil {
+		k.abortQueued(gen)
+	}
+}
+
+// abortQueued is stop_on_error: everything queued behind a failure is aborted.
+func (k *fakeKernel) abortQueued(gen int) {
+	for {
+		select {
+		case req := <-k.reqs:
+			k.mu.Lock()
+			k.aborted++
+			k.outstanding--
+			k.mu.Unlock()
+			k.emit(gen, Message{ParentID: req.MsgID, Type: MsgStatus, State: StateBusy})
+			k.emit(gen, Message{ParentID: req.MsgID, Type: MsgExecuteReply, Status: ReplyAborted})
+			k.emit(gen, Message{ParentID: req.MsgID, Type: MsgStatus, State: StateIdle})
+		default:
+			return
+		}
+	}
+}
+
+func (k *fakeKernel) runCommands(gen int, p, code string, kill chan struct{}) *Message {
+	out := func(name, text string) {
+		k.emit(gen, Message{ParentID: p, Type: MsgStream, Name: name, Text: text})
+	}
+	for _, line := range strings.Split(code, "\n") {
+		cmd, arg, _ := strings.Cut(line, " ")
+		switch cmd {
+		case "":
+		case "print":
+			out("stdout", arg+"\n")
+		case "eprint":
+			out("stderr", arg+"\n")
+		case "result":
+			raw, _ := json.Marshal(arg)
+			k.emit(gen, Message{ParentID: p, Type: MsgExecuteResult, Data: map[string]json.RawMessage{"text/plain": raw}})
+		case "getenv":
+			k.mu.Lock()
+			v, ok := k.env[arg]
+			k.mu.Unlock()
+			if ok {
+				out("stdout", arg+"="+v)
+			} else {
+				out("stdout", arg+" unset")
+			}
+		case "cwd":
+			k.mu.Lock()
+			cwd := k.cwd
+			k.mu.Unlock()
+			out("stdout", cwd)
+		case "block":
+			select {
+			case <-k.release:
+			case <-k.intr:
+				return &Message{EName: "KeyboardInterrupt", EValue: ""}
+			case <-kill:
+				return &Message{EName: "died"}
+			}
+		case "ignoreint":
+			select {
+			case <-k.release:
+			case <-kill:
+				return &Message{EName: "died"}
+			}
+		case "raise":
+			return &Message{EName: "NameError", EValue: "name 'x' is not defined", Traceback: []string{"Traceback", "NameError: name 'x' is not defined"}}
+		case "die":
+			k.mu.Lock()
+			k.dead = true
+			k.mu.Unlock()
+			k.emit(gen, Message{Type: MsgStatus, State: StateDead})
+			return &Message{EName: "died"}
+		case "stray":
+			k.emit(gen, Message{ParentID: "not-a-request", Type: MsgStream, Name: "stdout", Text: "stray\n"})
+		case "many":
+			n, _ := strconv.Atoi(arg)
+			for i := range n {
+				out("stdout", strconv.Itoa(i)+"\n")
+			}
+		default:
+			return &Message{EName: "SyntaxError", EValue: "unknown command " + cmd}
+		}
+	}
+	return nil
+}
+
+var (
+	setEnvRe   = regexp.MustCompile(`^__import__\('os'\)\.environ\[('(?:[^'\\]|\\.)*')\] = ('(?:[^'\\]|\\.)*')$`)
+	unsetEnvRe = regexp.MustCompile(`^__import__\('os'\)\.environ\.pop\(('(?:[^'\\]|\\.)*'), None\)$`)
+	chdirRe    = regexp.MustCompile(`^__import__\('os'\)\.chdir\(('(?:[^'\\]|\\.)*')\)$`)
+)
+
+// runSnippet applies the engine's python helper code; anything else fails, as
+// a syntax error would in Python.
+func (k *fakeKernel) runSnippet(code string) *Message {
+	for _, line := range strings.Split(code, "\n") {
+		var err error
+		switch m := (struct{ set, unset, cd []string }{setEnvRe.FindStringSubmatch(line), unsetEnvRe.FindStringSubmatch(line), chdirRe.FindStringSubmatch(line)}); {
+		case line == "":
+		case m.set != nil:
+			var key, val string
+			if key, err = decodePyString(m.set[1]); err == nil {
+				if val, err = decodePyString(m.set[2]); err == nil {
+					k.mu.Lock()
+					k.env[key] = val
+					k.mu.Unlock()
+				}
+			}
+		case m.unset != nil:
+			var key string
+			if key, err = decodePyString(m.unset[1]); err == nil {
+				k.mu.Lock()
+				delete(k.env, key)
+				k.mu.Unlock()
+			}
+		case m.cd != nil:
+			var dir string
+			if dir, err = decodePyString(m.cd[1]); err == nil {
+				if strings.HasPrefix(dir, "/missing") {
+					return &Message{EName: "FileNotFoundError", EValue: "No such file or directory: " + dir}
+				}
+				k.mu.Lock()
+				k.cwd = dir
+				k.mu.Unlock()
+			}
+		default:
+			err = fmt.Errorf("not a snippet: %q", line)
+		}
+		if err != nil {
+			return &Message{EName: "SyntaxError", EValue: err.Error()}
+		}
+	}
+	return nil
+}
+
+// decodePyString decodes the subset of Python string literals pyString writes.
+func decodePyString(lit string) (string, error) {
+	if len(lit) < 2 || lit[0] != '\'' || lit[len(lit)-1] != '\'' {
+		return "", fmt.Errorf("not a literal: %s", lit)
+	}
+	s := lit[1 : len(lit)-1]
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '\n' || c == '\r' {
+			return "", fmt.Errorf("raw line break in literal %s", lit)
+		}
+		if c != '\\' {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		if i >= len(s) {
+			return "", fmt.Errorf("dangling backslash in %s", lit)
+		}
+		switch s[i] {
+		case '\\', '\'':
+			b.WriteByte(s[i])
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'x', 'u':
+			n := 2
+			if s[i] == 'u' {
+				n = 4
+			}
+			v, err := strconv.ParseUint(s[i+1:i+1+n], 16, 32)
+			if err != nil {
+				return "", err
+			}
+			b.WriteRune(rune(v))
+			i += n
+		default:
+			return "", fmt.Errorf("unknown escape \\%c", s[i])
+		}
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,125 @@
+package core
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestAppendLineFollowsTheFramingRules(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   Output
+		want string
+	}{
+		{"stdout with non-ASCII, astral and line separators",
+			Output{Type: OutStdout, Text: "€ 😀 \u2028\u0085\"\\\n\x01", Timestamp: "2025-05-01T10:00:00.123456Z"},
+			`{"type":"stdout","text":"\u20ac \ud83d\ude00 \u2028\u0085\"\\\n\u0001","timestamp":"2025-05-01T10:00:00.123456Z"}`},
+		{"number of executions", Output{Type: OutNumberOfExecutions, ExecutionCount: 7}, `{"type":"number_of_executions","execution_count":7}`},
+		{"error", errorOutput("NameError", "name 'x' is not defined", "tb\nline"), `{"type":"error","name":"NameError","value":"name 'x' is not defined","traceback":"tb\nline"}`},
+		{"end", Output{Type: OutEndOfExecution}, `{"type":"end_of_execution"}`},
+		{"result keeps kernel numbers, nulls and puts unknown MIME types in extra",
+			Output{Type: OutResult, IsMainResult: true, Bundle: map[string]json.RawMessage{
+				"text/plain":          json.RawMessage(`"'bar'"`),
+				"application/json":    json.RawMessage("{\"x\": 0.0,\n \"y\": null, \"big\": 12345678901234567890, \"s\": \"é\"}"),
+				"e2b/chart":           json.RawMessage(`{"x_unit":null}`),
+				"application/vnd.foo": json.RawMessage(`{"a":1}`),
+			}},
+			`{"type":"result","json":{"x": 0.0, "y": null, "big": 12345678901234567890, "s": "\u00e9"},"extra":{"application/vnd.foo":{"a":1}},"chart":{"x_unit":null},"text":"bar","is_main_result":true}`},
+		{"raw latex has no text field", Output{Type: OutResult, Bundle: map[string]json.RawMessage{"text/latex": json.RawMessage(`"\\text{x}"`)}},
+			`{"type":"result","latex":"\\text{x}","extra":{},"is_main_result":false}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := string(AppendLine(nil, tc.in))
+			if !strings.HasSuffix(got, "}\n") || strings.Count(got, "\n") != 1 {
+				t.Fatalf("not exactly one line: %q", got)
+			}
+			for _, c := range []byte(got) {
+				if c >= 0x80 {
+					t.Fatalf("non-ASCII byte in %q", got)
+				}
+			}
+			if !json.Valid([]byte(got)) {
+				t.Fatalf("invalid JSON: %s", got)
+			}
+			// Field order inside a result line follows MIME-type order; compare as JSON.
+			var gotV, wantV any
+			_ = json.Unmarshal([]byte(got), &gotV)
+			if err := json.Unmarshal([]byte(tc.want), &wantV); err != nil {
+				t.Fatal(err)
+			}
+			if gs, ws := mustJSON(gotV), mustJSON(wantV); gs != ws {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+			if tc.in.Type == OutResult && strings.Contains(tc.want, "0.0") && !strings.Contains(got, `"x": 0.0`) {
+				t.Fatalf("number spelling changed: %s", got)
+			}
+		})
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestStripQuotes(t *testing.T) {
+	for in, want := range map[string]string{
+		`'bar'`: "bar", `"x"`: "x", `'`: "", `'a\nb'`: `a\nb`, `[1] "bar"`: `[1] "bar"`, `'a"`: `'a"`, ``: ``,
+	} {
+		if got := stripQuotes(in); got != want {
+			t.Errorf("stripQuotes(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The python snippets are decoded by the fake kernel's literal parser; these
+// values must come back byte for byte (invariant 7).
+func TestPythonLiteralsRoundTrip(t *testing.T) {
+	for _, v := range []string{"", "plain", `it's "q" \ \\`, "line\nbreak\n", "tab\tcr\r", "$(rm -rf /) `x`", "ünï 😀 \u2028 \u0085 \x7f \x01", "'; import os; '"} {
+		got, err := decodePyString(pyString(v))
+		if err != nil || got != v {
+			t.Errorf("pyString(%q) = %s decodes to %q, %v", v, pyString(v), got, err)
+		}
+		if strings.ContainsAny(pyString(v), "\n\r") {
+			t.Errorf("pyString(%q) spans lines", v)
+		}
+	}
+}
+
+func TestSnippetsEncodeNeverSplice(t *testing.T) {
+	v := "a'b\"c\\d\ne$(x)😀"
+	for lang, want := range map[string]string{
+		"bash":       `export K='a'\''b"c\d` + "\n" + `e$(x)😀'`,
+		"javascript": `process.env["K"] = "a'b\"c\\d\ne$(x)😀";`,
+		"r":          `Sys.setenv("K" = "a'b\"c\\d\ne$(x)\U{0001f600}")`,
+		"java":       `System.setProperty("K", "a'b\"c\\d\ne$(x)😀");`,
+		"python":     `__import__('os').environ['K'] = 'a\'b"c\\d\ne$(x)😀'`,
+	} {
+		if got := setEnvCode(lang, map[string]string{"K": v}); got != want {
+			t.Errorf("%s:\n got  %s\n want %s", lang, got, want)
+		}
+	}
+	if got := javaString("\x01" + "7"); got != `"\0017"` {
+		t.Errorf("java control escape = %s", got)
+	}
+}
+
+func TestEnvKeyValidation(t *testing.T) {
+	for key, ok := range map[string]bool{"A": true, "_a1": true, "PATH_2": true, "": false, "1A": false, "A-B": false, "A B": false, "Ä": false, "a=b": false} {
+		if err := ValidateEnvKey(key); (err == nil) != ok {
+			t.Errorf("ValidateEnvKey(%q) = %v", key, err)
+		}
+	}
+}
+
+func TestNormalizeLanguage(t *testing.T) {
+	for in, want := range map[string]string{"": "python", " JS ": "javascript", "ts": "typescript", "Python": "python", "r": "r", "Java": "java"} {
+		if got := NormalizeLanguage(in); got != want {
+			t.Errorf("NormalizeLanguage(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if KernelLanguage("typescript") != "javascript" {
+		t.Error("typescript must run on the javascript kernel")
+	}
+}
