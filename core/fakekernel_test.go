@@ -66,7 +66,7 @@ type fakeKernel struct {
 	release chan struct{} // a send releases one `block`
 	stop    chan struct{}
 	kill    chan struct{} // closed by Restart and Shutdown: the running code is gone
-	started chan string // code of every user request as it starts running
+	started chan string   // code of every user request as it starts running
 
 	mu             sync.Mutex
 	gen            int // bumped by Restart: older requests emit nothing more
