@@ -95,7 +95,11 @@ func (k *remoteKernel) pump(stream pb.Transport_MessagesClient) {
 			default:
 			}
 			// The plugin died or the host is closing: the kernel is gone for good.
-			k.s.log.Error("kernel lost with its transport plugin", "kernel", k.id, "language", k.lang, "error", status.Convert(err).Message())
+			select {
+			case <-k.s.stop:
+			default:
+				k.s.log.Error("kernel lost with its transport plugin", "kernel", k.id, "language", k.lang, "error", status.Convert(err).Message())
+			}
 			k.deliver(core.Message{Type: core.MsgStatus, State: core.StateDead})
 			return
 		}
@@ -138,6 +142,9 @@ func (k *remoteKernel) call(ctx context.Context, what string, f func(context.Con
 	ctx, cancel := context.WithTimeout(ctx, k.s.cfg.CallTimeout)
 	defer cancel()
 	if err := f(ctx); err != nil {
+		if k.inst.ctx.Err() != nil || status.Code(err) == codes.Unavailable {
+			return k.lost(what)
+		}
 		return k.s.callError(k.inst, fmt.Sprintf("%s on %s kernel %s", what, k.lang, k.id), k.s.cfg.CallTimeout, err)
 	}
 	return nil

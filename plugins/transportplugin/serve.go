@@ -73,6 +73,8 @@ func serve(t core.Transport, version int) {
 		}
 	}()
 
+	info := t.Info()
+	log.Info("serving transport", "name", info.Name, "version", info.Version, "languages", info.Languages, "pid", os.Getpid())
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{

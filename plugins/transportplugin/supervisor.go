@@ -351,6 +351,10 @@ func (s *Supervised) startError(err error, stderr string) error {
 	first, _, _ := strings.Cut(msg, "\n")
 	hint := ""
 	switch {
+	case strings.HasPrefix(msg, "Unrecognized remote plugin message") &&
+		strings.TrimSpace(strings.TrimPrefix(first, "Unrecognized remote plugin message:")) == "":
+		// go-plugin saw stdout close without a line: the process ended.
+		hint = "the plugin exited during the handshake (not a kernelhost transport plugin, wrong magic cookie, or it crashed); "
 	case strings.HasPrefix(msg, "Unrecognized remote plugin message"):
 		hint = "the plugin wrote to stdout before the go-plugin handshake (a plugin must keep stdout clean and log to stderr); "
 	case strings.HasPrefix(msg, "incompatible API version"):

@@ -1,0 +1,170 @@
+package transportplugin
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/plugins/examples/bashtransport"
+)
+
+// helperEnv makes the test binary act as a plugin (or as a small host) in one
+// of the modes below, instead of running tests: real processes, no extra build.
+const helperEnv = "KERNELHOST_TRANSPORTPLUGIN_TEST_MODE"
+
+// exampleBin is the example plugin, built once by TestMain like a user would.
+var exampleBin string
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		runHelper(mode)
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "transportplugin-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	exampleBin = filepath.Join(dir, "kernelhost-transport-example-bash")
+	build := exec.Command("go", "build", "-o", exampleBin, "github.com/kernelhost/kernelhost/plugins/examples/cmd/kernelhost-transport-example-bash")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build example plugin:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func runHelper(mode string) {
+	switch mode {
+	case "bash":
+		Serve(bashtransport.New())
+	case "stdout-noise":
+		fmt.Println("hello from a careless plugin")
+		Serve(bashtransport.New())
+	case "protocol-v2":
+		serve(bashtransport.New(), ProtocolVersion+1)
+	case "hang":
+		Serve(hangTransport{})
+	case "big":
+		Serve(bigTransport{})
+	case "minihost":
+		miniHost()
+	default:
+		fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
+		os.Exit(2)
+	}
+}
+
+// miniHost launches the example plugin, starts a bash kernel, prints
+// "PIDS <plugin> <bash>" and waits to be killed: the parent-death test
+// SIGKILLs it and checks that nothing it started lives on.
+func miniHost() {
+	ctx := context.Background()
+	s, err := Launch(ctx, Config{Path: os.Getenv("EXAMPLE_BIN")})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return
+	}
+	k, err := s.StartKernel(ctx, core.KernelSpec{Language: "bash", Cwd: os.TempDir()})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return
+	}
+	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: "pid", Code: "echo $$"}); err != nil {
+		fmt.Println("ERR", err)
+		return
+	}
+	var out strings.Builder
+	for m := range k.Messages() {
+		if m.Type == core.MsgStream {
+			out.WriteString(m.Text)
+		}
+		if m.Type == core.MsgStatus && m.State == core.StateIdle {
+			break
+		}
+	}
+	fmt.Printf("PIDS %d %s\n", s.PID(), strings.TrimSpace(out.String()))
+	select {}
+}
+
+// hangTransport's kernels never answer Execute: a plugin stuck in a call.
+type hangTransport struct{}
+
+func (hangTransport) Info() core.TransportInfo {
+	return core.TransportInfo{Name: "hang", Version: "0", Languages: []string{"bash"}}
+}
+
+func (hangTransport) StartKernel(context.Context, core.KernelSpec) (core.Kernel, error) {
+	return &stubKernel{msgs: make(chan core.Message)}, nil
+}
+
+// bigTransport's kernels answer every request with one 20 MB display_data.
+type bigTransport struct{}
+
+func (bigTransport) Info() core.TransportInfo {
+	return core.TransportInfo{Name: "big", Version: "0", Languages: []string{"bash"}}
+}
+
+func (bigTransport) StartKernel(context.Context, core.KernelSpec) (core.Kernel, error) {
+	return &stubKernel{msgs: make(chan core.Message, 8), big: true}, nil
+}
+
+// stubKernel backs the two fault transports above.
+type stubKernel struct {
+	msgs chan core.Message
+	big  bool
+}
+
+func (k *stubKernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
+	if !k.big {
+		select {} // hang, ignoring ctx, like a wedged plugin
+	}
+	k.msgs <- core.Message{ParentID: req.MsgID, Type: core.MsgDisplayData, Data: bigBundle()}
+	k.msgs <- core.Message{ParentID: req.MsgID, Type: core.MsgExecuteReply, Status: core.ReplyOK}
+	k.msgs <- core.Message{ParentID: req.MsgID, Type: core.MsgStatus, State: core.StateIdle}
+	return nil
+}
+func (k *stubKernel) Messages() <-chan core.Message   { return k.msgs }
+func (k *stubKernel) Interrupt(context.Context) error { return nil }
+func (k *stubKernel) Restart(context.Context) error   { return nil }
+func (k *stubKernel) Shutdown(context.Context) error  { return nil }
+
+// waitForLine reads lines from r until one starts with prefix.
+func waitForLine(t *testing.T, sc *bufio.Scanner, prefix string, timeout time.Duration) string {
+	t.Helper()
+	got := make(chan string, 1)
+	go func() {
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), prefix) || strings.HasPrefix(sc.Text(), "ERR") {
+				got <- sc.Text()
+				return
+			}
+		}
+		got <- ""
+	}()
+	select {
+	case l := <-got:
+		return l
+	case <-time.After(timeout):
+		t.Fatalf("no %q line within %v", prefix, timeout)
+		return ""
+	}
+}

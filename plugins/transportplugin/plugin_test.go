@@ -1,0 +1,434 @@
+package transportplugin
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// selfPlugin is a Config that runs this test binary as a plugin in mode.
+func selfPlugin(t *testing.T, mode string) Config {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{Path: exe, Name: "test-" + mode, Env: []string{helperEnv + "=" + mode}, Logger: testLogger(t)}
+}
+
+// testLogger sends the host log to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func launch(t *testing.T, cfg Config) *Supervised {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Launch(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func startBash(t *testing.T, tr core.Transport) core.Kernel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "bash", Cwd: t.TempDir()})
+	if err != nil {
+		t.Fatalf("StartKernel: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		k.Shutdown(ctx)
+	})
+	return k
+}
+
+// run executes code and collects its messages up to its status idle.
+func run(t *testing.T, k core.Kernel, id, code string) []core.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: id, Code: code}); err != nil {
+		t.Fatalf("Execute %q: %v", code, err)
+	}
+	return collect(t, k, id, 30*time.Second)
+}
+
+func collect(t *testing.T, k core.Kernel, id string, timeout time.Duration) []core.Message {
+	t.Helper()
+	var got []core.Message
+	deadline := time.After(timeout)
+	for {
+		select {
+		case m, ok := <-k.Messages():
+			if !ok {
+				t.Fatalf("Messages closed while waiting for %s; got %+v", id, got)
+			}
+			got = append(got, m)
+			if m.ParentID == id && m.Type == core.MsgStatus && m.State == core.StateIdle {
+				return got
+			}
+		case <-deadline:
+			t.Fatalf("request %s not finished within %v; got %+v", id, timeout, got)
+		}
+	}
+}
+
+func stdout(ms []core.Message) string {
+	var b strings.Builder
+	for _, m := range ms {
+		if m.Type == core.MsgStream && m.Name == "stdout" {
+			b.WriteString(m.Text)
+		}
+	}
+	return b.String()
+}
+
+func reply(t *testing.T, ms []core.Message) core.Message {
+	t.Helper()
+	for _, m := range ms {
+		if m.Type == core.MsgExecuteReply {
+			return m
+		}
+	}
+	t.Fatalf("no execute_reply in %+v", ms)
+	return core.Message{}
+}
+
+func TestExamplePluginRoundTrip(t *testing.T) {
+	var logs syncBuffer
+	cfg := Config{Path: exampleBin, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
+	s := launch(t, cfg)
+	info := s.Info()
+	if info.Name != "example-bash" || len(info.Languages) != 1 || info.Languages[0] != "bash" {
+		t.Fatalf("Info = %+v", info)
+	}
+	k := startBash(t, s)
+
+	if got := stdout(run(t, k, "a", "x=41; echo $((x+1))")); got != "42\n" {
+		t.Fatalf("stdout = %q, want 42", got)
+	}
+	// State lives on in the kernel; bytes pass through unchanged.
+	odd := "quote' \"dq\" back\\slash tab\t ünïcødé"
+	ms := run(t, k, "b", "printf '%s' \"$x\"; printf '%s' '"+strings.ReplaceAll(odd, "'", `'\''`)+"'")
+	if got := stdout(ms); got != "41"+odd {
+		t.Fatalf("stdout = %q", got)
+	}
+	if r := reply(t, ms); r.Status != core.ReplyOK || r.ParentID != "b" {
+		t.Fatalf("reply = %+v", r)
+	}
+	ms = run(t, k, "c", "false")
+	if r := reply(t, ms); r.Status != core.ReplyError || r.EName != "ExitStatus" {
+		t.Fatalf("reply = %+v", r)
+	}
+
+	// Restart: the restarting status has arrived when Restart returns, and
+	// the state is gone.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-k.Messages():
+		if m.Type != core.MsgStatus || m.State != core.StateRestarting || m.ParentID != "" {
+			t.Fatalf("first message after Restart = %+v", m)
+		}
+	default:
+		t.Fatal("Restart returned before its restarting status was delivered")
+	}
+	if got := stdout(run(t, k, "d", "echo \"[$x]\"")); got != "[]\n" {
+		t.Fatalf("after restart stdout = %q", got)
+	}
+
+	// Shutdown closes Messages before it returns.
+	if err := k.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-k.Messages(); ok {
+		t.Fatal("Messages still open after Shutdown")
+	}
+	if err := k.Shutdown(ctx); err != nil {
+		t.Fatalf("second Shutdown: %v", err)
+	}
+
+	// The plugin's own hclog lines reach the host log under its name.
+	s.Close()
+	if l := logs.String(); !strings.Contains(l, `"msg":"serving transport"`) || !strings.Contains(l, `"plugin":"kernelhost-transport-example-bash"`) {
+		t.Fatalf("host log lacks the plugin's own log line:\n%s", l)
+	}
+	if strings.Contains(logs.String(), `"level":"DEBUG-4"`) {
+		t.Fatal("trace-level go-plugin logs reached the host log")
+	}
+}
+
+func bigBundle() map[string]json.RawMessage {
+	raw := bytes.Repeat([]byte{0x89, 'P', 'N', 'G', 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 20<<20/16)
+	s, _ := json.Marshal(base64.StdEncoding.EncodeToString(raw))
+	return map[string]json.RawMessage{"image/png": s, "text/plain": json.RawMessage(`"<Figure>"`)}
+}
+
+func TestTwentyMegabyteResultPasses(t *testing.T) {
+	s := launch(t, selfPlugin(t, "big"))
+	k := startBash(t, s)
+	ms := run(t, k, "big", "plot")
+	want := bigBundle()
+	for _, m := range ms {
+		if m.Type == core.MsgDisplayData {
+			got := m.Data["image/png"]
+			if len(got) < 20<<20 || sha256.Sum256(got) != sha256.Sum256(want["image/png"]) {
+				t.Fatalf("image/png: %d bytes, differs from the %d sent", len(got), len(want["image/png"]))
+			}
+			if string(m.Data["text/plain"]) != `"<Figure>"` {
+				t.Fatalf("text/plain = %s", m.Data["text/plain"])
+			}
+			return
+		}
+	}
+	t.Fatalf("no display_data in %d messages", len(ms))
+}
+
+func TestStartupFailuresAreClear(t *testing.T) {
+	wrongCookie := Config{Path: exampleBin, Env: []string{handshake.MagicCookieKey + "=not-the-cookie"}, Logger: testLogger(t)}
+	cases := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"stdout before handshake", selfPlugin(t, "stdout-noise"), "wrote to stdout before the go-plugin handshake"},
+		{"wrong protocol version", selfPlugin(t, "protocol-v2"), "no common transport plugin protocol version (host speaks 1)"},
+		{"wrong magic cookie", wrongCookie, "exited during the handshake"},
+		{"not a plugin", Config{Path: "/bin/true", Logger: testLogger(t)}, "exited during the handshake"},
+		{"missing binary", Config{Path: "/nonexistent/plugin", Logger: testLogger(t)}, "/nonexistent/plugin"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.StartTimeout = 20 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s, err := Launch(ctx, c.cfg)
+			if err == nil {
+				s.Close()
+				t.Fatal("Launch succeeded")
+			}
+			if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "start transport plugin") {
+				t.Fatalf("error = %q, want it to contain %q", err, c.want)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestHangingCallIsBoundedByDeadline(t *testing.T) {
+	cfg := selfPlugin(t, "hang")
+	cfg.CallTimeout = 300 * time.Millisecond
+	s := launch(t, cfg)
+	k := startBash(t, s)
+	start := time.Now()
+	err := k.Execute(context.Background(), core.ExecuteRequest{MsgID: "x", Code: "anything"})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not answer in time") {
+		t.Fatalf("Execute error = %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Execute took %v with a 300ms call deadline", d)
+	}
+}
+
+// pidfd returns a descriptor that becomes readable when pid exits; it works
+// for processes that are not our children.
+func pidfd(t *testing.T, pid int) int {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatalf("pidfd_open %d: %v", pid, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+func waitGone(t *testing.T, what string, fd int, timeout time.Duration) {
+	t.Helper()
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, int(timeout/time.Millisecond))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatalf("%s still running after %v", what, timeout)
+		}
+		return
+	}
+}
+
+func bashPID(t *testing.T, k core.Kernel, id string) int {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(stdout(run(t, k, id, "echo $$"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func TestKillNineMidExecution(t *testing.T) {
+	cfg := Config{Path: exampleBin, Logger: testLogger(t), MinBackoff: 10 * time.Millisecond}
+	s := launch(t, cfg)
+	k := startBash(t, s)
+	oldPID := s.PID()
+	bashFD := pidfd(t, bashPID(t, k, "pid"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: "long", Code: "echo started; sleep 30"}); err != nil {
+		t.Fatal(err)
+	}
+	for m := range k.Messages() {
+		if m.Type == core.MsgStream && strings.Contains(m.Text, "started") {
+			break
+		}
+	}
+	if err := syscall.Kill(oldPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel reports itself dead, kernel-wide, then its channel closes.
+	var last core.Message
+	timeout := time.After(10 * time.Second)
+	for closed := false; !closed; {
+		select {
+		case m, ok := <-k.Messages():
+			if !ok {
+				closed = true
+				break
+			}
+			last = m
+		case <-timeout:
+			t.Fatal("Messages not closed 10s after the plugin was killed")
+		}
+	}
+	if last.Type != core.MsgStatus || last.State != core.StateDead || last.ParentID != "" {
+		t.Fatalf("last message = %+v, want kernel-wide status dead", last)
+	}
+	err := k.Execute(ctx, core.ExecuteRequest{MsgID: "after", Code: "echo hi"})
+	if !errors.Is(err, errPluginGone) || !strings.Contains(err.Error(), "kernel is lost") {
+		t.Fatalf("Execute on lost kernel: %v", err)
+	}
+	// Its interpreter died with it (Pdeathsig on bash).
+	waitGone(t, "bash of the killed plugin", bashFD, 10*time.Second)
+
+	// The supervisor brought the plugin back; a new kernel works.
+	if err := s.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.PID() == oldPID || s.PID() == 0 {
+		t.Fatalf("plugin PID %d after restart (was %d)", s.PID(), oldPID)
+	}
+	k2 := startBash(t, s)
+	if got := stdout(run(t, k2, "new", "echo back")); got != "back\n" {
+		t.Fatalf("new kernel stdout = %q", got)
+	}
+}
+
+func TestCloseLeavesNoProcess(t *testing.T) {
+	s := launch(t, Config{Path: exampleBin, Logger: testLogger(t)})
+	k := startBash(t, s)
+	pluginFD := pidfd(t, s.PID())
+	bashFD := pidfd(t, bashPID(t, k, "pid"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, "plugin", pluginFD, time.Second) // Close waits for it
+	waitGone(t, "bash kernel", bashFD, 5*time.Second)
+	// A kernel still open when its plugin is closed is lost: at most a
+	// kernel-wide dead status, then its channel is closed.
+	for m := range k.Messages() {
+		if m.Type != core.MsgStatus || m.State != core.StateDead {
+			t.Fatalf("message after Close: %+v", m)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := s.StartKernel(ctx, core.KernelSpec{Language: "bash"}); !errors.Is(err, errClosed) {
+		t.Fatalf("StartKernel after Close: %v", err)
+	}
+}
+
+func TestHostSIGKILLLeavesNoPlugin(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := exec.Command(exe)
+	host.Env = append(os.Environ(), helperEnv+"=minihost", "EXAMPLE_BIN="+exampleBin)
+	out, err := host.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Process.Kill(); host.Wait() })
+	line := waitForLine(t, bufio.NewScanner(out), "PIDS ", 30*time.Second)
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		t.Fatalf("mini host said %q", line)
+	}
+	pluginPID, _ := strconv.Atoi(f[1])
+	bashPID, _ := strconv.Atoi(f[2])
+	pluginFD, bashFD := pidfd(t, pluginPID), pidfd(t, bashPID)
+	if err := host.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	host.Wait()
+	waitGone(t, "plugin of the SIGKILLed host", pluginFD, 10*time.Second)
+	waitGone(t, "bash of the SIGKILLed host's plugin", bashFD, 10*time.Second)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
