@@ -32,7 +32,7 @@ type Host struct {
 }
 
 // Start listens on cfg.Addr, starts serving and creates the default contexts
-// (python, and javascript where the transport has it). /health answers 200
+// (python and javascript, those the transport has). /health answers 200
 // only once they exist. Start returns when the defaults are ready, or with
 // an error after cleaning up.
 func Start(ctx context.Context, cfg Config) (*Host, error) {
@@ -43,7 +43,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	transport := cfg.Transport
 	if transport == nil {
 		var err error
-		if transport, err = newTransport(cfg); err != nil {
+		if transport, err = NewTransport(cfg); err != nil {
 			return nil, fmt.Errorf("create the transport: %w", err)
 		}
 	}
@@ -86,9 +86,16 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	go func() { h.served <- h.srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String(), "transport", transport.Info().Name, "languages", transport.Info().Languages)
 
-	defaults := []string{"python"}
-	if slices.Contains(transport.Info().Languages, "javascript") {
-		defaults = append(defaults, "javascript")
+	// The SDKs expect python and javascript defaults (the contract's §8.3);
+	// a transport without them (e.g. the example bash plugin) gets none.
+	var defaults []string
+	for _, lang := range []string{"python", "javascript"} {
+		if slices.Contains(transport.Info().Languages, lang) {
+			defaults = append(defaults, lang)
+		}
+	}
+	if len(defaults) == 0 {
+		log.Warn("the transport has neither python nor javascript: no default contexts", "languages", transport.Info().Languages)
 	}
 	if err := engine.StartDefaults(ctx, defaults...); err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
