@@ -1,0 +1,66 @@
+package jupyter
+
+import (
+	"crypto/tls"
+	"time"
+)
+
+// Protocol selects the websocket protocol offered to the server.
+type Protocol int
+
+const (
+	// ProtocolAuto offers the binary v1.kernel.websocket.jupyter.org
+	// subprotocol and falls back to JSON frames when the server does not pick it.
+	ProtocolAuto Protocol = iota
+	// ProtocolJSON speaks only the JSON-frame protocol of jupyter-server 1.x.
+	ProtocolJSON
+)
+
+// Config says which server to talk to and how. The zero value of every field
+// but URL is a working default.
+type Config struct {
+	// URL is the server's base URL, e.g. "http://127.0.0.1:8888/" or
+	// "https://gateway.example/prefix/". https gives wss for the websocket.
+	URL string
+	// Token is sent as "Authorization: token <Token>"; empty sends none.
+	Token string
+	// TLSClientConfig is used for https and wss; nil uses Go's defaults.
+	TLSClientConfig *tls.Config
+	// KernelNames maps a language to a kernel spec name, overriding the
+	// lookup by the specs' language field.
+	KernelNames map[string]string
+	// Protocol is the websocket protocol; default ProtocolAuto.
+	Protocol Protocol
+	// MaxMessageSize is the largest websocket message the server accepts;
+	// larger requests fail with core.KindTooLarge instead of breaking the
+	// connection. Default 10 MiB (tornado's websocket_max_message_size).
+	MaxMessageSize int
+	// PingInterval is how often the client pings; a connection with no frame
+	// for PingInterval+PongTimeout is considered lost. Defaults 15 s and 10 s.
+	PingInterval time.Duration
+	PongTimeout  time.Duration
+	// ReconnectTimeout bounds how long a kernel tries to reconnect after its
+	// websocket dropped before it is given up for good. Default 1 minute.
+	ReconnectTimeout time.Duration
+	// DisableQuickAck turns off re-arming TCP_QUICKACK (Linux) after each
+	// read; only useful to measure what it saves.
+	DisableQuickAck bool
+}
+
+const defaultMaxMessageSize = 10 << 20
+
+func (c Config) withDefaults() Config {
+	if c.MaxMessageSize <= 0 {
+		c.MaxMessageSize = defaultMaxMessageSize
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = 15 * time.Second
+	}
+	if c.PongTimeout <= 0 {
+		c.PongTimeout = 10 * time.Second
+	}
+	if c.ReconnectTimeout <= 0 {
+		c.ReconnectTimeout = time.Minute
+	}
+	return c
+}

@@ -1,0 +1,317 @@
+package jupyter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+)
+
+// protocols runs f once per websocket protocol: jupyter-server 1.23 picks
+// the binary v1 subprotocol when offered, so ProtocolJSON proves the JSON
+// frames of older servers and ProtocolAuto the binary ones.
+func protocols(t *testing.T, f func(t *testing.T, p Protocol)) {
+	t.Run("json", func(t *testing.T) { f(t, ProtocolJSON) })
+	t.Run("v1", func(t *testing.T) { f(t, ProtocolAuto) })
+}
+
+func TestInfo(t *testing.T) {
+	srv := jupytertest.Start(t)
+	tr := newTransport(t, srv, nil)
+	info := tr.Info()
+	if info.Name != "jupyter" || !strings.HasPrefix(info.Version, "jupyter-server ") {
+		t.Errorf("info = %+v", info)
+	}
+	if !slices.Contains(info.Languages, "python") {
+		t.Errorf("languages %v lack python", info.Languages)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := tr.StartKernel(ctx, core.KernelSpec{Language: "cobol"})
+	if err == nil || !strings.Contains(err.Error(), `"cobol"`) {
+		t.Errorf("start cobol kernel: err = %v, want one that names the language", err)
+	}
+}
+
+func TestWrongToken(t *testing.T) {
+	srv := jupytertest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr, err := New(ctx, Config{URL: srv.URL, Token: "wrong"})
+	if err == nil {
+		tr.Close()
+		t.Fatal("New with a wrong token succeeded")
+	}
+	if !strings.Contains(err.Error(), "403") {
+		t.Errorf("err = %v, want a 403", err)
+	}
+}
+
+func TestStateStreamingAndReply(t *testing.T) {
+	srv := jupytertest.Start(t)
+	protocols(t, func(t *testing.T, p Protocol) {
+		k := startKernel(t, newTransport(t, srv, func(c *Config) { c.Protocol = p }))
+		run(t, k, "x = 41")
+		r := run(t, k, "print('a'); import sys; print('b', file=sys.stderr, flush=True); x + 1")
+		if got := r.stdout.String(); got != "a\n" {
+			t.Errorf("stdout = %q", got)
+		}
+		if got := r.stderr.String(); got != "b\n" {
+			t.Errorf("stderr = %q", got)
+		}
+		if r.reply.Status != core.ReplyOK {
+			t.Errorf("reply = %+v", r.reply)
+		}
+		var types []core.MessageType
+		for _, m := range r.msgs {
+			if m.Timestamp == "" {
+				t.Errorf("message without timestamp: %+v", m)
+			}
+			// The reply comes on the shell channel, which is not ordered
+			// with IOPub: it may arrive before or after the output.
+			if m.Type != core.MsgExecuteReply {
+				types = append(types, m.Type)
+			}
+		}
+		// IOPub order: busy, execute_input, output, idle.
+		if types[0] != core.MsgStatus || types[1] != core.MsgExecuteInput || types[len(types)-1] != core.MsgStatus {
+			t.Errorf("message order %v", types)
+		}
+		var res *core.Message
+		for i := range r.msgs {
+			if r.msgs[i].Type == core.MsgExecuteResult {
+				res = &r.msgs[i]
+			}
+		}
+		if res == nil || string(res.Data["text/plain"]) != `"42"` || res.ExecutionCount != r.reply.ExecutionCount {
+			t.Errorf("execute_result = %+v, reply = %+v", res, r.reply)
+		}
+	})
+}
+
+func TestSilentRequestsAreNotCounted(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	first := run(t, k, "1").reply.ExecutionCount
+	id := "silent-" + t.Name()
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: id, Code: "y = 5", Silent: true}); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, k, id)
+	r := run(t, k, "y")
+	if r.reply.ExecutionCount != first+1 {
+		t.Errorf("execution count %d after a silent request, want %d", r.reply.ExecutionCount, first+1)
+	}
+}
+
+func TestErrorReply(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	r := run(t, k, "1/0")
+	if r.reply.Status != core.ReplyError || r.reply.EName != "ZeroDivisionError" {
+		t.Errorf("reply = %+v", r.reply)
+	}
+	var sawError bool
+	for _, m := range r.msgs {
+		if m.Type == core.MsgError && m.EName == "ZeroDivisionError" && len(m.Traceback) > 0 {
+			sawError = true
+		}
+	}
+	if !sawError {
+		t.Errorf("no error message in %+v", r.msgs)
+	}
+	// stop_on_error is false: a request right behind a failing one runs.
+	a := send(t, k, "raise ValueError('boom')")
+	b := send(t, k, "print('still here')")
+	if r := collect(t, k, a); r.reply.Status != core.ReplyError {
+		t.Errorf("a: %+v", r.reply)
+	}
+	if r := collect(t, k, b); r.reply.Status != core.ReplyOK || r.stdout.String() != "still here\n" {
+		t.Errorf("b was aborted behind a failing request: %+v %q", r.reply, r.stdout.String())
+	}
+}
+
+func TestMIMEBundles(t *testing.T) {
+	srv := jupytertest.Start(t)
+	protocols(t, func(t *testing.T, p Protocol) {
+		k := startKernel(t, newTransport(t, srv, func(c *Config) { c.Protocol = p }))
+		// A 1×1 PNG, so the test needs no matplotlib.
+		r := run(t, k, `
+import base64
+from IPython.display import HTML, Image, display
+png = base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==')
+display(HTML('<b>hi</b>'))
+display(Image(data=png, format='png'))
+display({'application/json': {'n': 12345678901234567890, 'f': 1.25, 'z': None}}, raw=True)
+`)
+		var data []map[string]json.RawMessage
+		for _, m := range r.msgs {
+			if m.Type == core.MsgDisplayData {
+				data = append(data, m.Data)
+			}
+		}
+		if len(data) != 3 {
+			t.Fatalf("%d display_data messages, want 3: %+v", len(data), r.msgs)
+		}
+		if got := string(data[0]["text/html"]); got != `"<b>hi</b>"` {
+			t.Errorf("html = %s", got)
+		}
+		if got := string(data[1]["image/png"]); !strings.HasPrefix(got, `"iVBORw0KGgo`) {
+			t.Errorf("png = %s", got)
+		}
+		// Raw values: the big integer keeps every digit, null stays null.
+		j := strings.ReplaceAll(string(data[2]["application/json"]), " ", "")
+		if !strings.Contains(j, `"n":12345678901234567890`) || !strings.Contains(j, `"z":null`) || !strings.Contains(j, `"f":1.25`) {
+			t.Errorf("application/json = %s", j)
+		}
+	})
+}
+
+func TestUpdateDisplayData(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	r := run(t, k, "from IPython.display import display\nh = display('one', display_id=True)\nh.update('two')")
+	var got []string
+	for _, m := range r.msgs {
+		if m.Type == core.MsgDisplayData || m.Type == core.MsgUpdateDisplayData {
+			got = append(got, string(m.Type)+":"+string(m.Data["text/plain"]))
+		}
+	}
+	want := []string{`display_data:"'one'"`, `update_display_data:"'two'"`}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestInterrupt(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	id := send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
+	waitStream(t, k, id, "sleeping")
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k.Interrupt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, k, id)
+	if r.reply.Status != core.ReplyError || r.reply.EName != "KeyboardInterrupt" {
+		t.Errorf("reply = %+v", r.reply)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("interrupt took %v", d)
+	}
+	if r := run(t, k, "print('next')"); r.stdout.String() != "next\n" {
+		t.Errorf("after interrupt: %q", r.stdout.String())
+	}
+}
+
+func TestRestart(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	run(t, k, "x = 1")
+	id := send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
+	waitStream(t, k, id, "sleeping")
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	if err := k.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The restarting status came before Restart returned, and nothing of
+	// the sleeping request follows it.
+	waitKernelWide(t, k, core.StateRestarting, time.Second)
+	r := run(t, k, "print('x' in globals())")
+	if got := r.stdout.String(); got != "False\n" {
+		t.Errorf("state survived the restart: %q", got)
+	}
+	// Twice, to catch a late restarting status from the server.
+	if r := run(t, k, "print(2)"); r.stdout.String() != "2\n" {
+		t.Errorf("after restart: %q", r.stdout.String())
+	}
+}
+
+func TestKernelDeathAutoRestarts(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	run(t, k, "x = 1")
+	send(t, k, "import os; os._exit(1)")
+	// The server's restarter notices within a few seconds and restarts it.
+	waitKernelWide(t, k, core.StateRestarting, 30*time.Second)
+	r := run(t, k, "print('x' in globals())")
+	if got := r.stdout.String(); got != "False\n" {
+		t.Errorf("after death: %q", got)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	code := "x = '" + strings.Repeat("a", 11<<20) + "'"
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	err := k.Execute(ctx, core.ExecuteRequest{MsgID: "big", Code: code})
+	var ce *core.Error
+	if !errors.As(err, &ce) || ce.Kind != core.KindTooLarge {
+		t.Fatalf("err = %v, want a core.KindTooLarge error", err)
+	}
+	// Just below the limit still works, and the connection is intact.
+	code = "x = '" + strings.Repeat("a", 9<<20) + "'; print(len(x))"
+	if r := run(t, k, code); r.stdout.String() != "9437184\n" {
+		t.Errorf("9 MiB request: %q %+v", r.stdout.String(), r.reply)
+	}
+}
+
+func TestManyLinesArrive(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	start := time.Now()
+	// ipykernel's flush waits for its IOPub thread, about 1 ms a line (more
+	// on a loaded machine): this takes ~20 s of the kernel's own time.
+	id := send(t, k, "for i in range(20000):\n    print(i, flush=True)")
+	r := collectWithin(t, k, id, 5*time.Minute)
+	t.Logf("20,000 flushed lines in %v", time.Since(start))
+	lines := strings.Split(strings.TrimSuffix(r.stdout.String(), "\n"), "\n")
+	if len(lines) != 20000 || lines[0] != "0" || lines[19999] != "19999" {
+		t.Fatalf("got %d lines (first %q, last %q), want 20000", len(lines), lines[0], lines[len(lines)-1])
+	}
+}
+
+// A server that does drop output (its rate limit on) must say so clearly.
+func TestDroppedOutputIsReported(t *testing.T) {
+	srv := jupytertest.Start(t, "--ServerApp.iopub_msg_rate_limit=100", "--ServerApp.rate_limit_window=1.0")
+	k := startKernel(t, newTransport(t, srv, nil))
+	r := run(t, k, "for i in range(5000):\n    print(i, flush=True)")
+	if !strings.Contains(r.stderr.String(), "kernelhost: the Jupyter server dropped output") {
+		t.Errorf("no dropped-output line; stderr = %q", r.stderr.String())
+	}
+}
+
+func TestShutdownClosesMessages(t *testing.T) {
+	srv := jupytertest.Start(t)
+	tr := newTransport(t, srv, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Shutdown(ctx); err != nil {
+		t.Fatalf("second shutdown: %v", err)
+	}
+	for range k.Messages() {
+	}
+	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: "late", Code: "1"}); err == nil {
+		t.Error("execute after shutdown succeeded")
+	}
+}

@@ -1,0 +1,260 @@
+// Package jupytertest starts a real Jupyter Server for tests: on a free
+// loopback port, with its own temporary root, config, data and runtime dirs,
+// token auth, and the IOPub rate limits disabled so no output is dropped.
+package jupytertest
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// StartTimeout bounds how long Start waits for the server to answer.
+const StartTimeout = 60 * time.Second
+
+// Server is a running jupyter server.
+type Server struct {
+	URL     string // base URL, ending in "/"
+	Token   string
+	RootDir string
+
+	mu     sync.Mutex
+	stderr strings.Builder
+}
+
+// Log returns what the server wrote to stderr so far.
+func (s *Server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stderr.String()
+}
+
+// Args returns the command-line arguments Start passes to jupyter-server
+// (without extra), for a server on port with token serving root.
+func Args(port int, token, root string) []string {
+	args := []string{
+		"--no-browser",
+		"--ip=127.0.0.1",
+		"--port=" + strconv.Itoa(port),
+		"--port-retries=0",
+		"--ServerApp.token=" + token,
+		"--ServerApp.root_dir=" + root,
+		// No silent loss: the server would otherwise drop IOPub output above
+		// 1,000 msg/s (and 1 MB/s), saying so only on its stderr.
+		"--ServerApp.iopub_msg_rate_limit=0",
+		"--ServerApp.iopub_data_rate_limit=0",
+	}
+	if os.Geteuid() == 0 {
+		args = append(args, "--allow-root")
+	}
+	return args
+}
+
+// Binary finds the server: jupyter-server, or "jupyter server".
+func Binary() (path string, pre []string, err error) {
+	if p, err := exec.LookPath("jupyter-server"); err == nil {
+		return p, nil, nil
+	}
+	if p, err := exec.LookPath("jupyter"); err == nil {
+		if exec.Command(p, "server", "--version").Run() == nil {
+			return p, []string{"server"}, nil
+		}
+	}
+	return "", nil, fmt.Errorf("jupyter-server is not installed (apt-get install jupyter-server python3-ipykernel)")
+}
+
+// missing skips the test, or fails it under CI, where a missing server is a
+// broken setup and must never pass silently.
+func missing(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv("CI") != "" {
+		tb.Fatalf(format, args...)
+	}
+	tb.Skipf(format, args...)
+}
+
+// Start starts a server for the test and stops it (and its kernels) in
+// tb.Cleanup. extra arguments are added to Args, replacing those they set again.
+func Start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	bin, pre, err := Binary()
+	if err != nil {
+		missing(tb, "%v", err)
+	}
+	dir := tb.TempDir()
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	port, err := freePort()
+	if err != nil {
+		tb.Fatalf("find a free port: %v", err)
+	}
+	tok := make([]byte, 16)
+	_, _ = rand.Read(tok)
+	s := &Server{
+		URL:     fmt.Sprintf("http://127.0.0.1:%d/", port),
+		Token:   hex.EncodeToString(tok),
+		RootDir: root,
+	}
+
+	args := append(pre, override(Args(port, s.Token, root), extra)...)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(),
+		"JUPYTER_CONFIG_DIR="+filepath.Join(dir, "config"),
+		"JUPYTER_DATA_DIR="+filepath.Join(dir, "data"),
+		"JUPYTER_RUNTIME_DIR="+filepath.Join(dir, "runtime"),
+		"IPYTHONDIR="+filepath.Join(dir, "ipython"),
+		"PYDEVD_DISABLE_FILE_VALIDATION=1",
+	)
+	// Its own process group, so cleanup also reaches the kernels it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		tb.Fatalf("start %s: %v", bin, err)
+	}
+	pw.Close()
+
+	running := make(chan struct{})
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		announced := false
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.stderr.WriteString(line + "\n")
+			s.mu.Unlock()
+			if !announced && strings.Contains(line, "is running at") {
+				announced = true
+				close(running)
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	tb.Cleanup(func() {
+		stop(cmd, exited, pr, logDone)
+		if tb.Failed() {
+			tb.Logf("jupyter server log:\n%s", s.Log())
+		}
+	})
+
+	select {
+	case <-running:
+	case err := <-exited:
+		exited <- err // for cleanup
+		tb.Fatalf("jupyter server exited before it was ready: %v\n%s", err, s.Log())
+	case <-time.After(StartTimeout):
+		tb.Fatalf("jupyter server not ready after %v\n%s", StartTimeout, s.Log())
+	}
+	s.checkPython(tb)
+	return s
+}
+
+// checkPython makes sure the server answers with the token and has a Python
+// kernel spec (python3-ipykernel).
+func (s *Server) checkPython(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"api/kernelspecs", nil)
+	req.Header.Set("Authorization", "token "+s.Token)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		tb.Fatalf("jupyter server: GET api/kernelspecs: %v", err)
+	}
+	defer resp.Body.Close()
+	var specs struct {
+		Kernelspecs map[string]struct {
+			Spec struct {
+				Language string `json:"language"`
+			} `json:"spec"`
+		} `json:"kernelspecs"`
+	}
+	if resp.StatusCode != 200 {
+		tb.Fatalf("jupyter server: GET api/kernelspecs: %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&specs); err != nil {
+		tb.Fatalf("jupyter server: GET api/kernelspecs: %v", err)
+	}
+	for _, ks := range specs.Kernelspecs {
+		if strings.EqualFold(ks.Spec.Language, "python") {
+			return
+		}
+	}
+	missing(tb, "the jupyter server has no Python kernel spec (apt-get install python3-ipykernel)")
+}
+
+// stop asks the server to shut down (it then stops its kernels), and kills the
+// whole process group if it has not exited in time.
+func stop(cmd *exec.Cmd, exited chan error, pr *os.File, logDone chan struct{}) {
+	pgid := cmd.Process.Pid
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-exited
+	}
+	// Kernels left behind would hold the log pipe open.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	select {
+	case <-logDone:
+	case <-time.After(5 * time.Second):
+		pr.Close()
+		<-logDone
+	}
+	pr.Close()
+}
+
+// override appends extra to args, dropping the args whose "--name=" extra sets
+// again (traitlets refuses a setting given twice).
+func override(args, extra []string) []string {
+	var out []string
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		if !slices.ContainsFunc(extra, func(e string) bool { return strings.HasPrefix(e, name+"=") }) {
+			out = append(out, a)
+		}
+	}
+	return append(out, extra...)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

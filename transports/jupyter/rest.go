@@ -1,0 +1,219 @@
+package jupyter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// client is the REST and websocket client for one server.
+type client struct {
+	base   *url.URL // always ends in "/"
+	token  string
+	http   *http.Client
+	httpTr *http.Transport
+	cfg    Config
+}
+
+func newClient(cfg Config) (*client, error) {
+	base, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("jupyter URL %q: %w", cfg.URL, err)
+	}
+	if base.Scheme != "http" && base.Scheme != "https" {
+		return nil, fmt.Errorf("jupyter URL %q: scheme must be http or https", cfg.URL)
+	}
+	if !strings.HasSuffix(base.Path, "/") {
+		base.Path += "/"
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg.TLSClientConfig
+	return &client{
+		base:   base,
+		token:  cfg.Token,
+		http:   &http.Client{Transport: tr},
+		httpTr: tr,
+		cfg:    cfg,
+	}, nil
+}
+
+// apiError is a non-2xx answer from the server.
+type apiError struct {
+	Method, Path string
+	Status       int
+	Message      string
+}
+
+func (e *apiError) Error() string {
+	msg := fmt.Sprintf("jupyter %s %s: %d %s", e.Method, e.Path, e.Status, http.StatusText(e.Status))
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// do sends one REST call; in (if not nil) is sent as JSON and out (if not nil)
+// receives the JSON answer.
+func (c *client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base.JoinPath(path).String(), body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	c.auth(req.Header)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("jupyter %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		var m struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(b, &m) != nil || m.Message == "" {
+			m.Message = strings.TrimSpace(string(b))
+		}
+		return &apiError{Method: method, Path: path, Status: resp.StatusCode, Message: m.Message}
+	}
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("jupyter %s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func (c *client) auth(h http.Header) {
+	if c.token != "" {
+		h.Set("Authorization", "token "+c.token)
+	}
+}
+
+type kernelSpecs struct {
+	Default     string `json:"default"`
+	Kernelspecs map[string]struct {
+		Name string `json:"name"`
+		Spec struct {
+			Language    string `json:"language"`
+			DisplayName string `json:"display_name"`
+		} `json:"spec"`
+	} `json:"kernelspecs"`
+}
+
+func (c *client) kernelSpecs(ctx context.Context) (kernelSpecs, error) {
+	var ks kernelSpecs
+	err := c.do(ctx, http.MethodGet, "api/kernelspecs", nil, &ks)
+	return ks, err
+}
+
+func (c *client) version(ctx context.Context) (string, error) {
+	var v struct {
+		Version string `json:"version"`
+	}
+	err := c.do(ctx, http.MethodGet, "api", nil, &v)
+	return v.Version, err
+}
+
+type kernelModel struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+func (c *client) createKernel(ctx context.Context, name string) (kernelModel, error) {
+	var k kernelModel
+	err := c.do(ctx, http.MethodPost, "api/kernels", map[string]string{"name": name}, &k)
+	if err == nil && k.ID == "" {
+		err = errors.New("jupyter POST api/kernels: answer has no kernel id")
+	}
+	return k, err
+}
+
+func (c *client) interruptKernel(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodPost, "api/kernels/"+url.PathEscape(id)+"/interrupt", nil, nil)
+}
+
+func (c *client) restartKernel(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodPost, "api/kernels/"+url.PathEscape(id)+"/restart", nil, nil)
+}
+
+func (c *client) deleteKernel(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "api/kernels/"+url.PathEscape(id), nil, nil)
+}
+
+// errKernelGone says the server no longer knows the kernel: reconnecting is
+// pointless.
+var errKernelGone = errors.New("the Jupyter server no longer has this kernel")
+
+// dialChannels opens the kernel's channels websocket.
+func (c *client) dialChannels(ctx context.Context, kernelID, session string) (*websocket.Conn, error) {
+	u := *c.base
+	if u.Scheme == "https" {
+		u.Scheme = "wss"
+	} else {
+		u.Scheme = "ws"
+	}
+	u.Path += "api/kernels/" + url.PathEscape(kernelID) + "/channels"
+	u.RawQuery = url.Values{"session_id": {session}}.Encode()
+
+	d := &websocket.Dialer{
+		NetDialContext:   dialFunc(!c.cfg.DisableQuickAck),
+		TLSClientConfig:  c.cfg.TLSClientConfig,
+		HandshakeTimeout: 30 * time.Second,
+		// The read buffer is what a single read syscall can fill; large
+		// outputs arrive in fewer reads with a larger one.
+		ReadBufferSize:  64 << 10,
+		WriteBufferSize: 64 << 10,
+	}
+	if c.cfg.Protocol == ProtocolAuto {
+		d.Subprotocols = []string{subprotocolV1}
+	}
+	h := http.Header{}
+	c.auth(h)
+	ws, resp, err := d.DialContext(ctx, u.String(), h)
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			return nil, fmt.Errorf("connect to kernel %s: %w", kernelID, errKernelGone)
+		}
+		if resp != nil {
+			return nil, fmt.Errorf("connect to kernel %s: %s: %w", kernelID, resp.Status, err)
+		}
+		return nil, fmt.Errorf("connect to kernel %s: %w", kernelID, err)
+	}
+	return ws, nil
+}
+
+// dialFunc returns the TCP dialer for websockets, re-arming TCP_QUICKACK after
+// each read when quickAck is set (see quickack_linux.go).
+func dialFunc(quickAck bool) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil || !quickAck {
+			return conn, err
+		}
+		return withQuickAck(conn), nil
+	}
+}
