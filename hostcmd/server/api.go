@@ -37,9 +37,7 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("DELETE /contexts/{id}", a.deleteContext)
 	mux.HandleFunc("POST /contexts/{id}/restart", a.restartContext)
 	mux.HandleFunc("POST /contexts/{id}/interrupt", a.interruptContext)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeText(w, http.StatusNotFound, "Not Found")
-	})
+	// Unknown routes get the mux's 404, a known path with another method 405.
 	return cors(mux)
 }
 

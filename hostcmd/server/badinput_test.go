@@ -1,0 +1,100 @@
+package server_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+)
+
+// Each bad request gets the right status and a clear message, and disturbs
+// nothing: a context with state keeps it and keeps working.
+func TestBadInput(t *testing.T) {
+	const limit = 64 << 10
+	h := startHost(t, func(c *server.Config) { c.MaxBodyBytes = limit })
+	other := h.createContext(`{}`)
+	noError(t, h.run(map[string]any{"code": "kept = 'state'", "context_id": other.ID}))
+	before := h.contexts()
+
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		contains                 string
+	}{
+		{"malformed JSON", "POST", "/execute", `{"code":`, 422, "malformed JSON"},
+		{"not an object", "POST", "/execute", `["1+1"]`, 422, "JSON object"},
+		{"missing code", "POST", "/execute", `{}`, 422, `"code" is required`},
+		{"null code", "POST", "/execute", `{"code":null}`, 422, `"code" is required`},
+		{"code not a string", "POST", "/execute", `{"code":{"a":1}}`, 422, "code"},
+		{"env value not a string", "POST", "/execute", `{"code":"1","env_vars":{"A":1}}`, 422, "env_vars"},
+		{"env value null", "POST", "/execute", `{"code":"1","env_vars":{"A":null}}`, 422, "env_vars"},
+		{"language not a string", "POST", "/execute", `{"code":"1","language":3}`, 422, "language"},
+		{"both language and context_id", "POST", "/execute", `{"code":"1","context_id":"x","language":"python"}`, 400, "Only one of context_id or language can be provided"},
+		{"unknown context", "POST", "/execute", `{"code":"1","context_id":"nope"}`, 404, "Context nope not found"},
+		{"invalid env key", "POST", "/execute", `{"code":"1","env_vars":{"A-B":"x"}}`, 400, "A-B"},
+		{"NUL in env value", "POST", "/execute", `{"code":"1","env_vars":{"A":"x\u0000y"}}`, 400, "NUL"},
+		{"oversized body", "POST", "/execute", fmt.Sprintf(`{"code":%q}`, strings.Repeat("x", limit)), 413, "KERNELHOST_MAX_BODY_BYTES"},
+		{"oversized context body", "POST", "/contexts", fmt.Sprintf(`{"cwd":%q}`, strings.Repeat("x", limit)), 413, "too large"},
+		{"malformed context body", "POST", "/contexts", `{"language":`, 422, "malformed JSON"},
+		{"context cwd not a string", "POST", "/contexts", `{"cwd":1}`, 422, "cwd"},
+		{"unknown route", "GET", "/nope", "", 404, "not found"},
+		{"wrong method", "GET", "/execute", "", 405, ""},
+		{"restart unknown", "POST", "/contexts/nope/restart", "", 404, "Context nope not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := h.do(tc.method, tc.path, tc.body)
+			if status != tc.status || !strings.Contains(body, tc.contains) {
+				t.Fatalf("%d %q, want %d containing %q", status, body, tc.status, tc.contains)
+			}
+		})
+	}
+
+	if got := mainResult(t, h.run(map[string]any{"code": "kept", "context_id": other.ID})); got != "state" {
+		t.Fatalf("the other context lost its state: %q", got)
+	}
+	if after := h.contexts(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("bad requests changed the contexts: %+v, was %+v", after, before)
+	}
+}
+
+// What the SDKs send must be accepted: empty strings for absent fields,
+// unknown fields and query parameters, JSON content type on bodiless routes.
+func TestLenientInput(t *testing.T) {
+	h := startHost(t)
+	for _, body := range []string{
+		`{"code":"1+1","context_id":"","language":""}`,
+		`{"code":"1+1","context_id":null,"language":null,"env_vars":null}`,
+		`{"code":"1+1","unknown_field":[1,2]}`,
+		`{"code":"1+1","language":" PYTHON "}`,
+	} {
+		status, text := h.do("POST", "/execute?source=ci", body)
+		if status != 200 {
+			t.Fatalf("%s: %d %s", body, status, text)
+		}
+		if got := mainResult(t, parseStream(t, []byte(text))); got != "2" {
+			t.Fatalf("%s: result %q", body, got)
+		}
+	}
+	if status, body := h.do("GET", "/contexts?source=ci", ""); status != 200 || !strings.HasPrefix(body, "[") {
+		t.Fatalf("GET /contexts with a JSON content type: %d %q", status, body)
+	}
+	if status, _ := h.do("POST", "/contexts", ""); status != 200 {
+		t.Fatalf("POST /contexts with an empty body: %d", status)
+	}
+
+	req, _ := http.NewRequest("OPTIONS", h.URL()+"/execute", nil)
+	req.Header.Set("Origin", "http://example.test")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "content-type,e2b-sandbox-id")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") == "" ||
+		resp.Header.Get("Access-Control-Allow-Headers") != "content-type,e2b-sandbox-id" {
+		t.Fatalf("preflight: %d %v", resp.StatusCode, resp.Header)
+	}
+}

@@ -1,0 +1,310 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testHost is a host started in-process on a free port, with the real
+// default transport, and an HTTP client of its own.
+type testHost struct {
+	*server.Host
+	t      testing.TB
+	client *http.Client
+	cwd    string // the default cwd
+}
+
+// startHost starts a host for one test; it is shut down when the test ends.
+func startHost(t testing.TB, configure ...func(*server.Config)) *testHost {
+	t.Helper()
+	cwd := t.TempDir() // registered first, so removed after the host stopped
+	cfg := server.Config{
+		Addr:       "127.0.0.1:0",
+		DefaultCwd: cwd,
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h, err := server.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start host: %v", err)
+	}
+	tr := &http.Transport{DisableCompression: true}
+	th := &testHost{Host: h, t: t, client: &http.Client{Transport: tr}, cwd: cfg.DefaultCwd}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := h.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		tr.CloseIdleConnections()
+	})
+	return th
+}
+
+// do sends one request and returns the status and the whole body.
+func (h *testHost) do(method, path string, body string) (int, string) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, h.URL()+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json") // the SDKs send it everywhere
+	resp, err := h.client.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// line is one decoded NDJSON line of an /execute stream.
+type line map[string]any
+
+func (l line) typ() string         { s, _ := l["type"].(string); return s }
+func (l line) str(k string) string { s, _ := l[k].(string); return s }
+
+// run executes req (marshalled to JSON) and returns the stream's lines,
+// checked against the framing rules. A non-200 answer fails the test.
+func (h *testHost) run(req any) []line {
+	h.t.Helper()
+	body, err := json.Marshal(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	status, text := h.do("POST", "/execute", string(body))
+	if status != http.StatusOK {
+		h.t.Fatalf("POST /execute %s: status %d: %s", body, status, text)
+	}
+	return parseStream(h.t, []byte(text))
+}
+
+// parseStream decodes a finished stream and checks the contract's framing
+// (§5.1): ASCII only, no blank lines, every line a JSON object with a type,
+// end_of_execution last and only last.
+func parseStream(t testing.TB, raw []byte) []line {
+	t.Helper()
+	if len(raw) == 0 || raw[len(raw)-1] != '\n' {
+		t.Fatalf("stream does not end with a newline: %q", raw)
+	}
+	var lines []line
+	for i, l := range bytes.Split(raw[:len(raw)-1], []byte("\n")) {
+		lines = append(lines, checkLine(t, i, l))
+	}
+	for i, l := range lines {
+		if last := i == len(lines)-1; (l.typ() == "end_of_execution") != last {
+			t.Fatalf("end_of_execution must be the last line and only the last: line %d of %d is %q", i, len(lines), l.typ())
+		}
+	}
+	return lines
+}
+
+func checkLine(t testing.TB, i int, raw []byte) line {
+	t.Helper()
+	if len(bytes.TrimSpace(raw)) == 0 {
+		t.Fatalf("line %d is blank", i)
+	}
+	for _, c := range raw {
+		if c >= 0x80 || c < 0x20 {
+			t.Fatalf("line %d has a byte %#x that is not printable ASCII: %q", i, c, raw)
+		}
+	}
+	var l line
+	if err := json.Unmarshal(raw, &l); err != nil {
+		t.Fatalf("line %d is not a JSON object: %v: %q", i, err, raw)
+	}
+	if l.typ() == "" {
+		t.Fatalf("line %d has no type: %q", i, raw)
+	}
+	return l
+}
+
+// stream starts an execution and returns a reader of its lines, for tests
+// that act while it runs. Cancelling ctx drops the connection.
+type stream struct {
+	t    testing.TB
+	resp *http.Response
+	sc   *bufio.Scanner
+	n    int
+}
+
+func (h *testHost) start(ctx context.Context, req any) *stream {
+	h.t.Helper()
+	body, _ := json.Marshal(req)
+	r, err := http.NewRequestWithContext(ctx, "POST", h.URL()+"/execute", bytes.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	resp, err := h.client.Do(r)
+	if err != nil {
+		h.t.Fatalf("POST /execute: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		h.t.Fatalf("POST /execute: status %d: %s", resp.StatusCode, b)
+	}
+	h.t.Cleanup(func() { resp.Body.Close() })
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	return &stream{t: h.t, resp: resp, sc: sc}
+}
+
+// next returns the next line, or nil at the end of the body.
+func (s *stream) next() line {
+	s.t.Helper()
+	if !s.sc.Scan() {
+		if err := s.sc.Err(); err != nil {
+			s.t.Fatalf("read stream: %v", err)
+		}
+		return nil
+	}
+	l := checkLine(s.t, s.n, s.sc.Bytes())
+	s.n++
+	return l
+}
+
+// until reads lines until one of type typ and returns it; it fails the test
+// when the stream ends first.
+func (s *stream) until(typ string) line {
+	s.t.Helper()
+	for {
+		l := s.next()
+		if l == nil {
+			s.t.Fatalf("stream ended before a %q line", typ)
+		}
+		if l.typ() == typ {
+			return l
+		}
+	}
+}
+
+// rest reads the stream to its end and returns the remaining lines.
+func (s *stream) rest() []line {
+	s.t.Helper()
+	var out []line
+	for l := s.next(); l != nil; l = s.next() {
+		out = append(out, l)
+	}
+	if len(out) == 0 || out[len(out)-1].typ() != "end_of_execution" {
+		s.t.Fatalf("stream did not end with end_of_execution: %v", out)
+	}
+	return out
+}
+
+func ofType(lines []line, typ string) []line {
+	var out []line
+	for _, l := range lines {
+		if l.typ() == typ {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func stdout(lines []line) string {
+	var b strings.Builder
+	for _, l := range ofType(lines, "stdout") {
+		b.WriteString(l.str("text"))
+	}
+	return b.String()
+}
+
+// mainResult is the text of the main result, failing when there is none.
+func mainResult(t testing.TB, lines []line) string {
+	t.Helper()
+	for _, l := range ofType(lines, "result") {
+		if l["is_main_result"] == true {
+			return l.str("text")
+		}
+	}
+	t.Fatalf("no main result in %v", lines)
+	return ""
+}
+
+// onlyError returns the one error line, failing unless there is exactly one.
+func onlyError(t testing.TB, lines []line) line {
+	t.Helper()
+	errs := ofType(lines, "error")
+	if len(errs) != 1 {
+		t.Fatalf("want exactly one error line, got %d: %v", len(errs), lines)
+	}
+	return errs[0]
+}
+
+func noError(t testing.TB, lines []line) {
+	t.Helper()
+	if errs := ofType(lines, "error"); len(errs) > 0 {
+		t.Fatalf("unexpected error line: %v", errs)
+	}
+}
+
+type contextInfo struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+func (h *testHost) contexts() []contextInfo {
+	h.t.Helper()
+	status, body := h.do("GET", "/contexts", "")
+	if status != http.StatusOK {
+		h.t.Fatalf("GET /contexts: %d %s", status, body)
+	}
+	var out []contextInfo
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		h.t.Fatalf("GET /contexts: %v: %s", err, body)
+	}
+	return out
+}
+
+func (h *testHost) createContext(body string) contextInfo {
+	h.t.Helper()
+	status, text := h.do("POST", "/contexts", body)
+	if status != http.StatusOK {
+		h.t.Fatalf("POST /contexts %s: %d %s", body, status, text)
+	}
+	var c contextInfo
+	if err := json.Unmarshal([]byte(text), &c); err != nil {
+		h.t.Fatalf("POST /contexts: %v: %s", err, text)
+	}
+	return c
+}
+
+// defaultID is the id of language's default context (listed first).
+func (h *testHost) defaultID(language string) string {
+	h.t.Helper()
+	for _, c := range h.contexts() {
+		if c.Language == language {
+			return c.ID
+		}
+	}
+	h.t.Fatalf("no %s context listed", language)
+	return ""
+}
