@@ -51,7 +51,9 @@ func TestOfficialSDK(t *testing.T) {
 		}
 	})
 
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk.test.mjs")
+	// --test-force-exit: the SDK leaves its request timer (60 s) running when a
+	// request fails with a non-2xx status, which would keep node alive.
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-force-exit", "--test-reporter=spec", "sdk.test.mjs")
 	cmd.Env = append(os.Environ(),
 		"E2B_DEBUG=true",
 		"E2B_SANDBOX_URL="+host.URL(),
