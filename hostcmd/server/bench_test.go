@@ -1,0 +1,211 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+)
+
+// BenchmarkRoundTrip measures `1+1` through the host over HTTP and the same
+// request straight to a kernel of the same transport (the interpreter driver,
+// no engine, no HTTP), alternating the two in one loop so both see the same
+// machine state. It reports the medians of both and their difference: what
+// the host adds. ns/op is the time of one pair.
+func BenchmarkRoundTrip(b *testing.B) {
+	h := startHost(b)
+	tr, err := server.NewTransport(server.Config{Interpreters: server.Interpreters{Python: "python3", Node: "node", Bash: "bash"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: h.cwd})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = k.Shutdown(context.Background()) })
+
+	body := []byte(`{"code":"1+1"}`)
+	hostOnce := func() {
+		resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Contains(out, []byte(`"text":"2"`)) || !bytes.HasSuffix(out, []byte("{\"type\":\"end_of_execution\"}\n")) {
+			b.Fatalf("host: %v %q", err, out)
+		}
+	}
+	directOnce := func() {
+		id := uuid.NewString()
+		if err := k.Execute(ctx, core.ExecuteRequest{MsgID: id, Code: "1+1"}); err != nil {
+			b.Fatal(err)
+		}
+		var reply, idle, result bool
+		timeout := time.After(30 * time.Second)
+		for !reply || !idle {
+			select {
+			case m, ok := <-k.Messages():
+				if !ok {
+					b.Fatal("kernel messages closed")
+				}
+				if m.ParentID != id {
+					continue
+				}
+				switch {
+				case m.Type == core.MsgExecuteReply:
+					reply = true
+				case m.Type == core.MsgStatus && m.State == core.StateIdle:
+					idle = true
+				case m.Type == core.MsgExecuteResult:
+					result = string(m.Data["text/plain"]) == `"2"`
+				}
+			case <-timeout:
+				b.Fatal("direct: no reply within 30s")
+			}
+		}
+		if !result {
+			b.Fatal("direct: no result 2")
+		}
+	}
+	// warm up both paths (connection, imports, caches)
+	for range 20 {
+		hostOnce()
+		directOnce()
+	}
+
+	hostD := make([]time.Duration, 0, b.N)
+	directD := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		directOnce()
+		t1 := time.Now()
+		hostOnce()
+		t2 := time.Now()
+		directD = append(directD, t1.Sub(t0))
+		hostD = append(hostD, t2.Sub(t1))
+	}
+	b.StopTimer()
+	ph, pd := median(hostD), median(directD)
+	b.ReportMetric(float64(ph.Nanoseconds()), "host-p50-ns")
+	b.ReportMetric(float64(pd.Nanoseconds()), "direct-p50-ns")
+	b.ReportMetric(float64((ph - pd).Nanoseconds()), "added-p50-ns")
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkStream200kLines streams a 200,000-line print through the host and
+// decodes every NDJSON line at the client ("host"), and, for comparison, reads
+// the same print straight from a kernel of the transport ("direct"). It
+// reports lines/s at the client and the peak RSS of the process (host and
+// client share it: they run in-process; the interpreter is not included).
+func BenchmarkStream200kLines(b *testing.B) {
+	const n = 200_000
+	code := "for i in range(" + strconv.Itoa(n) + "):\n    print(i)"
+	b.Run("host", func(b *testing.B) {
+		h := startHost(b)
+		body, _ := json.Marshal(map[string]string{"code": code})
+		b.ResetTimer()
+		start := time.Now()
+		for range b.N {
+			resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 4<<20)
+			lines, last := 0, ""
+			for sc.Scan() {
+				var l struct {
+					Type string `json:"type"`
+					Text string `json:"text"`
+				}
+				if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+					b.Fatal(err)
+				}
+				if l.Type == "stdout" {
+					lines += strings.Count(l.Text, "\n")
+				}
+				last = l.Type
+			}
+			resp.Body.Close()
+			if sc.Err() != nil || lines != n || last != "end_of_execution" {
+				b.Fatalf("got %d lines, last %q, err %v; want %d", lines, last, sc.Err(), n)
+			}
+		}
+		report(b, n, time.Since(start))
+	})
+	b.Run("direct", func(b *testing.B) {
+		tr, err := server.NewTransport(server.Config{Interpreters: server.Interpreters{Python: "python3", Node: "node", Bash: "bash"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		k, err := tr.StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = k.Shutdown(context.Background()) })
+		b.ResetTimer()
+		start := time.Now()
+		for range b.N {
+			id := uuid.NewString()
+			if err := k.Execute(context.Background(), core.ExecuteRequest{MsgID: id, Code: code}); err != nil {
+				b.Fatal(err)
+			}
+			lines := 0
+			for idle := false; !idle; {
+				m := <-k.Messages()
+				if m.ParentID != id {
+					continue
+				}
+				lines += strings.Count(m.Text, "\n")
+				idle = m.Type == core.MsgStatus && m.State == core.StateIdle
+			}
+			if lines != n {
+				b.Fatalf("got %d lines, want %d", lines, n)
+			}
+		}
+		report(b, n, time.Since(start))
+	})
+}
+
+func report(b *testing.B, n int, elapsed time.Duration) {
+	b.StopTimer()
+	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "lines/s")
+	if hwm := vmHWM(); hwm > 0 {
+		b.ReportMetric(float64(hwm)/(1<<20), "peak-RSS-MiB")
+	}
+}
+
+// vmHWM is the process's peak resident set size in bytes, 0 when unknown.
+func vmHWM() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
