@@ -111,7 +111,10 @@ func collectWithin(tb testing.TB, k core.Kernel, id string, within time.Duration
 				idle = true
 			}
 		case <-timeout:
-			tb.Fatalf("execution %s did not finish within %v", id, within)
+			tail := r.stdout.String()
+			tail = tail[max(0, len(tail)-40):]
+			tb.Fatalf("execution %s did not finish within %v (%d messages so far, reply %v, idle %v, stdout ends %q)",
+				id, within, len(r.msgs), reply, idle, tail)
 		}
 	}
 	return r

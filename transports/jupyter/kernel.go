@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -256,7 +258,7 @@ func (k *kernel) run(c *conn) {
 		var err error
 		if c, err = k.reconnect(); err != nil {
 			k.mu.Lock()
-			k.lostErr = fmt.Errorf("kernel %s lost: %w", k.id, err)
+			k.lostErr = fmt.Errorf("lost for good: %w", err)
 			k.mu.Unlock()
 			return
 		}
@@ -297,6 +299,13 @@ func (k *kernel) serve(c *conn) {
 				if c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.PongTimeout)) != nil {
 					return // the reader sees the failure too
 				}
+				if k.deletedOnServer(cfg.PongTimeout) {
+					// jupyter-server keeps the websocket of a kernel it shut
+					// down (culled, deleted by someone else) open and silent:
+					// close it, so the supervisor's redial learns it is gone.
+					c.ws.Close()
+					return
+				}
 			}
 		}
 	}()
@@ -324,6 +333,16 @@ func (k *kernel) serve(c *conn) {
 			return
 		}
 	}
+}
+
+// deletedOnServer reports whether the server says it has no such kernel. Any
+// other failure says nothing: pings and redials judge the connection.
+func (k *kernel) deletedOnServer(timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(k.ctx, timeout)
+	defer cancel()
+	err := k.c.do(ctx, http.MethodGet, "api/kernels/"+url.PathEscape(k.id), nil, nil)
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
 }
 
 // forward delivers msg if it belongs to a live request, or is a kernel-wide

@@ -1,0 +1,119 @@
+package jupyter
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+)
+
+// BenchmarkRoundTrip measures `1+1` from execute_request to execute_reply and
+// status idle, through the transport and straight on the kernel's websocket
+// (the floor), with and without re-arming TCP_QUICKACK, against one server.
+// Each sub-benchmark reports its median as ms-p50.
+//
+//	go test ./transports/jupyter -run '^$' -bench RoundTrip -benchtime 200x
+func BenchmarkRoundTrip(b *testing.B) {
+	srv := jupytertest.Start(b)
+	for _, bc := range []struct {
+		name  string
+		proto Protocol
+		noAck bool
+	}{
+		{"transport/v1", ProtocolAuto, false},
+		{"transport/json", ProtocolJSON, false},
+		{"transport/json/no-quickack", ProtocolJSON, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			tr := newTransport(b, srv, func(c *Config) { c.Protocol, c.DisableQuickAck = bc.proto, bc.noAck })
+			k := startKernel(b, tr)
+			run(b, k, "1+1") // warm up
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for b.Loop() {
+				start := time.Now()
+				run(b, k, "1+1")
+				lat = append(lat, time.Since(start))
+			}
+			reportMedian(b, lat)
+		})
+	}
+	for _, bc := range []struct {
+		name  string
+		noAck bool
+	}{
+		{"direct/json/quickack", false},
+		{"direct/json/no-quickack", true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			tr := newTransport(b, srv, func(c *Config) { c.Protocol, c.DisableQuickAck = ProtocolJSON, bc.noAck })
+			ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+			defer cancel()
+			km, err := tr.c.createKernel(ctx, "python3")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = tr.c.deleteKernel(context.Background(), km.ID) })
+			ws, err := tr.c.dialChannels(ctx, km.ID, uuid.NewString())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ws.Close()
+			directRoundTrip(b, ws) // warm up
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for b.Loop() {
+				start := time.Now()
+				directRoundTrip(b, ws)
+				lat = append(lat, time.Since(start))
+			}
+			reportMedian(b, lat)
+		})
+	}
+}
+
+// directRoundTrip sends `1+1` on a bare JSON-frame websocket and reads until
+// its reply and idle: what any client has to do at least.
+func directRoundTrip(b *testing.B, ws *websocket.Conn) {
+	id := uuid.NewString()
+	frame, _, err := encodeExecute(false, "bench", core.ExecuteRequest{MsgID: id, Code: "1+1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = ws.SetWriteDeadline(time.Now().Add(runTimeout))
+	if err := ws.WriteMessage(websocket.TextMessage, frame); err != nil {
+		b.Fatal(err)
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(runTimeout))
+	var reply, idle bool
+	for !reply || !idle {
+		typ, data, err := ws.ReadMessage()
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := decodeFrame(false, typ == websocket.BinaryMessage, data)
+		if err != nil || m.Parent.MsgID != id {
+			continue
+		}
+		msg, ok, err := toMessage(m)
+		if err != nil || !ok {
+			continue
+		}
+		reply = reply || msg.Type == core.MsgExecuteReply
+		idle = idle || (msg.Type == core.MsgStatus && msg.State == core.StateIdle)
+	}
+}
+
+func reportMedian(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "ms-p50")
+}
