@@ -308,6 +308,7 @@ func TestKillNineMidExecution(t *testing.T) {
 	s := launch(t, cfg)
 	k := startBash(t, s)
 	oldPID := s.PID()
+	oldFD := pidfd(t, oldPID)
 	bashFD := pidfd(t, bashPID(t, k, "pid"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -348,7 +349,8 @@ func TestKillNineMidExecution(t *testing.T) {
 	// Its interpreter died with it (Pdeathsig on bash).
 	waitGone(t, "bash of the killed plugin", bashFD, 10*time.Second)
 
-	// The supervisor brought the plugin back; a new kernel works.
+	// The supervisor brings the plugin back; a new kernel works.
+	waitGone(t, "killed plugin", oldFD, 10*time.Second)
 	if err := s.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}

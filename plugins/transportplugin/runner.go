@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin/runner"
+	"golang.org/x/sys/unix"
 )
 
 // procRunner starts the plugin process for go-plugin. We supply our own
@@ -22,9 +23,13 @@ type procRunner struct {
 	stdout io.ReadCloser
 	stderr io.ReadCloser
 
-	exitOnce sync.Once
-	exited   chan struct{}
-	exitErr  error
+	pidfd     int           // -1 when pidfd_open is unavailable
+	watchDone chan struct{} // closed when the pidfd watcher returns
+	exitOnce  sync.Once
+	exited    chan struct{} // closed the moment the process dies
+
+	mu      sync.Mutex
+	exitErr error // set by Wait
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -43,19 +48,72 @@ func newProcRunner(path string, args []string, extraEnv []string, spec *exec.Cmd
 	if err != nil {
 		return nil, err
 	}
-	return &procRunner{cmd: cmd, stdout: stdout, stderr: stderr, exited: make(chan struct{})}, nil
+	return &procRunner{cmd: cmd, stdout: stdout, stderr: stderr, pidfd: -1, exited: make(chan struct{})}, nil
 }
 
-func (r *procRunner) Start(context.Context) error { return r.cmd.Start() }
+// Start starts the process and watches it through a pidfd, which becomes
+// readable the moment the process dies (before go-plugin has drained its
+// pipes and reaped it).
+func (r *procRunner) Start(context.Context) error {
+	if err := r.cmd.Start(); err != nil {
+		return err
+	}
+	fd, err := unix.PidfdOpen(r.cmd.Process.Pid, 0)
+	if err != nil {
+		return nil // old kernel: Wait alone reports the exit
+	}
+	r.pidfd = fd
+	r.watchDone = make(chan struct{})
+	go func() {
+		defer close(r.watchDone)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+				break
+			}
+		}
+		r.markExited()
+	}()
+	return nil
+}
+
+func (r *procRunner) markExited() { r.exitOnce.Do(func() { close(r.exited) }) }
+
+// gone reports, without waiting, whether the process has died.
+func (r *procRunner) gone() bool {
+	select {
+	case <-r.exited:
+		return true
+	default:
+	}
+	if r.pidfd < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(r.pidfd), Events: unix.POLLIN}}
+	n, _ := unix.Poll(fds, 0)
+	return n > 0
+}
 
 // Wait is called once, by go-plugin, after it has drained stdout and stderr.
 func (r *procRunner) Wait(context.Context) error {
 	err := r.cmd.Wait()
-	r.exitOnce.Do(func() {
-		r.exitErr = err
-		close(r.exited)
-	})
+	r.mu.Lock()
+	r.exitErr = err
+	r.mu.Unlock()
+	r.markExited()
+	if r.pidfd >= 0 {
+		// The process is reaped, so the pidfd is readable and the watcher
+		// returns; close the fd only after it has.
+		<-r.watchDone
+		unix.Close(r.pidfd)
+	}
 	return err
+}
+
+func (r *procRunner) exitError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.exitErr
 }
 
 func (r *procRunner) Kill(context.Context) error {

@@ -131,6 +131,7 @@ type instance struct {
 	// ctx is cancelled when the process is gone; kernel streams hang off it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	downed chan struct{} // closed once the supervisor took this instance down
 }
 
 // Launch starts the plugin at cfg.Path, completes the handshake and asks it to
@@ -216,7 +217,18 @@ func (s *Supervised) current(ctx context.Context) (*instance, error) {
 			return nil, fmt.Errorf("transport plugin %s: %w", s.cfg.Name, errClosed)
 		}
 		if inst != nil {
-			return inst, nil
+			if !inst.proc.gone() {
+				return inst, nil
+			}
+			// Dead, but the supervisor has not taken it down yet.
+			select {
+			case <-inst.downed:
+				continue
+			case <-s.stop:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("transport plugin %s exited and was not back in time: %w", s.cfg.Name, ctx.Err())
+			}
 		}
 		select {
 		case <-up:
@@ -257,10 +269,11 @@ func (s *Supervised) supervise(inst *instance) {
 		}
 		lived := time.Since(inst.started)
 		s.setDown()
+		close(inst.downed)
 		inst.cancel() // ends the kernels' streams at once
 		inst.client.Kill()
 		s.log.Error("transport plugin exited; its kernels are lost; restarting it",
-			"pid", inst.proc.pid(), "exit", fmt.Sprint(inst.proc.exitErr), "lived", lived.Round(time.Millisecond))
+			"pid", inst.proc.pid(), "exit", fmt.Sprint(inst.proc.exitError()), "lived", lived.Round(time.Millisecond))
 		if lived >= youngDeath {
 			backoff = s.cfg.MinBackoff
 		}
@@ -341,7 +354,7 @@ func (s *Supervised) start(ctx context.Context) (*instance, core.TransportInfo, 
 		return fail(fmt.Errorf("describe: %w", err))
 	}
 	ictx, icancel := context.WithCancel(context.Background())
-	inst := &instance{client: client, proc: proc, rpc: tc, started: time.Now(), ctx: ictx, cancel: icancel}
+	inst := &instance{client: client, proc: proc, rpc: tc, started: time.Now(), ctx: ictx, cancel: icancel, downed: make(chan struct{})}
 	return inst, core.TransportInfo{Name: d.Name, Version: d.Version, Languages: d.Languages}, nil
 }
 

@@ -3,8 +3,9 @@
 // and sends each request's code to it on stdin, so shell state (variables,
 // functions, cwd) lives on between requests.
 //
-// How a request runs: the code is passed to `eval` through a quoted
-// here-document (so it is never spliced into shell syntax), then the shell
+// How a request runs: the code is passed to `eval` (inside a function, so an
+// interrupt can end it) through a quoted here-document, so it is never
+// spliced into shell syntax; then the shell
 // prints an end marker carrying the exit status on stdout and on stderr. The
 // readers turn everything before the markers into stream messages and, once
 // both markers arrived, send execute_reply and status idle. A non-zero exit
@@ -111,9 +112,11 @@ func (k *kernel) spawn() error {
 		return fmt.Errorf("example-bash transport: start bash: %w", err)
 	}
 	p := &process{cmd: cmd, stdin: stdin}
-	// A SIGINT handler (not "ignore", which children would inherit) keeps a
-	// non-interactive bash alive when Interrupt stops the running command.
-	if _, err := io.WriteString(stdin, "trap ':' INT\n"); err != nil {
+	// Requests run inside __kh_run so that the SIGINT handler can end the
+	// whole request (a loop too) with `return`; outside a request the return
+	// fails quietly. A handler, not "ignore", which children would inherit,
+	// also keeps the non-interactive bash itself alive.
+	if _, err := io.WriteString(stdin, "__kh_run() { eval \"$1\"; }\ntrap 'return 130 2>/dev/null' INT\n"); err != nil {
 		return err
 	}
 	k.mu.Lock()
@@ -144,9 +147,11 @@ func (k *kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		k.count++
 	}
 	k.emitLocked(core.Message{ParentID: req.MsgID, Type: core.MsgStatus, State: core.StateBusy})
-	k.emitLocked(core.Message{ParentID: req.MsgID, Type: core.MsgExecuteInput, ExecutionCount: k.count})
+	if !req.Silent {
+		k.emitLocked(core.Message{ParentID: req.MsgID, Type: core.MsgExecuteInput, ExecutionCount: k.count})
+	}
 	delim := "__kernelhost_code_" + randomHex()
-	script := fmt.Sprintf("eval \"$(cat <<'%s'\n%s\n%s\n)\"\n__kh=$?; printf '\\n%s %%d\\n' \"$__kh\"; printf '\\n%s %%d\\n' \"$__kh\" >&2\n",
+	script := fmt.Sprintf("__kh_run \"$(cat <<'%s'\n%s\n%s\n)\"\n__kh=$?; printf '\\n%s %%d\\n' \"$__kh\"; printf '\\n%s %%d\\n' \"$__kh\" >&2\n",
 		delim, req.Code, delim, markerPrefix, markerPrefix)
 	if _, err := io.WriteString(p.stdin, script); err != nil {
 		k.cur = ""
