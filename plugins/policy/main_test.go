@@ -1,0 +1,163 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// wasmDir holds the modules built for this run: denylist.wasm from Go, and
+// reserved.wasm plus every testdata/*.wat from WAT (when wat2wasm exists).
+var (
+	wasmDir string
+	watErr  error // why the WAT modules were not built, if they were not
+)
+
+// withCache points opts at a compilation cache kept across runs: compiling
+// the 2 MB Go module takes seconds (a minute under -race), and every test
+// loads its own Chain. Entries are keyed by the module's hash and wazero's
+// version, so a stale entry is never used.
+func withCache(opts Options) Options {
+	if opts.CacheDir == "" {
+		opts.CacheDir = filepath.Join(os.TempDir(), "kernelhost-policy-test-cache")
+	}
+	return opts
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "policy-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	wasmDir = dir
+	code := 1
+	if err := buildModules(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "build test modules:", err)
+	} else {
+		code = m.Run()
+	}
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func buildModules(dir string) error {
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", filepath.Join(dir, "denylist.wasm"), "./examples/denylist")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build denylist: %v\n%s", err, out)
+	}
+	if _, err := exec.LookPath("wat2wasm"); err != nil {
+		watErr = fmt.Errorf("wat2wasm not found (apt-get install -y --no-install-recommends wabt): %w", err)
+		if os.Getenv("CI") != "" {
+			return watErr
+		}
+		return nil
+	}
+	wats, _ := filepath.Glob("testdata/*.wat")
+	wats = append(wats, "examples/reserved/reserved.wat")
+	for _, w := range wats {
+		out := filepath.Join(dir, strings.TrimSuffix(filepath.Base(w), ".wat")+".wasm")
+		if b, err := exec.Command("wat2wasm", w, "-o", out).CombinedOutput(); err != nil {
+			return fmt.Errorf("wat2wasm %s: %v\n%s", w, err, b)
+		}
+	}
+	return nil
+}
+
+func needWAT(t testing.TB) {
+	t.Helper()
+	if watErr != nil {
+		t.Skip("skipping WAT modules:", watErr)
+	}
+}
+
+func wasmPath(name string) string { return filepath.Join(wasmDir, name+".wasm") }
+
+// load loads a chain of the named modules (name or name=config) and closes it
+// at the end of the test.
+func load(t testing.TB, opts Options, specs ...string) *Chain {
+	t.Helper()
+	var mcs []ModuleConfig
+	for _, s := range specs {
+		name, cfg, _ := strings.Cut(s, "=")
+		if name != "denylist" {
+			needWAT(t)
+		}
+		mcs = append(mcs, ModuleConfig{Path: wasmPath(name), Config: cfg})
+	}
+	c, err := Load(context.Background(), mcs, withCache(opts))
+	if err != nil {
+		t.Fatalf("Load(%v): %v", specs, err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c
+}
+
+func input(env map[string]string) core.PolicyInput {
+	return core.PolicyInput{
+		ContextID: "ctx-1", Language: "python", Cwd: "/home/user",
+		EnvVars:   env,
+		GlobalEnv: map[string]string{"HOME": "/home/user"},
+		Metadata:  map[string]string{"request_id": "r-1"},
+	}
+}
+
+func evaluate(t testing.TB, c *Chain, env map[string]string) core.PolicyDecision {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := c.Evaluate(ctx, input(env))
+	if err != nil {
+		t.Fatalf("Evaluate(%v): %v", env, err)
+	}
+	return d
+}
+
+func rejectedKeys(d core.PolicyDecision) []string {
+	var keys []string
+	for _, r := range d.Rejections {
+		keys = append(keys, r.Key)
+	}
+	return keys
+}
+
+func wantModuleError(t *testing.T, err error, kind error, module string, texts ...string) {
+	t.Helper()
+	var me *ModuleError
+	if !errors.As(err, &me) {
+		t.Fatalf("error = %v (%T), want a *ModuleError", err, err)
+	}
+	if !errors.Is(err, kind) {
+		t.Errorf("error %q is not %v", err, kind)
+	}
+	msg := err.Error()
+	for _, s := range append([]string{"policy " + module + " ("}, texts...) {
+		if !strings.Contains(msg, s) {
+			t.Errorf("error %q does not contain %q", msg, s)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error %q spans several lines", msg)
+	}
+}

@@ -1,0 +1,231 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+const pageSize = 65536
+
+// module is one compiled policy and its pool of instances. Instances are
+// reused across calls (instantiating a Go module runs its runtime's
+// _initialize, far more than one evaluation costs) but never shared: a call
+// takes one out of the pool and returns it only if the call went well.
+type module struct {
+	name, path string
+	configJSON []byte // the config value as a JSON string
+	rt         wazero.Runtime
+	compiled   wazero.CompiledModule
+	opts       *Options
+
+	idle  chan *instance // instances ready for a call
+	slots chan struct{}  // one token per live instance: bounds memory
+
+	started atomic.Int64 // instances started so far (tests, benchmarks)
+}
+
+type instance struct {
+	mod  api.Module
+	eval api.Function
+	mem  api.Memory
+	uses int
+}
+
+// loadModule reads, compiles and checks one module, and instantiates a first
+// instance so that a module that cannot start fails at load, not on a request.
+func loadModule(ctx context.Context, rt wazero.Runtime, mc ModuleConfig, opts *Options) (*module, error) {
+	m := &module{name: mc.Name, path: mc.Path, rt: rt, opts: opts,
+		idle: make(chan *instance, opts.MaxInstances), slots: make(chan struct{}, opts.MaxInstances)}
+	loadErr := func(format string, args ...any) error {
+		err := fmt.Errorf(format, args...)
+		return &ModuleError{Module: m.name, Path: m.path, Kind: ErrLoad, Detail: err.Error(), Err: errors.Unwrap(err)}
+	}
+	cfg, err := mc.config()
+	if err != nil {
+		return nil, loadErr("%w", err)
+	}
+	m.configJSON = appendStr(nil, cfg)
+	bin, err := os.ReadFile(mc.Path)
+	if err != nil {
+		return nil, loadErr("%w", err)
+	}
+	if m.compiled, err = rt.CompileModule(ctx, bin); err != nil {
+		return nil, loadErr("compile: %w", err)
+	}
+	if _, ok := m.compiled.ExportedMemories()[memoryExport]; !ok {
+		return nil, loadErr("does not export %q", memoryExport)
+	}
+	fn, ok := m.compiled.ExportedFunctions()[evaluateExport]
+	if !ok {
+		return nil, loadErr("does not export %s (is it a v1 policy module?)", evaluateExport)
+	}
+	if p, r := fn.ParamTypes(), fn.ResultTypes(); len(p) != 1 || p[0] != api.ValueTypeI32 || len(r) != 1 || r[0] != api.ValueTypeI32 {
+		return nil, loadErr("%s must have type (i32) -> i32", evaluateExport)
+	}
+	m.slots <- struct{}{}
+	inst, err := m.instantiate(ctx)
+	if err != nil {
+		return nil, loadErr("instantiate: %s", firstLine(err.Error()))
+	}
+	m.idle <- inst
+	return m, nil
+}
+
+// instantiate starts a fresh instance: anonymous (so there can be many), no
+// files, no env, no args, stdio discarded, wazero's fake clocks and
+// deterministic randomness (the defaults). _initialize is run if present:
+// reactors such as Go's -buildmode=c-shared need it.
+func (m *module) instantiate(ctx context.Context) (*instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
+	defer cancel()
+	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize")
+	mod, err := m.rt.InstantiateModule(ctx, m.compiled, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.started.Add(1)
+	return &instance{mod: mod, eval: mod.ExportedFunction(evaluateExport), mem: mod.ExportedMemory(memoryExport)}, nil
+}
+
+// get takes an idle instance, or starts one if fewer than MaxInstances are
+// live, or waits for one to come back.
+func (m *module) get(ctx context.Context) (*instance, error) {
+	select {
+	case inst := <-m.idle:
+		return inst, nil
+	default:
+	}
+	select {
+	case inst := <-m.idle:
+		return inst, nil
+	case m.slots <- struct{}{}:
+		inst, err := m.instantiate(ctx)
+		if err != nil {
+			<-m.slots
+			return nil, err
+		}
+		return inst, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// put returns an instance to the pool, or drops it: after any failure (its
+// state is unknown), when its memory has grown past RecycleMemoryBytes (Go
+// guests never give memory back), or after MaxUses calls.
+func (m *module) put(inst *instance, ok bool) {
+	inst.uses++
+	if ok && uint64(inst.mem.Size()) <= m.opts.RecycleMemoryBytes && inst.uses < m.opts.MaxUses {
+		m.idle <- inst // never blocks: at most cap(slots) instances exist
+		return
+	}
+	_ = inst.mod.Close(context.Background())
+	<-m.slots
+}
+
+// evaluate runs one call on a pooled instance. Getting the instance (waiting
+// for one, or starting one) is bounded by StartTimeout; the call itself by
+// Timeout, so a cold start does not eat into the evaluation's deadline.
+func (m *module) evaluate(ctx context.Context, input []byte) (output, error) {
+	getCtx, cancelGet := context.WithTimeout(ctx, m.opts.StartTimeout)
+	inst, err := m.get(getCtx)
+	cancelGet()
+	if err != nil {
+		return output{}, m.startError(ctx, err)
+	}
+
+	callCtx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
+	defer cancel()
+	s := &callState{input: input, maxOutput: m.opts.MaxOutputBytes}
+	callCtx = context.WithValue(callCtx, callStateKey{}, s)
+	res, err := inst.eval.Call(callCtx, uint64(len(input)))
+	if err != nil {
+		e := m.callError(ctx, callCtx, s, inst, err)
+		m.put(inst, false)
+		return output{}, e
+	}
+	if status := int32(res[0]); status != 0 {
+		m.put(inst, false)
+		msg := "no message"
+		if s.wrote {
+			msg = clip(string(s.output), 300)
+		}
+		return output{}, m.fail(ErrFailed, nil, "returned status %d: %s", status, msg)
+	}
+	m.put(inst, true)
+	if !s.wrote {
+		return output{}, m.fail(ErrBadOutput, nil, "returned without calling write_output")
+	}
+	out, err := decodeOutput(s.output)
+	if err != nil {
+		return output{}, m.fail(ErrBadOutput, err, "malformed output: %s (output starts %q)", clip(err.Error(), 200), clip(string(s.output), 60))
+	}
+	return out, nil
+}
+
+// startError classifies a failure to get an instance.
+func (m *module) startError(parent context.Context, err error) error {
+	switch {
+	case parent.Err() != nil:
+		return m.fail(ErrCanceled, parent.Err(), "caller gave up: %v", parent.Err())
+	case errors.Is(err, context.DeadlineExceeded):
+		return m.fail(ErrDeadline, err, "no instance could be started or freed within %v", m.opts.StartTimeout)
+	}
+	var exit *sys.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded {
+		return m.fail(ErrDeadline, err, "starting an instance took longer than %v", m.opts.StartTimeout)
+	}
+	return m.fail(ErrTrap, err, "start instance: %s", clip(err.Error(), 200))
+}
+
+func (m *module) fail(kind, err error, format string, args ...any) *ModuleError {
+	return &ModuleError{Module: m.name, Path: m.path, Kind: kind, Detail: fmt.Sprintf(format, args...), Err: err}
+}
+
+// callError classifies a failed call: our deadline, the caller giving up, a
+// host function aborting the call, or a trap (at the memory cap or not).
+func (m *module) callError(parent, callCtx context.Context, s *callState, inst *instance, err error) error {
+	if s.err != nil {
+		s.err.Module, s.err.Path = m.name, m.path
+		return s.err
+	}
+	var exit *sys.ExitError
+	isExit := errors.As(err, &exit)
+	switch {
+	case parent.Err() != nil:
+		return m.fail(ErrCanceled, parent.Err(), "caller gave up: %v", parent.Err())
+	case callCtx.Err() != nil || (isExit && exit.ExitCode() == sys.ExitCodeDeadlineExceeded):
+		return m.fail(ErrDeadline, context.DeadlineExceeded, "stopped after the %v per-call deadline", m.opts.Timeout)
+	}
+	mem := ""
+	if inst != nil {
+		used, limit := uint64(inst.mem.Size()), uint64(m.opts.MemoryLimitPages)*pageSize
+		if used+pageSize > limit {
+			return m.fail(ErrMemoryLimit, err, "failed at the %d MiB memory cap: %s", limit>>20, clip(err.Error(), 200))
+		}
+		mem = fmt.Sprintf(" (memory %d KiB of %d MiB)", used>>10, limit>>20)
+	}
+	if isExit {
+		return m.fail(ErrTrap, err, "exited with code %d%s", exit.ExitCode(), mem)
+	}
+	return m.fail(ErrTrap, err, "%s%s", clip(err.Error(), 200), mem)
+}
+
+func (m *module) close(ctx context.Context) {
+	for {
+		select {
+		case inst := <-m.idle:
+			_ = inst.mod.Close(ctx)
+			<-m.slots
+		default:
+			return
+		}
+	}
+}
