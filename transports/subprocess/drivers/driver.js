@@ -1,0 +1,170 @@
+// kernelhost subprocess driver for JavaScript (node).
+//
+// Protocol (see ../doc.go): requests arrive on fd 3 as JSON lines
+// {"msg_id", "code", "silent"}; messages leave on fd 4 as JSON lines. Code runs
+// in one persistent vm context; the last expression's value is the result
+// (a returned Promise is awaited). console.log/error send stream messages;
+// process.stdout/stderr writes go to fd 1/2, which the host forwards.
+'use strict';
+const fs = require('fs');
+const net = require('net');
+const vm = require('vm');
+const util = require('util');
+const Module = require('module');
+const path = require('path');
+
+const REQ_FD = 3;
+const MSG_FD = 4;
+let parent = '';
+let count = 0;
+let pending = null; // {reject} of the awaited result while one is pending
+
+// Several messages go out in one write: the host reads fd 1/2 between reads
+// of fd 4, so busy and execute_input must arrive together.
+function emit(...msgs) {
+  const data = Buffer.from(msgs.map((m) => JSON.stringify(m) + '\n').join(''));
+  let off = 0;
+  while (off < data.length) {
+    try {
+      off += fs.writeSync(MSG_FD, data, off);
+    } catch (e) {
+      if (e.code !== 'EAGAIN') throw e;
+    }
+  }
+}
+
+// A minimal stream for console.Console: one stream message per write, no
+// buffering and no state, so a script interrupted inside console.log (by
+// breakOnSigint) cannot leave it stuck, as a stream.Writable would be.
+function streamOf(name) {
+  const stream = {
+    write(chunk, enc, cb) {
+      const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString();
+      if (text) emit({ type: 'stream', parent_id: parent, name, text });
+      if (typeof enc === 'function') enc();
+      else if (typeof cb === 'function') cb();
+      return true;
+    },
+    once() { return stream; },
+    on() { return stream; },
+    off() { return stream; },
+    removeListener() { return stream; },
+    listenerCount() { return 0; },
+    isTTY: false,
+  };
+  return stream;
+}
+const userConsole = new console.Console({ stdout: streamOf('stdout'), stderr: streamOf('stderr') });
+
+// require() resolves relative to the cwd, as in a REPL.
+const userRequire = Module.createRequire(path.join(process.cwd(), '<cell>'));
+const sandbox = { console: userConsole, require: userRequire, module: { exports: {} } };
+// Copy the host's globals (fetch, Buffer, timers, ...) as descriptors, so
+// lazy getters of deprecated or experimental ones are not triggered.
+for (const name of Object.getOwnPropertyNames(globalThis)) {
+  if (!(name in sandbox) && name !== 'globalThis' && name !== 'global') {
+    Object.defineProperty(sandbox, name, Object.getOwnPropertyDescriptor(globalThis, name));
+  }
+}
+const context = vm.createContext(sandbox);
+vm.runInContext('globalThis.global = globalThis', context);
+
+// Without a listener SIGINT would kill node between requests. During
+// synchronous code breakOnSigint interrupts the script instead; while a
+// Promise is awaited the interrupt rejects it.
+process.on('SIGINT', () => {
+  if (pending) pending.reject(new Error('Script execution interrupted.'));
+});
+
+function compile(code, filename) {
+  const attempts = [
+    code,
+    // Top-level await: an expression first (its value is the result), then a
+    // statement list (no result; its declarations stay local to the cell).
+    `(async () => (\n${code}\n))()`,
+    `(async () => {\n${code}\n})()`,
+  ];
+  let firstErr;
+  for (let i = 0; i < attempts.length; i++) {
+    try {
+      return { script: new vm.Script(attempts[i], { filename, lineOffset: i === 0 ? 0 : -1 }), wrapped: i > 0 };
+    } catch (e) {
+      if (firstErr === undefined) firstErr = e;
+      if (!(e instanceof SyntaxError) || !/await/.test(code)) break;
+    }
+  }
+  throw firstErr;
+}
+
+function isDriverFrame(line) {
+  return /^\s+at /.test(line) &&
+    (line.includes('node:vm') || line.includes('node:internal') || line.includes(__filename) || line.includes('[eval]'));
+}
+
+function errorFields(e) {
+  if (e && typeof e === 'object' && 'stack' in e) {
+    const name = e.name || (e.constructor && e.constructor.name) || 'Error';
+    // Drop the driver's and node's vm frames: the user sees only their cell.
+    const traceback = String(e.stack).split('\n').filter((line) => !isDriverFrame(line));
+    return { ename: String(name), evalue: String(e.message ?? ''), traceback };
+  }
+  return { ename: 'Error', evalue: util.inspect(e), traceback: ['Uncaught ' + util.inspect(e)] };
+}
+
+async function execute(req) {
+  const msgId = req.msg_id || '';
+  const silent = !!req.silent;
+  parent = msgId;
+  const opening = [{ type: 'status', parent_id: msgId, state: 'busy' }];
+  if (!silent) {
+    count++;
+    opening.push({ type: 'execute_input', parent_id: msgId, execution_count: count });
+  }
+  emit(...opening);
+  const reply = { type: 'execute_reply', parent_id: msgId, status: 'ok', execution_count: count };
+  try {
+    const { script, wrapped } = compile(req.code || '', `Cell In[${count}]`);
+    let value = script.runInContext(context, { breakOnSigint: true, displayErrors: false });
+    if (value && typeof value.then === 'function' && (wrapped || /await/.test(req.code || ''))) {
+      value = await new Promise((resolve, reject) => {
+        pending = { reject };
+        value.then(resolve, reject);
+      }).finally(() => { pending = null; });
+    }
+    if (value !== undefined && !silent) {
+      const text = typeof value === 'string' ? util.inspect(value) : util.inspect(value, { colors: false });
+      emit({ type: 'execute_result', parent_id: msgId, execution_count: count, data: { 'text/plain': text } });
+    }
+  } catch (e) {
+    const f = errorFields(e);
+    emit({ type: 'error', parent_id: msgId, ...f });
+    Object.assign(reply, { status: 'error' }, f);
+  }
+  emit(reply);
+  emit({ type: 'status', parent_id: msgId, state: 'idle' });
+  parent = '';
+}
+
+// Requests are run one after another, never overlapping.
+let queue = Promise.resolve();
+let buf = '';
+// A libuv pipe handle, not fs.createReadStream: a pending threadpool read on
+// a pipe would keep process.exit() from ever finishing.
+const reqs = new net.Socket({ fd: REQ_FD, readable: true, writable: false });
+reqs.setEncoding('utf8');
+reqs.on('data', (chunk) => {
+  buf += chunk;
+  let nl;
+  while ((nl = buf.indexOf('\n')) >= 0) {
+    const line = buf.slice(0, nl);
+    buf = buf.slice(nl + 1);
+    if (!line) continue;
+    const req = JSON.parse(line);
+    queue = queue.then(() => execute(req));
+  }
+});
+reqs.on('end', () => queue.then(() => process.exit(0)));
+process.on('unhandledRejection', (e) => {
+  if (parent) emit({ type: 'stream', parent_id: parent, name: 'stderr', text: 'Unhandled rejection: ' + util.inspect(e) + '\n' });
+});
+emit({ type: 'kh_ready' });

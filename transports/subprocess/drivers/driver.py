@@ -1,0 +1,293 @@
+# kernelhost subprocess driver for Python.
+#
+# Protocol (see ../doc.go): requests arrive on fd 3 as one JSON object per line
+# {"msg_id": str, "code": str, "silent": bool}; messages leave on fd 4 as one
+# JSON core.Message per line. fd 1 and 2 stay the interpreter's own: output that
+# bypasses sys.stdout/sys.stderr (os.system, C extensions) is forwarded by the
+# host, which reads fd 1/2 after each fd-4 message so it is never late.
+import ast
+import base64
+import builtins
+import inspect
+import json
+import linecache
+import os
+import signal
+import sys
+import threading
+import traceback
+import types
+
+REQ_FD, MSG_FD = 3, 4
+# Children (os.system, subprocess) must not inherit the protocol channel: a
+# grandchild holding fd 4 would keep the host from seeing the driver die.
+os.set_inheritable(REQ_FD, False)
+os.set_inheritable(MSG_FD, False)
+
+_write_lock = threading.Lock()
+_parent = ""  # msg_id of the request being run, "" between requests
+_running = False  # True only while user code runs: SIGINT is ignored otherwise
+_driver_file = sys._getframe().f_code.co_filename
+
+
+def _emit(*msgs):
+    # Several messages go out in one write: the host reads fd 1/2 between
+    # reads of fd 4, so busy and execute_input must arrive together.
+    data = "".join(json.dumps(m) + "\n" for m in msgs).encode()
+    with _write_lock:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(MSG_FD, view):]
+
+
+class _Stream:
+    """A text stream that sends one stream message per write call, unbuffered."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, name, fd):
+        self.name = name
+        self._fd = fd
+
+    def write(self, s):
+        if not isinstance(s, str):
+            raise TypeError("write() argument must be str, not " + type(s).__name__)
+        if s:
+            _emit({"type": "stream", "parent_id": _parent, "name": self.name, "text": s})
+        return len(s)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        pass
+
+    def fileno(self):
+        return self._fd
+
+    def isatty(self):
+        return False
+
+    def readable(self):
+        return False
+
+    def writable(self):
+        return True
+
+    def seekable(self):
+        return False
+
+    @property
+    def closed(self):
+        return False
+
+
+sys.stdout = _Stream("stdout", 1)
+sys.stderr = _Stream("stderr", 2)
+
+_print = builtins.print
+
+
+def _kh_print(*args, sep=" ", end="\n", file=None, flush=False):
+    # print() calls write once per argument, separator and end; notebook
+    # clients expect "hello\n" as one chunk, so render first and write once.
+    if file is None:
+        file = sys.stdout
+    if not isinstance(file, _Stream):
+        return _print(*args, sep=sep, end=end, file=file, flush=flush)
+    if sep is None:
+        sep = " "
+    if end is None:
+        end = "\n"
+    file.write(sep.join(map(str, args)) + end)
+
+
+builtins.print = _kh_print
+
+# Rich display: IPython's DisplayFormatter where it is importable, repr otherwise.
+try:
+    from IPython.core.formatters import DisplayFormatter
+
+    _formatter = DisplayFormatter()
+except Exception:  # no IPython: plain repr and the _repr_*_ methods
+    _formatter = None
+
+_REPR_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+    ("application/pdf", "_repr_pdf_"),
+)
+
+
+def _bundle(obj):
+    if _formatter is not None:
+        data, _ = _formatter.format(obj)
+    else:
+        data = {"text/plain": repr(obj)}
+        for mime, name in _REPR_METHODS:
+            method = getattr(obj, name, None)
+            if callable(method) and not isinstance(obj, type):
+                try:
+                    value = method()
+                except Exception:
+                    continue
+                if isinstance(value, tuple):
+                    value = value[0]
+                if value is not None:
+                    data[mime] = value
+    out = {}
+    for mime, value in data.items():
+        if isinstance(value, (bytes, bytearray)):
+            value = base64.b64encode(value).decode("ascii")
+        out[mime] = value
+    return out
+
+
+def display(*objs, raw=False, **kwargs):
+    """Show each object as a rich display_data message."""
+    for obj in objs:
+        data = obj if raw else _bundle(obj)
+        if data:
+            _emit({"type": "display_data", "parent_id": _parent, "data": data})
+
+
+builtins.display = display
+try:  # code that imports IPython's display() gets ours
+    import IPython.display as _ipd
+    import IPython.core.display_functions as _ipdf
+
+    _ipd.display = display
+    _ipdf.display = display
+except Exception:
+    pass
+
+
+def _on_sigint(signum, frame):
+    if _running:
+        raise KeyboardInterrupt
+    # Between requests an interrupt has nothing to stop: ignore it.
+
+
+signal.signal(signal.SIGINT, _on_sigint)
+
+# User code runs in a fresh __main__ module, apart from the driver's globals
+# (with -c the driver itself is __main__), so it cannot clobber the driver and
+# pickling of user-defined classes still finds them.
+_main_module = types.ModuleType("__main__")
+_main_module.__builtins__ = builtins
+sys.modules["__main__"] = _main_module
+_ns = _main_module.__dict__
+_loop = None
+
+
+def _await(value):
+    global _loop
+    import asyncio
+
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+    return _loop.run_until_complete(value)
+
+
+_FLAGS = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+
+
+def _run(code, filename):
+    """Run a cell: statements, then the trailing expression, whose value it returns."""
+    tree = ast.parse(code, filename=filename, mode="exec")
+    expr = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        expr = ast.Expression(tree.body.pop().value)
+    result = eval(compile(tree, filename, "exec", flags=_FLAGS), _ns)
+    if inspect.iscoroutine(result):
+        _await(result)
+    if expr is None:
+        return None
+    value = eval(compile(expr, filename, "eval", flags=_FLAGS), _ns)
+    if inspect.iscoroutine(value) and _has_await(expr):
+        value = _await(value)
+    return value
+
+
+def _has_await(node):
+    return any(isinstance(n, ast.Await) for n in ast.walk(node))
+
+
+def _traceback(etype, value, tb, filename):
+    # Drop the driver's own frames: the user sees only their cell.
+    while tb is not None and tb.tb_frame.f_code.co_filename == _driver_file:
+        tb = tb.tb_next
+    if tb is None or (isinstance(value, SyntaxError) and value.filename == filename):
+        # The cell did not compile: no frame is the user's, show only the
+        # offending line as Python does.
+        lines = traceback.format_exception_only(etype, value)
+    else:
+        lines = traceback.format_exception(etype, value, tb)
+    return [line.rstrip("\n") for line in lines]
+
+
+def _execute(req):
+    global _parent, _running, _count
+    msg_id = req.get("msg_id", "")
+    code = req.get("code", "")
+    silent = bool(req.get("silent"))
+    _parent = msg_id
+    opening = [{"type": "status", "parent_id": msg_id, "state": "busy"}]
+    if not silent:
+        _count += 1
+        opening.append({"type": "execute_input", "parent_id": msg_id, "execution_count": _count})
+    _emit(*opening)
+    filename = "Cell In[%d]" % _count if not silent else "<silent>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    reply = {"type": "execute_reply", "parent_id": msg_id, "status": "ok", "execution_count": _count}
+    try:
+        _running = True
+        try:
+            value = _run(code, filename)
+        finally:
+            _running = False
+        if value is not None and not silent:
+            builtins._ = value
+            _emit({"type": "execute_result", "parent_id": msg_id, "execution_count": _count, "data": _bundle(value)})
+    except BaseException as exc:  # KeyboardInterrupt and SystemExit included: the kernel lives on
+        _running = False
+        ename = type(exc).__name__
+        evalue = str(exc)
+        tb = _traceback(type(exc), exc, exc.__traceback__, filename)
+        _emit({"type": "error", "parent_id": msg_id, "ename": ename, "evalue": evalue, "traceback": tb})
+        reply.update(status="error", ename=ename, evalue=evalue, traceback=tb)
+    _emit(reply)
+    _emit({"type": "status", "parent_id": msg_id, "state": "idle"})
+    _parent = ""
+
+
+_count = 0
+
+
+def _main():
+    reqs = os.fdopen(REQ_FD, "rb", buffering=1 << 16)
+    _emit({"type": "kh_ready"})
+    while True:
+        try:
+            line = reqs.readline()
+        except KeyboardInterrupt:  # a late interrupt between requests
+            continue
+        if not line:
+            return
+        try:
+            _execute(json.loads(line))
+        except KeyboardInterrupt:
+            # Landed in the driver's own code after user code ended; the
+            # request already has its reply or gets none: keep serving.
+            continue
+
+
+_main()

@@ -1,0 +1,164 @@
+package subprocess
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// Kernel is one interpreter process (replaced on Restart). It implements
+// core.Kernel and is safe for concurrent use.
+type Kernel struct {
+	lang     language
+	langName string
+	cwd      string
+	env      []string
+
+	msgs     chan core.Message // outlives restarts; closed by Shutdown
+	quit     chan struct{}     // closed when Shutdown begins: unblocks a Restart stuck emitting
+	quitOnce sync.Once
+
+	mu     sync.Mutex // serialises Execute's write, Interrupt, Restart and Shutdown; guards p and closed
+	p      *proc      // the current interpreter; nil after a failed restart
+	closed bool
+
+	curMu   sync.Mutex
+	current string // msg_id of the running request, "" when none
+}
+
+var _ core.Kernel = (*Kernel)(nil)
+
+// ErrShutdown is returned by calls on a kernel that was shut down.
+var ErrShutdown = errors.New("subprocess: kernel is shut down")
+
+// Messages implements core.Kernel.
+func (k *Kernel) Messages() <-chan core.Message { return k.msgs }
+
+// Pid returns the interpreter's process id, which is also its process group
+// id, or 0 when no interpreter runs. For tests and diagnostics.
+func (k *Kernel) Pid() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.p == nil {
+		return 0
+	}
+	return k.p.pid
+}
+
+// Execute implements core.Kernel: it hands the request to the driver and
+// returns; the outcome arrives on Messages.
+func (k *Kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
+	frame, err := k.lang.encode(req)
+	if err != nil {
+		return fmt.Errorf("subprocess: execute %s: %w", req.MsgID, err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return ErrShutdown
+	}
+	p := k.p
+	if p == nil || p.isGone() {
+		return fmt.Errorf("subprocess: %s kernel is dead; restart it", k.langName)
+	}
+	k.setCurrent(req.MsgID)
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = p.reqW.SetWriteDeadline(deadline)
+	} else {
+		_ = p.reqW.SetWriteDeadline(time.Time{})
+	}
+	if _, err := p.reqW.Write(frame); err != nil {
+		k.clearCurrent(req.MsgID)
+		return fmt.Errorf("subprocess: send request %s to %s kernel: %w", req.MsgID, k.langName, err)
+	}
+	return nil
+}
+
+// Interrupt implements core.Kernel: SIGINT to the interpreter's process group.
+func (k *Kernel) Interrupt(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return ErrShutdown
+	}
+	if k.p == nil {
+		return fmt.Errorf("subprocess: %s kernel is dead; restart it", k.langName)
+	}
+	if err := syscall.Kill(-k.p.pid, syscall.SIGINT); err != nil {
+		return fmt.Errorf("subprocess: interrupt %s kernel (pid %d): %w", k.langName, k.p.pid, err)
+	}
+	return nil
+}
+
+// Restart implements core.Kernel: it kills the interpreter's process group,
+// emits status restarting and starts a fresh interpreter.
+func (k *Kernel) Restart(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return ErrShutdown
+	}
+	if k.p != nil {
+		k.p.kill()
+		k.p = nil
+	}
+	k.setCurrent("")
+	// The old pump has ended, so nothing of an earlier request follows this.
+	select {
+	case k.msgs <- core.Message{Type: core.MsgStatus, State: core.StateRestarting}:
+	case <-k.quit:
+		return ErrShutdown
+	case <-ctx.Done():
+		return fmt.Errorf("subprocess: restart %s kernel: %w", k.langName, ctx.Err())
+	}
+	p, err := k.startProc(ctx)
+	if err != nil {
+		return fmt.Errorf("subprocess: restart: %w", err)
+	}
+	k.p = p
+	return nil
+}
+
+// Shutdown implements core.Kernel: it kills the process group, waits for it
+// and its goroutines, and closes Messages. It is safe to call more than once.
+func (k *Kernel) Shutdown(ctx context.Context) error {
+	k.quitOnce.Do(func() { close(k.quit) })
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil
+	}
+	k.closed = true
+	if k.p != nil {
+		k.p.kill()
+		k.p = nil
+	}
+	close(k.msgs)
+	return nil
+}
+
+func (k *Kernel) setCurrent(id string) {
+	k.curMu.Lock()
+	k.current = id
+	k.curMu.Unlock()
+}
+
+// clearCurrent forgets id if it is still the running request.
+func (k *Kernel) clearCurrent(id string) {
+	k.curMu.Lock()
+	if k.current == id {
+		k.current = ""
+	}
+	k.curMu.Unlock()
+}
+
+func (k *Kernel) currentID() string {
+	k.curMu.Lock()
+	defer k.curMu.Unlock()
+	return k.current
+}

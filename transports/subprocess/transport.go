@@ -1,0 +1,133 @@
+package subprocess
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// Version is reported in Info.
+const Version = "0.1.0"
+
+// Options configures a Transport. The zero value is ready to use.
+type Options struct {
+	// Python, Bash and Node are the interpreters, as paths or names looked up
+	// on PATH. Defaults: "python3", "bash", "node".
+	Python, Bash, Node string
+	// Env holds extra "KEY=value" entries appended to the host's environment
+	// for every interpreter.
+	Env []string
+}
+
+// Transport starts local interpreter processes. It is safe for concurrent use.
+type Transport struct {
+	env   []string
+	langs map[string]language // by normalised language name, only those found
+}
+
+var _ core.Transport = (*Transport)(nil)
+
+// language says how to run one language's driver.
+type language struct {
+	path   string                                    // resolved interpreter
+	args   []string                                  // arguments that run the driver
+	env    []string                                  // extra environment for this language
+	encode func(core.ExecuteRequest) ([]byte, error) // request framing on fd 3
+}
+
+// New returns a Transport for the interpreters of opts that exist on this
+// machine; Info().Languages lists only those.
+func New(opts Options) *Transport {
+	if opts.Python == "" {
+		opts.Python = "python3"
+	}
+	if opts.Bash == "" {
+		opts.Bash = "bash"
+	}
+	if opts.Node == "" {
+		opts.Node = "node"
+	}
+	t := &Transport{
+		env:   append(os.Environ(), opts.Env...),
+		langs: map[string]language{},
+	}
+	if path, err := exec.LookPath(opts.Python); err == nil {
+		// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
+		t.langs["python"] = language{path: path, args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON}
+	}
+	if path, err := exec.LookPath(opts.Bash); err == nil {
+		t.langs["bash"] = language{path: path, args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash}
+	}
+	if path, err := exec.LookPath(opts.Node); err == nil {
+		t.langs["javascript"] = language{path: path, args: []string{"-e", driverNode}, encode: encodeJSON}
+	}
+	return t
+}
+
+// Info implements core.Transport.
+func (t *Transport) Info() core.TransportInfo {
+	names := make([]string, 0, len(t.langs))
+	for name := range t.langs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return core.TransportInfo{Name: "subprocess", Version: Version, Languages: names}
+}
+
+// StartKernel implements core.Transport: it starts the interpreter in
+// spec.Cwd and returns once its driver reported ready.
+func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
+	lang, ok := t.langs[spec.Language]
+	if !ok {
+		return nil, fmt.Errorf("subprocess: unknown language %q (available: %s)", spec.Language, strings.Join(t.Info().Languages, ", "))
+	}
+	k := &Kernel{
+		lang:     lang,
+		langName: spec.Language,
+		cwd:      spec.Cwd,
+		env:      append(append([]string(nil), t.env...), lang.env...),
+		msgs:     make(chan core.Message, 1024),
+		quit:     make(chan struct{}),
+	}
+	p, err := k.startProc(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k.p = p
+	return k, nil
+}
+
+type jsonRequest struct {
+	MsgID  string `json:"msg_id"`
+	Code   string `json:"code"`
+	Silent bool   `json:"silent,omitempty"`
+}
+
+func encodeJSON(req core.ExecuteRequest) ([]byte, error) {
+	b, err := json.Marshal(jsonRequest{MsgID: req.MsgID, Code: req.Code, Silent: req.Silent})
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+func encodeBash(req core.ExecuteRequest) ([]byte, error) {
+	if strings.IndexByte(req.Code, 0) >= 0 {
+		return nil, errors.New("bash code cannot contain a NUL byte")
+	}
+	b := make([]byte, 0, len(req.Code)+2)
+	if req.Silent {
+		b = append(b, '1')
+	} else {
+		b = append(b, '0')
+	}
+	b = append(b, req.Code...)
+	return append(b, 0), nil
+}

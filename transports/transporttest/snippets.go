@@ -1,0 +1,95 @@
+package transporttest
+
+// LanguageSnippets is the per-language code the suite runs. A case whose
+// snippet is empty is skipped for that language, so a language without, say,
+// main results (bash) leaves Result empty.
+//
+// Texts written by snippets are fixed by the suite: StdoutCode writes exactly
+// "out\n" to stdout, StderrCode exactly "err\n" to stderr, PrintThenSleep and
+// Sleep write exactly "start\n" to stdout before they sleep.
+type LanguageSnippets struct {
+	Language string // the normalised language the kernel is started for
+
+	Result     string // code whose main result's text/plain is ResultText
+	ResultText string
+
+	StdoutCode string // writes "out\n" to stdout
+	StderrCode string // writes "err\n" to stderr
+
+	// PrintThenSleep writes "start\n" to stdout, then sleeps PrintSleepSeconds.
+	PrintThenSleep    string
+	PrintSleepSeconds float64
+
+	// ErrorCode fails; the error message has name ErrorName (exact, when not
+	// empty) and a value containing ErrorValue.
+	ErrorCode  string
+	ErrorName  string
+	ErrorValue string
+
+	// SetState stores 41 somewhere; GetState then shows 42, as the main
+	// result's text/plain or as stdout "42\n". After a restart it must not.
+	SetState string
+	GetState string
+
+	// Sleep writes "start\n" to stdout, then runs for at least 30 s unless
+	// interrupted.
+	Sleep string
+
+	// Exit makes the interpreter exit at once (the kernel dies).
+	Exit string
+}
+
+// Python is the suite's default: the snippets for a Python kernel (the
+// subprocess transport's and Jupyter's ipykernel alike).
+var Python = LanguageSnippets{
+	Language:          "python",
+	Result:            "1+1",
+	ResultText:        "2",
+	StdoutCode:        "print('out')",
+	StderrCode:        "import sys\nprint('err', file=sys.stderr)",
+	PrintThenSleep:    "import time\nprint('start')\ntime.sleep(1.5)",
+	PrintSleepSeconds: 1.5,
+	ErrorCode:         "def f():\n    raise ValueError('boom')\nf()",
+	ErrorName:         "ValueError",
+	ErrorValue:        "boom",
+	SetState:          "kh_state = 41",
+	GetState:          "kh_state + 1",
+	Sleep:             "import time\nprint('start')\ntime.sleep(60)",
+	Exit:              "import os\nos._exit(1)",
+}
+
+// Bash is the suite's snippets for a bash kernel. Bash has no main results.
+var Bash = LanguageSnippets{
+	Language:          "bash",
+	StdoutCode:        "echo out",
+	StderrCode:        "echo err >&2",
+	PrintThenSleep:    "echo start; sleep 1.5",
+	PrintSleepSeconds: 1.5,
+	ErrorCode:         "ls /no/such/dir/kh-missing",
+	ErrorValue:        "",
+	SetState:          "kh_state=41",
+	GetState:          "echo $((kh_state + 1))",
+	// Short sleeps: bash runs a trap only between commands, so an interrupt
+	// that lands just before a long sleep starts would wait for its end.
+	Sleep: "echo start; for i in $(seq 600); do sleep 0.1; done",
+	Exit:  "exit 3",
+}
+
+// JavaScript is the suite's snippets for a JavaScript (node) kernel.
+var JavaScript = LanguageSnippets{
+	Language:          "javascript",
+	Result:            "1+1",
+	ResultText:        "2",
+	StdoutCode:        "console.log('out')",
+	StderrCode:        "console.error('err')",
+	PrintThenSleep:    "console.log('start'); await new Promise(r => setTimeout(r, 1500))",
+	PrintSleepSeconds: 1.5,
+	ErrorCode:         "function f() { throw new TypeError('boom') }\nf()",
+	ErrorName:         "TypeError",
+	ErrorValue:        "boom",
+	SetState:          "var kh_state = 41",
+	GetState:          "kh_state + 1",
+	// A synchronous loop: the hard case, it never yields to the event loop.
+	Sleep: "console.log('start'); { const end = Date.now() + 60000; while (Date.now() < end) {} }",
+	Exit:  "process.exit(1)",
+}
