@@ -225,6 +225,10 @@ type output struct {
 func decodeOutput(b []byte) (output, error) {
 	var out output
 	b = bytes.TrimSpace(b)
+	// The common answer, allow unchanged, skips the JSON decoder.
+	if s := string(b); s == `{}` || s == `{"env_vars":null}` {
+		return out, nil
+	}
 	if len(b) == 0 || b[0] != '{' {
 		return output{}, fmt.Errorf("not a JSON object")
 	}

@@ -159,14 +159,16 @@ func (m *module) evaluate(ctx context.Context, input []byte) (output, error) {
 		}
 		return output{}, m.fail(ErrFailed, nil, "returned status %d: %s", status, msg)
 	}
-	m.put(inst, true)
 	if !s.wrote {
+		m.put(inst, false)
 		return output{}, m.fail(ErrBadOutput, nil, "returned without calling write_output")
 	}
 	out, err := decodeOutput(s.output)
 	if err != nil {
+		m.put(inst, false)
 		return output{}, m.fail(ErrBadOutput, err, "malformed output: %s (output starts %q)", clip(err.Error(), 200), clip(string(s.output), 60))
 	}
+	m.put(inst, true)
 	return out, nil
 }
 

@@ -53,9 +53,11 @@ func (mc ModuleConfig) config() (string, error) {
 // Options tune the host. The zero value gives the defaults documented on
 // each field.
 type Options struct {
-	// Timeout is the deadline of one module call. Default 500ms: it is a
+	// Timeout is the deadline of one module call. Default 1s: it is a
 	// safety net against modules that loop, not a latency target, and it is
-	// wall time, which on a saturated host includes waiting for a CPU.
+	// wall time, which on a saturated host includes waiting for a CPU (with
+	// 8 busy callers on 2 loaded cores, calls of a few µs were seen to wait
+	// over 100ms).
 	Timeout time.Duration
 	// StartTimeout bounds instantiating a module (its _initialize).
 	// Default 2s.
@@ -80,7 +82,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
-		o.Timeout = 500 * time.Millisecond
+		o.Timeout = time.Second
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 2 * time.Second

@@ -178,6 +178,10 @@ func TestHostile(t *testing.T) {
 			if d := evaluate(t, c, nil); d.EnvVars != nil || d.Rejections != nil {
 				t.Fatalf("good call after bad ones: decision %+v", d)
 			}
+			// each failed call dropped its instance: load's, then the second
+			if n := c.cur.mods[0].started.Load(); n != 3 {
+				t.Errorf("%d instances started, want 3 (failed instances are not reused)", n)
+			}
 		})
 	}
 	t.Run("openfile", func(t *testing.T) {
@@ -224,6 +228,17 @@ func TestHostileConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestPoolReuses: sequential calls run on the one instance started at load.
+func TestPoolReuses(t *testing.T) {
+	c := load(t, Options{}, "denylist")
+	for i := 0; i < 50; i++ {
+		evaluate(t, c, map[string]string{"A": "1"})
+	}
+	if n := c.cur.mods[0].started.Load(); n != 1 {
+		t.Fatalf("%d instances started for 50 sequential calls, want 1", n)
 	}
 }
 

@@ -17,14 +17,33 @@ var errSyntax = errors.New("policysdk: malformed input JSON")
 type decoder struct {
 	b []byte
 	i int
-	// owned: b is never modified or reused after decoding, so strings may
-	// point into it instead of being copied (one allocation per call instead
-	// of one per string, which matters under wasm).
-	owned bool
+	// reuse, when set, lends the decoder maps to fill and lets strings point
+	// into b instead of being copied: the wasm export's call-scoped mode.
+	reuse *scratch
+	maps  int
+}
+
+// scratch holds the maps the export reuses from call to call.
+type scratch struct{ maps [3]map[string]string }
+
+var reused scratch
+
+func (d *decoder) newMap() map[string]string {
+	if d.reuse == nil || d.maps >= len(d.reuse.maps) {
+		return map[string]string{}
+	}
+	m := d.reuse.maps[d.maps]
+	if m == nil {
+		m = map[string]string{}
+		d.reuse.maps[d.maps] = m
+	}
+	d.maps++
+	clear(m)
+	return m
 }
 
 func (d *decoder) text(from, to int) string {
-	if d.owned {
+	if d.reuse != nil {
 		if from == to {
 			return ""
 		}
@@ -58,6 +77,44 @@ func (d *decoder) expect(c byte) error {
 	}
 	d.i++
 	return nil
+}
+
+// members iterates over an object without closures (which would allocate):
+//
+//	for more, err := d.open(); more; more, err = d.next() { key, err := d.key(); ... }
+//
+// open consumes '{' and reports whether a member follows; next consumes ','
+// or '}' after a member's value.
+func (d *decoder) open() (bool, error) {
+	if err := d.expect('{'); err != nil {
+		return false, err
+	}
+	if d.peek() == '}' {
+		d.i++
+		return false, nil
+	}
+	return true, nil
+}
+
+func (d *decoder) next() (bool, error) {
+	switch d.peek() {
+	case ',':
+		d.i++
+		return true, nil
+	case '}':
+		d.i++
+		return false, nil
+	}
+	return false, errSyntax
+}
+
+// key reads a member's key and the colon after it.
+func (d *decoder) key() (string, error) {
+	k, err := d.str()
+	if err != nil {
+		return "", err
+	}
+	return k, d.expect(':')
 }
 
 // object calls member for each key of the object at the cursor.
@@ -104,12 +161,18 @@ func (d *decoder) strMap() (map[string]string, error) {
 	if d.null() {
 		return nil, nil
 	}
-	m := map[string]string{}
-	err := d.object(func(k string) error {
-		v, err := d.str()
+	m := d.newMap()
+	more, err := d.open()
+	for ; more && err == nil; more, err = d.next() {
+		var k, v string
+		if k, err = d.key(); err != nil {
+			break
+		}
+		if v, err = d.str(); err != nil {
+			break
+		}
 		m[k] = v
-		return err
-	})
+	}
 	return m, err
 }
 
@@ -367,13 +430,18 @@ func isDelim(c byte) bool {
 	return false
 }
 
-// decodeInput decodes the ABI input. If owned, b must not be modified
-// afterwards: the Input's strings share its memory.
-func decodeInput(b []byte, owned bool) (Input, error) {
+// decodeInput decodes the ABI input. With reuse set, the Input's maps come
+// from reuse and its strings share b's memory: it is valid only while b and
+// reuse are left alone.
+func decodeInput(b []byte, reuse *scratch) (Input, error) {
 	var in Input
-	d := &decoder{b: b, owned: owned}
-	err := d.object(func(k string) error {
-		var err error
+	d := decoder{b: b, reuse: reuse}
+	more, err := d.open()
+	for ; more && err == nil; more, err = d.next() {
+		var k string
+		if k, err = d.key(); err != nil {
+			break
+		}
 		switch k {
 		case "config":
 			in.Config, err = d.str()
@@ -392,8 +460,7 @@ func decodeInput(b []byte, owned bool) (Input, error) {
 		default:
 			err = d.skip()
 		}
-		return err
-	})
+	}
 	if err == nil && d.peek() != 0 {
 		err = errSyntax
 	}

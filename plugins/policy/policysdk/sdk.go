@@ -21,7 +21,12 @@ package policysdk
 
 import "errors"
 
-// Input is what a policy sees of one execution.
+// Input is what a policy sees of one execution. It is only valid until the
+// policy function returns: in the module its strings share a buffer and its
+// maps are reused by the next call (that keeps a call free of allocations,
+// which cost tens of µs each call under wasm). Copy what you keep
+// (strings.Clone, maps.Clone); returning Rewrite(in.EnvVars) after changing
+// it is fine.
 type Input struct {
 	// Config is this module's config value as the operator set it
 	// (KERNELHOST_POLICY_CONFIG_<NAME> or <name>.config next to the .wasm);
@@ -81,13 +86,13 @@ func Handle(f Func) { handler = f }
 // not valid JSON, is returned as an error (the export turns it into a
 // non-zero status with the message as output).
 func Run(f Func, input []byte) (out []byte, err error) {
-	return run(f, input, false, nil)
+	return run(f, input, nil, nil)
 }
 
-// run is Run appending the output to dst, so the export can reuse a buffer.
-// If owned, input is never modified or reused afterwards.
-func run(f Func, input []byte, owned bool, dst []byte) (out []byte, err error) {
-	in, err := decodeInput(input, owned)
+// run is Run appending the output to dst. With reuse set (the wasm export),
+// the Input is call-scoped: see decodeInput.
+func run(f Func, input []byte, reuse *scratch, dst []byte) (out []byte, err error) {
+	in, err := decodeInput(input, reuse)
 	if err != nil {
 		return nil, errors.New("decode input: " + err.Error())
 	}

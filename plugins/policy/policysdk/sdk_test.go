@@ -22,7 +22,7 @@ func TestCodecMatchesEncodingJSON(t *testing.T) {
 	}
 	// members a newer host might add are skipped
 	b = append(b[:len(b)-1], `,"extra":[1,true,null,{"x":[]},"s\""],"n":-1.5e3}`...)
-	got, err := decodeInput(b, true)
+	got, err := decodeInput(b, &scratch{})
 	if err != nil {
 		t.Fatalf("decode %s: %v", b, err)
 	}
@@ -30,7 +30,7 @@ func TestCodecMatchesEncodingJSON(t *testing.T) {
 		t.Fatalf("decoded\n %#v\nwant\n %#v", got, want)
 	}
 	// \u escapes, surrogate pairs and \/ as another encoder might write them
-	got, err = decodeInput([]byte(`{"env_vars":{"K":"\u00fc\ud83d\ude00\/"}}`), false)
+	got, err = decodeInput([]byte(`{"env_vars":{"K":"\u00fc\ud83d\ude00\/"}}`), nil)
 	if err != nil || got.EnvVars["K"] != "ü😀/" {
 		t.Fatalf("got %q, %v", got.EnvVars["K"], err)
 	}
@@ -57,7 +57,7 @@ func TestCodecMatchesEncodingJSON(t *testing.T) {
 
 func TestMalformedInput(t *testing.T) {
 	for _, in := range []string{``, `{`, `[]`, `{"env_vars":{"A":1}}`, `{"config":"x}`, `{} x`, `{"a":"\q"}`} {
-		if _, err := decodeInput([]byte(in), false); err == nil {
+		if _, err := decodeInput([]byte(in), nil); err == nil {
 			t.Errorf("decodeInput(%q): no error", in)
 		}
 	}

@@ -137,17 +137,15 @@ func stringList(name string, v any) ([]string, error) {
 
 func evaluate(in policysdk.Input) policysdk.Decision {
 	r := rulesFor(in.Config)
-	keys := make([]string, 0, len(in.EnvVars))
-	for k := range in.EnvVars {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // stable, readable rejection order
+	// The allow path allocates nothing (allocations are slow under wasm):
+	// rejections are collected, and sorted, only when there are some.
 	var rej []policysdk.Rejection
-	for _, k := range keys {
+	for k := range in.EnvVars {
 		if reason := r.refuse(k); reason != "" {
 			rej = append(rej, policysdk.Rejection{Key: k, Reason: reason})
 		}
 	}
+	slices.SortFunc(rej, func(a, b policysdk.Rejection) int { return strings.Compare(a.Key, b.Key) })
 	if len(rej) > 0 {
 		return policysdk.Reject(rej...)
 	}
