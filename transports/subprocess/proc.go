@@ -52,6 +52,13 @@ type proc struct {
 	gone     atomic.Bool   // the driver is gone (exited or killed)
 
 	startErr bytes.Buffer // stderr before ready, quoted when the start fails
+
+	// Owned by the pump. opened is the request whose busy was delivered;
+	// fd-1/2 output of a request that has not opened yet (it was drained
+	// between the pump's read of fd 4 and the driver's busy) is held until
+	// busy and execute_input are out.
+	opened string
+	held   []core.Message
 }
 
 // pipe returns a close-on-exec pipe whose read end is non-blocking.
@@ -301,6 +308,12 @@ func (p *proc) pump() {
 				return
 			}
 		}
+		for _, m := range p.held {
+			if !p.emit(m) {
+				return
+			}
+		}
+		p.held = nil
 		if !drain(eof || exited) {
 			return
 		}
@@ -363,7 +376,11 @@ func (p *proc) deliver(m core.Message) bool {
 	if !p.emit(m) {
 		return false
 	}
+	if m.Type == core.MsgStatus && m.State == core.StateBusy {
+		p.opened = m.ParentID
+	}
 	if m.Type == core.MsgStatus && m.State == core.StateIdle {
+		p.opened = ""
 		p.k.clearCurrent(m.ParentID)
 	}
 	return true
@@ -393,7 +410,12 @@ func (p *proc) stream(name string, partial *[]byte, data []byte, final bool) boo
 	if parent == "" {
 		return true
 	}
-	return p.emit(core.Message{ParentID: parent, Type: core.MsgStream, Name: name, Text: string(b)})
+	m := core.Message{ParentID: parent, Type: core.MsgStream, Name: name, Text: string(b)}
+	if parent != p.opened && len(p.held) < 1024 {
+		p.held = append(p.held, m)
+		return true
+	}
+	return p.emit(m)
 }
 
 // incompleteTail returns how many bytes at the end of b start a UTF-8

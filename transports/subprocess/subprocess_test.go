@@ -1,0 +1,283 @@
+package subprocess
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	tt "github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+func startKernel(t testing.TB, lang, cwd string) *Kernel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+	defer cancel()
+	k, err := New(Options{}).StartKernel(ctx, core.KernelSpec{Language: lang, Cwd: cwd})
+	if err != nil {
+		t.Fatalf("StartKernel(%s): %v", lang, err)
+	}
+	t.Cleanup(func() { k.Shutdown(context.Background()) })
+	return k.(*Kernel)
+}
+
+// Output written at the fd level (os.system) comes in order with print's
+// and before the reply.
+func TestFDOutputInOrderBeforeReply(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	for i := 0; i < 20; i++ {
+		e := tt.Exec(t, k, "import os\nprint('a')\nos.system('echo b; echo c >&2')\nprint('d')", false)
+		if got := e.Stream("stdout"); got != "a\nb\nd\n" {
+			t.Fatalf("stdout = %q, want a b d:%s", got, e)
+		}
+		if got := e.Stream("stderr"); got != "c\n" {
+			t.Fatalf("stderr = %q:%s", got, e)
+		}
+		reply := false
+		for _, m := range e.Msgs {
+			reply = reply || m.Type == core.MsgExecuteReply
+			if reply && m.Type == core.MsgStream {
+				t.Fatalf("stream after execute_reply:%s", e)
+			}
+		}
+	}
+}
+
+// A large burst on fd 1 from a child arrives whole before the reply.
+func TestFDOutputLarge(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	e := tt.Exec(t, k, "import os\nos.system('head -c 300000 /dev/zero | tr \"\\\\0\" x')", false)
+	if got := len(e.Stream("stdout")); got != 300000 {
+		t.Fatalf("got %d bytes of stdout, want 300000", got)
+	}
+}
+
+func TestDisplayReprHTML(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	e := tt.Exec(t, k, "class A:\n    def _repr_html_(self):\n        return '<b>hi</b>'\ndisplay(A())\nA()", false)
+	displays := e.OfType(core.MsgDisplayData)
+	if len(displays) != 1 {
+		t.Fatalf("want one display_data:%s", e)
+	}
+	for _, m := range []core.Message{displays[0].Message, e.OfType(core.MsgExecuteResult)[0].Message} {
+		var html string
+		if err := json.Unmarshal(m.Data["text/html"], &html); err != nil || html != "<b>hi</b>" {
+			t.Errorf("%s text/html = %s, want <b>hi</b>", m.Type, m.Data["text/html"])
+		}
+	}
+}
+
+func TestPythonNoneHasNoResult(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	if e := tt.Exec(t, k, "x = None\nx", false); len(e.OfType(core.MsgExecuteResult)) != 0 {
+		t.Errorf("None gave a result:%s", e)
+	}
+	if e := tt.Exec(t, k, "'abc'", false); tt.TextPlain(e.OfType(core.MsgExecuteResult)[0].Message) != "'abc'" {
+		t.Errorf("string result is not its repr:%s", e)
+	}
+}
+
+func TestPythonTracebackLines(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	e := tt.Exec(t, k, "x = 1\n\ndef f():\n    raise KeyError('k')\nf()", false)
+	tb := strings.Join(e.Reply().Traceback, "\n")
+	for _, want := range []string{"line 5, in <module>", "line 4, in f", "KeyError: 'k'"} {
+		if !strings.Contains(tb, want) {
+			t.Errorf("traceback lacks %q:\n%s", want, tb)
+		}
+	}
+	if strings.Contains(tb, "<string>") || strings.Contains(tb, "_run") {
+		t.Errorf("traceback shows driver frames:\n%s", tb)
+	}
+}
+
+func TestCwd(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "work dir 'q'")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for lang, code := range map[string]string{
+		"python":     "import os\nprint(os.getcwd())",
+		"bash":       "pwd",
+		"javascript": "console.log(process.cwd())",
+	} {
+		if _, ok := New(Options{}).langs[lang]; !ok {
+			continue
+		}
+		k := startKernel(t, lang, dir)
+		if got := tt.Exec(t, k, code, false).Stream("stdout"); got != dir+"\n" {
+			t.Errorf("%s cwd = %q, want %q", lang, got, dir)
+		}
+	}
+}
+
+func TestStartMissingCwd(t *testing.T) {
+	_, err := New(Options{}).StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: "/no/such/kh-dir"})
+	if err == nil || !strings.Contains(err.Error(), "/no/such/kh-dir") {
+		t.Fatalf("err = %v, want one naming the cwd", err)
+	}
+}
+
+func TestStartBrokenInterpreter(t *testing.T) {
+	_, err := New(Options{Python: "false"}).StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// waitGone polls /proc: a grandchild's death is not awaitable from here.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if !alive(pid) {
+			return
+		}
+	}
+	t.Errorf("process %d still alive", pid)
+}
+
+func TestShutdownKillsProcessGroup(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	e := tt.Exec(t, k, "import subprocess\nsubprocess.Popen(['sleep', '300']).pid", false)
+	child, err := strconv.Atoi(tt.TextPlain(e.OfType(core.MsgExecuteResult)[0].Message))
+	if err != nil {
+		t.Fatalf("child pid: %v:%s", err, e)
+	}
+	leader := k.Pid()
+	if !alive(leader) || !alive(child) {
+		t.Fatalf("leader %d or child %d not running", leader, child)
+	}
+	tt.ShutdownAndDrain(t, k)
+	waitGone(t, leader)
+	waitGone(t, child)
+}
+
+func TestRestartKillsProcessGroup(t *testing.T) {
+	k := startKernel(t, "bash", t.TempDir())
+	e := tt.Exec(t, k, "sleep 300 & echo $!", false)
+	child, err := strconv.Atoi(strings.TrimSpace(e.Stream("stdout")))
+	if err != nil {
+		t.Fatalf("child pid: %v:%s", err, e)
+	}
+	old := k.Pid()
+	if err := k.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.WaitStatus(t, k, core.StateRestarting, "", tt.StartTimeout)
+	waitGone(t, old)
+	waitGone(t, child)
+	if k.Pid() == old {
+		t.Errorf("same pid after restart")
+	}
+}
+
+func TestBashStatePersists(t *testing.T) {
+	k := startKernel(t, "bash", t.TempDir())
+	tt.Exec(t, k, "declare -A m=([a]=1); f() { echo \"f$1\"; }; cd /", false)
+	if got := tt.Exec(t, k, "echo ${m[a]}; f 2; pwd", false).Stream("stdout"); got != "1\nf2\n/\n" {
+		t.Errorf("stdout = %q", got)
+	}
+	if got := tt.Exec(t, k, "false", false).Reply(); got.Status != core.ReplyError || got.EName != "ExitCode" || got.EValue != "exit status 1" {
+		t.Errorf("reply = %+v", got)
+	}
+}
+
+func TestNodeAwaitAndInterruptAsync(t *testing.T) {
+	if _, ok := New(Options{}).langs["javascript"]; !ok {
+		t.Skip("node is not on PATH")
+	}
+	k := startKernel(t, "javascript", t.TempDir())
+	if r, _ := tt.Exec(t, k, "await Promise.resolve('Hello World!')", false).Result(); r != "'Hello World!'" {
+		t.Errorf("awaited result = %q", r)
+	}
+	e := tt.Send(t, k, "console.log('start'); await new Promise(r => setTimeout(r, 60000))", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") != "" })
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+	if e.Reply().Status != core.ReplyError {
+		t.Errorf("reply %+v", e.Reply())
+	}
+}
+
+func TestExecuteDeadKernel(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	e := tt.Send(t, k, "import os; os._exit(0)", false)
+	tt.WaitStatus(t, k, core.StateDead, e.MsgID, tt.ExecTimeout)
+	err := k.Execute(context.Background(), core.ExecuteRequest{MsgID: "x", Code: "1"})
+	if err == nil || !strings.Contains(err.Error(), "dead") {
+		t.Errorf("Execute on a dead kernel: %v", err)
+	}
+}
+
+// BenchmarkRoundTrip: `1+1` through the Kernel interface, request to idle.
+func BenchmarkRoundTrip(b *testing.B) {
+	k := startKernel(b, "python", b.TempDir())
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := "b" + strconv.Itoa(i)
+		if err := k.Execute(ctx, core.ExecuteRequest{MsgID: id, Code: "1+1"}); err != nil {
+			b.Fatal(err)
+		}
+		for m := range k.Messages() {
+			if m.Type == core.MsgStatus && m.State == core.StateIdle && m.ParentID == id {
+				break
+			}
+		}
+	}
+}
+
+// BenchmarkDriverRoundTrip: the same `1+1` against driver.py directly over
+// its fd-3/4 pipes, without the Kernel: the difference to BenchmarkRoundTrip
+// is the transport's own overhead.
+func BenchmarkDriverRoundTrip(b *testing.B) {
+	reqR, reqW, _ := os.Pipe()
+	msgR, msgW, _ := os.Pipe()
+	cmd := exec.Command("python3", "-c", driverPython)
+	cmd.ExtraFiles = []*os.File{reqR, msgW}
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	reqR.Close()
+	msgW.Close()
+	b.Cleanup(func() { reqW.Close(); cmd.Process.Kill(); cmd.Wait(); msgR.Close() })
+	rd := bufio.NewReader(msgR)
+	if _, err := rd.ReadBytes('\n'); err != nil { // kh_ready
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := reqW.WriteString(`{"msg_id":"b","code":"1+1"}` + "\n"); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			line, err := rd.ReadBytes('\n')
+			if err != nil {
+				b.Fatal(err)
+			}
+			if strings.Contains(string(line), `"idle"`) {
+				break
+			}
+		}
+	}
+}
