@@ -243,8 +243,10 @@ func TestKernelDeathAutoRestarts(t *testing.T) {
 	k := startKernel(t, newTransport(t, srv, nil))
 	run(t, k, "x = 1")
 	send(t, k, "import os; os._exit(1)")
-	// The server's restarter notices within a few seconds and restarts it.
-	waitKernelWide(t, k, core.StateRestarting, 30*time.Second)
+	// The server's restarter notices within a few seconds and restarts it:
+	// the kernel reports that it died, then that it was replaced.
+	waitKernelWide(t, k, core.StateDead, 30*time.Second)
+	waitKernelWide(t, k, core.StateRestarting, time.Second)
 	r := run(t, k, "print('x' in globals())")
 	if got := r.stdout.String(); got != "False\n" {
 		t.Errorf("after death: %q", got)
@@ -313,5 +315,36 @@ func TestShutdownClosesMessages(t *testing.T) {
 	}
 	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: "late", Code: "1"}); err == nil {
 		t.Error("execute after shutdown succeeded")
+	}
+}
+
+// A lost idle (a full ZeroMQ queue drops messages silently) must not leave
+// the request unfinished: the idle probe notices, and the client is told.
+func TestLostIdleIsDetected(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	lossy := "lossy-" + t.Name()
+	k.(*kernel).lose = func(m core.Message) bool {
+		return m.ParentID == lossy && m.Type == core.MsgStatus && m.State == core.StateIdle
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: lossy, Code: "print('hi')"}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := collect(t, k, lossy)
+	if r.stdout.String() != "hi\n" || r.reply.Status != core.ReplyOK {
+		t.Errorf("stdout %q, reply %+v", r.stdout.String(), r.reply)
+	}
+	if !strings.Contains(r.stderr.String(), "kernelhost: messages of this execution were lost") {
+		t.Errorf("no lost-messages line; stderr = %q", r.stderr.String())
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v to notice the lost idle", d)
+	}
+	// The next request is unaffected (its own probe traffic is dropped).
+	if r := run(t, k, "print('next')"); r.stdout.String() != "next\n" || r.stderr.String() != "" {
+		t.Errorf("next: stdout %q stderr %q", r.stdout.String(), r.stderr.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
 	"github.com/kernelhost/kernelhost/core"
@@ -24,11 +25,20 @@ const (
 	reconnectMaxDelay   = 2 * time.Second
 )
 
-// Reply and idle flags of a live request.
-const (
-	seenReply = 1 << iota
-	seenIdle
-)
+// liveRequest is the progress of a request this client sent.
+type liveRequest struct {
+	idle  bool          // its status idle was forwarded
+	reply *core.Message // its execute_reply, held until idle arrives
+	probe *time.Timer   // sends an idle probe while the reply is held
+}
+
+// idleProbeDelay is how long a reply waits for its idle before the kernel is
+// probed. A ZeroMQ queue that overflows (the server fell behind the kernel's
+// IOPub) drops messages without a word, and a lost idle would leave the
+// request unfinished for ever. A kernel_info_request sent now has its own
+// busy/idle published behind everything the request published: when the
+// probe's idle arrives and the request's has not, the request's was lost.
+const idleProbeDelay = time.Second
 
 // kernel is one kernel on the server and its channels websocket.
 //
@@ -50,12 +60,20 @@ type kernel struct {
 	emitSem  chan struct{} // held while a message is checked and sent on msgs
 	closed   bool          // msgs is closed; guarded by emitSem
 	liveMu   sync.Mutex
-	live     map[string]uint8 // msg_ids sent since the last restart/disconnect → seen flags
+	live     map[string]*liveRequest  // requests sent since the last restart/disconnect, by msg_id
+	probes   map[string]string        // idle probe msg_id → request msg_id
+	nudges   map[string]chan struct{} // nudge msg_id → closed when its first IOPub message arrives
+	ready    chan struct{}            // closed while IOPub is known to flow (guarded by mu)
+	bg       sync.WaitGroup           // background nudges after a restart by the server
 	mu       sync.Mutex
 	conn     *conn         // nil while disconnected
 	connUp   chan struct{} // closed when conn is set
 	lostErr  error         // why the kernel was given up, once it was
 	restarts int           // manual restarts in progress (see forward)
+
+	// lose, when set (tests only), drops the incoming messages it returns
+	// true for, as a full ZeroMQ queue would. Set before the first Execute.
+	lose func(core.Message) bool
 }
 
 type conn struct {
@@ -77,7 +95,10 @@ func newKernel(c *client, id, session string) *kernel {
 		cancel:  cancel,
 		exited:  make(chan struct{}),
 		emitSem: make(chan struct{}, 1),
-		live:    map[string]uint8{},
+		live:    map[string]*liveRequest{},
+		probes:  map[string]string{},
+		nudges:  map[string]chan struct{}{},
+		ready:   closedChan(),
 		connUp:  make(chan struct{}),
 	}
 }
@@ -97,6 +118,9 @@ func (k *kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 	if len(req.Code) > max {
 		return tooLarge(len(req.Code), max)
 	}
+	if err := k.waitReady(ctx); err != nil {
+		return fmt.Errorf("execute on kernel %s: %w", k.id, err)
+	}
 	c, err := k.waitConn(ctx)
 	if err != nil {
 		return fmt.Errorf("execute on kernel %s: %w", k.id, err)
@@ -109,7 +133,7 @@ func (k *kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		return tooLarge(len(frame), max)
 	}
 	k.liveMu.Lock()
-	k.live[req.MsgID] = 0
+	k.live[req.MsgID] = &liveRequest{}
 	k.liveMu.Unlock()
 	if err := c.write(ctx, binaryFrame, frame); err != nil {
 		k.liveMu.Lock()
@@ -156,10 +180,30 @@ func (k *kernel) Restart(ctx context.Context) error {
 	if err := k.emitKernelWide(ctx, core.StateRestarting); err != nil {
 		return fmt.Errorf("restart kernel %s: %w", k.id, err)
 	}
-	if err := k.c.restartKernel(ctx, k.id); err != nil {
-		return fmt.Errorf("restart kernel %s: %w", k.id, err)
+	// The server answers 500 while its own restarter is still bringing back
+	// a kernel that died (it reported restarting before it restarts): retry.
+	delay := reconnectFirstDelay
+	for {
+		err := k.c.restartKernel(ctx, k.id)
+		var ae *apiError
+		if err == nil || !errors.As(err, &ae) || ae.Status != http.StatusInternalServerError {
+			if err != nil {
+				return fmt.Errorf("restart kernel %s: %w", k.id, err)
+			}
+			if err := k.nudge(ctx); err != nil {
+				return fmt.Errorf("restart kernel %s: %w", k.id, err)
+			}
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("restart kernel %s: %w (last answer: %v)", k.id, ctx.Err(), err)
+		}
+		delay = min(2*delay, time.Second)
 	}
-	return nil
 }
 
 // Shutdown closes the websocket, waits for the supervisor to end (which closes
@@ -176,6 +220,7 @@ func (k *kernel) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("shut down kernel %s: %w", k.id, ctx.Err())
 	}
+	k.bg.Wait() // ends with k.ctx
 	k.delOnce.Do(func() {
 		err := k.c.deleteKernel(ctx, k.id)
 		var ae *apiError
@@ -329,6 +374,9 @@ func (k *kernel) serve(c *conn) {
 		if err != nil || !ok {
 			continue
 		}
+		if k.lose != nil && k.lose(msg) {
+			continue
+		}
 		if !k.forward(msg) {
 			return
 		}
@@ -363,30 +411,68 @@ func (k *kernel) forward(msg core.Message) bool {
 			if manual {
 				return true // Restart has reported it already
 			}
+			// The server's restarter only acts on a kernel that died: say
+			// so, then that it was replaced (its state is gone).
+			k.forgetAll()
+			k.nudgeInBackground()
+			dead := msg
+			dead.State = core.StateDead
+			if k.send(k.ctx, dead) != nil {
+				return false
+			}
 		}
 		k.forgetAll()
 		return k.send(k.ctx, msg) == nil
 	}
 	k.liveMu.Lock()
-	flags, ok := k.live[msg.ParentID]
-	if ok {
-		switch {
-		case msg.Type == core.MsgExecuteReply:
-			flags |= seenReply
-		case msg.Type == core.MsgStatus && msg.State == core.StateIdle:
-			flags |= seenIdle
+	req, ok := k.live[msg.ParentID]
+	var out []core.Message
+	switch {
+	case !ok:
+		if ch, isNudge := k.nudges[msg.ParentID]; isNudge && msg.Type == core.MsgStatus {
+			delete(k.nudges, msg.ParentID)
+			close(ch)
 		}
-		if flags == seenReply|seenIdle {
-			delete(k.live, msg.ParentID)
-		} else {
-			k.live[msg.ParentID] = flags
+		if target, isProbe := k.probes[msg.ParentID]; isProbe && msg.Type == core.MsgStatus && msg.State == core.StateIdle {
+			delete(k.probes, msg.ParentID)
+			if req := k.live[target]; req != nil && req.reply != nil && !req.idle {
+				req.probe.Stop()
+				delete(k.live, target)
+				out = []core.Message{
+					{ParentID: target, Type: core.MsgStream, Name: "stderr", Text: lostMessagesLine, Timestamp: msg.Timestamp},
+					*req.reply,
+					{ParentID: target, Type: core.MsgStatus, State: core.StateIdle, Timestamp: msg.Timestamp},
+				}
+			}
 		}
+		// else another client's, a forgotten request's, or the server's own
+	case msg.Type == core.MsgExecuteReply && !req.idle:
+		// The reply travels on the shell channel, which is not ordered with
+		// IOPub: hold it until idle so the messages come out in the order
+		// the kernel sent them (outputs, reply, idle).
+		req.reply = &msg
+		id := msg.ParentID
+		req.probe = time.AfterFunc(idleProbeDelay, func() { k.probeIdle(id) })
+	case msg.Type == core.MsgExecuteReply:
+		delete(k.live, msg.ParentID)
+		out = []core.Message{msg}
+	case msg.Type == core.MsgStatus && msg.State == core.StateIdle && req.reply != nil:
+		req.probe.Stop()
+		delete(k.live, msg.ParentID)
+		out = []core.Message{*req.reply, msg}
+	case msg.Type == core.MsgStatus && msg.State == core.StateIdle:
+		req.idle = true
+		out = []core.Message{msg}
+	default:
+		out = []core.Message{msg}
 	}
 	k.liveMu.Unlock()
-	if !ok {
-		return true // another client's, a forgotten request's, or the server's own
+	for _, m := range out {
+		if k.send(k.ctx, m) != nil {
+			return false
+		}
 	}
-	return k.send(k.ctx, msg) == nil
+	return true
 }
 
 // emitKernelWide forgets every request sent so far and reports state with
@@ -409,8 +495,47 @@ func (k *kernel) emitKernelWide(ctx context.Context, state string) error {
 
 func (k *kernel) forgetAll() {
 	k.liveMu.Lock()
+	for _, req := range k.live {
+		if req.probe != nil {
+			req.probe.Stop()
+		}
+	}
 	clear(k.live)
+	clear(k.probes)
 	k.liveMu.Unlock()
+}
+
+// probeIdle sends a kernel_info_request to learn whether the idle of request
+// target was lost (see idleProbeDelay), and re-arms itself in case the probe's
+// own messages are lost too.
+func (k *kernel) probeIdle(target string) {
+	if k.ctx.Err() != nil {
+		return
+	}
+	k.liveMu.Lock()
+	req, ok := k.live[target]
+	if !ok || req.reply == nil || req.idle {
+		k.liveMu.Unlock()
+		return
+	}
+	id := "kernelhost-probe-" + uuid.NewString()
+	k.probes[id] = target
+	req.probe = time.AfterFunc(idleProbeDelay, func() { k.probeIdle(target) })
+	k.liveMu.Unlock()
+
+	k.mu.Lock()
+	c := k.conn
+	k.mu.Unlock()
+	if c == nil {
+		return // a disconnect forgets the request anyway
+	}
+	frame, binaryFrame, err := encodeRequest(c.v1, k.session, id, "kernel_info_request", struct{}{})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(k.ctx, k.c.cfg.PongTimeout)
+	defer cancel()
+	_ = c.write(ctx, binaryFrame, frame)
 }
 
 func (k *kernel) acquire(ctx context.Context) bool {
@@ -472,4 +597,90 @@ func (k *kernel) reconnect() (*conn, error) {
 		}
 		delay = min(2*delay, reconnectMaxDelay)
 	}
+}
+
+// nudgeInterval is how often a nudge repeats its kernel_info_request until
+// one of them is seen on IOPub.
+const nudgeInterval = 200 * time.Millisecond
+
+// nudge returns once the kernel's IOPub reaches us. After a restart the
+// server's IOPub subscription to the new process takes a moment to join, and
+// whatever the kernel publishes before that is lost (ZeroMQ's slow joiner):
+// so a restart is only done when a kernel_info_request's status came back.
+func (k *kernel) nudge(ctx context.Context) error {
+	var ids []string
+	defer func() {
+		k.liveMu.Lock()
+		for _, id := range ids {
+			delete(k.nudges, id)
+		}
+		k.liveMu.Unlock()
+	}()
+	for {
+		id := "kernelhost-nudge-" + uuid.NewString()
+		seen := make(chan struct{})
+		k.liveMu.Lock()
+		k.nudges[id] = seen
+		k.liveMu.Unlock()
+		ids = append(ids, id)
+		c, err := k.waitConn(ctx)
+		if err != nil {
+			return err
+		}
+		frame, binaryFrame, err := encodeRequest(c.v1, k.session, id, "kernel_info_request", struct{}{})
+		if err != nil {
+			return err
+		}
+		_ = c.write(ctx, binaryFrame, frame) // a failed write is retried below
+		t := time.NewTimer(nudgeInterval)
+		select {
+		case <-seen:
+			t.Stop()
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for the kernel's output channel: %w", ctx.Err())
+		case <-k.ctx.Done():
+			t.Stop()
+			return k.lost()
+		}
+	}
+}
+
+// nudgeInBackground holds back Execute until IOPub flows again after the
+// server restarted the kernel by itself. The caller holds emitSem.
+func (k *kernel) nudgeInBackground() {
+	k.mu.Lock()
+	ready := make(chan struct{})
+	k.ready = ready
+	k.mu.Unlock()
+	k.bg.Add(1)
+	go func() {
+		defer k.bg.Done()
+		defer close(ready)
+		ctx, cancel := context.WithTimeout(k.ctx, 2*time.Minute)
+		defer cancel()
+		_ = k.nudge(ctx) // on failure Execute goes ahead; the idle probe still guards it
+	}()
+}
+
+func (k *kernel) waitReady(ctx context.Context) error {
+	k.mu.Lock()
+	ready := k.ready
+	k.mu.Unlock()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the restarted kernel: %w", ctx.Err())
+	case <-k.ctx.Done():
+		return k.lost()
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }

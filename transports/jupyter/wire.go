@@ -53,20 +53,24 @@ type jsonFrame struct {
 // stop_on_error is false: the engine never queues user code behind other user
 // code, and an error must never abort a request someone else submitted.
 func encodeExecute(v1 bool, session string, req core.ExecuteRequest) (frame []byte, binaryFrame bool, err error) {
-	h := header{
-		MsgID:    req.MsgID,
-		MsgType:  "execute_request",
-		Username: "kernelhost",
-		Session:  session,
-		Date:     time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"),
-		Version:  protocolVersion,
-	}
-	content := executeContent{
+	return encodeRequest(v1, session, req.MsgID, "execute_request", executeContent{
 		Code:         req.Code,
 		Silent:       req.Silent,
 		StoreHistory: !req.Silent,
 		AllowStdin:   false,
 		StopOnError:  false,
+	})
+}
+
+// encodeRequest builds a shell-channel request frame.
+func encodeRequest(v1 bool, session, msgID, msgType string, content any) (frame []byte, binaryFrame bool, err error) {
+	h := header{
+		MsgID:    msgID,
+		MsgType:  msgType,
+		Username: "kernelhost",
+		Session:  session,
+		Date:     time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"),
+		Version:  protocolVersion,
 	}
 	if !v1 {
 		frame, err = json.Marshal(jsonFrame{Header: h, Content: content, Channel: "shell", Buffers: []string{}})
@@ -209,6 +213,11 @@ var rateLimitNotices = []string{"IOPub message rate exceeded", "IOPub data rate 
 // droppedOutputLine is what the client sees when the server drops output.
 const droppedOutputLine = "kernelhost: the Jupyter server dropped output of this execution " +
 	"(its IOPub rate limit was exceeded); the output below is incomplete.\n"
+
+// lostMessagesLine is what the client sees when the kernel's IOPub messages
+// were lost on the way (a full ZeroMQ queue drops them without a word).
+const lostMessagesLine = "kernelhost: messages of this execution were lost between the kernel and " +
+	"the Jupyter server (its IOPub queue overflowed); the output is incomplete.\n"
 
 // toMessage maps a kernel message to a core.Message. ok is false for message
 // types the core does not use.
