@@ -18,15 +18,20 @@
 //     and execute_input (not for silent requests) in one write, the outputs,
 //     execute_reply, status idle. A message without parent_id (bash
 //     sends none) gets the running request's msg_id.
-//   - fd 1 and 2 (the interpreter's own stdout/stderr, where os.system and
-//     child processes write) are read by the host and forwarded as stream
-//     messages of the running request.
+//   - fd 1 and 2 carry all stream output: the drivers' print/console.log
+//     write there directly, as do os.system and child processes, so one pipe
+//     keeps their relative order. The host forwards each read as a stream
+//     message of the running request (writes that come faster than the host
+//     reads may arrive merged, as Jupyter kernels merge them too).
 //
 // Ordering across the pipes needs no sentinel: one goroutine polls all three
 // read ends and, every time it reads fd 4, drains fd 1 and 2 before handing on
 // the fd-4 messages. Anything the driver's process tree wrote to fd 1/2 before
 // it wrote execute_reply is then already in those pipes, so it is delivered
-// before the reply and idle.
+// before the reply and idle. Output read before its request's busy is held
+// until busy and execute_input are out. Between fd-4 outputs (display_data,
+// execute_result) and stream output the order is that of the pump's reads,
+// exact except when both are written within the same few microseconds.
 //
 // A single round trip without core: start `python3 -c "$(cat drivers/driver.py)"
 // 3<requests 4>messages`, write the JSON request line to fd 3 and read fd 4

@@ -3,8 +3,8 @@
 // Protocol (see ../doc.go): requests arrive on fd 3 as JSON lines
 // {"msg_id", "code", "silent"}; messages leave on fd 4 as JSON lines. Code runs
 // in one persistent vm context; the last expression's value is the result
-// (a returned Promise is awaited). console.log/error send stream messages;
-// process.stdout/stderr writes go to fd 1/2, which the host forwards.
+// (a returned Promise is awaited). console.log/error and process.stdout/stderr
+// write to fd 1/2, which the host forwards as stream messages.
 'use strict';
 const fs = require('fs');
 const net = require('net');
@@ -33,14 +33,23 @@ function emit(...msgs) {
   }
 }
 
-// A minimal stream for console.Console: one stream message per write, no
-// buffering and no state, so a script interrupted inside console.log (by
-// breakOnSigint) cannot leave it stuck, as a stream.Writable would be.
-function streamOf(name) {
+// A minimal stream for console.Console: each write goes to fd 1/2 at once
+// (the pipe that process.stdout and child processes share, so their order
+// holds), with no buffering and no state, so a script interrupted inside
+// console.log (by breakOnSigint) cannot leave it stuck, as a stream.Writable
+// would be.
+function streamOf(fd) {
   const stream = {
     write(chunk, enc, cb) {
-      const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString();
-      if (text) emit({ type: 'stream', parent_id: parent, name, text });
+      const data = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+      let off = 0;
+      while (off < data.length) {
+        try {
+          off += fs.writeSync(fd, data, off);
+        } catch (e) {
+          if (e.code !== 'EAGAIN') throw e;
+        }
+      }
       if (typeof enc === 'function') enc();
       else if (typeof cb === 'function') cb();
       return true;
@@ -54,7 +63,7 @@ function streamOf(name) {
   };
   return stream;
 }
-const userConsole = new console.Console({ stdout: streamOf('stdout'), stderr: streamOf('stderr') });
+const userConsole = new console.Console({ stdout: streamOf(1), stderr: streamOf(2) });
 
 // require() resolves relative to the cwd, as in a REPL.
 const userRequire = Module.createRequire(path.join(process.cwd(), '<cell>'));
@@ -165,6 +174,6 @@ reqs.on('data', (chunk) => {
 });
 reqs.on('end', () => queue.then(() => process.exit(0)));
 process.on('unhandledRejection', (e) => {
-  if (parent) emit({ type: 'stream', parent_id: parent, name: 'stderr', text: 'Unhandled rejection: ' + util.inspect(e) + '\n' });
+  userConsole.error('Unhandled rejection:', e);
 });
 emit({ type: 'kh_ready' });

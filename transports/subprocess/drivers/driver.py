@@ -2,9 +2,9 @@
 #
 # Protocol (see ../doc.go): requests arrive on fd 3 as one JSON object per line
 # {"msg_id": str, "code": str, "silent": bool}; messages leave on fd 4 as one
-# JSON core.Message per line. fd 1 and 2 stay the interpreter's own: output that
-# bypasses sys.stdout/sys.stderr (os.system, C extensions) is forwarded by the
-# host, which reads fd 1/2 after each fd-4 message so it is never late.
+# JSON core.Message per line. Stream output (print, sys.stdout, os.system,
+# child processes) goes to fd 1 and 2, which the host forwards as stream
+# messages; it drains them after each read of fd 4, so none is late.
 import ast
 import base64
 import builtins
@@ -41,7 +41,7 @@ def _emit(*msgs):
 
 
 class _Stream:
-    """A text stream that sends one stream message per write call, unbuffered."""
+    """A text stream that writes each write call to its fd at once, unbuffered."""
 
     encoding = "utf-8"
     errors = "replace"
@@ -53,8 +53,11 @@ class _Stream:
     def write(self, s):
         if not isinstance(s, str):
             raise TypeError("write() argument must be str, not " + type(s).__name__)
-        if s:
-            _emit({"type": "stream", "parent_id": _parent, "name": self.name, "text": s})
+        # Straight to fd 1/2, where os.system and child processes write too:
+        # one pipe keeps their output and print's in the order it was written.
+        view = memoryview(s.encode("utf-8", "replace"))
+        while view:
+            view = view[os.write(self._fd, view):]
         return len(s)
 
     def writelines(self, lines):
