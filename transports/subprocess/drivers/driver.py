@@ -251,6 +251,8 @@ def _execute(req):
     filename = "Cell In[%d]" % _count if not silent else "<silent>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     reply = {"type": "execute_reply", "parent_id": msg_id, "status": "ok", "execution_count": _count}
+    # The closing messages go out in one write: one wake-up of the host.
+    closing = []
     try:
         _running = True
         try:
@@ -259,16 +261,17 @@ def _execute(req):
             _running = False
         if value is not None and not silent:
             builtins._ = value
-            _emit({"type": "execute_result", "parent_id": msg_id, "execution_count": _count, "data": _bundle(value)})
+            closing.append({"type": "execute_result", "parent_id": msg_id, "execution_count": _count, "data": _bundle(value)})
     except BaseException as exc:  # KeyboardInterrupt and SystemExit included: the kernel lives on
         _running = False
         ename = type(exc).__name__
         evalue = str(exc)
         tb = _traceback(type(exc), exc, exc.__traceback__, filename)
-        _emit({"type": "error", "parent_id": msg_id, "ename": ename, "evalue": evalue, "traceback": tb})
+        closing.append({"type": "error", "parent_id": msg_id, "ename": ename, "evalue": evalue, "traceback": tb})
         reply.update(status="error", ename=ename, evalue=evalue, traceback=tb)
-    _emit(reply)
-    _emit({"type": "status", "parent_id": msg_id, "state": "idle"})
+    closing.append(reply)
+    closing.append({"type": "status", "parent_id": msg_id, "state": "idle"})
+    _emit(*closing)
     _parent = ""
 
 
