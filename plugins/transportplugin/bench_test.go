@@ -8,28 +8,47 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/plugins/examples/bashtransport"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
-// benchTransports are the transports each benchmark compares: the same code
-// linked in, and behind the plugin boundary.
-func benchTransports(b *testing.B) map[string]func(b *testing.B) core.Transport {
-	return map[string]func(b *testing.B) core.Transport{
-		"example-bash/inprocess": func(*testing.B) core.Transport { return bashtransport.New() },
-		"example-bash/plugin": func(b *testing.B) core.Transport {
-			s, err := Launch(context.Background(), Config{Path: exampleBin, Logger: discardLogger()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			return s
-		},
+// benchCase is one transport in one language, linked in or behind the plugin
+// boundary; each benchmark runs the same code on every case.
+type benchCase struct {
+	name       string
+	transport  func(b *testing.B) core.Transport
+	lang       string
+	roundTrip  string // a tiny request
+	stream200k string // prints 200,000 lines
+}
+
+func launchBench(bin string) func(b *testing.B) core.Transport {
+	return func(b *testing.B) core.Transport {
+		s, err := Launch(context.Background(), Config{Path: bin, Logger: discardLogger()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
 	}
 }
 
-func benchKernel(b *testing.B, tr core.Transport, lang string) core.Kernel {
+func benchCases() []benchCase {
+	sub := func(*testing.B) core.Transport { return subprocess.New(subprocess.Options{}) }
+	ex := func(*testing.B) core.Transport { return bashtransport.New() }
+	const py, pyStream = "1+1", "for i in range(200000): print(i)"
+	const sh, shStream = "echo $((1+1))", "seq 200000"
+	return []benchCase{
+		{"subprocess-python/inprocess", sub, "python", py, pyStream},
+		{"subprocess-python/plugin", launchBench(subprocessBin), "python", py, pyStream},
+		{"example-bash/inprocess", ex, "bash", sh, shStream},
+		{"example-bash/plugin", launchBench(exampleBin), "bash", sh, shStream},
+	}
+}
+
+func benchKernel(b *testing.B, c benchCase) core.Kernel {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: lang, Cwd: b.TempDir()})
+	k, err := c.transport(b).StartKernel(ctx, core.KernelSpec{Language: c.lang, Cwd: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,7 +56,7 @@ func benchKernel(b *testing.B, tr core.Transport, lang string) core.Kernel {
 	return k
 }
 
-// execute runs code and returns the stdout bytes it streamed.
+// execute runs code to its status idle and returns the bytes it streamed.
 func execute(b *testing.B, k core.Kernel, id, code string) int {
 	if err := k.Execute(context.Background(), core.ExecuteRequest{MsgID: id, Code: code}); err != nil {
 		b.Fatal(err)
@@ -55,48 +74,37 @@ func execute(b *testing.B, k core.Kernel, id, code string) int {
 	return 0
 }
 
-// BenchmarkRoundTrip is one small execution (`echo $((1+1))`), start to
-// status idle. It reports the median besides Go's mean.
+// BenchmarkRoundTrip is one tiny execution, Execute to status idle. It
+// reports the median besides Go's mean.
 func BenchmarkRoundTrip(b *testing.B) {
-	for _, name := range sortedKeys(benchTransports(b)) {
-		b.Run(name, func(b *testing.B) {
-			k := benchKernel(b, benchTransports(b)[name](b), "bash")
-			execute(b, k, "warm", "echo $((1+1))")
-			d := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
+	for _, c := range benchCases() {
+		b.Run(c.name, func(b *testing.B) {
+			k := benchKernel(b, c)
+			execute(b, k, "warm", c.roundTrip)
+			d := make([]time.Duration, 0, 1024)
+			for b.Loop() {
 				start := time.Now()
-				execute(b, k, "rt", "echo $((1+1))")
+				execute(b, k, "rt", c.roundTrip)
 				d = append(d, time.Since(start))
 			}
-			b.StopTimer()
 			slices.Sort(d)
-			b.ReportMetric(float64(d[len(d)/2].Microseconds()), "median-µs")
+			b.ReportMetric(float64(d[len(d)/2].Nanoseconds())/1e3, "median-µs")
 		})
 	}
 }
 
 // BenchmarkStream200kLines streams 200,000 lines of stdout in one execution.
 func BenchmarkStream200kLines(b *testing.B) {
-	for _, name := range sortedKeys(benchTransports(b)) {
-		b.Run(name, func(b *testing.B) {
-			k := benchKernel(b, benchTransports(b)[name](b), "bash")
-			want := execute(b, k, "warm", "seq 200000")
+	for _, c := range benchCases() {
+		b.Run(c.name, func(b *testing.B) {
+			k := benchKernel(b, c)
+			want := execute(b, k, "warm", c.stream200k)
 			for b.Loop() {
-				if got := execute(b, k, "s", "seq 200000"); got != want {
+				if got := execute(b, k, "s", c.stream200k); got != want {
 					b.Fatalf("streamed %d bytes, want %d", got, want)
 				}
 			}
 			b.SetBytes(int64(want))
 		})
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

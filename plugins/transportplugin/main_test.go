@@ -21,8 +21,8 @@ import (
 // of the modes below, instead of running tests: real processes, no extra build.
 const helperEnv = "KERNELHOST_TRANSPORTPLUGIN_TEST_MODE"
 
-// exampleBin is the example plugin, built once by TestMain like a user would.
-var exampleBin string
+// The plugin binaries, built once by TestMain as `make` would.
+var exampleBin, subprocessBin string
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
@@ -35,10 +35,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	exampleBin = filepath.Join(dir, "kernelhost-transport-example-bash")
-	build := exec.Command("go", "build", "-o", exampleBin, "github.com/kernelhost/kernelhost/plugins/examples/cmd/kernelhost-transport-example-bash")
+	subprocessBin = filepath.Join(dir, "kernelhost-transport-subprocess")
+	build := exec.Command("go", "build", "-o", dir,
+		"github.com/kernelhost/kernelhost/plugins/examples/cmd/kernelhost-transport-example-bash",
+		"github.com/kernelhost/kernelhost/plugins/cmd/kernelhost-transport-subprocess")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build example plugin:", err)
+		fmt.Fprintln(os.Stderr, "build plugins:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -1,0 +1,20 @@
+// Command kernelhost-transport-subprocess is the subprocess transport (local
+// python, bash and node interpreters) as a plugin. The interpreters are taken
+// from KERNELHOST_PYTHON, KERNELHOST_BASH and KERNELHOST_NODE, or found on
+// PATH.
+package main
+
+import (
+	"os"
+
+	"github.com/kernelhost/kernelhost/plugins/transportplugin"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+)
+
+func main() {
+	transportplugin.Serve(subprocess.New(subprocess.Options{
+		Python: os.Getenv("KERNELHOST_PYTHON"),
+		Bash:   os.Getenv("KERNELHOST_BASH"),
+		Node:   os.Getenv("KERNELHOST_NODE"),
+	}))
+}

@@ -1,0 +1,45 @@
+package transportplugin
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+// pluginTransport launches bin for one conformance case; the suite cannot
+// tell it from the transport linked in.
+func pluginTransport(bin string) func(t *testing.T) core.Transport {
+	return func(t *testing.T) core.Transport {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := Launch(ctx, Config{Path: bin, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatalf("Launch %s: %v", bin, err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+}
+
+func TestConformanceSubprocessPluginPython(t *testing.T) {
+	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Python)
+}
+
+func TestConformanceSubprocessPluginBash(t *testing.T) {
+	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Bash)
+}
+
+func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not on PATH")
+	}
+	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.JavaScript)
+}
+
+func TestConformanceExamplePlugin(t *testing.T) {
+	transporttest.Run(t, pluginTransport(exampleBin), transporttest.Bash)
+}
