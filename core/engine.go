@@ -142,7 +142,11 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 	defer cancel()
 	k, err := e.cfg.Transport.StartKernel(startCtx, KernelSpec{Language: KernelLanguage(language), Cwd: cwd})
 	if err != nil {
-		return nil, newError(KindInternal, fmt.Sprintf("Failed to create context: %v", err), err)
+		kind := KindInternal
+		if KindOf(err) == KindInvalid { // e.g. the cwd does not exist
+			kind = KindInvalid
+		}
+		return nil, newError(kind, fmt.Sprintf("Failed to create context: %v", err), err)
 	}
 	c := newContext(e, ContextInfo{ID: newID(), Language: language, Cwd: cwd})
 	c.attach(k)

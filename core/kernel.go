@@ -19,7 +19,9 @@ type Transport interface {
 	// where the transport can arrange that (the engine also applies the cwd
 	// with a snippet, so a transport that cannot may ignore it). It returns when
 	// the kernel is ready to accept Execute. An unknown language is an error
-	// that names it. ctx bounds the start only, not the kernel's lifetime.
+	// that names it; a cwd the transport knows to be unusable is an *Error of
+	// KindInvalid, which the API reports as the client's mistake (400). ctx
+	// bounds the start only, not the kernel's lifetime.
 	StartKernel(ctx context.Context, spec KernelSpec) (Kernel, error)
 }
 

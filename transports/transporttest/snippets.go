@@ -37,6 +37,14 @@ type LanguageSnippets struct {
 
 	// Exit makes the interpreter exit at once (the kernel dies).
 	Exit string
+
+	// PrintEnv returns code that writes the value of env var key to stdout,
+	// exactly and with nothing after it, or "<unset>" when it is not set. The
+	// engine-level cases use it to prove env vars arrive byte for byte and are
+	// reset afterwards.
+	PrintEnv func(key string) string
+	// PrintCwd writes the working directory to stdout, exactly.
+	PrintCwd string
 }
 
 // Python is the suite's default: the snippets for a Python kernel (the
@@ -56,6 +64,10 @@ var Python = LanguageSnippets{
 	GetState:          "kh_state + 1",
 	Sleep:             "import time\nprint('start')\ntime.sleep(60)",
 	Exit:              "import os\nos._exit(1)",
+	PrintEnv: func(key string) string {
+		return "import os, sys\nsys.stdout.write(os.environ.get('" + key + "', '<unset>'))\nsys.stdout.flush()"
+	},
+	PrintCwd: "import os, sys\nsys.stdout.write(os.getcwd())\nsys.stdout.flush()",
 }
 
 // Bash is the suite's snippets for a bash kernel. Bash has no main results.
@@ -73,6 +85,10 @@ var Bash = LanguageSnippets{
 	// that lands just before a long sleep starts would wait for its end.
 	Sleep: "echo start; for i in $(seq 600); do sleep 0.1; done",
 	Exit:  "exit 3",
+	PrintEnv: func(key string) string {
+		return `if [ -n "${` + key + `+x}" ]; then printf '%s' "$` + key + `"; else printf '<unset>'; fi`
+	},
+	PrintCwd: `printf '%s' "$PWD"`,
 }
 
 // JavaScript is the suite's snippets for a JavaScript (node) kernel.
@@ -92,4 +108,8 @@ var JavaScript = LanguageSnippets{
 	// A synchronous loop: the hard case, it never yields to the event loop.
 	Sleep: "console.log('start'); { const end = Date.now() + 60000; while (Date.now() < end) {} }",
 	Exit:  "process.exit(1)",
+	PrintEnv: func(key string) string {
+		return "process.stdout.write(process.env['" + key + "'] ?? '<unset>')"
+	},
+	PrintCwd: "process.stdout.write(process.cwd())",
 }
