@@ -88,6 +88,10 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 	if !ok {
 		return nil, fmt.Errorf("subprocess: unknown language %q (available: %s)", spec.Language, strings.Join(t.Info().Languages, ", "))
 	}
+	if fi, err := os.Stat(spec.Cwd); spec.Cwd != "" && (err != nil || !fi.IsDir()) {
+		// The client's mistake, not ours: the API answers 400.
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("cwd %q is not an existing directory", spec.Cwd), Err: err}
+	}
 	k := &Kernel{
 		lang:     lang,
 		langName: spec.Language,
