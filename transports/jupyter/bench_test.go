@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -116,4 +117,96 @@ func reportMedian(b *testing.B, lat []time.Duration) {
 	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "ms-p50")
+}
+
+// BenchmarkConcurrent runs 8 kernels × 50 sequential `1+1` executions at once,
+// through the transport and straight on bare websockets; one op is the whole
+// load, and exec/s is the throughput.
+//
+//	go test ./transports/jupyter -run '^$' -bench Concurrent -benchtime 3x
+func BenchmarkConcurrent(b *testing.B) {
+	const kernels, execs = 8, 50
+	srv := jupytertest.Start(b)
+	b.Run("transport", func(b *testing.B) {
+		tr := newTransport(b, srv, nil)
+		ks := make([]core.Kernel, kernels)
+		for i := range ks {
+			ks[i] = startKernel(b, tr)
+		}
+		for b.Loop() {
+			concurrently(b, kernels, func(i int) error {
+				for range execs {
+					if err := roundTrip(ks[i]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		b.ReportMetric(float64(kernels*execs*b.N)/b.Elapsed().Seconds(), "exec/s")
+	})
+	b.Run("direct", func(b *testing.B) {
+		tr := newTransport(b, srv, func(c *Config) { c.Protocol = ProtocolJSON })
+		wss := make([]*websocket.Conn, kernels)
+		for i := range wss {
+			ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+			km, err := tr.c.createKernel(ctx, "python3")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = tr.c.deleteKernel(context.Background(), km.ID) })
+			wss[i], err = tr.c.dialChannels(ctx, km.ID, uuid.NewString())
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer wss[i].Close()
+			directRoundTrip(b, wss[i])
+		}
+		for b.Loop() {
+			concurrently(b, kernels, func(i int) error {
+				for range execs {
+					directRoundTrip(b, wss[i])
+				}
+				return nil
+			})
+		}
+		b.ReportMetric(float64(kernels*execs*b.N)/b.Elapsed().Seconds(), "exec/s")
+	})
+}
+
+func concurrently(b *testing.B, n int, f func(i int) error) {
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- f(i) }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+// roundTrip runs `1+1` on k without testing.TB, for use off the test goroutine.
+func roundTrip(k core.Kernel) error {
+	id := uuid.NewString()
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: id, Code: "1+1"}); err != nil {
+		return err
+	}
+	var reply, idle bool
+	for !reply || !idle {
+		select {
+		case m := <-k.Messages():
+			if m.ParentID != id {
+				return fmt.Errorf("unexpected message %+v", m)
+			}
+			reply = reply || m.Type == core.MsgExecuteReply
+			idle = idle || (m.Type == core.MsgStatus && m.State == core.StateIdle)
+		case <-ctx.Done():
+			return fmt.Errorf("1+1 on a kernel: %w", ctx.Err())
+		}
+	}
+	return nil
 }

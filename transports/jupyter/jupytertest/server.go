@@ -126,6 +126,7 @@ func Start(tb testing.TB, extra ...string) *Server {
 	)
 	// Its own process group, so cleanup also reaches the kernels it started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setDeathSignal(cmd.SysProcAttr)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		tb.Fatal(err)

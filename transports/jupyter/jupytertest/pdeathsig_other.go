@@ -1,0 +1,7 @@
+//go:build !linux
+
+package jupytertest
+
+import "syscall"
+
+func setDeathSignal(*syscall.SysProcAttr) {}
