@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
 // BenchmarkRoundTrip measures `1+1` through the host over HTTP and the same
@@ -26,10 +26,7 @@ import (
 // the host adds. ns/op is the time of one pair.
 func BenchmarkRoundTrip(b *testing.B) {
 	h := startHost(b)
-	tr, err := server.NewTransport(server.Config{Interpreters: server.Interpreters{Python: "python3", Node: "node", Bash: "bash"}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	tr := subprocess.New(subprocess.Options{Python: "python3", Node: "node", Bash: "bash"})
 	ctx := context.Background()
 	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: h.cwd})
 	if err != nil {
@@ -154,10 +151,7 @@ func BenchmarkStream200kLines(b *testing.B) {
 		report(b, n, time.Since(start))
 	})
 	b.Run("direct", func(b *testing.B) {
-		tr, err := server.NewTransport(server.Config{Interpreters: server.Interpreters{Python: "python3", Node: "node", Bash: "bash"}})
-		if err != nil {
-			b.Fatal(err)
-		}
+		tr := subprocess.New(subprocess.Options{Python: "python3", Node: "node", Bash: "bash"})
 		k, err := tr.StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)

@@ -5,25 +5,102 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+)
+
+// Built once per run by TestMain into a temporary directory: the real
+// transport plugins, and the policy modules the policy tests load.
+var (
+	pluginDir  string // kernelhost-transport-* executables
+	denylist   string // the example Go policy (denylist.wasm)
+	loopWasm   string // a hostile module that spins when it sees env vars
+	watMissing error  // wat2wasm is not installed: loopWasm is ""
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	dir, err := os.MkdirTemp("", "kernelhost-server-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		pluginDir = filepath.Join(dir, "plugins")
+		denylist = filepath.Join(dir, "denylist.wasm")
+		if err := testbuild.Plugins(pluginDir); err != nil {
+			fmt.Fprintln(os.Stderr, "build the transport plugins:", err)
+			return 1
+		}
+		if err := testbuild.Denylist(denylist); err != nil {
+			fmt.Fprintln(os.Stderr, "build denylist.wasm:", err)
+			return 1
+		}
+		loopWasm = filepath.Join(dir, "loop.wasm")
+		if watMissing = testbuild.Wat("plugins/policy/testdata/loop.wat", loopWasm); watMissing != nil {
+			if !errors.Is(watMissing, testbuild.ErrNoWat2wasm) {
+				fmt.Fprintln(os.Stderr, watMissing)
+				return 1
+			}
+			loopWasm = ""
+		}
+		return m.Run()
+	}()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak: leaked goroutines after the tests:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// inProcess runs the subprocess transport linked into the test binary.
+func inProcess(c *server.Config) {
+	c.Transport = subprocess.New(subprocess.Options{})
+}
+
+// viaPlugin runs the subprocess transport through the plugin boundary, as
+// the kernelhost binary does: the real kernelhost-transport-subprocess.
+func viaPlugin(c *server.Config) {
+	c.Transport = nil
+	c.PluginDir = pluginDir
+	c.TransportName = "subprocess"
+}
+
+// eachTransport runs f once per way the host gets its transport: linked in
+// and through the plugin boundary. f passes start's options to startHost.
+func eachTransport(t *testing.T, f func(t *testing.T, start func(...func(*server.Config)) *testHost)) {
+	for _, mode := range []struct {
+		name string
+		set  func(*server.Config)
+	}{{"in-process", inProcess}, {"plugin", viaPlugin}} {
+		t.Run(mode.name, func(t *testing.T) {
+			f(t, func(configure ...func(*server.Config)) *testHost {
+				t.Helper()
+				return startHost(t, append([]func(*server.Config){mode.set}, configure...)...)
+			})
+		})
+	}
 }
 
 // testHost is a host started in-process on a free port, with the real
-// default transport, and an HTTP client of its own.
+// subprocess transport (linked in unless the test asks for the plugin), and
+// an HTTP client of its own.
 type testHost struct {
 	*server.Host
 	t      testing.TB
@@ -40,6 +117,7 @@ func startHost(t testing.TB, configure ...func(*server.Config)) *testHost {
 		DefaultCwd: cwd,
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
+	inProcess(&cfg)
 	for _, f := range configure {
 		f(&cfg)
 	}

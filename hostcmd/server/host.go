@@ -1,5 +1,5 @@
-// Package server is the kernelhost host: it builds the transport and the
-// engine from a Config, serves the code-interpreter HTTP API
+// Package server is the kernelhost host: it launches the transport plugin,
+// loads the env-var policies and builds the engine from a Config, serves the code-interpreter HTTP API
 // (docs/api-contract.md) and shuts everything down in order. The binary in
 // hostcmd is a thin main around it; tests and benchmarks start it in-process.
 package server
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/plugins/transportplugin"
 )
 
 // Host is a running kernelhost: an engine behind an HTTP server.
@@ -24,6 +25,8 @@ type Host struct {
 	Engine *core.Engine
 
 	log      *slog.Logger
+	plugin   *transportplugin.Supervised // nil when Config.Transport was given
+	policies *policies                   // nil without Config.Policies
 	api      *api
 	srv      *http.Server
 	ln       net.Listener
@@ -31,25 +34,56 @@ type Host struct {
 	shutdown atomic.Bool
 }
 
-// Start listens on cfg.Addr, starts serving and creates the default contexts
-// (python and javascript, those the transport has). /health answers 200
-// only once they exist. Start returns when the defaults are ready, or with
-// an error after cleaning up.
+// Start loads the policies, launches the transport plugin (unless
+// cfg.Transport is set), listens on cfg.Addr, starts serving and creates the
+// default contexts (python and javascript, those the transport has). /health
+// answers 200 only once they exist. Start returns when the defaults are
+// ready, or with an error after cleaning up.
 func Start(ctx context.Context, cfg Config) (*Host, error) {
 	cfg = withDefaults(cfg)
 	log := cfg.Logger
 	cwd := resolveDefaultCwd(cfg.DefaultCwd, log)
 
+	// Until the Host owns them (its Shutdown closes them), a failure closes
+	// what was started here.
+	var (
+		plugin *transportplugin.Supervised
+		pols   *policies
+		owned  bool
+		err    error
+	)
+	defer func() {
+		if !owned {
+			closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if plugin != nil {
+				_ = plugin.Close()
+			}
+			if pols != nil {
+				_ = pols.close(closeCtx)
+			}
+		}
+	}()
+	// Policies first: a broken module is the cheaper failure.
+	var envPolicy core.EnvPolicy
+	if cfg.Policies != "" {
+		if pols, err = loadPolicies(ctx, cfg.Policies, cfg.LookupEnv); err != nil {
+			return nil, fmt.Errorf("load the env-var policies: %w", err)
+		}
+		envPolicy = pols
+		log.Info("env-var policies loaded", "modules", pols.modules())
+	}
 	transport := cfg.Transport
 	if transport == nil {
-		var err error
-		if transport, err = NewTransport(cfg); err != nil {
-			return nil, fmt.Errorf("create the transport: %w", err)
+		if plugin, err = LaunchTransport(ctx, cfg); err != nil {
+			return nil, err
 		}
+		transport = plugin
 	}
 	globals := cfg.GlobalEnv
 	engine, err := core.NewEngine(core.Config{
 		Transport:        transport,
+		Policy:           envPolicy,
 		Logger:           log,
 		DefaultCwd:       cwd,
 		GlobalEnv:        func(context.Context) (map[string]string, error) { return globals, nil },
@@ -67,12 +101,15 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	a := &api{engine: engine, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive}
+	owned = true
 	h := &Host{
-		Engine: engine,
-		log:    log,
-		api:    a,
-		ln:     ln,
-		served: make(chan error, 1),
+		Engine:   engine,
+		log:      log,
+		plugin:   plugin,
+		policies: pols,
+		api:      a,
+		ln:       ln,
+		served:   make(chan error, 1),
 		srv: &http.Server{
 			Handler: a.handler(),
 			// Upstream keeps idle connections 640 s; SDKs pool connections and
@@ -108,6 +145,28 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	return h, nil
 }
 
+// PluginPID is the transport plugin's process id, 0 when the transport is
+// in-process or the plugin is restarting.
+func (h *Host) PluginPID() int {
+	if h.plugin == nil {
+		return 0
+	}
+	return h.plugin.PID()
+}
+
+// ErrNoPolicies is ReloadPolicies's answer when no policies are configured.
+var ErrNoPolicies = errors.New("no env-var policies configured (" + EnvPrefix + "POLICIES)")
+
+// ReloadPolicies reads the policy list (an @FILE setting's file), every
+// module and every module config again, and returns the modules now in use.
+// On failure the policies in use stay and the error names the file.
+func (h *Host) ReloadPolicies(ctx context.Context) ([]string, error) {
+	if h.policies == nil {
+		return nil, ErrNoPolicies
+	}
+	return h.policies.reload(ctx)
+}
+
 // Addr is the address the host listens on.
 func (h *Host) Addr() string { return h.ln.Addr().String() }
 
@@ -115,8 +174,9 @@ func (h *Host) Addr() string { return h.ln.Addr().String() }
 func (h *Host) URL() string { return "http://" + h.Addr() }
 
 // Shutdown stops accepting connections, ends in-flight streams (each gets an
-// error line and end_of_execution), stops every interpreter and waits for the
-// handlers, all bounded by ctx.
+// error line and end_of_execution), stops every interpreter, waits for the
+// handlers, then stops the transport plugin and releases the policies, all
+// bounded by ctx.
 func (h *Host) Shutdown(ctx context.Context) error {
 	if h.shutdown.Swap(true) {
 		return nil
@@ -135,8 +195,16 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		// Streams still open after the deadline: cut them.
 		_ = h.srv.Close()
 	}
+	// After the engine: the kernels live in the plugin process.
+	var pluginErr, policyErr error
+	if h.plugin != nil {
+		pluginErr = h.plugin.Close()
+	}
+	if h.policies != nil {
+		policyErr = h.policies.close(ctx)
+	}
 	h.log.Info("stopped")
-	return errors.Join(engineErr, srvErr)
+	return errors.Join(engineErr, srvErr, pluginErr, policyErr)
 }
 
 func withDefaults(c Config) Config {
@@ -154,6 +222,12 @@ func withDefaults(c Config) Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.TransportName == "" {
+		c.TransportName = DefaultTransport
+	}
+	if c.PluginDir == "" {
+		c.PluginDir = DefaultPluginDir()
 	}
 	return c
 }

@@ -17,100 +17,110 @@ import (
 )
 
 func TestHealthAndDefaultContexts(t *testing.T) {
-	h := startHost(t)
-	status, body := h.do("GET", "/health", "")
-	if status != 200 || body != `"OK"` {
-		t.Fatalf("GET /health: %d %q, want 200 %q", status, body, `"OK"`)
-	}
-	ctxs := h.contexts()
-	want := []string{"python"}
-	if _, err := exec.LookPath("node"); err == nil {
-		want = append(want, "javascript")
-	}
-	if len(ctxs) != len(want) {
-		t.Fatalf("contexts: %+v, want defaults %v", ctxs, want)
-	}
-	for i, c := range ctxs {
-		if c.Language != want[i] || c.Cwd != h.cwd || c.ID == "" {
-			t.Errorf("context %d: %+v, want language %s, cwd %s", i, c, want[i], h.cwd)
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		status, body := h.do("GET", "/health", "")
+		if status != 200 || body != `"OK"` {
+			t.Fatalf("GET /health: %d %q, want 200 %q", status, body, `"OK"`)
 		}
-	}
+		ctxs := h.contexts()
+		want := []string{"python"}
+		if _, err := exec.LookPath("node"); err == nil {
+			want = append(want, "javascript")
+		}
+		if len(ctxs) != len(want) {
+			t.Fatalf("contexts: %+v, want defaults %v", ctxs, want)
+		}
+		for i, c := range ctxs {
+			if c.Language != want[i] || c.Cwd != h.cwd || c.ID == "" {
+				t.Errorf("context %d: %+v, want language %s, cwd %s", i, c, want[i], h.cwd)
+			}
+		}
+	})
 }
 
 func TestStateAcrossExecutions(t *testing.T) {
-	h := startHost(t)
-	noError(t, h.run(map[string]any{"code": "x = 41"}))
-	lines := h.run(map[string]any{"code": "x + 1"})
-	if got := mainResult(t, lines); got != "42" {
-		t.Fatalf("x + 1 = %q, want 42", got)
-	}
-	// language "python" and no language are the same kernel
-	if got := mainResult(t, h.run(map[string]any{"code": "x", "language": "python"})); got != "41" {
-		t.Fatalf(`x with language "python" = %q, want 41`, got)
-	}
-	if first := lines[0]; first.typ() != "number_of_executions" {
-		t.Fatalf("first line %v, want number_of_executions", first)
-	}
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		noError(t, h.run(map[string]any{"code": "x = 41"}))
+		lines := h.run(map[string]any{"code": "x + 1"})
+		if got := mainResult(t, lines); got != "42" {
+			t.Fatalf("x + 1 = %q, want 42", got)
+		}
+		// language "python" and no language are the same kernel
+		if got := mainResult(t, h.run(map[string]any{"code": "x", "language": "python"})); got != "41" {
+			t.Fatalf(`x with language "python" = %q, want 41`, got)
+		}
+		if first := lines[0]; first.typ() != "number_of_executions" {
+			t.Fatalf("first line %v, want number_of_executions", first)
+		}
+	})
 }
 
 func TestStreamingOrder(t *testing.T) {
-	h := startHost(t)
-	lines := h.run(map[string]any{"code": "import sys\nprint('a', flush=True)\nprint('b', flush=True)\nprint('c', file=sys.stderr, flush=True)\n1+1"})
-	var kinds []string
-	for _, l := range lines {
-		if k := l.typ(); len(kinds) == 0 || kinds[len(kinds)-1] != k {
-			kinds = append(kinds, k)
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		lines := h.run(map[string]any{"code": "import sys\nprint('a', flush=True)\nprint('b', flush=True)\nprint('c', file=sys.stderr, flush=True)\n1+1"})
+		var kinds []string
+		for _, l := range lines {
+			if k := l.typ(); len(kinds) == 0 || kinds[len(kinds)-1] != k {
+				kinds = append(kinds, k)
+			}
 		}
-	}
-	want := "number_of_executions stdout stderr result end_of_execution"
-	if got := strings.Join(kinds, " "); got != want {
-		t.Fatalf("line kinds %q, want %q", got, want)
-	}
-	if got := stdout(lines); got != "a\nb\n" {
-		t.Fatalf("stdout %q", got)
-	}
-	if got := mainResult(t, lines); got != "2" {
-		t.Fatalf("result %q, want 2", got)
-	}
+		want := "number_of_executions stdout stderr result end_of_execution"
+		if got := strings.Join(kinds, " "); got != want {
+			t.Fatalf("line kinds %q, want %q", got, want)
+		}
+		if got := stdout(lines); got != "a\nb\n" {
+			t.Fatalf("stdout %q", got)
+		}
+		if got := mainResult(t, lines); got != "2" {
+			t.Fatalf("result %q, want 2", got)
+		}
+	})
 }
 
 // The first line of a long execution reaches the client while the code still
 // runs: the code waits for a file that the test creates only after reading it.
 func TestFirstLineArrivesBeforeTheEnd(t *testing.T) {
-	h := startHost(t)
-	flag := filepath.Join(t.TempDir(), "go-on")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s := h.start(ctx, map[string]any{"code": fmt.Sprintf(
-		"import os, time\nprint('first', flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.005)\nprint('second')", flag)})
-	if l := s.until("stdout"); l.str("text") != "first\n" {
-		t.Fatalf("first stdout line %v", l)
-	}
-	if err := os.WriteFile(flag, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if got := stdout(s.rest()); got != "second\n" {
-		t.Fatalf("rest of stdout %q, want second", got)
-	}
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		flag := filepath.Join(t.TempDir(), "go-on")
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s := h.start(ctx, map[string]any{"code": fmt.Sprintf(
+			"import os, time\nprint('first', flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.005)\nprint('second')", flag)})
+		if l := s.until("stdout"); l.str("text") != "first\n" {
+			t.Fatalf("first stdout line %v", l)
+		}
+		if err := os.WriteFile(flag, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := stdout(s.rest()); got != "second\n" {
+			t.Fatalf("rest of stdout %q, want second", got)
+		}
+	})
 }
 
 func TestErrors(t *testing.T) {
-	h := startHost(t)
-	lines := h.run(map[string]any{"code": "print('before')\nxyz"})
-	e := onlyError(t, lines)
-	if e.str("name") != "NameError" || e.str("value") != "name 'xyz' is not defined" {
-		t.Fatalf("error line %v", e)
-	}
-	if _, ok := e["traceback"].(string); !ok {
-		t.Fatalf("error line without a traceback string: %v", e)
-	}
-	if stdout(lines) != "before\n" {
-		t.Fatalf("stdout %q", stdout(lines))
-	}
-	// the context keeps working
-	if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
-		t.Fatalf("after an error: 1+1 = %q", got)
-	}
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		lines := h.run(map[string]any{"code": "print('before')\nxyz"})
+		e := onlyError(t, lines)
+		if e.str("name") != "NameError" || e.str("value") != "name 'xyz' is not defined" {
+			t.Fatalf("error line %v", e)
+		}
+		if _, ok := e["traceback"].(string); !ok {
+			t.Fatalf("error line without a traceback string: %v", e)
+		}
+		if stdout(lines) != "before\n" {
+			t.Fatalf("stdout %q", stdout(lines))
+		}
+		// the context keeps working
+		if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
+			t.Fatalf("after an error: 1+1 = %q", got)
+		}
+	})
 }
 
 // envValues must round-trip exactly (the contract's §7.4).
@@ -129,131 +139,139 @@ func envMap() map[string]string {
 }
 
 func TestEnvVarsPython(t *testing.T) {
-	h := startHost(t, func(c *server.Config) { c.GlobalEnv = map[string]string{"KH_TEST_0": "global value"} })
-	env := envMap()
-	code := "import os, json\nprint(json.dumps({k: os.environ.get(k) for k in sorted(os.environ) if k.startswith('KH_TEST_')}))"
-	lines := h.run(map[string]any{"code": code, "env_vars": env})
-	noError(t, lines)
-	var got map[string]string
-	if err := json.Unmarshal([]byte(stdout(lines)), &got); err != nil {
-		t.Fatalf("decode %q: %v", stdout(lines), err)
-	}
-	for k, v := range env {
-		if got[k] != v {
-			t.Errorf("%s = %q, want %q", k, got[k], v)
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start(func(c *server.Config) { c.GlobalEnv = map[string]string{"KH_TEST_0": "global value"} })
+		env := envMap()
+		code := "import os, json\nprint(json.dumps({k: os.environ.get(k) for k in sorted(os.environ) if k.startswith('KH_TEST_')}))"
+		lines := h.run(map[string]any{"code": code, "env_vars": env})
+		noError(t, lines)
+		var got map[string]string
+		if err := json.Unmarshal([]byte(stdout(lines)), &got); err != nil {
+			t.Fatalf("decode %q: %v", stdout(lines), err)
 		}
-	}
-	// Gone in the next execution; the global value is back.
-	lines = h.run(map[string]any{"code": code})
-	got = nil
-	if err := json.Unmarshal([]byte(stdout(lines)), &got); err != nil {
-		t.Fatalf("decode %q: %v", stdout(lines), err)
-	}
-	if len(got) != 1 || got["KH_TEST_0"] != "global value" {
-		t.Fatalf("after the execution: %q, want only the global KH_TEST_0", got)
-	}
+		for k, v := range env {
+			if got[k] != v {
+				t.Errorf("%s = %q, want %q", k, got[k], v)
+			}
+		}
+		// Gone in the next execution; the global value is back.
+		lines = h.run(map[string]any{"code": code})
+		got = nil
+		if err := json.Unmarshal([]byte(stdout(lines)), &got); err != nil {
+			t.Fatalf("decode %q: %v", stdout(lines), err)
+		}
+		if len(got) != 1 || got["KH_TEST_0"] != "global value" {
+			t.Fatalf("after the execution: %q, want only the global KH_TEST_0", got)
+		}
+	})
 }
 
 func TestEnvVarsBash(t *testing.T) {
-	h := startHost(t)
-	env := envMap()
-	var code strings.Builder
-	for i := range envValues {
-		// base64 keeps every byte, trailing newlines included
-		fmt.Fprintf(&code, "printf '%%s' \"${KH_TEST_%d-UNSET}\" | base64 -w0; echo\n", i)
-	}
-	lines := h.run(map[string]any{"code": code.String(), "language": "bash", "env_vars": env})
-	noError(t, lines)
-	out := strings.Split(strings.TrimSuffix(stdout(lines), "\n"), "\n")
-	if len(out) != len(envValues) {
-		t.Fatalf("bash printed %d lines, want %d: %q", len(out), len(envValues), stdout(lines))
-	}
-	for i, v := range envValues {
-		b, err := base64.StdEncoding.DecodeString(out[i])
-		if err != nil {
-			t.Fatalf("line %d: %v", i, err)
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		env := envMap()
+		var code strings.Builder
+		for i := range envValues {
+			// base64 keeps every byte, trailing newlines included
+			fmt.Fprintf(&code, "printf '%%s' \"${KH_TEST_%d-UNSET}\" | base64 -w0; echo\n", i)
 		}
-		if string(b) != v {
-			t.Errorf("KH_TEST_%d = %q, want %q", i, b, v)
+		lines := h.run(map[string]any{"code": code.String(), "language": "bash", "env_vars": env})
+		noError(t, lines)
+		out := strings.Split(strings.TrimSuffix(stdout(lines), "\n"), "\n")
+		if len(out) != len(envValues) {
+			t.Fatalf("bash printed %d lines, want %d: %q", len(out), len(envValues), stdout(lines))
 		}
-	}
-	lines = h.run(map[string]any{"code": "env | grep -c '^KH_TEST_' || true", "language": "bash"})
-	if got := strings.TrimSpace(stdout(lines)); got != "0" {
-		t.Fatalf("per-request env vars left in bash: %q", got)
-	}
+		for i, v := range envValues {
+			b, err := base64.StdEncoding.DecodeString(out[i])
+			if err != nil {
+				t.Fatalf("line %d: %v", i, err)
+			}
+			if string(b) != v {
+				t.Errorf("KH_TEST_%d = %q, want %q", i, b, v)
+			}
+		}
+		lines = h.run(map[string]any{"code": "env | grep -c '^KH_TEST_' || true", "language": "bash"})
+		if got := strings.TrimSpace(stdout(lines)); got != "0" {
+			t.Fatalf("per-request env vars left in bash: %q", got)
+		}
+	})
 }
 
 func TestCwd(t *testing.T) {
-	h := startHost(t)
-	dir := t.TempDir()
-	c := h.createContext(fmt.Sprintf(`{"language":"python","cwd":%q}`, dir))
-	if c.Cwd != dir || c.Language != "python" {
-		t.Fatalf("created %+v, want cwd %s", c, dir)
-	}
-	if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())", "context_id": c.ID})); got != dir+"\n" {
-		t.Fatalf("cwd %q, want %s", got, dir)
-	}
-	if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())"})); got != h.cwd+"\n" {
-		t.Fatalf("default context cwd %q, want %s", got, h.cwd)
-	}
-	before := h.contexts()
-	status, body := h.do("POST", "/contexts", `{"cwd":"/does/not/exist"}`)
-	if status != http.StatusBadRequest || !strings.Contains(body, "/does/not/exist") {
-		t.Fatalf("bad cwd: %d %q, want 400 naming it", status, body)
-	}
-	if after := h.contexts(); len(after) != len(before) {
-		t.Fatalf("a failed create left a context: %+v", after)
-	}
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		dir := t.TempDir()
+		c := h.createContext(fmt.Sprintf(`{"language":"python","cwd":%q}`, dir))
+		if c.Cwd != dir || c.Language != "python" {
+			t.Fatalf("created %+v, want cwd %s", c, dir)
+		}
+		if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())", "context_id": c.ID})); got != dir+"\n" {
+			t.Fatalf("cwd %q, want %s", got, dir)
+		}
+		if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())"})); got != h.cwd+"\n" {
+			t.Fatalf("default context cwd %q, want %s", got, h.cwd)
+		}
+		before := h.contexts()
+		status, body := h.do("POST", "/contexts", `{"cwd":"/does/not/exist"}`)
+		if status != http.StatusBadRequest || !strings.Contains(body, "/does/not/exist") {
+			t.Fatalf("bad cwd: %d %q, want 400 naming it", status, body)
+		}
+		if after := h.contexts(); len(after) != len(before) {
+			t.Fatalf("a failed create left a context: %+v", after)
+		}
+	})
 }
 
 func TestContextsLifecycle(t *testing.T) {
-	h := startHost(t)
-	defaults := h.contexts()
-	a := h.createContext(`{}`)
-	b := h.createContext(`{"language":"bash"}`)
-	if a.Language != "python" || b.Language != "bash" {
-		t.Fatalf("languages %q %q", a.Language, b.Language)
-	}
-	listed := h.contexts()
-	if len(listed) != len(defaults)+2 || listed[len(listed)-2] != a || listed[len(listed)-1] != b {
-		t.Fatalf("listing %+v, want the defaults then %+v, %+v", listed, a, b)
-	}
-
-	// restart: state gone, listing unchanged
-	noError(t, h.run(map[string]any{"code": "x = 1", "context_id": a.ID}))
-	if status, body := h.do("POST", "/contexts/"+a.ID+"/restart", ""); status != 200 || body != "null" {
-		t.Fatalf("restart: %d %q", status, body)
-	}
-	e := onlyError(t, h.run(map[string]any{"code": "x", "context_id": a.ID}))
-	if e.str("name") != "NameError" || e.str("value") != "name 'x' is not defined" {
-		t.Fatalf("after restart: %v", e)
-	}
-	if after := h.contexts(); fmt.Sprint(after) != fmt.Sprint(listed) {
-		t.Fatalf("restart moved the listing: %+v, was %+v", after, listed)
-	}
-
-	// delete: gone, then 404 everywhere
-	if status, body := h.do("DELETE", "/contexts/"+a.ID, ""); status != 200 || body != "null" {
-		t.Fatalf("delete: %d %q", status, body)
-	}
-	notFound := "Context " + a.ID + " not found"
-	for _, req := range []struct{ method, path, body string }{
-		{"POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, a.ID)},
-		{"POST", "/contexts/" + a.ID + "/restart", ""},
-		{"POST", "/contexts/" + a.ID + "/interrupt", ""},
-		{"DELETE", "/contexts/" + a.ID, ""},
-	} {
-		if status, body := h.do(req.method, req.path, req.body); status != 404 || body != notFound {
-			t.Errorf("%s %s after delete: %d %q, want 404 %q", req.method, req.path, status, body, notFound)
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		defaults := h.contexts()
+		a := h.createContext(`{}`)
+		b := h.createContext(`{"language":"bash"}`)
+		if a.Language != "python" || b.Language != "bash" {
+			t.Fatalf("languages %q %q", a.Language, b.Language)
 		}
-	}
-	if after := h.contexts(); len(after) != len(listed)-1 || after[len(after)-1] != b {
-		t.Fatalf("listing after delete: %+v", after)
-	}
-	// b is unaffected
-	if got := stdout(h.run(map[string]any{"code": "echo ok", "context_id": b.ID})); got != "ok\n" {
-		t.Fatalf("bash context after deleting another: %q", got)
-	}
+		listed := h.contexts()
+		if len(listed) != len(defaults)+2 || listed[len(listed)-2] != a || listed[len(listed)-1] != b {
+			t.Fatalf("listing %+v, want the defaults then %+v, %+v", listed, a, b)
+		}
+
+		// restart: state gone, listing unchanged
+		noError(t, h.run(map[string]any{"code": "x = 1", "context_id": a.ID}))
+		if status, body := h.do("POST", "/contexts/"+a.ID+"/restart", ""); status != 200 || body != "null" {
+			t.Fatalf("restart: %d %q", status, body)
+		}
+		e := onlyError(t, h.run(map[string]any{"code": "x", "context_id": a.ID}))
+		if e.str("name") != "NameError" || e.str("value") != "name 'x' is not defined" {
+			t.Fatalf("after restart: %v", e)
+		}
+		if after := h.contexts(); fmt.Sprint(after) != fmt.Sprint(listed) {
+			t.Fatalf("restart moved the listing: %+v, was %+v", after, listed)
+		}
+
+		// delete: gone, then 404 everywhere
+		if status, body := h.do("DELETE", "/contexts/"+a.ID, ""); status != 200 || body != "null" {
+			t.Fatalf("delete: %d %q", status, body)
+		}
+		notFound := "Context " + a.ID + " not found"
+		for _, req := range []struct{ method, path, body string }{
+			{"POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, a.ID)},
+			{"POST", "/contexts/" + a.ID + "/restart", ""},
+			{"POST", "/contexts/" + a.ID + "/interrupt", ""},
+			{"DELETE", "/contexts/" + a.ID, ""},
+		} {
+			if status, body := h.do(req.method, req.path, req.body); status != 404 || body != notFound {
+				t.Errorf("%s %s after delete: %d %q, want 404 %q", req.method, req.path, status, body, notFound)
+			}
+		}
+		if after := h.contexts(); len(after) != len(listed)-1 || after[len(after)-1] != b {
+			t.Fatalf("listing after delete: %+v", after)
+		}
+		// b is unaffected
+		if got := stdout(h.run(map[string]any{"code": "echo ok", "context_id": b.ID})); got != "ok\n" {
+			t.Fatalf("bash context after deleting another: %q", got)
+		}
+	})
 }
 
 func TestDeleteDefaultContext(t *testing.T) {
@@ -272,43 +290,47 @@ func TestDeleteDefaultContext(t *testing.T) {
 }
 
 func TestInterrupt(t *testing.T) {
-	h := startHost(t)
-	id := h.defaultID("python")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
-	s.until("stdout") // the code is running
-	began := time.Now()
-	if status, body := h.do("POST", "/contexts/"+id+"/interrupt", ""); status != 200 || body != "null" {
-		t.Fatalf("interrupt: %d %q", status, body)
-	}
-	rest := s.rest()
-	if took := time.Since(began); took > time.Second {
-		t.Fatalf("the interrupted execution ended %s after the interrupt, want < 1s", took)
-	}
-	if e := onlyError(t, rest); e.str("name") != "KeyboardInterrupt" {
-		t.Fatalf("error %v, want KeyboardInterrupt", e)
-	}
-	if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
-		t.Fatalf("after the interrupt: %q", got)
-	}
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		id := h.defaultID("python")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
+		s.until("stdout") // the code is running
+		began := time.Now()
+		if status, body := h.do("POST", "/contexts/"+id+"/interrupt", ""); status != 200 || body != "null" {
+			t.Fatalf("interrupt: %d %q", status, body)
+		}
+		rest := s.rest()
+		if took := time.Since(began); took > time.Second {
+			t.Fatalf("the interrupted execution ended %s after the interrupt, want < 1s", took)
+		}
+		if e := onlyError(t, rest); e.str("name") != "KeyboardInterrupt" {
+			t.Fatalf("error %v, want KeyboardInterrupt", e)
+		}
+		if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
+			t.Fatalf("after the interrupt: %q", got)
+		}
+	})
 }
 
 // A client that leaves mid-execution does not hold the context: with the
 // interrupt policy the next execution runs at once.
 func TestDisconnectMidExecution(t *testing.T) {
-	h := startHost(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
-	s.until("stdout")
-	cancel() // drop the connection
-	began := time.Now()
-	if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
-		t.Fatalf("after a disconnect: %q", got)
-	}
-	if took := time.Since(began); took > 3*time.Second {
-		t.Fatalf("the next execution took %s after a disconnect", took)
-	}
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		ctx, cancel := context.WithCancel(context.Background())
+		s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
+		s.until("stdout")
+		cancel() // drop the connection
+		began := time.Now()
+		if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
+			t.Fatalf("after a disconnect: %q", got)
+		}
+		if took := time.Since(began); took > 3*time.Second {
+			t.Fatalf("the next execution took %s after a disconnect", took)
+		}
+	})
 }
 
 func TestKeepalive(t *testing.T) {
@@ -337,36 +359,40 @@ func TestNonASCIIOutput(t *testing.T) {
 }
 
 func TestShutdownEndsStreams(t *testing.T) {
-	h := startHost(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
-	s.until("stdout")
-	done := make(chan error, 1)
-	go func() { done <- h.Shutdown(ctx) }()
-	rest := s.rest()
-	onlyError(t, rest)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("shutdown: %v", err)
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
+		s.until("stdout")
+		done := make(chan error, 1)
+		go func() { done <- h.Shutdown(ctx) }()
+		rest := s.rest()
+		onlyError(t, rest)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("shutdown did not return")
 		}
-	case <-ctx.Done():
-		t.Fatal("shutdown did not return")
-	}
-	if _, err := h.client.Get(h.URL() + "/health"); err == nil {
-		t.Fatal("the host still accepts connections after shutdown")
-	}
+		if _, err := h.client.Get(h.URL() + "/health"); err == nil {
+			t.Fatal("the host still accepts connections after shutdown")
+		}
+	})
 }
 
 func TestJavaScript(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("node is not installed")
 	}
-	h := startHost(t)
-	lines := h.run(map[string]any{"code": "console.log('hi from node')", "language": "js"})
-	noError(t, lines)
-	if got := stdout(lines); got != "hi from node\n" {
-		t.Fatalf("stdout %q", got)
-	}
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start()
+		lines := h.run(map[string]any{"code": "console.log('hi from node')", "language": "js"})
+		noError(t, lines)
+		if got := stdout(lines); got != "hi from node\n" {
+			t.Fatalf("stdout %q", got)
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -30,8 +31,31 @@ type Config struct {
 	Keepalive        time.Duration // silence on a stream before a keepalive line
 	Interpreters     Interpreters
 	Logger           *slog.Logger
-	// Transport, if set, is used instead of the one newTransport builds.
+
+	// TransportName picks the transport plugin: the executable
+	// PluginDir/kernelhost-transport-<TransportName>. Default "subprocess".
+	TransportName string
+	// PluginDir holds the transport plugins. Default: DefaultPluginDir().
+	PluginDir string
+	// Jupyter is passed to the jupyter transport plugin.
+	Jupyter Jupyter
+	// Policies lists the env-var policy modules (docs/policy-abi.md): .wasm
+	// paths separated by commas, or "@FILE" for a file listing them that is
+	// read again at every ReloadPolicies. Empty: no policy.
+	Policies string
+	// LookupEnv finds a policy module's KERNELHOST_POLICY_CONFIG_<NAME>.
+	// Default: no such variables (each module's .config file, if any).
+	LookupEnv func(string) (string, bool)
+
+	// Transport, if set, is used instead of launching a plugin (tests run
+	// transports in-process this way). The caller owns it.
 	Transport core.Transport
+}
+
+// Jupyter are the settings of the jupyter transport plugin; empty values
+// leave the plugin's own defaults.
+type Jupyter struct {
+	URL, Token string
 }
 
 // Interpreters are the interpreter executables the subprocess transport runs.
@@ -45,7 +69,18 @@ const (
 	DefaultCwd          = "/home/user"
 	DefaultMaxBodyBytes = 16 << 20
 	DefaultKeepalive    = 5 * time.Second
+	DefaultTransport    = "subprocess"
 )
+
+// DefaultPluginDir is "plugins" next to the running executable: bin/plugins
+// for bin/kernelhost as make builds them.
+func DefaultPluginDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "plugins"
+	}
+	return filepath.Join(filepath.Dir(exe), "plugins")
+}
 
 // Load reads the configuration from command-line flags and KERNELHOST_*
 // environment variables; a flag given on the command line wins over its
@@ -71,6 +106,11 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&c.Interpreters.Python, "python", "python3", "Python interpreter")
 	fs.StringVar(&c.Interpreters.Node, "node", "node", "Node.js interpreter (javascript contexts)")
 	fs.StringVar(&c.Interpreters.Bash, "bash", "bash", "bash interpreter")
+	fs.StringVar(&c.TransportName, "transport", DefaultTransport, "transport plugin: subprocess (local interpreters), jupyter, or NAME for PLUGIN_DIR/kernelhost-transport-NAME")
+	fs.StringVar(&c.PluginDir, "plugin-dir", DefaultPluginDir(), "directory of the transport plugins (make plugins builds them into bin/plugins)")
+	fs.StringVar(&c.Jupyter.URL, "jupyter-url", "", "jupyter transport: the Jupyter Server's base URL (plugin default http://127.0.0.1:8888/)")
+	fs.StringVar(&c.Jupyter.Token, "jupyter-token", "", "jupyter transport: the server's token (prefer the environment variable: flags show in ps)")
+	fs.StringVar(&c.Policies, "policies", "", "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -97,10 +137,30 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	if c.MaxBodyBytes <= 0 {
 		return Config{}, fmt.Errorf("max-body-bytes must be positive, got %d", c.MaxBodyBytes)
 	}
+	if err := checkTransportName(c.TransportName); err != nil {
+		return Config{}, err
+	}
+	// An empty variable counts as unset for policy configs too, like every
+	// other setting here.
+	c.LookupEnv = func(k string) (string, bool) { v := getenv(k); return v, v != "" }
 	if c.Logger, err = newLogger(stderr, logFormat, logLevel); err != nil {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// checkTransportName accepts plugin names only, not paths: the plugin is
+// always looked up in the plugin directory.
+func checkTransportName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%s is empty: want subprocess, jupyter or a plugin name", EnvVar("transport"))
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') || name == "." || name == ".." {
+			return fmt.Errorf("transport %q: want a plugin name (letters, digits, - _ .), not a path; put the plugin in %s", name, EnvVar("plugin-dir"))
+		}
+	}
+	return nil
 }
 
 // applyEnv sets every flag that was not given on the command line from its

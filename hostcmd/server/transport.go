@@ -1,17 +1,66 @@
 package server
 
 import (
-	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/kernelhost/kernelhost/plugins/transportplugin"
 )
 
-// NewTransport builds the default transport from the configuration: local
-// interpreter processes. It is the one place that picks a transport; the
-// plugin boundary replaces it later.
-func NewTransport(cfg Config) (core.Transport, error) {
-	return subprocess.New(subprocess.Options{
-		Python: cfg.Interpreters.Python,
-		Bash:   cfg.Interpreters.Bash,
-		Node:   cfg.Interpreters.Node,
-	}), nil
+// PluginPrefix starts the file name of every transport plugin.
+const PluginPrefix = "kernelhost-transport-"
+
+// PluginPath is the executable of the transport plugin called name in dir.
+func PluginPath(dir, name string) string {
+	return filepath.Join(dir, PluginPrefix+name)
+}
+
+// LaunchTransport starts the configured transport plugin and returns it under
+// supervision: the host's one way to get a transport outside tests. The
+// caller closes it after the engine.
+func LaunchTransport(ctx context.Context, cfg Config) (*transportplugin.Supervised, error) {
+	cfg = withDefaults(cfg)
+	if err := checkTransportName(cfg.TransportName); err != nil {
+		return nil, err
+	}
+	path := PluginPath(cfg.PluginDir, cfg.TransportName)
+	// Checked here rather than left to exec so the error says what to do.
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("transport %q: plugin %s not found: run `make plugins` (it builds bin/plugins/), or set %s to the directory that has it",
+			cfg.TransportName, path, EnvVar("plugin-dir"))
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("transport %q: plugin %s is not an executable file", cfg.TransportName, path)
+	}
+	s, err := transportplugin.Launch(ctx, transportplugin.Config{
+		Path:   path,
+		Env:    pluginEnv(cfg),
+		Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("transport %q: %w", cfg.TransportName, err)
+	}
+	return s, nil
+}
+
+// pluginEnv passes the settings a plugin reads from its environment. The
+// plugin also inherits the host's environment; these entries come after it,
+// so a setting given as a flag wins there too. Empty settings are left out so
+// the plugin's own defaults apply.
+func pluginEnv(cfg Config) []string {
+	var env []string
+	add := func(flagName, v string) {
+		if v != "" {
+			env = append(env, EnvVar(flagName)+"="+v)
+		}
+	}
+	add("python", cfg.Interpreters.Python)
+	add("node", cfg.Interpreters.Node)
+	add("bash", cfg.Interpreters.Bash)
+	add("jupyter-url", cfg.Jupyter.URL)
+	add("jupyter-token", cfg.Jupyter.Token)
+	return env
 }

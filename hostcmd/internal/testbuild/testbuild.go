@@ -1,0 +1,80 @@
+// Package testbuild builds the real binaries the host's end-to-end tests run:
+// the kernelhost command, the transport plugins and the policy modules. Tests
+// call it from TestMain into a temporary directory, so every run tests the
+// code as it is, not a stale bin/.
+package testbuild
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Module is the module path; packages are built by import path so the tests'
+// working directory does not matter.
+const Module = "github.com/kernelhost/kernelhost"
+
+// Root is the repository's root directory (for the .wat sources).
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// Plugins builds every transport plugin (plugins/cmd and the examples) into
+// dir, as `make plugins` does into bin/plugins.
+func Plugins(dir string) error {
+	return goBuild(nil, "-o", dir+string(filepath.Separator), Module+"/plugins/cmd/...", Module+"/plugins/examples/cmd/...")
+}
+
+// Kernelhost builds the kernelhost command to out.
+func Kernelhost(out string) error {
+	return goBuild(nil, "-o", out, Module+"/hostcmd")
+}
+
+// Denylist builds the example Go policy module to out, as `make policies`.
+func Denylist(out string) error {
+	return goBuild([]string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-trimpath", "-o", out, Module+"/plugins/policy/examples/denylist")
+}
+
+// ErrNoWat2wasm: wabt is not installed.
+var ErrNoWat2wasm = errors.New("wat2wasm is not installed (apt-get install wabt; `make test` installs it)")
+
+// Wat compiles src (relative to the repository root) to out with wat2wasm.
+func Wat(src, out string) error {
+	bin, err := exec.LookPath("wat2wasm")
+	if err != nil {
+		return ErrNoWat2wasm
+	}
+	if b, err := exec.Command(bin, filepath.Join(Root(), src), "-o", out).CombinedOutput(); err != nil {
+		return fmt.Errorf("wat2wasm %s: %v\n%s", src, err, b)
+	}
+	return nil
+}
+
+// Missing skips the test for a missing optional tool, or fails it under CI,
+// where `make test` has installed everything and a skip would hide a broken
+// setup.
+func Missing(tb testing.TB, err error) {
+	tb.Helper()
+	if os.Getenv("CI") != "" {
+		tb.Fatal(err)
+	}
+	tb.Skip(err)
+}
+
+func goBuild(env []string, args ...string) error {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		gocmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(gocmd, append([]string{"build"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %v: %v\n%s", args, err, b)
+	}
+	return nil
+}

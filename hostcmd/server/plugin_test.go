@@ -1,0 +1,172 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+)
+
+// alive reports whether pid is a live process (a zombie counts as gone).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// waitGone waits until pid has exited, failing the test after timeout.
+func waitGone(t *testing.T, pid int, what string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) still running %s later", what, pid, timeout)
+		}
+		time.Sleep(10 * time.Millisecond) // polling /proc: there is nothing to wait on for a grandchild
+	}
+}
+
+// interpreterPID asks the default python context for its process id.
+func interpreterPID(t *testing.T, h *testHost) int {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(stdout(h.run(map[string]any{"code": "import os; print(os.getpid())"}))))
+	if err != nil {
+		t.Fatalf("interpreter pid: %v", err)
+	}
+	return pid
+}
+
+// Shutdown stops the plugin process and the interpreters it ran: nothing is
+// left behind.
+func TestPluginStoppedOnShutdown(t *testing.T) {
+	h := startHost(t, viaPlugin)
+	plugin := h.PluginPID()
+	if plugin == 0 || plugin == os.Getpid() || !alive(plugin) {
+		t.Fatalf("plugin pid %d: want a live process of its own", plugin)
+	}
+	py := interpreterPID(t, h)
+	if py == plugin || py == os.Getpid() {
+		t.Fatalf("interpreter pid %d is not a process of its own", py)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	// Supervised.Close returns once the plugin is reaped: gone at once.
+	if alive(plugin) {
+		t.Fatalf("the plugin (pid %d) is still running after Shutdown returned", plugin)
+	}
+	waitGone(t, py, "the python interpreter", 5*time.Second)
+}
+
+// kill -9 of the plugin while code runs: the stream ends with an error line
+// that says what happened, the host keeps serving, and the next execution on
+// the same context runs on a restarted plugin.
+func TestPluginKilledMidExecution(t *testing.T) {
+	h := startHost(t, viaPlugin)
+	id := h.defaultID("python")
+	noError(t, h.run(map[string]any{"code": "x = 1"}))
+	plugin := h.PluginPID()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", "context_id": id})
+	s.until("stdout")
+	if err := syscall.Kill(plugin, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	rest := s.rest()
+	if took := time.Since(began); took > 10*time.Second {
+		t.Fatalf("the stream ended %s after the plugin died", took)
+	}
+	e := onlyError(t, rest)
+	if !strings.Contains(e.str("value"), "died") {
+		t.Fatalf("error line %v, want one saying the kernel died", e)
+	}
+
+	if status, body := h.do("GET", "/health", ""); status != 200 {
+		t.Fatalf("health after the plugin died: %d %s", status, body)
+	}
+	lines := h.run(map[string]any{"code": "1+1", "context_id": id})
+	noError(t, lines)
+	if got := mainResult(t, lines); got != "2" {
+		t.Fatalf("next execution on the context: %q, want 2", got)
+	}
+	if now := h.PluginPID(); now == plugin || now == 0 {
+		t.Fatalf("plugin pid %d after the restart, was %d", now, plugin)
+	}
+	// Other languages' contexts come back too.
+	if got := stdout(h.run(map[string]any{"code": "echo ok", "language": "bash"})); got != "ok\n" {
+		t.Fatalf("bash after the restart: %q", got)
+	}
+}
+
+// A missing plugin is a start-up error that names the path and what to run.
+func TestMissingPlugin(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := server.Start(ctx, server.Config{
+		Addr: "127.0.0.1:0", DefaultCwd: dir, PluginDir: dir, TransportName: "nosuch",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	want := filepath.Join(dir, "kernelhost-transport-nosuch")
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "make plugins") {
+		t.Fatalf("error %v, want one naming %s and `make plugins`", err, want)
+	}
+}
+
+// A plugin that fails at start-up (the jupyter plugin with no server) is a
+// start-up error with the plugin's reason, and leaves no process behind.
+func TestPluginFailsToStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := server.Start(ctx, server.Config{
+		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), PluginDir: pluginDir, TransportName: "jupyter",
+		Jupyter: server.Jupyter{URL: "http://127.0.0.1:1/"},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err == nil || !strings.Contains(err.Error(), "jupyter") {
+		t.Fatalf("error %v, want a start-up error about the jupyter plugin", err)
+	}
+	t.Logf("start-up error: %v", err)
+}
+
+// The jupyter transport through its plugin, against a real Jupyter Server.
+func TestJupyterPlugin(t *testing.T) {
+	srv := jupytertest.Start(t)
+	h := startHost(t, viaPlugin, func(c *server.Config) {
+		c.TransportName = "jupyter"
+		c.Jupyter = server.Jupyter{URL: srv.URL, Token: srv.Token}
+	})
+	noError(t, h.run(map[string]any{"code": "x = 41"}))
+	lines := h.run(map[string]any{"code": "print('hi', flush=True)\nx + 1", "env_vars": map[string]string{"KH_J": "v"}})
+	noError(t, lines)
+	if got := mainResult(t, lines); got != "42" {
+		t.Fatalf("x + 1 = %q", got)
+	}
+	if got := stdout(lines); got != "hi\n" {
+		t.Fatalf("stdout %q", got)
+	}
+	if got := stdout(h.run(map[string]any{"code": "import os; print(os.environ.get('KH_J'))"})); got != "None\n" {
+		t.Fatalf("per-request env var left in the kernel: %q", got)
+	}
+}
