@@ -1,0 +1,211 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+)
+
+// copyModule copies a built module into dir under name, so a test can put a
+// .config file next to it.
+func copyModule(t *testing.T, src, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, name)
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// execStatus sends an execution and returns the status and the whole body.
+func (h *testHost) execStatus(req map[string]any) (int, string) {
+	h.t.Helper()
+	b, _ := json.Marshal(req)
+	return h.do("POST", "/execute", string(b))
+}
+
+// envOf runs code printing the env var key (or <unset>) and returns it.
+func envOf(t *testing.T, h *testHost, key string, env map[string]string) string {
+	t.Helper()
+	lines := h.run(map[string]any{"code": fmt.Sprintf("import os; print(os.environ.get(%q, '<unset>'))", key), "env_vars": env})
+	noError(t, lines)
+	return strings.TrimSuffix(stdout(lines), "\n")
+}
+
+// The example denylist policy over HTTP: a refused key is a 403 naming it and
+// the code never runs; an injected default is what the code sees.
+func TestPolicyDenylist(t *testing.T) {
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		dir := t.TempDir()
+		mod := copyModule(t, denylist, dir, "denylist.wasm")
+		writeFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
+		h := start(func(c *server.Config) { c.Policies = mod })
+
+		marker := filepath.Join(t.TempDir(), "ran")
+		status, body := h.execStatus(map[string]any{
+			"code":     fmt.Sprintf("open(%q, 'w').close()", marker),
+			"env_vars": map[string]string{"LD_PRELOAD": "/tmp/evil.so", "APP_OK": "1"},
+		})
+		if status != http.StatusForbidden || !strings.Contains(body, "LD_PRELOAD") || !strings.Contains(body, "denylist") {
+			t.Fatalf("LD_PRELOAD: %d %q, want 403 naming the key and the policy", status, body)
+		}
+		if strings.Contains(body, "/tmp/evil.so") {
+			t.Fatalf("the 403 echoes the refused value: %q", body)
+		}
+		if _, err := os.Stat(marker); !os.IsNotExist(err) {
+			t.Fatalf("the refused execution ran (marker: %v)", err)
+		}
+		if got := envOf(t, h, "LD_PRELOAD", nil); got != "<unset>" {
+			t.Fatalf("the interpreter sees LD_PRELOAD=%q", got)
+		}
+
+		// injected when the request does not set it, the request's own otherwise
+		if got := envOf(t, h, "TZ", map[string]string{"APP_X": "1"}); got != "UTC" {
+			t.Fatalf("TZ = %q, want the injected UTC", got)
+		}
+		if got := envOf(t, h, "TZ", map[string]string{"TZ": "Europe/Paris"}); got != "Europe/Paris" {
+			t.Fatalf("TZ = %q, want the request's Europe/Paris", got)
+		}
+		// the policy runs on every execution, env vars or not
+		if got := envOf(t, h, "TZ", nil); got != "UTC" {
+			t.Fatalf("TZ without env vars = %q, want UTC", got)
+		}
+	})
+}
+
+// A hostile module (it spins when it sees env vars): those executions get a
+// 403 naming the module, within its deadline; the others keep working.
+func TestPolicyHostileModule(t *testing.T) {
+	if loopWasm == "" {
+		missingTool(t, watMissing)
+	}
+	h := startHost(t, viaPlugin, func(c *server.Config) { c.Policies = denylist + "," + loopWasm })
+	for i := range 2 {
+		began := time.Now()
+		status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"A": "1"}})
+		if status != http.StatusForbidden || !strings.Contains(body, "policy loop") || !strings.Contains(body, "deadline") {
+			t.Fatalf("call %d: %d %q, want 403 naming the loop module and its deadline", i, status, body)
+		}
+		if took := time.Since(began); took > 5*time.Second {
+			t.Fatalf("call %d took %s; the module's deadline is 1s", i, took)
+		}
+		if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
+			t.Fatalf("an execution without env vars after the hostile call: %q", got)
+		}
+	}
+}
+
+// A module that does not load is a start-up error naming the file.
+func TestPolicyBrokenAtStart(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "broken.wasm")
+	writeFile(t, bad, "not wasm")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := server.Start(ctx, server.Config{
+		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: denylist + "," + bad,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("error %v, want one naming %s", err, bad)
+	}
+	for _, missing := range []string{"@" + filepath.Join(t.TempDir(), "nolist"), filepath.Join(t.TempDir(), "nofile.wasm")} {
+		_, err = server.Start(ctx, server.Config{
+			Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: missing,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if name := strings.TrimPrefix(missing, "@"); err == nil || !strings.Contains(err.Error(), name) {
+			t.Fatalf("error %v, want one naming %s", err, name)
+		}
+	}
+}
+
+// ReloadPolicies (SIGHUP in the binary) picks up a changed config and a
+// changed module list; a failed reload keeps the policies in use.
+func TestPolicyReload(t *testing.T) {
+	dir := t.TempDir()
+	mod := copyModule(t, denylist, dir, "denylist.wasm")
+	list := filepath.Join(dir, "policies.list")
+	writeFile(t, list, "# nothing yet\n")
+	h := startHost(t, viaPlugin, func(c *server.Config) { c.Policies = "@" + list })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	reload := func(want ...string) {
+		t.Helper()
+		mods, err := h.ReloadPolicies(ctx)
+		if err != nil || strings.Join(mods, ",") != strings.Join(want, ",") {
+			t.Fatalf("reload: %v %v, want modules %v", mods, err, want)
+		}
+	}
+	preload := map[string]any{"code": "1", "env_vars": map[string]string{"LD_PRELOAD": "x"}}
+	if status, body := h.execStatus(preload); status != 200 {
+		t.Fatalf("with an empty list: %d %q", status, body)
+	}
+
+	writeFile(t, list, "denylist.wasm # relative to the list file\n")
+	reload("denylist")
+	if status, body := h.execStatus(preload); status != http.StatusForbidden {
+		t.Fatalf("after adding denylist: %d %q, want 403", status, body)
+	}
+
+	// a changed config, same list: reloaded in place
+	writeFile(t, filepath.Join(dir, "denylist.config"), `{"deny":["SECRET"],"deny_prefixes":[]}`)
+	reload("denylist")
+	if status, body := h.execStatus(preload); status != 200 {
+		t.Fatalf("after the config allowed LD_PRELOAD: %d %q", status, body)
+	}
+	if status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden || !strings.Contains(body, "SECRET") {
+		t.Fatalf("SECRET after the config change: %d %q, want 403", status, body)
+	}
+
+	// a broken config or module: the error names it, the old set serves on
+	writeFile(t, filepath.Join(dir, "denylist.config"), `{"deny":`)
+	if status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden {
+		t.Fatalf("before reloading a bad config: %d %q", status, body)
+	}
+	bad := filepath.Join(dir, "broken.wasm")
+	writeFile(t, bad, "not wasm")
+	writeFile(t, list, mod+"\n"+bad+"\n")
+	if _, err := h.ReloadPolicies(ctx); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("reload with a broken module: %v, want an error naming %s", err, bad)
+	}
+	if status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden || !strings.Contains(body, "SECRET") {
+		t.Fatalf("after a failed reload: %d %q, want the old set's 403", status, body)
+	}
+	if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
+		t.Fatalf("after a failed reload: %q", got)
+	}
+	writeFile(t, list, "")
+	reload()
+	if status, body := h.execStatus(preload); status != 200 {
+		t.Fatalf("after emptying the list: %d %q", status, body)
+	}
+}
+
+func missingTool(t *testing.T, err error) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal(err)
+	}
+	t.Skip(err)
+}
