@@ -24,19 +24,24 @@
 //     message of the running request (writes that come faster than the host
 //     reads may arrive merged, as Jupyter kernels merge them too).
 //
-// Ordering across the pipes needs no sentinel: one goroutine polls all three
-// read ends and, every time it reads fd 4, drains fd 1 and 2 before handing on
-// the fd-4 messages. Anything the driver's process tree wrote to fd 1/2 before
-// it wrote execute_reply is then already in those pipes, so it is delivered
-// before the reply and idle. Output read before its request's busy is held
-// until busy and execute_input are out. Between fd-4 outputs (display_data,
-// execute_result) and stream output the order is that of the pump's reads,
-// exact except when both are written within the same few microseconds.
+// Ordering across the pipes needs no sentinel. The pump reads fd 4 and,
+// every time it has read it, drains fd 1 and 2 before handing on the fd-4
+// messages; meanwhile one reader per fd 1/2 forwards output as it comes. A
+// lock spans each fd-1/2 read and the emission of what it read, and the
+// pump's drain and hand-on, so anything the driver's process tree wrote to
+// fd 1/2 before it wrote execute_reply is delivered before the reply and
+// idle. Output read before its request's busy is held until busy and
+// execute_input are out. Between fd-4 outputs (display_data,
+// execute_result) and stream output the order is that of the reads, exact
+// except when both are written within the same few microseconds. All three
+// read ends go through Go's netpoller, so waiting for the interpreter parks
+// goroutines, not OS threads.
 //
 // A single round trip without core: start `python3 -c "$(cat drivers/driver.py)"
 // 3<requests 4>messages`, write the JSON request line to fd 3 and read fd 4
-// up to the status idle line. BenchmarkDriverRoundTrip in this package does
-// exactly that over pipes, next to BenchmarkRoundTrip through the Kernel.
+// up to the status idle line. BenchmarkRoundTrip in this package does
+// exactly that over pipes, alternating with the same request through the
+// Kernel, and reports both medians.
 //
 // # Signals and process groups
 //

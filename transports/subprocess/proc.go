@@ -32,33 +32,60 @@ const (
 	stderrKeep = 4 << 10
 )
 
-// proc is one interpreter process and the two goroutines that own it: the
-// waiter (cmd.Wait) and the pump (reads fd 1, 2 and 4, emits messages).
+// proc is one interpreter process and the goroutines that own it: the
+// waiter (cmd.Wait), the pump (reads fd 4) and one stream reader each for
+// fd 1 and 2.
+//
+// All three read ends are non-blocking pipes registered with Go's netpoller
+// (os.NewFile of a non-blocking fd), so a reader waiting for the interpreter
+// parks its goroutine instead of holding an OS thread in a poll syscall. That
+// matters for latency: when the pump wakes and hands a message to the
+// engine's goroutine, that goroutine runs on the same thread as soon as the
+// pump parks again, instead of waiting for another thread to be woken to
+// steal it (measured: see docs/benchmarks.md, "Subprocess transport").
 type proc struct {
 	k    *Kernel
 	cmd  *exec.Cmd
 	pid  int
 	reqW *os.File // fd 3 in the child
 
-	msgR, outR, errR int // raw non-blocking read ends of fd 4, 1, 2
-	wakeR, wakeW     int // wakes the pump: the kernel stops it, or the process exited
+	msgF  *os.File // read end of fd 4
+	msgFD int      // its descriptor, for the non-blocking reads after exit
+	// streams are fd 1 (stdout) and 2 (stderr). Their fields other than f
+	// and fd are guarded by mu.
+	streams [2]stream
 
 	stop     chan struct{} // closed when the kernel kills this process on purpose
 	stopOnce sync.Once
+	exited   atomic.Bool   // cmd.Wait returned; set before msgF's deadline wakes the pump
 	waitDone chan struct{} // closed after cmd.Wait returned
-	pumpDone chan struct{} // closed when the pump returned
-	ready    chan error    // the start's outcome, one value
-	isReady  atomic.Bool   // the driver said kh_ready
-	gone     atomic.Bool   // the driver is gone (exited or killed)
+	pumpDone chan struct{} // closed when the pump and the stream readers returned
+	readers  sync.WaitGroup
+	ready    chan error  // the start's outcome, one value
+	isReady  atomic.Bool // the driver said kh_ready
+	gone     atomic.Bool // the driver is gone (exited or killed)
 
-	startErr bytes.Buffer // stderr before ready, quoted when the start fails
+	// mu serialises each read of fd 1/2 together with the emission of what
+	// it read, against the pump's handling of what it read from fd 4. The
+	// pump drains fd 1/2 under mu after each read of fd 4: output a stream
+	// reader took before that is already emitted (it held mu from its read
+	// to its emit), and the rest is still in the pipe for the drain. So no
+	// output the driver wrote before its reply is emitted after it.
+	mu       sync.Mutex
+	closing  bool           // the pump did its final drain: the stream readers stop
+	startErr bytes.Buffer   // stderr before ready, quoted when the start fails
+	opened   string         // the request whose busy was delivered
+	held     []core.Message // fd-1/2 output of a request that has not opened yet
+	drainBuf []byte         // the pump's buffer for drains
+}
 
-	// Owned by the pump. opened is the request whose busy was delivered;
-	// fd-1/2 output of a request that has not opened yet (it was drained
-	// between the pump's read of fd 4 and the driver's busy) is held until
-	// busy and execute_input are out.
-	opened string
-	held   []core.Message
+// stream is the read end of fd 1 or 2.
+type stream struct {
+	name    string
+	f       *os.File
+	fd      int
+	partial []byte // an incomplete UTF-8 sequence left over from the last read
+	eof     bool
 }
 
 // pipe returns a close-on-exec pipe whose read end is non-blocking.
@@ -75,21 +102,35 @@ func pipe() (r, w int, err error) {
 	return fds[0], fds[1], nil
 }
 
+// pollable wraps the non-blocking read end fd in an *os.File, which
+// registers it with the netpoller. Deadlines are how the pump and the
+// readers are stopped, so a file that cannot have one is an error.
+func pollable(fd int, name string) (*os.File, error) {
+	f := os.NewFile(uintptr(fd), name)
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pipe %s is not pollable: %w", name, err)
+	}
+	return f, nil
+}
+
 func (k *Kernel) startProc(ctx context.Context) (_ *proc, err error) {
 	p := &proc{
-		k: k, msgR: -1, outR: -1, errR: -1, wakeR: -1, wakeW: -1,
+		k:        k,
 		stop:     make(chan struct{}),
 		waitDone: make(chan struct{}),
 		pumpDone: make(chan struct{}),
 		ready:    make(chan error, 1),
+		drainBuf: make([]byte, 64<<10),
 	}
+	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
 	var childEnds []*os.File // closed in the parent once the child has them
 	defer func() {
 		for _, f := range childEnds {
 			f.Close()
 		}
 		if err != nil && p.cmd == nil {
-			p.closeFDs()
+			p.closeFiles()
 		}
 	}()
 	reqR, reqW, err := os.Pipe()
@@ -98,15 +139,20 @@ func (k *Kernel) startProc(ctx context.Context) (_ *proc, err error) {
 	}
 	p.reqW = reqW
 	childEnds = append(childEnds, reqR)
-	var msgW, outW, errW int
-	for _, pr := range []struct{ r, w *int }{{&p.msgR, &msgW}, {&p.outR, &outW}, {&p.errR, &errW}} {
-		if *pr.r, *pr.w, err = pipe(); err != nil {
+	for _, e := range []struct {
+		f    **os.File
+		fd   *int
+		name string
+	}{{&p.msgF, &p.msgFD, "fd4"}, {&p.streams[0].f, &p.streams[0].fd, "stdout"}, {&p.streams[1].f, &p.streams[1].fd, "stderr"}} {
+		r, w, err := pipe()
+		if err != nil {
 			return nil, fmt.Errorf("start %s kernel: %w", k.langName, err)
 		}
-		childEnds = append(childEnds, os.NewFile(uintptr(*pr.w), "child"))
-	}
-	if p.wakeR, p.wakeW, err = pipe(); err != nil {
-		return nil, fmt.Errorf("start %s kernel: %w", k.langName, err)
+		childEnds = append(childEnds, os.NewFile(uintptr(w), "child-"+e.name))
+		if *e.f, err = pollable(r, e.name); err != nil {
+			return nil, fmt.Errorf("start %s kernel: %w", k.langName, err)
+		}
+		*e.fd = r
 	}
 
 	cmd := exec.Command(k.lang.path, k.lang.args...)
@@ -123,6 +169,9 @@ func (k *Kernel) startProc(ctx context.Context) (_ *proc, err error) {
 	p.pid = cmd.Process.Pid
 
 	go p.wait()
+	p.readers.Add(2)
+	go p.readStream(&p.streams[0])
+	go p.readStream(&p.streams[1])
 	go p.pump()
 
 	select {
@@ -137,11 +186,15 @@ func (k *Kernel) startProc(ctx context.Context) (_ *proc, err error) {
 	return p, nil
 }
 
+// aLongTimeAgo is a deadline in the past: setting it wakes a parked reader.
+var aLongTimeAgo = time.Unix(1, 0)
+
 func (p *proc) wait() {
 	_ = p.cmd.Wait()
-	// Tell the pump: a driver whose fd 4 is still held open elsewhere has
-	// exited all the same.
-	_, _ = unix.Write(p.wakeW, []byte{1})
+	// Wake the pump: a driver whose fd 4 is still held open elsewhere (a
+	// child of bash) has exited all the same.
+	p.exited.Store(true)
+	_ = p.msgF.SetReadDeadline(aLongTimeAgo)
 	close(p.waitDone)
 }
 
@@ -154,34 +207,22 @@ func (p *proc) kill() {
 		close(p.stop)
 		p.gone.Store(true)
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		_, _ = unix.Write(p.wakeW, []byte{1})
+		_ = p.msgF.SetReadDeadline(aLongTimeAgo)
 	})
 	select {
 	case <-p.waitDone:
 	case <-time.After(killWait):
 	}
 	<-p.pumpDone
-	p.closeFDs()
+	p.closeFiles()
 }
 
-func (p *proc) closeFDs() {
-	if p.reqW != nil {
-		p.reqW.Close()
-	}
-	// The pump closes the read ends it owns; wakeW is written by wait and
-	// kill, both done by now.
-	for _, fd := range []*int{&p.wakeW} {
-		if *fd >= 0 {
-			unix.Close(*fd)
-			*fd = -1
-		}
-	}
-	if p.cmd == nil { // the pump never ran
-		for _, fd := range []*int{&p.msgR, &p.outR, &p.errR, &p.wakeR} {
-			if *fd >= 0 {
-				unix.Close(*fd)
-				*fd = -1
-			}
+// closeFiles closes the parent's ends; the pump and the readers are done
+// with them (or never ran).
+func (p *proc) closeFiles() {
+	for _, f := range []*os.File{p.reqW, p.msgF, p.streams[0].f, p.streams[1].f} {
+		if f != nil {
+			f.Close()
 		}
 	}
 }
@@ -196,137 +237,193 @@ func (p *proc) emit(m core.Message) bool {
 	}
 }
 
-// pump is the only reader of fd 4, 1 and 2. See the package doc for why it
-// drains fd 1 and 2 right after each read of fd 4.
+// readStream forwards fd 1 or 2 as it comes, also while fd 4 is quiet (a
+// long-running cell that prints). It waits through the netpoller: RawRead
+// calls the function when the pipe may be readable and, when it returns
+// false, parks until the pipe is readable again.
+func (p *proc) readStream(s *stream) {
+	defer p.readers.Done()
+	rc, err := s.f.SyscallConn()
+	if err != nil {
+		return // only when the file is closed already
+	}
+	buf := make([]byte, 64<<10)
+	// RawRead returns when the function says done, or with an error when the
+	// pump ends the readers with a past deadline.
+	_ = rc.Read(func(uintptr) bool {
+		for {
+			// mu is taken per read, not per readiness, so the pump gets in
+			// between the reads of a fast writer.
+			p.mu.Lock()
+			if p.closing {
+				p.mu.Unlock()
+				return true
+			}
+			_, done, more := p.readOnce(s, buf, false)
+			p.mu.Unlock()
+			if done || !more {
+				return done
+			}
+		}
+	})
+}
+
+// readOnce reads fd 1 or 2 once without blocking and emits what it got (n
+// bytes). more says the pipe may hold more; done says the stream ended or
+// the kernel stopped this process. With closing, incomplete UTF-8 left over
+// is flushed once the pipe is empty. Called with mu held.
+func (p *proc) readOnce(s *stream, buf []byte, closing bool) (n int, done, more bool) {
+	if s.eof {
+		return 0, true, false
+	}
+	n, err := unix.Read(s.fd, buf)
+	switch {
+	case n > 0:
+		return n, !p.stream(s, buf[:n], false), true
+	case err == unix.EINTR:
+		return 0, false, true
+	case err == unix.EAGAIN:
+		if closing && len(s.partial) > 0 {
+			return 0, !p.stream(s, nil, true), false
+		}
+		return 0, false, false
+	}
+	s.eof = true // EOF, or an error that will not go away
+	if len(s.partial) > 0 {
+		p.stream(s, nil, true) // a false here (stopped) ends the stream all the same
+	}
+	return 0, true, false
+}
+
+// drain reads what fd 1 and 2 hold now, up to drainLimit each, so a process
+// that writes without pause cannot starve fd 4. With closing it also flushes
+// incomplete UTF-8 left over. Called with mu held; false when the kernel
+// stopped this process.
+func (p *proc) drain(closing bool) bool {
+	for i := range p.streams {
+		s := &p.streams[i]
+		for total := 0; total < drainLimit; {
+			n, done, more := p.readOnce(s, p.drainBuf, closing)
+			if done {
+				if !s.eof {
+					return false // stopped
+				}
+				break
+			}
+			if !more {
+				break
+			}
+			total += n
+		}
+	}
+	return true
+}
+
+// pump is the only reader of fd 4. See the package doc for why it drains
+// fd 1 and 2 right after each read of fd 4.
 func (p *proc) pump() {
 	defer close(p.pumpDone)
-	fds := []unix.PollFd{
-		{Fd: int32(p.msgR), Events: unix.POLLIN},
-		{Fd: int32(p.outR), Events: unix.POLLIN},
-		{Fd: int32(p.errR), Events: unix.POLLIN},
-		{Fd: int32(p.wakeR), Events: unix.POLLIN},
-	}
 	defer func() {
-		for _, fd := range []int{p.msgR, p.outR, p.errR, p.wakeR} {
-			unix.Close(fd)
+		// End the stream readers: the flag for one that is about to take
+		// mu, the deadline for one parked in the poller.
+		p.mu.Lock()
+		p.closing = true
+		p.mu.Unlock()
+		for i := range p.streams {
+			_ = p.streams[i].f.SetReadDeadline(aLongTimeAgo)
 		}
+		p.readers.Wait()
 	}()
 	var (
-		lines   []byte
-		buf     = make([]byte, 64<<10)
-		partial [2][]byte // an incomplete UTF-8 sequence left over per stream
+		lines []byte // what was read from fd 4 and not parsed yet
+		buf   = make([]byte, 64<<10)
+		msgs  []core.Message
 	)
-	streams := [2]struct {
-		idx  int
-		name string
-	}{{1, "stdout"}, {2, "stderr"}}
-
-	drain := func(closing bool) bool {
-		for i, s := range streams {
-			final := closing
-			fd := int(fds[s.idx].Fd)
-			if fd < 0 {
-				continue
-			}
-			for total := 0; total < drainLimit; {
-				n, err := unix.Read(fd, buf)
-				if n > 0 {
-					total += n
-					if !p.stream(s.name, &partial[i], buf[:n], false) {
-						return false
+	for {
+		n, err := p.msgF.Read(buf)
+		lines = append(lines, buf[:n]...)
+		exited, eof := false, false
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				select {
+				case <-p.stop:
+					return
+				default:
+				}
+				// The process exited (wait set the deadline): everything
+				// it wrote is in the pipes now; take all it left on fd 4.
+				exited = true
+				for {
+					n, err := unix.Read(p.msgFD, buf)
+					if n > 0 {
+						lines = append(lines, buf[:n]...)
+						continue
 					}
-					continue
-				}
-				if err == unix.EINTR {
-					continue
-				}
-				if err == unix.EAGAIN {
+					if err == unix.EINTR {
+						continue
+					}
 					break
 				}
-				fds[s.idx].Fd = -1 // EOF or error: poll ignores negative fds
-				final = true
-				break
-			}
-			if final && len(partial[i]) > 0 && !p.stream(s.name, &partial[i], nil, true) {
-				return false
+			} else {
+				eof = true // io.EOF, or an error that will not go away
 			}
 		}
-		return true
-	}
-
-	for {
-		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
-			p.driverGone(fmt.Errorf("poll: %w", err))
-			return
-		}
-		select {
-		case <-p.stop:
-			return
-		default:
-		}
-		exited := fds[3].Revents != 0
-		if exited {
-			// The process exited: everything it wrote is in the pipes now.
-			var b [8]byte
-			_, _ = unix.Read(p.wakeR, b[:])
-			fds[3].Fd = -1
-		}
-		eof := false
+		// Parse the complete lines and keep the incomplete rest at the
+		// start of lines, so its array is reused.
+		msgs = msgs[:0]
+		off := 0
 		for {
-			n, err := unix.Read(p.msgR, buf)
-			if n > 0 {
-				lines = append(lines, buf[:n]...)
-				if exited {
-					continue // read everything the dead driver left
-				}
-				break
-			}
-			if err == unix.EINTR {
-				continue
-			}
-			if err != unix.EAGAIN {
-				eof = true
-			}
-			break
-		}
-		// Split the complete lines off and parse them.
-		var msgs []core.Message
-		for {
-			nl := bytes.IndexByte(lines, '\n')
+			nl := bytes.IndexByte(lines[off:], '\n')
 			if nl < 0 {
 				break
 			}
-			msgs = p.parse(msgs, lines[:nl])
-			lines = lines[nl+1:]
+			msgs = p.parse(msgs, lines[off:off+nl])
+			off += nl + 1
 		}
-		// A request's opening messages go first: the fd-1/2 output now in
-		// the pipes may have been written after them. Everything else waits
-		// for the drain, so no output written before it comes after it.
-		i := 0
-		for ; i < len(msgs) && opensRequest(msgs[i]); i++ {
-			if !p.deliver(msgs[i]) {
-				return
-			}
-		}
-		for _, m := range p.held {
-			if !p.emit(m) {
-				return
-			}
-		}
-		p.held = nil
-		if !drain(eof || exited) {
+		lines = lines[:copy(lines, lines[off:])]
+		p.mu.Lock()
+		ok := p.handle(msgs, eof || exited)
+		p.mu.Unlock()
+		if !ok {
 			return
-		}
-		for ; i < len(msgs); i++ {
-			if !p.deliver(msgs[i]) {
-				return
-			}
 		}
 		if eof || exited {
 			p.driverGone(nil)
 			return
 		}
 	}
+}
+
+// handle delivers what the pump read from fd 4, draining fd 1 and 2 in
+// between. Called with mu held; false when the kernel stopped this process.
+func (p *proc) handle(msgs []core.Message, final bool) bool {
+	// A request's opening messages go first: the fd-1/2 output now in the
+	// pipes may have been written after them. Everything else waits for the
+	// drain, so no output written before it comes after it.
+	i := 0
+	for ; i < len(msgs) && opensRequest(msgs[i]); i++ {
+		if !p.deliver(msgs[i]) {
+			return false
+		}
+	}
+	for _, m := range p.held {
+		if !p.emit(m) {
+			return false
+		}
+	}
+	p.held = nil
+	if !p.drain(final) {
+		return false
+	}
+	if final {
+		p.closing = true // nothing read from fd 1/2 after this is delivered
+	}
+	for ; i < len(msgs); i++ {
+		if !p.deliver(msgs[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // parse appends the messages of one line from fd 4 to msgs: a line holds
@@ -388,12 +485,16 @@ func (p *proc) deliver(m core.Message) bool {
 
 // stream forwards fd-1/2 bytes as a stream message of the running request,
 // holding back a trailing incomplete UTF-8 sequence until the next read.
-func (p *proc) stream(name string, partial *[]byte, data []byte, final bool) bool {
-	b := append(*partial, data...)
-	*partial = nil
+// Called with mu held; false when the kernel stopped this process.
+func (p *proc) stream(s *stream, data []byte, final bool) bool {
+	b := data
+	if len(s.partial) > 0 {
+		b = append(s.partial, data...)
+		s.partial = nil
+	}
 	if !final {
 		if cut := incompleteTail(b); cut > 0 {
-			*partial = append([]byte(nil), b[len(b)-cut:]...)
+			s.partial = append([]byte(nil), b[len(b)-cut:]...)
 			b = b[:len(b)-cut]
 		}
 	}
@@ -401,7 +502,7 @@ func (p *proc) stream(name string, partial *[]byte, data []byte, final bool) boo
 		return true
 	}
 	if !p.isReady.Load() { // keep early stderr to explain a failed start
-		if name == "stderr" && p.startErr.Len() < stderrKeep {
+		if s.name == "stderr" && p.startErr.Len() < stderrKeep {
 			p.startErr.Write(b)
 		}
 		return true
@@ -410,7 +511,7 @@ func (p *proc) stream(name string, partial *[]byte, data []byte, final bool) boo
 	if parent == "" {
 		return true
 	}
-	m := core.Message{ParentID: parent, Type: core.MsgStream, Name: name, Text: string(b)}
+	m := core.Message{ParentID: parent, Type: core.MsgStream, Name: s.name, Text: string(b)}
 	if parent != p.opened && len(p.held) < 1024 {
 		p.held = append(p.held, m)
 		return true

@@ -1,11 +1,9 @@
 package subprocess
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -225,59 +223,5 @@ func TestExecuteDeadKernel(t *testing.T) {
 	err := k.Execute(context.Background(), core.ExecuteRequest{MsgID: "x", Code: "1"})
 	if err == nil || !strings.Contains(err.Error(), "dead") {
 		t.Errorf("Execute on a dead kernel: %v", err)
-	}
-}
-
-// BenchmarkRoundTrip: `1+1` through the Kernel interface, request to idle.
-func BenchmarkRoundTrip(b *testing.B) {
-	k := startKernel(b, "python", b.TempDir())
-	ctx := context.Background()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		id := "b" + strconv.Itoa(i)
-		if err := k.Execute(ctx, core.ExecuteRequest{MsgID: id, Code: "1+1"}); err != nil {
-			b.Fatal(err)
-		}
-		for m := range k.Messages() {
-			if m.Type == core.MsgStatus && m.State == core.StateIdle && m.ParentID == id {
-				break
-			}
-		}
-	}
-}
-
-// BenchmarkDriverRoundTrip: the same `1+1` against driver.py directly over
-// its fd-3/4 pipes, without the Kernel: the difference to BenchmarkRoundTrip
-// is the transport's own overhead.
-func BenchmarkDriverRoundTrip(b *testing.B) {
-	reqR, reqW, _ := os.Pipe()
-	msgR, msgW, _ := os.Pipe()
-	cmd := exec.Command("python3", "-c", driverPython)
-	cmd.ExtraFiles = []*os.File{reqR, msgW}
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	reqR.Close()
-	msgW.Close()
-	b.Cleanup(func() { reqW.Close(); cmd.Process.Kill(); cmd.Wait(); msgR.Close() })
-	rd := bufio.NewReader(msgR)
-	if _, err := rd.ReadBytes('\n'); err != nil { // kh_ready
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := reqW.WriteString(`{"msg_id":"b","code":"1+1"}` + "\n"); err != nil {
-			b.Fatal(err)
-		}
-		for {
-			line, err := rd.ReadBytes('\n')
-			if err != nil {
-				b.Fatal(err)
-			}
-			if strings.Contains(string(line), `"idle"`) {
-				break
-			}
-		}
 	}
 }
