@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
+)
+
+// The real kernelhost binary with the plugins next to it in plugins/, as
+// `make build plugins` lays them out in bin/, and the example policy module.
+var (
+	kernelhost string
+	denylist   string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kernelhost-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		kernelhost = filepath.Join(dir, "bin", "kernelhost")
+		denylist = filepath.Join(dir, "denylist.wasm")
+		for what, build := range map[string]func() error{
+			"kernelhost":    func() error { return testbuild.Kernelhost(kernelhost) },
+			"plugins":       func() error { return testbuild.Plugins(filepath.Join(dir, "bin", "plugins")) },
+			"denylist.wasm": func() error { return testbuild.Denylist(denylist) },
+		} {
+			if err := build(); err != nil {
+				fmt.Fprintf(os.Stderr, "build %s: %v\n", what, err)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// proc is a running kernelhost binary whose JSON log lines the test reads.
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	logs chan map[string]any
+	done chan struct{} // closed when the process exited and its log is read
+	err  error         // Wait's result, set before done closes
+
+	mu  sync.Mutex
+	raw strings.Builder
+}
+
+// hostEnv is the test's environment without KERNELHOST_* settings, plus vars.
+func hostEnv(vars ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KERNELHOST_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, append([]string{"KERNELHOST_ADDR=127.0.0.1:0", "KERNELHOST_LOG_FORMAT=json"}, vars...)...)
+}
+
+func startBinary(t *testing.T, vars ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: exec.Command(kernelhost), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
+	p.cmd.Env = hostEnv(vars...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.raw.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			var rec map[string]any
+			if json.Unmarshal(sc.Bytes(), &rec) == nil {
+				select {
+				case p.logs <- rec:
+				default: // nobody waits for that many lines
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("kernelhost log:\n%s", p.log())
+		}
+	})
+	return p
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.raw.String()
+}
+
+// waitLog returns the next log record whose msg is msg.
+func (p *proc) waitLog(msg string) map[string]any {
+	p.t.Helper()
+	timeout := time.After(90 * time.Second)
+	for {
+		select {
+		case rec := <-p.logs:
+			if rec["msg"] == msg {
+				return rec
+			}
+		case <-p.done:
+			p.t.Fatalf("kernelhost exited (%v) before logging %q", p.err, msg)
+		case <-timeout:
+			p.t.Fatalf("kernelhost did not log %q in time", msg)
+		}
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait() int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		p.t.Fatal("kernelhost did not exit in time")
+	}
+	if p.err == nil {
+		return 0
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	p.t.Fatalf("wait: %v", p.err)
+	return -1
+}
+
+func post(t *testing.T, url string, req map[string]any) (int, string) {
+	t.Helper()
+	b, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, _ := http.NewRequestWithContext(ctx, "POST", url+"/execute", strings.NewReader(string(b)))
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(r)
+	if err != nil {
+		t.Fatalf("POST /execute: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// The binary as an operator runs it: plugins found next to the executable,
+// policies from a list file reloaded by SIGHUP, SIGTERM stops everything.
+func TestBinary(t *testing.T) {
+	dir := t.TempDir()
+	list := filepath.Join(dir, "policies.list")
+	if err := os.WriteFile(list, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, "KERNELHOST_DEFAULT_CWD="+dir, "KERNELHOST_POLICIES=@"+list)
+	started := p.waitLog("transport plugin started")
+	pluginPID := int(started["pid"].(float64))
+	url := "http://" + p.waitLog("listening")["addr"].(string)
+	p.waitLog("ready")
+
+	status, body := post(t, url, map[string]any{"code": "import os; print(os.getpid())"})
+	var pyPID int
+	if _, err := fmt.Sscanf(body[strings.Index(body, `"text":"`)+8:], "%d", &pyPID); status != 200 || err != nil {
+		t.Fatalf("getpid: %d %q %v", status, body, err)
+	}
+	preload := map[string]any{"code": "1", "env_vars": map[string]string{"LD_PRELOAD": "x"}}
+	if status, body := post(t, url, preload); status != 200 {
+		t.Fatalf("no policy yet: %d %q", status, body)
+	}
+
+	if err := os.WriteFile(list, []byte(denylist+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if rec := p.waitLog("policies reloaded"); fmt.Sprint(rec["modules"]) != "[denylist]" {
+		t.Fatalf("reloaded modules %v", rec["modules"])
+	}
+	if status, body := post(t, url, preload); status != http.StatusForbidden || !strings.Contains(body, "LD_PRELOAD") {
+		t.Fatalf("after SIGHUP: %d %q, want 403 naming LD_PRELOAD", status, body)
+	}
+
+	bad := filepath.Join(dir, "bad.wasm")
+	if err := os.WriteFile(bad, []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(list, []byte(bad+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if rec := p.waitLog("policy reload failed; the previous policies stay in use"); !strings.Contains(fmt.Sprint(rec["err"]), bad) {
+		t.Fatalf("reload failure %v does not name %s", rec["err"], bad)
+	}
+	if status, _ := post(t, url, preload); status != http.StatusForbidden {
+		t.Fatalf("after a failed reload: %d, want the old policy's 403", status)
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+	if alive(pluginPID) {
+		t.Fatalf("the plugin (pid %d) outlived the host", pluginPID)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pyPID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the python interpreter (pid %d) outlived the host", pyPID)
+		}
+		time.Sleep(10 * time.Millisecond) // a grandchild: nothing to wait on
+	}
+}
+
+// Start-up failures exit 1 with a message that says what to do.
+func TestBinaryStartFailures(t *testing.T) {
+	empty := t.TempDir()
+	bad := filepath.Join(t.TempDir(), "bad.wasm")
+	if err := os.WriteFile(bad, []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		vars []string
+		code int
+		want []string
+	}{
+		"missing plugin":    {[]string{"KERNELHOST_PLUGIN_DIR=" + empty}, 1, []string{filepath.Join(empty, "kernelhost-transport-subprocess"), "make plugins"}},
+		"unknown transport": {[]string{"KERNELHOST_TRANSPORT=nosuch"}, 1, []string{"kernelhost-transport-nosuch", "make plugins"}},
+		"transport path":    {[]string{"KERNELHOST_TRANSPORT=../x"}, 2, []string{"not a path"}},
+		"broken policy":     {[]string{"KERNELHOST_POLICIES=" + bad}, 1, []string{bad}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := startBinary(t, append([]string{"KERNELHOST_DEFAULT_CWD=" + empty}, tc.vars...)...)
+			if code := p.wait(); code != tc.code {
+				t.Fatalf("exit code %d, want %d\n%s", code, tc.code, p.log())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(p.log(), w) {
+					t.Errorf("log does not mention %q:\n%s", w, p.log())
+				}
+			}
+		})
+	}
+}
