@@ -497,7 +497,33 @@ func (c *Context) runUserCode(x *Execution) {
 		gotReply, gotIdle bool
 		clientGone        = x.ctx.Done()
 		grace             <-chan time.Time
+		deadline          <-chan time.Time
 	)
+	if x.timeout > 0 {
+		timer := time.NewTimer(x.timeout)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	// stop interrupts the running code and gives it InterruptGrace to end
+	// before the kernel is restarted; the slot stays held until then.
+	var graceTimer *time.Timer
+	defer func() {
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+	}()
+	stop := func(why string) {
+		c.log.Info("interrupting", "execution_id", x.id, "why", why)
+		ictx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
+		if err := k.Interrupt(ictx); err != nil {
+			c.log.Warn("interrupt failed", "err", err)
+		}
+		cancel()
+		if graceTimer == nil {
+			graceTimer = time.NewTimer(c.e.cfg.InterruptGrace)
+			grace = graceTimer.C
+		}
+	}
 	for !gotReply || !gotIdle {
 		select {
 		case m := <-rt.ch:
@@ -553,15 +579,13 @@ func (c *Context) runUserCode(x *Execution) {
 			if c.e.cfg.DisconnectPolicy == DisconnectContinue {
 				continue
 			}
-			c.log.Info("client left mid-execution; interrupting", "execution_id", x.id)
-			ictx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
-			if err := k.Interrupt(ictx); err != nil {
-				c.log.Warn("interrupt failed", "err", err)
-			}
-			cancel()
-			timer := time.NewTimer(c.e.cfg.InterruptGrace)
-			defer timer.Stop()
-			grace = timer.C
+			stop("client left mid-execution")
+		case <-deadline:
+			deadline = nil
+			// The client hears at once; the kernel keeps the slot until it has
+			// stopped (or was restarted), so nothing runs behind it early.
+			x.end(ErrNameTimeout, fmt.Sprintf("The execution did not finish within %s; it was interrupted", x.timeout))
+			stop("execution timeout")
 		case <-grace:
 			// The code ignored the interrupt: restart so that the context is
 			// free again within a bound (the contract's option B).

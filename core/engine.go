@@ -44,6 +44,8 @@ type Config struct {
 	Policy EnvPolicy
 
 	QueueDepth       int              // executions waiting per context; default 32
+	MaxContexts      int              // live contexts at most; 0: no limit
+	ExecutionTimeout time.Duration    // default bound on an execution's run on the kernel; 0: none
 	MaxOutputBytes   int              // output buffered per execution for a slow client; default 64 MiB
 	DisconnectPolicy DisconnectPolicy // default DisconnectInterrupt
 	InterruptGrace   time.Duration    // default 5s: after that an ignored interrupt becomes a restart
@@ -86,6 +88,7 @@ type Engine struct {
 	mu       sync.Mutex
 	contexts []*Context          // creation order
 	defaults map[string]*Context // language → its default context
+	live     int                 // contexts created or being created, for MaxContexts
 	closed   bool
 
 	// defaultLocks make concurrent first uses of a language start one kernel.
@@ -138,6 +141,15 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 	if e.isClosed() {
 		return nil, newError(KindUnavailable, "The server is shutting down", nil)
 	}
+	if err := e.reserveContext(); err != nil {
+		return nil, err
+	}
+	created := false
+	defer func() {
+		if !created {
+			e.releaseContext()
+		}
+	}()
 	startCtx, cancel := context.WithTimeout(ctx, e.cfg.StartTimeout)
 	defer cancel()
 	k, err := e.cfg.Transport.StartKernel(startCtx, KernelSpec{Language: KernelLanguage(language), Cwd: cwd})
@@ -167,6 +179,7 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 		return nil, newError(KindUnavailable, "The server is shutting down", nil)
 	}
 	e.contexts = append(e.contexts, c)
+	created = true
 	if isDefault {
 		e.defaults[language] = c
 	}
@@ -174,6 +187,24 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 	go c.loop()
 	e.log.Info("context created", "context_id", c.info.ID, "language", language, "default", isDefault)
 	return c, nil
+}
+
+// reserveContext counts a context being created against MaxContexts, so
+// that concurrent creations cannot overshoot it.
+func (e *Engine) reserveContext() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if max := e.cfg.MaxContexts; max > 0 && e.live >= max {
+		return newError(KindQueueFull, fmt.Sprintf("There are already %d contexts, the most this server runs; delete one first", max), nil)
+	}
+	e.live++
+	return nil
+}
+
+func (e *Engine) releaseContext() {
+	e.mu.Lock()
+	e.live--
+	e.mu.Unlock()
 }
 
 func (e *Engine) isClosed() bool {
@@ -283,6 +314,7 @@ func (e *Engine) forget(c *Context) {
 	for i, x := range e.contexts {
 		if x == c {
 			e.contexts = append(e.contexts[:i], e.contexts[i+1:]...)
+			e.live--
 			break
 		}
 	}
@@ -324,12 +356,17 @@ func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, erro
 			return nil, err
 		}
 	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.ExecutionTimeout
+	}
 	x := &Execution{
 		id:      newID(),
 		ctx:     ctx,
 		context: c,
 		env:     env,
 		code:    req.Code,
+		timeout: timeout,
 		out:     newOutputQueue(e.cfg.MaxOutputBytes),
 	}
 	if err := c.submit(x); err != nil {

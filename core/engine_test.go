@@ -585,3 +585,56 @@ func TestHammerManyClientsFewContexts(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestExecutionTimeoutEndsTheStreamAndFreesTheContext(t *testing.T) {
+	e, _ := newTestEngine(t, Config{ExecutionTimeout: time.Hour})
+	a := execute(t, e, context.Background(), ExecRequest{Code: "block", Timeout: 20 * time.Millisecond})
+	outs := collect(t, a)
+	assertEnded(t, outs)
+	if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameTimeout {
+		t.Fatalf("errors = %+v, want one %s", errs, ErrNameTimeout)
+	}
+	// The interrupt stopped the code, so the next execution runs on the same kernel.
+	next := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print next"}))
+	if stdout(next) != "next\n" || next[0].ExecutionCount != 2 {
+		t.Fatalf("next = %+v", next)
+	}
+	t.Run("ignored by the code: the kernel is restarted", func(t *testing.T) {
+		e, _ := newTestEngine(t, Config{ExecutionTimeout: 20 * time.Millisecond, InterruptGrace: 20 * time.Millisecond})
+		outs := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "ignoreint"}))
+		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameTimeout {
+			t.Fatalf("errors = %+v", errs)
+		}
+		next := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print next"}))
+		if stdout(next) != "next\n" || next[0].ExecutionCount != 1 {
+			t.Fatalf("after restart: %+v", next)
+		}
+	})
+}
+
+func TestMaxContexts(t *testing.T) {
+	e, _ := newTestEngine(t, Config{MaxContexts: 2})
+	ctx := context.Background()
+	a, err := e.CreateContext(ctx, "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.CreateContext(ctx, "python", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.CreateContext(ctx, "python", ""); KindOf(err) != KindQueueFull {
+		t.Fatalf("third context: %v, want KindQueueFull", err)
+	}
+	if _, err := e.CreateContext(ctx, "python", "/missing"); KindOf(err) != KindQueueFull {
+		t.Fatalf("the limit applies before any kernel starts: %v", err)
+	}
+	if err := e.Delete(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.CreateContext(ctx, "python", "/missing/x"); KindOf(err) != KindInvalid {
+		t.Fatalf("bad cwd: %v", err)
+	}
+	if _, err := e.CreateContext(ctx, "python", ""); err != nil {
+		t.Fatalf("after a delete: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
 // ExecRequest is one /execute request as the engine sees it.
@@ -14,6 +15,10 @@ type ExecRequest struct {
 	Language  string            // in this language's default context (empty: python)
 	EnvVars   map[string]string // per-execution env vars: applied for this execution only
 	Metadata  map[string]string // passed to env-var policies (request id, remote address, …)
+	// Timeout bounds the execution once its code reached the kernel (0: the
+	// engine's Config.ExecutionTimeout). When it passes, the stream ends with
+	// an ExecutionTimeout error line and the kernel is interrupted.
+	Timeout time.Duration
 }
 
 // Execution is one accepted execution. Its outputs are read with Next; they are
@@ -26,6 +31,7 @@ type Execution struct {
 	context *Context
 	env     map[string]string
 	code    string
+	timeout time.Duration // 0: none
 
 	// stopQueueWatch undoes the watch that takes the execution out of the
 	// queue when its client leaves before it reached the kernel.

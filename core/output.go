@@ -48,6 +48,7 @@ const (
 	ErrNameKernelDied    = "KernelDied"
 	ErrNameEnvVars       = "EnvVarsError"
 	ErrNameContextSetup  = "ContextSetupError"
+	ErrNameTimeout       = "ExecutionTimeout"
 )
 
 // errorOutput builds an error line.
