@@ -2,6 +2,7 @@ package sdktest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -11,17 +12,56 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
+// pluginDir holds the transport plugins, built by TestMain.
+var pluginDir string
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	dir, err := os.MkdirTemp("", "kernelhost-sdktest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		pluginDir = dir
+		if err := testbuild.Plugins(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "build the transport plugins:", err)
+			return 1
+		}
+		return m.Run()
+	}()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // TestOfficialSDK starts a host in-process on a free port and runs
-// sdk.test.mjs with node against it. Without node or node_modules the test
-// skips, except under CI, where it fails: `make test` installs both.
+// sdk.test.mjs with node against it, once with the subprocess transport
+// linked in and once through its plugin (as the kernelhost binary runs it).
+// Without node or node_modules the test skips, except under CI, where it
+// fails: `make test` installs both.
 func TestOfficialSDK(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		set  func(*server.Config)
+	}{
+		{"in-process", func(c *server.Config) { c.Transport = subprocess.New(subprocess.Options{}) }},
+		{"plugin", func(c *server.Config) { c.PluginDir = pluginDir; c.TransportName = "subprocess" }},
+	} {
+		t.Run(mode.name, func(t *testing.T) { testOfficialSDK(t, mode.set) })
+	}
+}
+
+func testOfficialSDK(t *testing.T, configure func(*server.Config)) {
 	node, err := exec.LookPath("node")
 	if err == nil {
 		_, err = os.Stat(filepath.Join("node_modules", "@e2b", "code-interpreter", "package.json"))
@@ -35,11 +75,13 @@ func TestOfficialSDK(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	host, err := server.Start(ctx, server.Config{
+	cfg := server.Config{
 		Addr:       "127.0.0.1:0",
 		DefaultCwd: t.TempDir(),
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	configure(&cfg)
+	host, err := server.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start host: %v", err)
 	}
