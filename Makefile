@@ -1,6 +1,8 @@
-# kernelhost. `make run` builds and serves on 127.0.0.1:49999 (KERNELHOST_* env
-# vars and ARGS="-flag=value" pass through); `make test` installs missing test
-# dependencies and runs every test. Build outputs go under bin/.
+# kernelhost. `make run` builds the host and its transport plugins and serves
+# on 127.0.0.1:49999 (KERNELHOST_* env vars and ARGS="-flag=value" pass
+# through); `make test` installs missing test dependencies and runs every
+# test. Build outputs go under bin/: bin/kernelhost, bin/plugins/ (found next
+# to the executable), bin/policies/.
 
 GO       ?= go
 GOROOT   := $(shell $(GO) env GOROOT)
@@ -12,14 +14,20 @@ WAZERO_VERSION := v1.12.0
 WAZERO         := $(TOOLS)/wazero
 
 # Debian packages the tests need; each is installed only when missing.
-# (nodejs and npm: the official-SDK test; the Jupyter transport adds its own.)
-APT_PACKAGES := nodejs
+# nodejs: the official-SDK test; jupyter-server and python3-ipykernel: the
+# Jupyter transport's tests against a real server; wabt (wat2wasm): the
+# WebAssembly policy modules written in WAT.
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel wabt
+
+# make run-jupyter: the Jupyter Server it starts (loopback only).
+JUPYTER_PORT ?= 8888
+JUPYTER_DIR  := $(CURDIR)/bin/jupyter
 
 # Benchmarks: `make bench BENCH=RoundTrip BENCHTIME=2000x`.
 BENCH     ?= .
 BENCHTIME ?= 1s
 
-.PHONY: all build run test test-go test-wasm deps deps-apt deps-npm bench vet clean
+.PHONY: all build plugins policies generate run run-jupyter test test-go test-wasm deps deps-apt deps-npm deps-jupyter bench vet clean
 
 all: build
 
@@ -27,9 +35,54 @@ all: build
 build:
 	$(GO) build -o bin/kernelhost ./hostcmd
 
+## plugins: the transport plugins, bin/plugins/kernelhost-transport-*
+plugins:
+	$(GO) build -o bin/plugins/ ./plugins/cmd/... ./plugins/examples/cmd/...
+
+## policies: the example env-var policy modules, bin/policies/*.wasm
+policies:
+	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES=wabt
+	@mkdir -p bin/policies
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/policies/denylist.wasm ./plugins/policy/examples/denylist
+	wat2wasm plugins/policy/examples/reserved/reserved.wat -o bin/policies/reserved.wasm
+
+## generate: the transport plugin protocol's Go code (needs protoc, from
+## Debian's protobuf-compiler, installed if missing)
+generate:
+	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES=protobuf-compiler
+	$(GO) generate ./plugins/transportplugin/proto
+
 ## run: build and serve (settings: KERNELHOST_* env vars or ARGS)
-run: build
+run: build plugins
 	./bin/kernelhost $(ARGS)
+
+## run-jupyter: serve on the Jupyter transport: starts a Jupyter Server on
+## 127.0.0.1:$(JUPYTER_PORT) (own root dir, generated token, IOPub rate
+## limits off, as jupytertest does), waits for it, runs the host against it
+## and stops the server when the host exits.
+run-jupyter: build plugins deps-jupyter
+	@set -eu; \
+	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root"; \
+	token=$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n'); \
+	root=""; [ "$$(id -u)" = 0 ] && root="--allow-root"; \
+	JUPYTER_CONFIG_DIR="$(JUPYTER_DIR)/config" JUPYTER_DATA_DIR="$(JUPYTER_DIR)/data" \
+	JUPYTER_RUNTIME_DIR="$(JUPYTER_DIR)/runtime" IPYTHONDIR="$(JUPYTER_DIR)/ipython" \
+	PYDEVD_DISABLE_FILE_VALIDATION=1 \
+	jupyter-server --no-browser --ip=127.0.0.1 --port=$(JUPYTER_PORT) --port-retries=0 \
+		--ServerApp.token="$$token" --ServerApp.root_dir="$(JUPYTER_DIR)/root" \
+		--ServerApp.iopub_msg_rate_limit=0 --ServerApp.iopub_data_rate_limit=0 $$root \
+		>"$(JUPYTER_DIR)/server.log" 2>&1 & \
+	server=$$!; \
+	trap 'kill $$server 2>/dev/null; wait $$server 2>/dev/null || true' EXIT INT TERM; \
+	echo "jupyter server: 127.0.0.1:$(JUPYTER_PORT), pid $$server, log $(JUPYTER_DIR)/server.log"; \
+	i=0; until curl -fs -o /dev/null -H "Authorization: token $$token" http://127.0.0.1:$(JUPYTER_PORT)/api/kernelspecs; do \
+		kill -0 $$server 2>/dev/null || { echo "jupyter server exited:"; cat "$(JUPYTER_DIR)/server.log"; exit 1; }; \
+		i=$$((i+1)); [ $$i -le 600 ] || { echo "jupyter server not ready after 60 s"; exit 1; }; \
+		sleep 0.1; \
+	done; \
+	KERNELHOST_TRANSPORT=jupyter KERNELHOST_JUPYTER_URL=http://127.0.0.1:$(JUPYTER_PORT)/ \
+	KERNELHOST_JUPYTER_TOKEN="$$token" ./bin/kernelhost $(ARGS) || status=$$?; \
+	exit $${status:-0}
 
 ## test: install missing test dependencies, then all tests with -race, then
 ## the core's tests compiled for WebAssembly under wazero
@@ -47,6 +100,9 @@ $(WAZERO):
 
 deps: deps-apt deps-npm
 
+deps-jupyter:
+	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES="jupyter-server python3-ipykernel curl"
+
 # Installs only the packages dpkg does not know as installed.
 deps-apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -54,7 +110,7 @@ deps-apt:
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 # The official SDK, pinned by package-lock.json.
@@ -72,9 +128,6 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-
-# Room for: generate (protobuf), policies (bin/policies/*.wasm), plugins
-# (bin/plugins/*), Jupyter test dependencies.
 
 clean:
 	rm -rf bin
