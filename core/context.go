@@ -103,6 +103,9 @@ func (c *Context) onKernelEvent(state string) {
 	case StateDead:
 		c.dead = true
 	case StateRestarting:
+		// A fresh interpreter replaced the old one (e.g. Jupyter restarts a
+		// dead kernel by itself): it is alive, but without cwd and globals.
+		c.dead = false
 		c.needsSetup = true
 		c.restarts++
 		close(c.events)
