@@ -20,6 +20,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/plugins/policy"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
@@ -30,7 +31,20 @@ var (
 	denylist   string // the example Go policy (denylist.wasm)
 	loopWasm   string // a hostile module that spins when it sees env vars
 	watMissing error  // wat2wasm is not installed: loopWasm is ""
+	// Compiled policy code shared by the tests' hosts: denylist.wasm is
+	// compiled once per run, not once per host (seconds under -race).
+	policyCache string
 )
+
+// policyOptions are the policy host options of every test host.
+func policyOptions() policy.Options {
+	return policy.Options{
+		// Starting a Go policy instance takes well under the default 2 s, but
+		// not always under -race on a loaded machine.
+		StartTimeout: 30 * time.Second,
+		CacheDir:     policyCache,
+	}
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "kernelhost-server-test-")
@@ -42,6 +56,7 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 		pluginDir = filepath.Join(dir, "plugins")
 		denylist = filepath.Join(dir, "denylist.wasm")
+		policyCache = filepath.Join(dir, "wazero-cache")
 		if err := testbuild.Plugins(pluginDir); err != nil {
 			fmt.Fprintln(os.Stderr, "build the transport plugins:", err)
 			return 1
@@ -113,9 +128,10 @@ func startHost(t testing.TB, configure ...func(*server.Config)) *testHost {
 	t.Helper()
 	cwd := t.TempDir() // registered first, so removed after the host stopped
 	cfg := server.Config{
-		Addr:       "127.0.0.1:0",
-		DefaultCwd: cwd,
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Addr:          "127.0.0.1:0",
+		DefaultCwd:    cwd,
+		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		PolicyOptions: policyOptions(),
 	}
 	inProcess(&cfg)
 	for _, f := range configure {

@@ -67,7 +67,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	// Policies first: a broken module is the cheaper failure.
 	var envPolicy core.EnvPolicy
 	if cfg.Policies != "" {
-		if pols, err = loadPolicies(ctx, cfg.Policies, cfg.LookupEnv); err != nil {
+		if pols, err = loadPolicies(ctx, cfg.Policies, cfg.LookupEnv, cfg.PolicyOptions); err != nil {
 			return nil, fmt.Errorf("load the env-var policies: %w", err)
 		}
 		envPolicy = pols

@@ -23,6 +23,7 @@ import (
 type policies struct {
 	setting string
 	lookup  func(string) (string, bool)
+	opts    policy.Options
 
 	mu  sync.Mutex // serialises reload and close
 	cur atomic.Pointer[loadedChain]
@@ -36,11 +37,11 @@ type loadedChain struct {
 var _ core.EnvPolicy = (*policies)(nil)
 
 // loadPolicies loads the modules of setting. An error names the file.
-func loadPolicies(ctx context.Context, setting string, lookup func(string) (string, bool)) (*policies, error) {
+func loadPolicies(ctx context.Context, setting string, lookup func(string) (string, bool), opts policy.Options) (*policies, error) {
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
 	}
-	p := &policies{setting: setting, lookup: lookup}
+	p := &policies{setting: setting, lookup: lookup, opts: opts}
 	lc, err := p.load(ctx)
 	if err != nil {
 		return nil, err
@@ -86,7 +87,7 @@ func (p *policies) load(ctx context.Context) (*loadedChain, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := policy.Load(ctx, configs, policy.Options{})
+	c, err := policy.Load(ctx, configs, p.opts)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func (p *policies) reload(ctx context.Context) ([]string, error) {
 		}
 		return old.chain.Modules(), nil
 	}
-	c, err := policy.Load(ctx, configs, policy.Options{})
+	c, err := policy.Load(ctx, configs, p.opts)
 	if err != nil {
 		return nil, err
 	}

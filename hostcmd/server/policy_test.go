@@ -124,7 +124,8 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 	defer cancel()
 	_, err := server.Start(ctx, server.Config{
 		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: denylist + "," + bad,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		PolicyOptions: policyOptions(),
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err == nil || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("error %v, want one naming %s", err, bad)
@@ -132,7 +133,8 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 	for _, missing := range []string{"@" + filepath.Join(t.TempDir(), "nolist"), filepath.Join(t.TempDir(), "nofile.wasm")} {
 		_, err = server.Start(ctx, server.Config{
 			Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: missing,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			PolicyOptions: policyOptions(),
+			Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if name := strings.TrimPrefix(missing, "@"); err == nil || !strings.Contains(err.Error(), name) {
 			t.Fatalf("error %v, want one naming %s", err, name)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/plugins/policy"
 )
 
 // EnvPrefix prefixes the environment variable of every setting: the flag
@@ -43,6 +44,9 @@ type Config struct {
 	// paths separated by commas, or "@FILE" for a file listing them that is
 	// read again at every ReloadPolicies. Empty: no policy.
 	Policies string
+	// PolicyOptions tune the policy host; the zero value is its defaults
+	// (1 s per call, 2 s to start an instance, 32 MiB per instance).
+	PolicyOptions policy.Options
 	// LookupEnv finds a policy module's KERNELHOST_POLICY_CONFIG_<NAME>.
 	// Default: no such variables (each module's .config file, if any).
 	LookupEnv func(string) (string, bool)
