@@ -25,6 +25,41 @@ func TestLoadDefaults(t *testing.T) {
 		c.MaxBodyBytes != 16<<20 || c.Keepalive != 5*time.Second || c.Interpreters.Python != "python3" || len(c.GlobalEnv) != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TransportName != "subprocess" || c.PluginDir != filepath.Join(filepath.Dir(exe), "plugins") || c.Policies != "" || c.Jupyter != (server.Jupyter{}) {
+		t.Fatalf("transport defaults: %q in %q, policies %q, jupyter %+v", c.TransportName, c.PluginDir, c.Policies, c.Jupyter)
+	}
+}
+
+func TestLoadTransportAndPolicies(t *testing.T) {
+	vars := map[string]string{
+		"KERNELHOST_TRANSPORT":               "jupyter",
+		"KERNELHOST_PLUGIN_DIR":              "/opt/kh/plugins",
+		"KERNELHOST_JUPYTER_URL":             "http://127.0.0.1:8888/",
+		"KERNELHOST_JUPYTER_TOKEN":           "tok",
+		"KERNELHOST_POLICIES":                "/a.wasm,/b.wasm",
+		"KERNELHOST_POLICY_CONFIG_DENYLIST":  "{}",
+		"KERNELHOST_POLICY_CONFIG_UNSET_ONE": "",
+	}
+	c, err := server.Load("kernelhost", []string{"-jupyter-token", "flag"}, env(vars), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TransportName != "jupyter" || c.PluginDir != "/opt/kh/plugins" || c.Jupyter.URL != "http://127.0.0.1:8888/" || c.Policies != "/a.wasm,/b.wasm" {
+		t.Fatalf("settings not applied: %+v", c)
+	}
+	if c.Jupyter.Token != "flag" {
+		t.Fatalf("token %q: the flag must win", c.Jupyter.Token)
+	}
+	if v, ok := c.LookupEnv("KERNELHOST_POLICY_CONFIG_DENYLIST"); !ok || v != "{}" {
+		t.Fatalf("LookupEnv: %q %v", v, ok)
+	}
+	if _, ok := c.LookupEnv("KERNELHOST_POLICY_CONFIG_UNSET_ONE"); ok {
+		t.Fatal("an empty variable must count as unset")
+	}
 }
 
 func TestLoadEnvAndFlags(t *testing.T) {
@@ -69,6 +104,8 @@ func TestLoadErrors(t *testing.T) {
 		"bad log level":   {args: []string{"-log-level", "loud"}, want: "log level"},
 		"bad body limit":  {args: []string{"-max-body-bytes", "0"}, want: "max-body-bytes"},
 		"stray arguments": {args: []string{"extra"}, want: "unexpected arguments"},
+		"transport path":  {env: map[string]string{"KERNELHOST_TRANSPORT": "/bin/sh"}, want: "not a path"},
+		"empty transport": {args: []string{"-transport", ""}, want: "KERNELHOST_TRANSPORT"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := server.Load("kernelhost", tc.args, env(tc.env), io.Discard)
