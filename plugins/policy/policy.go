@@ -59,8 +59,9 @@ type Options struct {
 	// 8 busy callers on 2 loaded cores, calls of a few µs were seen to wait
 	// over 100ms).
 	Timeout time.Duration
-	// StartTimeout bounds instantiating a module (its _initialize).
-	// Default 2s.
+	// StartTimeout bounds instantiating a module (its _initialize), and
+	// waiting for a free instance. Default 10s: a Go module's start takes
+	// milliseconds, but under -race on 2 busy cores 2s was once overrun.
 	StartTimeout time.Duration
 	// MemoryLimitPages caps each instance's memory, in 64 KiB pages.
 	// Default 512 (32 MiB).
@@ -85,7 +86,7 @@ func (o Options) withDefaults() Options {
 		o.Timeout = time.Second
 	}
 	if o.StartTimeout <= 0 {
-		o.StartTimeout = 2 * time.Second
+		o.StartTimeout = 10 * time.Second
 	}
 	if o.MemoryLimitPages == 0 {
 		o.MemoryLimitPages = 512
