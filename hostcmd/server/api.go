@@ -3,13 +3,16 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +28,8 @@ type api struct {
 	maxBodyBytes int64
 	keepalive    time.Duration
 	ready        atomic.Bool // the default contexts exist
+	token        []byte      // Config.AccessToken; empty: no check
+	tokenScope   string      // ScopeAll or ScopeExecute
 }
 
 // handler returns the API's routes behind CORS and the body limit.
@@ -38,7 +43,55 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("POST /contexts/{id}/restart", a.restartContext)
 	mux.HandleFunc("POST /contexts/{id}/interrupt", a.interruptContext)
 	// Unknown routes get the mux's 404, a known path with another method 405.
-	return cors(mux)
+	return cors(a.authorize(mux))
+}
+
+// authorize requires the access token, when one is configured, on every
+// route but /health (readiness probes carry no credentials), or only on
+// /execute with ScopeExecute. CORS preflights never carry credentials and
+// are answered by cors before this. The comparison takes constant time.
+//
+// "Authorization: Bearer <token>" works on every route. On /execute,
+// "X-Access-Token: <token>" works too: it is the one credential the official
+// SDKs send (their envd access token, only on /execute; the contract's §1.1),
+// so a host whose token is the sandbox's envd token and whose scope is
+// execute serves the SDKs unchanged.
+func (a *api) authorize(next http.Handler) http.Handler {
+	if len(a.token) == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		isExecute := r.URL.Path == "/execute"
+		if r.URL.Path == "/health" || (a.tokenScope == ScopeExecute && !isExecute) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if a.tokenMatches(bearer(r.Header.Get("Authorization"))) ||
+			(isExecute && a.tokenMatches(r.Header.Get("X-Access-Token"))) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// The log names the route, never the presented value.
+		a.log.Info("request refused: missing or wrong access token", "method", r.Method, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="kernelhost"`)
+		writeText(w, http.StatusUnauthorized, "Unauthorized: send the host's access token as \"Authorization: Bearer <token>\" (setting "+EnvVar("access-token")+")")
+	})
+}
+
+// tokenMatches compares in constant time (for equal lengths; the length of
+// the token is not a secret worth a timing-safe comparison of lengths).
+func (a *api) tokenMatches(got string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), a.token) == 1
+}
+
+// bearer returns the credentials of an "Authorization: Bearer x" header
+// (the scheme is case-insensitive, RFC 7235), or "".
+func bearer(h string) string {
+	scheme, cred, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(cred)
 }
 
 // cors allows every origin, method and header and answers preflights, as
@@ -82,7 +135,14 @@ type executeRequest struct {
 	ContextID *string            `json:"context_id"`
 	Language  *string            `json:"language"`
 	EnvVars   map[string]*string `json:"env_vars"`
+	// Timeout (seconds) bounds this execution's run, overriding the host's
+	// execution timeout; 0 or absent: the host's. An extension: the SDKs
+	// never send it.
+	Timeout *float64 `json:"timeout"`
 }
+
+// maxTimeoutSeconds keeps a timeout inside time.Duration (about 292 years).
+const maxTimeoutSeconds = float64(math.MaxInt64/int64(time.Second)) - 1
 
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.readBody(w, r)
@@ -106,12 +166,21 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		env[k] = *v
 	}
+	var timeout time.Duration
+	if req.Timeout != nil {
+		if t := *req.Timeout; t < 0 || t > maxTimeoutSeconds {
+			writeText(w, http.StatusUnprocessableEntity, fmt.Sprintf(`Invalid request body: "timeout" must be a number of seconds from 0 to %.0f`, maxTimeoutSeconds))
+			return
+		}
+		timeout = time.Duration(*req.Timeout * float64(time.Second))
+	}
 	x, err := a.engine.Execute(r.Context(), core.ExecRequest{
 		Code:      *req.Code,
 		ContextID: deref(req.ContextID),
 		Language:  deref(req.Language),
 		EnvVars:   env,
 		Metadata:  requestMetadata(r),
+		Timeout:   timeout,
 	})
 	if err != nil {
 		a.writeError(w, r, err)
@@ -228,10 +297,15 @@ func (a *api) control(w http.ResponseWriter, r *http.Request, op func(context.Co
 }
 
 // readBody reads the whole body up to the configured limit; past it the
-// answer is 413.
+// answer is 413, past the server's ReadTimeout 408. (net/http lifts the read
+// deadline once the body is read, so it never cuts the response stream.)
 func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBodyBytes))
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			writeText(w, http.StatusRequestTimeout, fmt.Sprintf("Request body not received in time (setting %s)", EnvVar("read-timeout")))
+			return nil, false
+		}
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			writeText(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes (setting %s)", a.maxBodyBytes, EnvVar("max-body-bytes")))

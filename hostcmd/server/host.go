@@ -42,6 +42,9 @@ type Host struct {
 func Start(ctx context.Context, cfg Config) (*Host, error) {
 	cfg = withDefaults(cfg)
 	log := cfg.Logger
+	if cfg.AccessTokenScope != ScopeAll && cfg.AccessTokenScope != ScopeExecute {
+		return nil, fmt.Errorf("access token scope %q: want %s or %s", cfg.AccessTokenScope, ScopeAll, ScopeExecute)
+	}
 	cwd := resolveDefaultCwd(cfg.DefaultCwd, log)
 
 	// Until the Host owns them (its Shutdown closes them), a failure closes
@@ -91,6 +94,8 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		MaxOutputBytes:   cfg.MaxOutputBytes,
 		DisconnectPolicy: cfg.DisconnectPolicy,
 		InterruptGrace:   cfg.InterruptGrace,
+		MaxContexts:      max(cfg.MaxContexts, 0), // the engine's 0 is "no limit"
+		ExecutionTimeout: cfg.ExecutionTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the engine: %w", err)
@@ -100,7 +105,8 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		_ = engine.Close(context.Background())
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	a := &api{engine: engine, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive}
+	a := &api{engine: engine, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
+		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope}
 	owned = true
 	h := &Host{
 		Engine:   engine,
@@ -111,12 +117,13 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		ln:       ln,
 		served:   make(chan error, 1),
 		srv: &http.Server{
-			Handler: a.handler(),
-			// Upstream keeps idle connections 640 s; SDKs pool connections and
-			// an earlier close races with reuse (ECONNRESET in the client).
-			IdleTimeout:       640 * time.Second,
-			ReadHeaderTimeout: 30 * time.Second,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			Handler:           a.handler(),
+			IdleTimeout:       cfg.IdleTimeout,
+			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+			// ReadTimeout covers headers and body; net/http lifts it once the
+			// body is read, so streams are not cut (TestReadTimeoutDoesNotCutStreams).
+			ReadTimeout: cfg.ReadTimeout,
+			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 			// No WriteTimeout: /execute streams for as long as the code runs.
 		},
 	}
@@ -219,6 +226,21 @@ func withDefaults(c Config) Config {
 	}
 	if c.Keepalive <= 0 {
 		c.Keepalive = DefaultKeepalive
+	}
+	if c.MaxContexts == 0 {
+		c.MaxContexts = DefaultMaxContexts
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.AccessTokenScope == "" {
+		c.AccessTokenScope = ScopeAll
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

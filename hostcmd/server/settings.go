@@ -30,6 +30,23 @@ type Config struct {
 	MaxBodyBytes     int64
 	MaxOutputBytes   int
 	Keepalive        time.Duration // silence on a stream before a keepalive line
+	// MaxContexts bounds the live contexts (each one an interpreter); past
+	// it POST /contexts answers 429. 0: DefaultMaxContexts; negative: no limit.
+	MaxContexts int
+	// ExecutionTimeout is the host default bound on an execution's run on the
+	// kernel (an /execute body's "timeout" overrides it). 0: none.
+	ExecutionTimeout time.Duration
+	// HTTP server timeouts (0: the Default* below). ReadTimeout bounds reading
+	// a request's headers and body, not the response: /execute streams as long
+	// as the code runs.
+	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
+	// AccessToken, when set, is required as "Authorization: Bearer <token>"
+	// (see AccessTokenScope and docs/operating.md). Empty: no check.
+	AccessToken string
+	// AccessTokenScope is where AccessToken is required: ScopeAll (every
+	// route but /health) or ScopeExecute (only /execute, where the official
+	// SDKs can present it as X-Access-Token). Default ScopeAll.
+	AccessTokenScope string
 	Interpreters     Interpreters
 	Logger           *slog.Logger
 
@@ -74,6 +91,19 @@ const (
 	DefaultMaxBodyBytes = 16 << 20
 	DefaultKeepalive    = 5 * time.Second
 	DefaultTransport    = "subprocess"
+	DefaultMaxContexts  = 64
+
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 60 * time.Second
+	// Upstream keeps idle connections 640 s; SDKs pool connections and an
+	// earlier close races with reuse (ECONNRESET in the client).
+	DefaultIdleTimeout = 640 * time.Second
+)
+
+// Access token scopes.
+const (
+	ScopeAll     = "all"
+	ScopeExecute = "execute"
 )
 
 // DefaultPluginDir is "plugins" next to the running executable: bin/plugins
@@ -107,6 +137,13 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	fs.IntVar(&c.MaxOutputBytes, "max-output-bytes", 64<<20, "output buffered per execution for a slow client before it is dropped")
 	fs.DurationVar(&c.Keepalive, "keepalive", DefaultKeepalive, "silence on an /execute stream before a keepalive line")
+	fs.IntVar(&c.MaxContexts, "max-contexts", DefaultMaxContexts, "live contexts at most (each is an interpreter); beyond it POST /contexts gets 429; 0: no limit")
+	fs.DurationVar(&c.ExecutionTimeout, "execution-timeout", 0, "default bound on an execution's run (an /execute body's \"timeout\" in seconds overrides it); the stream ends with an ExecutionTimeout error and the code is interrupted; 0: none")
+	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", DefaultReadHeaderTimeout, "time a client has to send a request's headers")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", DefaultReadTimeout, "time a client has to send a request's headers and body (not the response: streams last as long as the code)")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "an idle keep-alive connection is closed after this")
+	fs.StringVar(&c.AccessToken, "access-token", "", "if set, clients must send \"Authorization: Bearer <token>\" (prefer the environment variable: flags show in ps); see -access-token-scope")
+	fs.StringVar(&c.AccessTokenScope, "access-token-scope", ScopeAll, "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token, as the official SDKs send it)")
 	fs.StringVar(&c.Interpreters.Python, "python", "python3", "Python interpreter")
 	fs.StringVar(&c.Interpreters.Node, "node", "node", "Node.js interpreter (javascript contexts)")
 	fs.StringVar(&c.Interpreters.Bash, "bash", "bash", "bash interpreter")
@@ -144,6 +181,12 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	if err := checkTransportName(c.TransportName); err != nil {
 		return Config{}, err
 	}
+	if err := checkLimits(c); err != nil {
+		return Config{}, err
+	}
+	if c.MaxContexts == 0 {
+		c.MaxContexts = -1 // the flag's "no limit" is Config's negative
+	}
 	// An empty variable counts as unset for policy configs too, like every
 	// other setting here.
 	c.LookupEnv = func(k string) (string, bool) { v := getenv(k); return v, v != "" }
@@ -163,6 +206,36 @@ func checkTransportName(name string) error {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') || name == "." || name == ".." {
 			return fmt.Errorf("transport %q: want a plugin name (letters, digits, - _ .), not a path; put the plugin in %s", name, EnvVar("plugin-dir"))
 		}
+	}
+	return nil
+}
+
+// checkLimits refuses negative limits and timeouts (0 means "none" or
+// "default" as each setting says) and an unknown token scope.
+func checkLimits(c Config) error {
+	if c.ExecutionTimeout < 0 {
+		return fmt.Errorf("%s must not be negative, got %v", EnvVar("execution-timeout"), c.ExecutionTimeout)
+	}
+	// No "none" for the HTTP timeouts: without them one client holds a
+	// connection and a goroutine for ever (slowloris).
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"read-header-timeout", c.ReadHeaderTimeout}, {"read-timeout", c.ReadTimeout}, {"idle-timeout", c.IdleTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s must be positive, got %v", EnvVar(d.flag), d.v)
+		}
+	}
+	if c.MaxContexts < 0 {
+		return fmt.Errorf("%s must not be negative, got %d", EnvVar("max-contexts"), c.MaxContexts)
+	}
+	// A token with surrounding spaces never matches what a client's header
+	// parser hands over. The message does not echo the token.
+	if strings.TrimSpace(c.AccessToken) != c.AccessToken {
+		return fmt.Errorf("%s has leading or trailing white space", EnvVar("access-token"))
+	}
+	if c.AccessTokenScope != ScopeAll && c.AccessTokenScope != ScopeExecute {
+		return fmt.Errorf("%s %q: want %s or %s", EnvVar("access-token-scope"), c.AccessTokenScope, ScopeAll, ScopeExecute)
 	}
 	return nil
 }
