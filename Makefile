@@ -15,9 +15,10 @@ WAZERO         := $(TOOLS)/wazero
 
 # Debian packages the tests need; each is installed only when missing.
 # nodejs: the official-SDK test; jupyter-server and python3-ipykernel: the
-# Jupyter transport's tests against a real server; wabt (wat2wasm): the
+# Jupyter transport's tests against a real server; r-cran-irkernel: the R
+# kernel (kernel spec "ir") those tests also run; wabt (wat2wasm): the
 # WebAssembly policy modules written in WAT.
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel wabt
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888

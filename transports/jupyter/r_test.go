@@ -1,0 +1,131 @@
+package jupyter
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+// rSnippets are the conformance suite's snippets for IRkernel. With them the
+// suite's engine cases run core's R snippets (Sys.setenv, Sys.unsetenv,
+// setwd with rString literals) on a real R kernel: every value of
+// transporttest.EnvValues must come back byte for byte, a cwd with quotes and
+// non-ASCII must be entered, and both must be reset after the execution.
+var rSnippets = transporttest.LanguageSnippets{
+	Language:   "r",
+	Result:     "1+1",
+	ResultText: "[1] 2",
+	StdoutCode: `cat("out\n")`,
+	StderrCode: `cat("err\n", file = stderr())`,
+	// IRkernel sends the output of each top-level expression when it ends,
+	// so "start" is out before the sleep begins.
+	PrintThenSleep:    "cat(\"start\\n\")\nSys.sleep(1.5)",
+	PrintSleepSeconds: 1.5,
+	ErrorCode:         `f <- function() stop("boom"); f()`,
+	ErrorValue:        "boom",
+	SetState:          "kh_state <- 41",
+	GetState:          `cat(kh_state + 1, "\n", sep = "")`,
+	Sleep:             "cat(\"start\\n\")\nSys.sleep(60)",
+	// quit() is IRkernel's own shutdown; a dying interpreter is SIGKILL.
+	Exit: "tools::pskill(Sys.getpid(), tools::SIGKILL)",
+	PrintEnv: func(key string) string {
+		return "cat(Sys.getenv('" + key + "', unset = '<unset>'))"
+	},
+	PrintCwd: "cat(getwd())",
+}
+
+// rSkipped are the suite's cases not run on R, with the reason, so that
+// `go test -v` shows it. Most IRkernel 1.3.2 fails by design of the kernel,
+// not of the transport or the engine; the slow lifecycle cases are proven on
+// ipykernel already and would add ~25 s to every CI run.
+var rSkipped = map[string]string{
+	"MainResult":       "IRkernel sends a value as display_data, never execute_result",
+	"Stderr":           "IRkernel does not capture cat(file = stderr()); message() arrives with an extra newline",
+	"SilentNotCounted": "IRkernel sends execute_input for silent requests",
+	"Interrupt":        "IRkernel replies status abort (not error) to an interrupted request",
+	// The cwd part runs in the Cwd subtest below.
+	"EngineCwdExact": "IRkernel reports no error for a silent request, so a missing cwd goes unnoticed (core runs setwd silently)",
+
+	"StreamsBeforeEnd":             "CI time: transport behaviour, proven on ipykernel",
+	"ParentIDs":                    "CI time: transport behaviour, proven on ipykernel",
+	"InterruptIdle":                "CI time: transport behaviour, proven on ipykernel",
+	"RestartDuringExecution":       "CI time: transport behaviour, proven on ipykernel",
+	"KernelDeath":                  "CI time: transport behaviour, proven on ipykernel",
+	"EngineDisconnectFreesContext": "CI time: engine behaviour, proven on ipykernel",
+}
+
+// TestRKernel runs the conformance suite, engine cases included, on IRkernel
+// (Debian's r-cran-irkernel, kernel spec "ir"), against one server.
+// EngineEnvVarsExact proves core's Sys.setenv/Sys.unsetenv snippets: every
+// transporttest.EnvValues value comes back byte for byte through
+// cat(Sys.getenv(...)), and is unset (or the global value restored) after the
+// execution; EngineEnvResetAfterOverlap, that a queued request never sees it.
+func TestRKernel(t *testing.T) {
+	srv := startRServer(t)
+	s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, srv, nil) }, Lang: rSnippets}
+	for _, c := range transporttest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			if why, ok := rSkipped[c.Name]; ok {
+				t.Skip(why)
+			}
+			c.Run(t, s)
+		})
+	}
+	t.Run("Cwd", func(t *testing.T) { testRCwd(t, srv) })
+}
+
+// testRCwd: core's setwd snippet enters a directory whose name has quotes,
+// $(…) and non-ASCII, on a new context and again after a restart.
+func testRCwd(t *testing.T, srv *jupytertest.Server) {
+	dir := filepath.Join(t.TempDir(), `it's a "dir" with $(x) ü 中文 😀`)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e, err := core.NewEngine(core.Config{Transport: newTransport(t, srv, nil), DefaultCwd: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("engine Close: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	info, err := e.CreateContext(ctx, "r", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, when := range []string{"new context", "after restart"} {
+		if when == "after restart" {
+			if err := e.Restart(ctx, info.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, core.ExecRequest{ContextID: info.ID, Code: rSnippets.PrintCwd}))
+		if got != dir {
+			t.Errorf("%s: getwd() = %q, want %q", when, got, dir)
+		}
+	}
+}
+
+// startRServer starts a server and checks it has the R kernel spec: missing R
+// skips the test, or fails it under CI, where `make test` installs it.
+func startRServer(t *testing.T) *jupytertest.Server {
+	t.Helper()
+	srv := jupytertest.Start(t)
+	if _, ok := newTransport(t, srv, nil).kernelName("r"); !ok {
+		if os.Getenv("CI") != "" {
+			t.Fatal("the jupyter server has no R kernel spec (apt-get install r-cran-irkernel)")
+		}
+		t.Skip("no R kernel spec (apt-get install r-cran-irkernel)")
+	}
+	return srv
+}
