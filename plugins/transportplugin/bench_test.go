@@ -1,8 +1,12 @@
 package transportplugin
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,9 +25,10 @@ type benchCase struct {
 	stream200k string // prints 200,000 lines
 }
 
-func launchBench(bin string) func(b *testing.B) core.Transport {
+// launchBench launches bin as a plugin; env is added to its environment.
+func launchBench(bin string, env ...string) func(b *testing.B) core.Transport {
 	return func(b *testing.B) core.Transport {
-		s, err := Launch(context.Background(), Config{Path: bin, Logger: discardLogger()})
+		s, err := Launch(context.Background(), Config{Path: bin, Logger: discardLogger(), Env: env})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -37,7 +42,14 @@ func benchCases() []benchCase {
 	ex := func(*testing.B) core.Transport { return bashtransport.New() }
 	const py, pyStream = "1+1", "for i in range(200000): print(i)"
 	const sh, shStream = "echo $((1+1))", "seq 200000"
+	self, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	echo := func(*testing.B) core.Transport { return echoTransport{} }
 	return []benchCase{
+		{"echo/inprocess", echo, "python", py, pyStream},
+		{"echo/plugin", launchBench(self, helperEnv+"=echo"), "python", py, pyStream},
 		{"subprocess-python/inprocess", sub, "python", py, pyStream},
 		{"subprocess-python/plugin", launchBench(subprocessBin), "python", py, pyStream},
 		{"example-bash/inprocess", ex, "bash", sh, shStream},
@@ -46,14 +58,41 @@ func benchCases() []benchCase {
 }
 
 func benchKernel(b *testing.B, c benchCase) core.Kernel {
+	k, _ := benchKernelPID(b, c)
+	return k
+}
+
+// benchKernelPID starts a kernel of c and returns it with the pid of the
+// plugin process it lives in (0 in process).
+func benchKernelPID(b *testing.B, c benchCase) (core.Kernel, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	k, err := c.transport(b).StartKernel(ctx, core.KernelSpec{Language: c.lang, Cwd: b.TempDir()})
+	t := c.transport(b)
+	k, err := t.StartKernel(ctx, core.KernelSpec{Language: c.lang, Cwd: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { k.Shutdown(context.Background()) })
-	return k
+	pid := 0
+	if s, ok := t.(*Supervised); ok {
+		pid = s.PID()
+	}
+	return k, pid
+}
+
+// cpuTime is the user+system CPU time pid has used so far (clock-tick
+// resolution, 10 ms: enough over thousands of round trips).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the ")" that ends the command name: state is field 3,
+	// utime 14 and stime 15.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	ut, _ := strconv.Atoi(f[11])
+	st, _ := strconv.Atoi(f[12])
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 // execute runs code to its status idle and returns the bytes it streamed.
@@ -74,37 +113,85 @@ func execute(b *testing.B, k core.Kernel, id, code string) int {
 	return 0
 }
 
-// BenchmarkRoundTrip is one tiny execution, Execute to status idle. It
-// reports the median besides Go's mean.
+// BenchmarkRoundTrip is one tiny execution, Execute to status idle, on the
+// same transport linked in and behind the plugin boundary, alternating the
+// two in one loop so both see the same machine state. It reports both
+// medians and their difference (what the boundary adds) and both 90th
+// percentiles; ns/op is one pair.
 func BenchmarkRoundTrip(b *testing.B) {
-	for _, c := range benchCases() {
-		b.Run(c.name, func(b *testing.B) {
-			k := benchKernel(b, c)
-			execute(b, k, "warm", c.roundTrip)
-			d := make([]time.Duration, 0, 1024)
-			for b.Loop() {
-				start := time.Now()
-				execute(b, k, "rt", c.roundTrip)
-				d = append(d, time.Since(start))
+	cases := benchCases()
+	for i := 0; i < len(cases); i += 2 {
+		in, pl := cases[i], cases[i+1]
+		b.Run(strings.TrimSuffix(in.name, "/inprocess"), func(b *testing.B) {
+			kin := benchKernel(b, in)
+			kpl, pid := benchKernelPID(b, pl)
+			for range 20 { // warm up both
+				execute(b, kin, "warm", in.roundTrip)
+				execute(b, kpl, "warm", pl.roundTrip)
 			}
-			slices.Sort(d)
-			b.ReportMetric(float64(d[len(d)/2].Nanoseconds())/1e3, "median-µs")
+			var din, dpl []time.Duration
+			cpu0 := cpuTime(b, pid)
+			for b.Loop() {
+				t0 := time.Now()
+				execute(b, kin, "rt", in.roundTrip)
+				t1 := time.Now()
+				execute(b, kpl, "rt", pl.roundTrip)
+				t2 := time.Now()
+				din = append(din, t1.Sub(t0))
+				dpl = append(dpl, t2.Sub(t1))
+			}
+			mi, mp := quantile(din, 0.5), quantile(dpl, 0.5)
+			b.ReportMetric(float64(mi.Microseconds()), "inprocess-p50-µs")
+			b.ReportMetric(float64(mp.Microseconds()), "plugin-p50-µs")
+			b.ReportMetric(float64((mp - mi).Microseconds()), "added-p50-µs")
+			b.ReportMetric(float64(quantile(din, 0.9).Microseconds()), "inprocess-p90-µs")
+			b.ReportMetric(float64(quantile(dpl, 0.9).Microseconds()), "plugin-p90-µs")
+			b.ReportMetric(float64((cpuTime(b, pid)-cpu0).Microseconds())/float64(len(dpl)), "plugin-cpu-µs/op")
 		})
 	}
 }
 
-// BenchmarkStream200kLines streams 200,000 lines of stdout in one execution.
+// quantile returns the q-quantile (0 < q < 1) of d.
+func quantile(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(float64(len(s))*q)]
+}
+
+// BenchmarkStream200kLines streams 200,000 lines of stdout in one
+// execution, in process and through the plugin alternately, and reports
+// both medians and plugin/inprocess, their ratio. ns/op is one pair.
 func BenchmarkStream200kLines(b *testing.B) {
-	for _, c := range benchCases() {
-		b.Run(c.name, func(b *testing.B) {
-			k := benchKernel(b, c)
-			want := execute(b, k, "warm", c.stream200k)
+	cases := benchCases()
+	for i := 0; i < len(cases); i += 2 {
+		in, pl := cases[i], cases[i+1]
+		if in.name == "echo/inprocess" {
+			continue // it streams nothing
+		}
+		b.Run(strings.TrimSuffix(in.name, "/inprocess"), func(b *testing.B) {
+			kin, kpl := benchKernel(b, in), benchKernel(b, pl)
+			want := execute(b, kin, "warm", in.stream200k)
+			if got := execute(b, kpl, "warm", pl.stream200k); got != want {
+				b.Fatalf("plugin streamed %d bytes, in process %d", got, want)
+			}
+			var din, dpl []time.Duration
 			for b.Loop() {
-				if got := execute(b, k, "s", c.stream200k); got != want {
+				t0 := time.Now()
+				if got := execute(b, kin, "s", in.stream200k); got != want {
 					b.Fatalf("streamed %d bytes, want %d", got, want)
 				}
+				t1 := time.Now()
+				if got := execute(b, kpl, "s", pl.stream200k); got != want {
+					b.Fatalf("streamed %d bytes, want %d", got, want)
+				}
+				t2 := time.Now()
+				din = append(din, t1.Sub(t0))
+				dpl = append(dpl, t2.Sub(t1))
 			}
-			b.SetBytes(int64(want))
+			mi, mp := quantile(din, 0.5), quantile(dpl, 0.5)
+			b.ReportMetric(float64(mi.Milliseconds()), "inprocess-p50-ms")
+			b.ReportMetric(float64(mp.Milliseconds()), "plugin-p50-ms")
+			b.ReportMetric(float64(mp)/float64(mi), "plugin/inprocess")
 		})
 	}
 }

@@ -225,6 +225,9 @@ func (s *Supervised) callError(inst *instance, what string, timeout time.Duratio
 		return fmt.Errorf("%s: transport plugin %s did not answer in time (call deadline %v): %w", what, s.cfg.Name, timeout, context.DeadlineExceeded)
 	case st.Code() == codes.Canceled:
 		return fmt.Errorf("%s: %w", what, context.Canceled)
+	case st.Code() == codes.InvalidArgument:
+		// The transport said the request was wrong (core.KindInvalid).
+		return &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("%s: %s", what, st.Message()), Err: err}
 	}
 	return fmt.Errorf("%s: %s", what, st.Message())
 }

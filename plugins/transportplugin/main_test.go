@@ -3,10 +3,12 @@ package transportplugin
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,15 @@ func runHelper(mode string) {
 		Serve(hangTransport{})
 	case "big":
 		Serve(bigTransport{})
+	case "echo":
+		// BENCH_PLUGIN_CPUPROFILE=file profiles the plugin side of a benchmark.
+		if path := os.Getenv("BENCH_PLUGIN_CPUPROFILE"); path != "" {
+			f, err := os.Create(path)
+			if err == nil && pprof.StartCPUProfile(f) == nil {
+				defer pprof.StopCPUProfile()
+			}
+		}
+		Serve(echoTransport{})
 	case "minihost":
 		miniHost()
 	default:
@@ -149,6 +160,40 @@ func (k *stubKernel) Messages() <-chan core.Message   { return k.msgs }
 func (k *stubKernel) Interrupt(context.Context) error { return nil }
 func (k *stubKernel) Restart(context.Context) error   { return nil }
 func (k *stubKernel) Shutdown(context.Context) error  { return nil }
+
+// echoTransport's kernels answer each request at once, without an
+// interpreter, with the messages of a `1+1` (busy, execute_input,
+// execute_result, execute_reply, idle): through the plugin, what a round
+// trip costs is then the boundary alone.
+type echoTransport struct{}
+
+func (echoTransport) Info() core.TransportInfo {
+	return core.TransportInfo{Name: "echo", Version: "0", Languages: []string{"python"}}
+}
+
+func (echoTransport) StartKernel(context.Context, core.KernelSpec) (core.Kernel, error) {
+	return &echoKernel{msgs: make(chan core.Message, 64)}, nil
+}
+
+type echoKernel struct {
+	msgs chan core.Message
+	n    int
+}
+
+func (k *echoKernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
+	k.n++
+	id := req.MsgID
+	k.msgs <- core.Message{ParentID: id, Type: core.MsgStatus, State: core.StateBusy}
+	k.msgs <- core.Message{ParentID: id, Type: core.MsgExecuteInput, ExecutionCount: k.n}
+	k.msgs <- core.Message{ParentID: id, Type: core.MsgExecuteResult, ExecutionCount: k.n, Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"2"`)}}
+	k.msgs <- core.Message{ParentID: id, Type: core.MsgExecuteReply, ExecutionCount: k.n, Status: core.ReplyOK}
+	k.msgs <- core.Message{ParentID: id, Type: core.MsgStatus, State: core.StateIdle}
+	return nil
+}
+func (k *echoKernel) Messages() <-chan core.Message   { return k.msgs }
+func (k *echoKernel) Interrupt(context.Context) error { return nil }
+func (k *echoKernel) Restart(context.Context) error   { return nil }
+func (k *echoKernel) Shutdown(context.Context) error  { return nil }
 
 // waitForLine reads lines from r until one starts with prefix.
 func waitForLine(t *testing.T, sc *bufio.Scanner, prefix string, timeout time.Duration) string {

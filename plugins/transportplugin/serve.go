@@ -47,6 +47,10 @@ func Logger() hclog.Logger {
 	})
 }
 
+// streamWorkers is the number of goroutines serving calls; calls beyond it
+// get a goroutine of their own, as by default.
+const streamWorkers = 4
+
 // serve is Serve with the protocol version as a parameter, so tests can build
 // a plugin that speaks a version the host does not.
 func serve(t core.Transport, version int) {
@@ -81,7 +85,11 @@ func serve(t core.Transport, version int) {
 			version: {pluginName: &grpcPlugin{srv: srv}},
 		},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes))
+			opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
+				grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
+				// Serve unary calls on long-lived workers: a fresh goroutine
+				// per call (gRPC's default) grows its stack on every Execute.
+				grpc.NumStreamWorkers(streamWorkers))
 			return grpc.NewServer(opts...)
 		},
 		Logger: log,

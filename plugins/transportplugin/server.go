@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kernelhost/kernelhost/core"
 	pb "github.com/kernelhost/kernelhost/plugins/transportplugin/proto"
@@ -22,6 +21,9 @@ import (
 const (
 	maxBatchMessages = 512
 	maxBatchBytes    = 1 << 20
+	// streamLinger bounds how long stream output waits for more output to
+	// share its frame; see batcher.linger.
+	streamLinger = 500 * time.Microsecond
 )
 
 // server serves one core.Transport over the protocol, inside the plugin.
@@ -113,9 +115,11 @@ func (s *server) Messages(req *pb.MessagesRequest, stream pb.Transport_MessagesS
 	}
 	ch := k.k.Messages()
 	ctx := stream.Context()
-	batch := &pb.MessageBatch{}
+	var b batcher
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
-		batch.Messages = batch.Messages[:0]
+		b.reset()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -124,10 +128,13 @@ func (s *server) Messages(req *pb.MessagesRequest, stream pb.Transport_MessagesS
 				s.forget(req.KernelId)
 				return nil
 			}
-			batch.Messages = append(batch.Messages, messageToPB(m))
+			b.add(m)
 		}
-		closed := fill(batch, ch)
-		if err := stream.Send(batch); err != nil {
+		closed := b.fill(ch)
+		if !closed && b.streaming() {
+			closed = b.linger(ch, linger)
+		}
+		if err := stream.Send(b.batch()); err != nil {
 			return err
 		}
 		if closed {
@@ -137,24 +144,122 @@ func (s *server) Messages(req *pb.MessagesRequest, stream pb.Transport_MessagesS
 	}
 }
 
+// batcher builds one MessageBatch from what the kernel has ready. It never
+// waits for more: a slow kernel's messages go out one by one, at once.
+//
+// Consecutive stream messages of the same request and stream are merged
+// into one, as a Jupyter kernel merges writes that come faster than they
+// are read; the merged message keeps the first one's timestamp, when its
+// output began. A kernel that streams one message per line (200,000 lines)
+// otherwise pays the per-message cost of protobuf, the gRPC frame share and
+// the host's channel hand-off 200,000 times; merged it pays it per batch.
+type batcher struct {
+	msgs []core.Message
+	text [][]byte // merged stream text of msgs[i], nil when msgs[i].Text is used as is
+	size int
+	pb   pb.MessageBatch
+}
+
+func (b *batcher) reset() {
+	b.msgs = b.msgs[:0]
+	b.text = b.text[:0]
+	b.size = 0
+}
+
+func (b *batcher) add(m core.Message) {
+	if n := len(b.msgs); n > 0 && m.Type == core.MsgStream {
+		last := &b.msgs[n-1]
+		if last.Type == core.MsgStream && last.ParentID == m.ParentID && last.Name == m.Name {
+			if b.text[n-1] == nil {
+				b.text[n-1] = append(make([]byte, 0, 2*(len(last.Text)+len(m.Text))), last.Text...)
+			}
+			b.text[n-1] = append(b.text[n-1], m.Text...)
+			b.size += len(m.Text)
+			return
+		}
+	}
+	b.msgs = append(b.msgs, m)
+	b.text = append(b.text, nil)
+	b.size += approxSize(m)
+}
+
+// approxSize is a cheap upper-bound-ish size of m on the wire, for the
+// batch byte limit (proto.Size would encode every message twice).
+func approxSize(m core.Message) int {
+	n := 64 + len(m.ParentID) + len(m.Text) + len(m.EName) + len(m.EValue)
+	for k, v := range m.Data {
+		n += len(k) + len(v) + 8
+	}
+	for _, l := range m.Traceback {
+		n += len(l) + 4
+	}
+	return n
+}
+
 // fill adds the messages that are ready without waiting, within the batch
 // limits. It reports whether the channel was found closed.
-func fill(batch *pb.MessageBatch, ch <-chan core.Message) (closed bool) {
-	size := proto.Size(batch.Messages[0])
-	for len(batch.Messages) < maxBatchMessages && size < maxBatchBytes {
+func (b *batcher) fill(ch <-chan core.Message) (closed bool) {
+	for len(b.msgs) < maxBatchMessages && b.size < maxBatchBytes {
 		select {
 		case m, ok := <-ch:
 			if !ok {
 				return true
 			}
-			pm := messageToPB(m)
-			size += proto.Size(pm)
-			batch.Messages = append(batch.Messages, pm)
+			b.add(m)
 		default:
 			return false
 		}
 	}
 	return false
+}
+
+// streaming says the batch ends in stream output and has room: more output
+// is likely to follow within moments.
+func (b *batcher) streaming() bool {
+	return len(b.msgs) < maxBatchMessages && b.size < maxBatchBytes &&
+		b.msgs[len(b.msgs)-1].Type == core.MsgStream
+}
+
+// linger waits up to streamLinger for more messages while the batch ends in
+// stream output, and returns at once when anything else arrives (a reply,
+// an idle: the end of a request is never held back) or the batch is full.
+//
+// Why: a kernel streaming a line at a time produces messages a little slower
+// than this loop forwards them, so without waiting every line would cost a
+// gRPC frame, two wake-ups and the protobuf work on both sides, on the same
+// two cores the interpreter needs. Waiting a fraction of a millisecond while
+// output flows turns thousands of frames into a few, merged.
+func (b *batcher) linger(ch <-chan core.Message, t *time.Timer) (closed bool) {
+	t.Reset(streamLinger)
+	defer t.Stop()
+	for b.streaming() {
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				return true
+			}
+			b.add(m)
+			if b.fill(ch) {
+				return true
+			}
+		case <-t.C:
+			return false
+		}
+	}
+	return false
+}
+
+// batch returns the protobuf form of the batch, reusing its slice.
+func (b *batcher) batch() *pb.MessageBatch {
+	b.pb.Messages = b.pb.Messages[:0]
+	for i, m := range b.msgs {
+		pm := messageToPB(m)
+		if b.text[i] != nil {
+			pm.Text = b.text[i]
+		}
+		b.pb.Messages = append(b.pb.Messages, pm)
+	}
+	return &b.pb
 }
 
 func (s *server) Interrupt(ctx context.Context, req *pb.InterruptRequest) (*pb.InterruptResponse, error) {
@@ -227,6 +332,10 @@ func toStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
+	case core.KindOf(err) == core.KindInvalid:
+		// The request was wrong (a cwd that does not exist): the host turns
+		// this back into a KindInvalid error, a client error, not ours.
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if _, ok := status.FromError(err); ok {
 		return err

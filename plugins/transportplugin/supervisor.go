@@ -333,8 +333,10 @@ func (s *Supervised) start(ctx context.Context) (*instance, core.TransportInfo, 
 		Stderr:           stderr,
 		SyncStdout:       lineLogger{a: hl.With("stream", "stdout").(*slogAdapter), level: hclog.Info},
 		SyncStderr:       lineLogger{a: hl.With("stream", "stderr").(*slogAdapter), level: hclog.Info},
-		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
+		GRPCDialOptions: []grpc.DialOption{
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+			grpc.WithInitialWindowSize(windowSize), grpc.WithInitialConnWindowSize(windowSize),
+		},
 	})
 	fail := func(err error) (*instance, core.TransportInfo, error) {
 		client.Kill()
