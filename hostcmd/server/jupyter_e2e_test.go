@@ -1,0 +1,412 @@
+package server_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/jupyter"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+// The host end to end on the Jupyter transport: every test below runs as a
+// subtest of TestJupyterHost against one real Jupyter Server (jupytertest:
+// loopback, token auth, IOPub rate limits off), with the transport linked in
+// and, where it says so, through the kernelhost-transport-jupyter plugin.
+
+// jupyterInProcess returns a configure option that links a jupyter transport
+// for srv into the host. The transport is shared by the hosts of tb's subtests.
+func jupyterInProcess(tb testing.TB, srv *jupytertest.Server) func(*server.Config) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr, err := jupyter.New(ctx, jupyter.Config{URL: srv.URL, Token: srv.Token})
+	if err != nil {
+		tb.Fatalf("jupyter transport for %s: %v", srv.URL, err)
+	}
+	tb.Cleanup(tr.Close)
+	return func(c *server.Config) { c.Transport = tr }
+}
+
+// jupyterViaPlugin runs the jupyter transport through its plugin, as
+// `KERNELHOST_TRANSPORT=jupyter kernelhost` does.
+func jupyterViaPlugin(srv *jupytertest.Server) func(*server.Config) {
+	return func(c *server.Config) {
+		viaPlugin(c)
+		c.TransportName = "jupyter"
+		c.Jupyter = server.Jupyter{URL: srv.URL, Token: srv.Token}
+	}
+}
+
+func TestJupyterHost(t *testing.T) {
+	srv := jupytertest.Start(t)
+	modes := []struct {
+		name string
+		set  func(*server.Config)
+	}{{"in-process", jupyterInProcess(t, srv)}, {"plugin", jupyterViaPlugin(srv)}}
+	for _, tc := range []struct {
+		name    string
+		test    func(t *testing.T, start func(...func(*server.Config)) *testHost)
+		viaBoth bool // also through the plugin (each plugin start costs a process and a kernel)
+	}{
+		{"Basics", testJupyterBasics, true},
+		{"MIMEBundles", testJupyterMIME, false},
+		{"EnvVars", testJupyterEnvVars, true},
+		{"Cwd", testJupyterCwd, false},
+		{"ContextsLifecycle", testJupyterLifecycle, false},
+		{"Interrupt", testJupyterInterrupt, false},
+		{"DisconnectInterrupts", testJupyterDisconnectInterrupts, true},
+		{"DisconnectContinues", testJupyterDisconnectContinues, false},
+		{"OverlapNeverLeaks", testJupyterOverlap, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, m := range modes {
+				if m.name == "plugin" && !tc.viaBoth {
+					continue
+				}
+				t.Run(m.name, func(t *testing.T) {
+					tc.test(t, func(configure ...func(*server.Config)) *testHost {
+						t.Helper()
+						return startHost(t, append([]func(*server.Config){m.set}, configure...)...)
+					})
+				})
+			}
+		})
+	}
+}
+
+// testJupyterBasics: defaults, state across executions, the order of stdout,
+// stderr and the result, and an error that leaves the context working.
+func testJupyterBasics(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start()
+	if ctxs := h.contexts(); len(ctxs) != 1 || ctxs[0].Language != "python" || ctxs[0].Cwd != h.cwd {
+		t.Fatalf("contexts %+v, want one python default in %s (the server has no javascript kernel)", ctxs, h.cwd)
+	}
+	noError(t, h.run(map[string]any{"code": "x = 41"}))
+	lines := h.run(map[string]any{"code": "x + 1"})
+	if got := mainResult(t, lines); got != "42" {
+		t.Fatalf("x + 1 = %q, want 42", got)
+	}
+	if first := lines[0]; first.typ() != "number_of_executions" {
+		t.Fatalf("first line %v, want number_of_executions", first)
+	}
+
+	lines = h.run(map[string]any{"code": "import sys\nprint('a', flush=True)\nprint('b', flush=True)\nprint('c', file=sys.stderr, flush=True)\n1+1"})
+	var kinds []string
+	for _, l := range lines {
+		if k := l.typ(); len(kinds) == 0 || kinds[len(kinds)-1] != k {
+			kinds = append(kinds, k)
+		}
+	}
+	if got, want := strings.Join(kinds, " "), "number_of_executions stdout stderr result end_of_execution"; got != want {
+		t.Fatalf("line kinds %q, want %q", got, want)
+	}
+	if got := stdout(lines); got != "a\nb\n" {
+		t.Fatalf("stdout %q", got)
+	}
+
+	lines = h.run(map[string]any{"code": "print('before')\nxyz"})
+	e := onlyError(t, lines)
+	if e.str("name") != "NameError" || e.str("value") != "name 'xyz' is not defined" || e.str("traceback") == "" {
+		t.Fatalf("error line %v", e)
+	}
+	if stdout(lines) != "before\n" {
+		t.Fatalf("stdout before the error %q", stdout(lines))
+	}
+	if got := mainResult(t, h.run(map[string]any{"code": "x"})); got != "41" {
+		t.Fatalf("after an error: x = %q, want 41", got)
+	}
+}
+
+// onePixelPNG is a 1×1 PNG.
+const onePixelPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+// testJupyterMIME: display_data and the main result carry their MIME bundles
+// to the result lines: HTML, and PNG from matplotlib when the kernel's Python
+// has it, else from IPython.display.Image.
+func testJupyterMIME(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start()
+	code := fmt.Sprintf(`import base64
+from IPython.display import HTML, Image, display
+display(HTML('<b>shown</b>'))
+try:
+    import io, matplotlib
+    matplotlib.use('agg')
+    import matplotlib.pyplot as plt
+    fig = plt.figure(figsize=(1, 1))
+    plt.plot([0, 1], [1, 0])
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png')
+    display(Image(data=buf.getvalue(), format='png'))
+except ImportError:
+    display(Image(data=base64.b64decode(%q), format='png'))
+HTML('<i>main</i>')`, onePixelPNG)
+	lines := h.run(map[string]any{"code": code})
+	noError(t, lines)
+	results := ofType(lines, "result")
+	if len(results) != 3 {
+		t.Fatalf("want 3 result lines (HTML, PNG, main HTML), got %d: %v", len(results), results)
+	}
+	if r := results[0]; r.str("html") != "<b>shown</b>" || r["is_main_result"] == true {
+		t.Errorf("displayed HTML: %v", r)
+	}
+	png, err := base64.StdEncoding.DecodeString(results[1].str("png"))
+	if err != nil || !strings.HasPrefix(string(png), "\x89PNG\r\n\x1a\n") {
+		t.Errorf("displayed image: png field is not a base64 PNG (%v): %v", err, results[1])
+	}
+	if r := results[2]; r.str("html") != "<i>main</i>" || r["is_main_result"] != true || !strings.Contains(r.str("text"), "HTML object") {
+		t.Errorf("main result: %v", r)
+	}
+}
+
+// testJupyterEnvVars: every transporttest.EnvValues value reaches the kernel's
+// os.environ exactly, and is gone (the global value back) afterwards.
+func testJupyterEnvVars(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start(func(c *server.Config) { c.GlobalEnv = map[string]string{"KH_TEST_0": "global 'value'\n"} })
+	env := map[string]string{}
+	for i, v := range transporttest.EnvValues {
+		env[fmt.Sprintf("KH_TEST_%d", i)] = v
+	}
+	code := "import os, json\nprint(json.dumps({k: os.environ[k] for k in os.environ if k.startswith('KH_TEST_')}))"
+	got := func(lines []line) map[string]string {
+		t.Helper()
+		noError(t, lines)
+		var m map[string]string
+		if err := json.Unmarshal([]byte(stdout(lines)), &m); err != nil {
+			t.Fatalf("decode %q: %v", stdout(lines), err)
+		}
+		return m
+	}
+	during := got(h.run(map[string]any{"code": code, "env_vars": env}))
+	if len(during) != len(env) {
+		t.Errorf("the kernel saw %d KH_TEST_ vars, want %d: %q", len(during), len(env), during)
+	}
+	for k, v := range env {
+		if during[k] != v {
+			t.Errorf("%s = %q, want %q", k, during[k], v)
+		}
+	}
+	if after := got(h.run(map[string]any{"code": code})); len(after) != 1 || after["KH_TEST_0"] != "global 'value'\n" {
+		t.Fatalf("after the execution: %q, want only the global KH_TEST_0", after)
+	}
+}
+
+// testJupyterCwd: a context's cwd (quotes, $(…), non-ASCII) is where its code
+// runs; a missing cwd is a 400 that names it and leaves no context.
+func testJupyterCwd(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start()
+	dir := filepath.Join(t.TempDir(), `it's a "dir" $(x) ü 中文`)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]string{"language": "python", "cwd": dir})
+	c := h.createContext(string(body))
+	if c.Cwd != dir || c.Language != "python" {
+		t.Fatalf("created %+v, want cwd %s", c, dir)
+	}
+	if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())", "context_id": c.ID})); got != dir+"\n" {
+		t.Fatalf("cwd %q, want %q", got, dir)
+	}
+	if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())"})); got != h.cwd+"\n" {
+		t.Fatalf("default context cwd %q, want %s", got, h.cwd)
+	}
+	before := h.contexts()
+	status, text := h.do("POST", "/contexts", `{"cwd":"/does/not/exist"}`)
+	if status != http.StatusBadRequest || !strings.Contains(text, "/does/not/exist") {
+		t.Fatalf("missing cwd: %d %q, want 400 naming it", status, text)
+	}
+	if after := h.contexts(); len(after) != len(before) {
+		t.Fatalf("a failed create left a context: %+v", after)
+	}
+}
+
+// testJupyterLifecycle: create, list, restart (state gone, listing kept),
+// delete (404 everywhere), and the other context is unaffected.
+func testJupyterLifecycle(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start()
+	defaults := h.contexts()
+	a, b := h.createContext(`{}`), h.createContext(`{"language":"python"}`)
+	listed := h.contexts()
+	if len(listed) != len(defaults)+2 || listed[len(listed)-2] != a || listed[len(listed)-1] != b {
+		t.Fatalf("listing %+v, want the defaults then %+v, %+v", listed, a, b)
+	}
+	noError(t, h.run(map[string]any{"code": "x = 1", "context_id": a.ID}))
+	noError(t, h.run(map[string]any{"code": "y = 2", "context_id": b.ID}))
+	if status, body := h.do("POST", "/contexts/"+a.ID+"/restart", ""); status != 200 || body != "null" {
+		t.Fatalf("restart: %d %q", status, body)
+	}
+	if e := onlyError(t, h.run(map[string]any{"code": "x", "context_id": a.ID})); e.str("value") != "name 'x' is not defined" {
+		t.Fatalf("after restart: %v", e)
+	}
+	if after := h.contexts(); fmt.Sprint(after) != fmt.Sprint(listed) {
+		t.Fatalf("restart changed the listing: %+v, was %+v", after, listed)
+	}
+	if status, body := h.do("DELETE", "/contexts/"+a.ID, ""); status != 200 || body != "null" {
+		t.Fatalf("delete: %d %q", status, body)
+	}
+	notFound := "Context " + a.ID + " not found"
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, a.ID)},
+		{"POST", "/contexts/" + a.ID + "/restart", ""},
+		{"POST", "/contexts/" + a.ID + "/interrupt", ""},
+		{"DELETE", "/contexts/" + a.ID, ""},
+	} {
+		if status, body := h.do(req.method, req.path, req.body); status != 404 || body != notFound {
+			t.Errorf("%s %s after delete: %d %q, want 404 %q", req.method, req.path, status, body, notFound)
+		}
+	}
+	if got := mainResult(t, h.run(map[string]any{"code": "y", "context_id": b.ID})); got != "2" {
+		t.Fatalf("the other context after a delete: y = %q", got)
+	}
+}
+
+// testJupyterInterrupt: POST /interrupt ends running code with
+// KeyboardInterrupt at once, and the context keeps its state.
+func testJupyterInterrupt(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start()
+	id := h.defaultID("python")
+	noError(t, h.run(map[string]any{"code": "kept = 7"}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
+	s.until("stdout")
+	began := time.Now()
+	if status, body := h.do("POST", "/contexts/"+id+"/interrupt", ""); status != 200 || body != "null" {
+		t.Fatalf("interrupt: %d %q", status, body)
+	}
+	rest := s.rest()
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("the interrupted execution ended %s after the interrupt", took)
+	}
+	if e := onlyError(t, rest); e.str("name") != "KeyboardInterrupt" {
+		t.Fatalf("error %v, want KeyboardInterrupt", e)
+	}
+	if got := mainResult(t, h.run(map[string]any{"code": "kept"})); got != "7" {
+		t.Fatalf("after the interrupt: kept = %q", got)
+	}
+}
+
+// disconnectAfter starts code on the default context as an SDK client does
+// and drops the connection after d (the scenario of the upstream bug: a
+// client that times out and goes away). It returns when it disconnected.
+func disconnectAfter(t *testing.T, h *testHost, code string, d time.Duration) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := h.start(ctx, map[string]any{"code": code})
+	if l := s.next(); l.typ() != "number_of_executions" {
+		cancel()
+		t.Fatalf("first line %v, want number_of_executions (the code runs)", l)
+	}
+	<-time.After(d) // the client's own timeout: the scenario, not a wait for an event
+	cancel()
+	return time.Now()
+}
+
+// runHello runs print('hello') on the default context and returns its lines
+// and when it completed. The request's deadline is within: a request that
+// hangs fails the test ("read stream: context deadline exceeded") instead of
+// hanging it.
+func runHello(t *testing.T, h *testHost, within time.Duration) (lines []line, done time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	lines = h.start(ctx, map[string]any{"code": "print('hello')"}).rest()
+	return lines, time.Now()
+}
+
+// The upstream bug, end to end, with the default interrupt policy: the next
+// request on the context completes within 2 s of the disconnect.
+func testJupyterDisconnectInterrupts(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start()
+	gone := disconnectAfter(t, h, "import time; time.sleep(30)", time.Second)
+	lines, done := runHello(t, h, 10*time.Second)
+	if took := done.Sub(gone); took > 2*time.Second {
+		t.Fatalf("print('hello') completed %s after the disconnect, want < 2s", took)
+	}
+	noError(t, lines)
+	if got := stdout(lines); got != "hello\n" {
+		t.Fatalf("stdout %q, want hello", got)
+	}
+}
+
+// With the continue policy the abandoned code runs to its end, and the next
+// request completes right after it: not before, and never hanging.
+func testJupyterDisconnectContinues(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start(func(c *server.Config) { c.DisconnectPolicy = core.DisconnectContinue })
+	const sleep = 5 * time.Second
+	sent := time.Now()
+	gone := disconnectAfter(t, h, "import time; time.sleep(5)", time.Second)
+	lines, done := runHello(t, h, sleep+10*time.Second)
+	noError(t, lines)
+	if got := stdout(lines); got != "hello\n" {
+		t.Fatalf("stdout %q, want hello", got)
+	}
+	if done.Before(sent.Add(sleep)) {
+		t.Fatalf("print('hello') completed %s after the request, before the 5 s sleep could end: the code was stopped", done.Sub(sent))
+	}
+	if late := done.Sub(sent.Add(sleep)); late > 3*time.Second {
+		t.Fatalf("print('hello') completed %s after the sleep ended", late)
+	}
+	t.Logf("disconnected after %s; hello completed %s after the request", gone.Sub(sent), done.Sub(sent))
+}
+
+// testJupyterOverlap: request A (env var SECRET) runs while request B (no env
+// vars) is queued on the same context, 50 times; in every other round A ends
+// with an error. B never sees SECRET and A's error never aborts B.
+func testJupyterOverlap(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start()
+	id := h.defaultID("python")
+	flag := filepath.Join(t.TempDir(), "go-on")
+	const rounds = 50
+	for i := range rounds {
+		secret := fmt.Sprintf("s3cret-%d 'x' \"y\"", i)
+		failing := i%2 == 1
+		// A holds the kernel until B is queued behind it: the test creates
+		// the flag file only after B's request was accepted.
+		codeA := fmt.Sprintf("import os, time\nprint(os.environ['SECRET'] == %q, flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.002)\nos.remove(%q)", secret, flag, flag)
+		if failing {
+			codeA += "\nraise ValueError('A fails')"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		a := h.start(ctx, map[string]any{"code": codeA, "context_id": id, "env_vars": map[string]string{"SECRET": secret}})
+		if got := a.stdoutLine(); got != "True\n" {
+			cancel()
+			t.Fatalf("round %d: A did not see its SECRET: %q", i, got)
+		}
+		b := h.start(ctx, map[string]any{"code": "import os\nprint(os.environ.get('SECRET', '<unset>'))", "context_id": id})
+		if err := os.WriteFile(flag, nil, 0o600); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		restA, restB := a.rest(), b.rest()
+		cancel()
+		if errs := ofType(restA, "error"); failing != (len(errs) == 1) || len(errs) > 1 || failing && errs[0].str("name") != "ValueError" {
+			t.Fatalf("round %d: A's errors %v, want a ValueError: %v", i, errs, failing)
+		}
+		noError(t, restB)
+		if got := stdout(restB); got != "<unset>\n" {
+			t.Fatalf("round %d: B saw SECRET = %q", i, got)
+		}
+	}
+}
+
+// stdoutLine reads stdout lines until their text ends a line, and returns the
+// text: ipykernel may send print's text and its newline as two messages.
+func (s *stream) stdoutLine() string {
+	s.t.Helper()
+	var b strings.Builder
+	for !strings.HasSuffix(b.String(), "\n") {
+		b.WriteString(s.until("stdout").str("text"))
+	}
+	return b.String()
+}
