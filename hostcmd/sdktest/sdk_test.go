@@ -14,6 +14,8 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/jupyter"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
@@ -45,10 +47,11 @@ func TestMain(m *testing.M) {
 }
 
 // TestOfficialSDK starts a host in-process on a free port and runs
-// sdk.test.mjs with node against it, once with the subprocess transport
-// linked in and once through its plugin (as the kernelhost binary runs it).
-// Without node or node_modules the test skips, except under CI, where it
-// fails: `make test` installs both.
+// sdk.test.mjs with node against it: with the subprocess transport linked in
+// and through its plugin (as the kernelhost binary runs it), and with the
+// Jupyter transport against a real Jupyter Server, linked in and through its
+// plugin. Without node or node_modules the test skips, except under CI, where
+// it fails: `make test` installs both (and jupyter-server).
 func TestOfficialSDK(t *testing.T) {
 	for _, mode := range []struct {
 		name string
@@ -59,9 +62,29 @@ func TestOfficialSDK(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) { testOfficialSDK(t, mode.set) })
 	}
+	t.Run("jupyter", func(t *testing.T) {
+		srv := jupytertest.Start(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		tr, err := jupyter.New(ctx, jupyter.Config{URL: srv.URL, Token: srv.Token})
+		if err != nil {
+			t.Fatalf("jupyter transport: %v", err)
+		}
+		t.Cleanup(tr.Close)
+		// ipykernel only: no javascript default context (KH_SDK_NO_JS).
+		t.Run("in-process", func(t *testing.T) {
+			testOfficialSDK(t, func(c *server.Config) { c.Transport = tr }, "KH_SDK_NO_JS=1")
+		})
+		t.Run("plugin", func(t *testing.T) {
+			testOfficialSDK(t, func(c *server.Config) {
+				c.PluginDir, c.TransportName = pluginDir, "jupyter"
+				c.Jupyter = server.Jupyter{URL: srv.URL, Token: srv.Token}
+			}, "KH_SDK_NO_JS=1")
+		})
+	})
 }
 
-func testOfficialSDK(t *testing.T, configure func(*server.Config)) {
+func testOfficialSDK(t *testing.T, configure func(*server.Config), env ...string) {
 	node, err := exec.LookPath("node")
 	if err == nil {
 		_, err = os.Stat(filepath.Join("node_modules", "@e2b", "code-interpreter", "package.json"))
@@ -101,6 +124,7 @@ func testOfficialSDK(t *testing.T, configure func(*server.Config)) {
 		"E2B_SANDBOX_URL="+host.URL(),
 		"E2B_API_KEY=", "E2B_ACCESS_TOKEN=",
 	)
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
 	if err != nil {
