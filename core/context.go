@@ -579,6 +579,7 @@ func (c *Context) runUserCode(x *Execution) {
 			return
 		case <-clientGone:
 			clientGone = nil
+			x.out.close() // nobody will read it: stop buffering, keep draining the kernel
 			if c.e.cfg.DisconnectPolicy == DisconnectContinue {
 				continue
 			}

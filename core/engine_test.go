@@ -638,3 +638,21 @@ func TestMaxContexts(t *testing.T) {
 		t.Fatalf("after a delete: %v", err)
 	}
 }
+
+func TestOutputOfAGoneClientIsNotBuffered(t *testing.T) {
+	e, ft := newTestEngine(t, Config{DisconnectPolicy: DisconnectContinue})
+	client, leave := context.WithCancel(context.Background())
+	a := execute(t, e, client, ExecRequest{Code: "block\nmany 1000"})
+	k := ft.kernel(0)
+	awaitStart(t, k, "block\nmany 1000")
+	leave()
+	b := execute(t, e, context.Background(), ExecRequest{Code: "print b"})
+	releaseBlock(t, k)
+	collect(t, b) // A has finished on the kernel
+	a.out.mu.Lock()
+	buffered := len(a.out.items)
+	a.out.mu.Unlock()
+	if buffered != 0 {
+		t.Fatalf("%d outputs buffered for a client that left", buffered)
+	}
+}
