@@ -119,7 +119,8 @@ func decodeV1(frame []byte) (channel string, parts [][]byte, err error) {
 		return "", nil, errors.New("v1 frame shorter than its header")
 	}
 	n := binary.LittleEndian.Uint64(frame)
-	if n < 2 || n > uint64(len(frame)/8) {
+	// The count and the n offsets are 8 bytes each: 8*(1+n) bytes at least.
+	if n < 2 || n > uint64(len(frame)/8)-1 {
 		return "", nil, fmt.Errorf("v1 frame: bad offset count %d", n)
 	}
 	offs := make([]int, n)
