@@ -24,11 +24,25 @@ APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt
 JUPYTER_PORT ?= 8888
 JUPYTER_DIR  := $(CURDIR)/bin/jupyter
 
+# Fuzzing: every target below runs FUZZTIME with `make fuzz`, and
+# FUZZTIME_TEST with `make test` (their seed corpora, testdata/fuzz/, also run
+# as plain tests in test-go).
+FUZZTIME      ?= 60s
+FUZZTIME_TEST ?= 3s
+FUZZ_TARGETS  := \
+	./hostcmd/server:FuzzExecuteRequest \
+	./transports/jupyter:FuzzDecodeFrame \
+	./plugins/policy:FuzzDecodeOutput \
+	./core:FuzzAppendLine \
+	./core:FuzzPythonLiteral \
+	./transports/subprocess:FuzzEnvValueRoundTrip \
+	./transports/subprocess:FuzzCwdRoundTrip
+
 # Benchmarks: `make bench BENCH=RoundTrip BENCHTIME=2000x`.
 BENCH     ?= .
 BENCHTIME ?= 1s
 
-.PHONY: all build plugins policies generate run run-jupyter test test-go test-wasm deps deps-apt deps-npm deps-jupyter bench vet clean
+.PHONY: all build plugins policies generate run run-jupyter test test-go test-wasm test-fuzz fuzz deps deps-apt deps-npm deps-jupyter bench vet clean
 
 all: build
 
@@ -87,10 +101,25 @@ run-jupyter: build plugins deps-jupyter
 
 ## test: install missing test dependencies, then all tests with -race, then
 ## the core's tests compiled for WebAssembly under wazero
-test: deps test-go test-wasm
+test: deps test-go test-wasm test-fuzz
 
 test-go:
 	$(GO) test -race -count=1 ./...
+
+## fuzz: each fuzz target for FUZZTIME (default 60s): make fuzz FUZZTIME=10m
+fuzz:
+	@$(MAKE) --no-print-directory run-fuzz FUZZ_FOR=$(FUZZTIME)
+
+test-fuzz:
+	@$(MAKE) --no-print-directory run-fuzz FUZZ_FOR=$(FUZZTIME_TEST)
+
+# One `go test -fuzz` per target: Go fuzzes one target per invocation.
+run-fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name for $(FUZZ_FOR)"; \
+		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZ_FOR) $$pkg; \
+	done
 
 test-wasm: $(WAZERO)
 	GOOS=wasip1 GOARCH=wasm GOWASIRUNTIME=wazero PATH="$(TOOLS):$$PATH" \

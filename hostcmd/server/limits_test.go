@@ -402,3 +402,18 @@ func TestLoadLimits(t *testing.T) {
 		}
 	}
 }
+
+// A language the transport does not have is the client's error (400, with
+// the languages there are), not a 500, on /execute and POST /contexts.
+func TestUnknownLanguageIs400(t *testing.T) {
+	h := startHost(t)
+	for _, r := range [][2]string{{"/execute", `{"code":"1","language":"cobol"}`}, {"/contexts", `{"language":"cobol"}`}} {
+		status, body := h.do("POST", r[0], r[1])
+		if status != http.StatusBadRequest || !strings.Contains(body, `Unknown language "cobol"`) || !strings.Contains(body, "python") {
+			t.Errorf("POST %s %s: %d %q, want 400 naming the language and those there are", r[0], r[1], status, body)
+		}
+	}
+	if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
+		t.Fatalf("after the refusals: %q", got)
+	}
+}
