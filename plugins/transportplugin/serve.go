@@ -1,6 +1,7 @@
 package transportplugin
 
 import (
+	"context"
 	"os"
 	"os/signal"
 	"syscall"
@@ -78,6 +79,7 @@ func serve(t core.Transport, version int) {
 	}()
 
 	info := t.Info()
+	restoreHandshakeEnv() // for plugin.Serve to read; see env.go
 	log.Info("serving transport", "name", info.Name, "version", info.Version, "languages", info.Languages, "pid", os.Getpid())
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake,
@@ -89,7 +91,18 @@ func serve(t core.Transport, version int) {
 				grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
 				// Serve unary calls on long-lived workers: a fresh goroutine
 				// per call (gRPC's default) grows its stack on every Execute.
-				grpc.NumStreamWorkers(streamWorkers))
+				grpc.NumStreamWorkers(streamWorkers),
+				// The host's first call means go-plugin is done with its
+				// environment variables: take them out before any call can
+				// start an interpreter that would inherit them.
+				grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+					scrubHandshakeEnv()
+					return h(ctx, req)
+				}),
+				grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+					scrubHandshakeEnv()
+					return h(srv, ss)
+				}))
 			return grpc.NewServer(opts...)
 		},
 		Logger: log,
