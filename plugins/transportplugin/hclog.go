@@ -50,9 +50,23 @@ func (a *slogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if a.name != "" {
 		all = append(all, "logger", a.name)
 	}
-	all = append(all, a.args...)
-	all = append(all, args...)
+	all = appendRenamed(all, a.args)
+	all = appendRenamed(all, args)
 	a.l.Log(context.Background(), slogLevel(level), msg, all...)
+}
+
+// appendRenamed appends the key-value pairs kv to all, renaming the key
+// "plugin": the host's logger already carries plugin=<name>, and go-plugin
+// logs the executable's path under that same key ("plugin process exited"),
+// which would put the key in the line twice.
+func appendRenamed(all, kv []any) []any {
+	for i, v := range kv {
+		if i%2 == 0 && v == "plugin" {
+			v = "path"
+		}
+		all = append(all, v)
+	}
+	return all
 }
 
 func (a *slogAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }

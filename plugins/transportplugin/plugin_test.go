@@ -187,6 +187,14 @@ func TestExamplePluginRoundTrip(t *testing.T) {
 	if l := logs.String(); !strings.Contains(l, `"msg":"serving transport"`) || !strings.Contains(l, `"plugin":"kernelhost-transport-example-bash"`) {
 		t.Fatalf("host log lacks the plugin's own log line:\n%s", l)
 	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Count(line, `"plugin":`) > 1 {
+			t.Errorf("log line has the plugin key twice: %s", line)
+		}
+	}
+	if !strings.Contains(logs.String(), `"msg":"plugin process exited"`) {
+		t.Error("host log lacks go-plugin's exit line, which carries its own plugin key")
+	}
 	if strings.Contains(logs.String(), `"level":"DEBUG-4"`) {
 		t.Fatal("trace-level go-plugin logs reached the host log")
 	}
