@@ -38,11 +38,14 @@ FUZZ_TARGETS  := \
 	./transports/subprocess:FuzzEnvValueRoundTrip \
 	./transports/subprocess:FuzzCwdRoundTrip
 
+# Executions of the isolation soak in test-faults and soak.
+SOAK ?= 10000
+
 # Benchmarks: `make bench BENCH=RoundTrip BENCHTIME=2000x`.
 BENCH     ?= .
 BENCHTIME ?= 1s
 
-.PHONY: all build plugins policies generate run run-jupyter test test-go test-wasm test-fuzz fuzz deps deps-apt deps-npm deps-jupyter bench vet clean
+.PHONY: all build plugins policies generate run run-jupyter test test-go test-wasm test-fuzz test-faults soak run-faults fuzz run-fuzz deps deps-apt deps-npm deps-jupyter bench vet clean
 
 all: build
 
@@ -105,6 +108,24 @@ test: deps test-go test-wasm test-fuzz
 
 test-go:
 	$(GO) test -race -count=1 ./...
+
+## test-faults: the fault suite (kill -9 of interpreter, plugin, Jupyter
+## kernel and server; cut and stalled websocket; 500 disconnecting clients;
+## a 1 byte/s reader of 100 MB) and the 10,000-execution isolation soak
+## (make test runs both too, the soak with 1,000). See docs/reliability.md.
+test-faults: deps
+	@$(MAKE) --no-print-directory run-faults FAULT_TESTS='^(TestFault|TestIsolationSoak)'
+
+## soak: the isolation soak alone, SOAK executions (default 10000)
+soak:
+	@$(MAKE) --no-print-directory run-faults FAULT_TESTS='^TestIsolationSoak$$$$'
+
+# The whole log goes to bin/faults.log; the results and figures to the terminal.
+run-faults:
+	@mkdir -p bin; status=0; \
+	$(GO) test -race -count=1 -v -run='$(FAULT_TESTS)' ./hostcmd/server/ -args -soak=$(SOAK) >bin/faults.log 2>&1 || status=$$?; \
+	grep -E '^(--- |FAIL|ok|PASS)|FIGURE' bin/faults.log; \
+	[ $$status = 0 ] || echo "failed: the whole log is in bin/faults.log"; exit $$status
 
 ## fuzz: each fuzz target for FUZZTIME (default 60s): make fuzz FUZZTIME=10m
 fuzz:

@@ -1,0 +1,723 @@
+package server_test
+
+// The fault suite (make test-faults): real processes on loopback, one fault
+// each. After every fault the host answers /health, the next execution on
+// every context works, and, when the test ends, no goroutine of the test's
+// is left (goleak against the test's own baseline) and no process the test
+// started is left (the /proc tree under the test binary). Lines starting
+// with "FIGURE" are the figures of docs/reliability.md.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/jupyter"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+)
+
+// descendants lists the live processes under pid (zombies excluded).
+func descendants(pid int) map[int]string {
+	children := map[int][]int{}
+	names := map[int]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+4 > len(s) || s[i+2] == 'Z' {
+			continue
+		}
+		fields := strings.Fields(s[i+2:])
+		ppid, _ := strconv.Atoi(fields[1])
+		children[ppid] = append(children[ppid], p)
+		names[p] = s[strings.IndexByte(s, '(')+1 : i]
+	}
+	out := map[int]string{}
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out[c] = names[c]
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+// faultTest registers the end-of-test checks of a fault test, to run after
+// everything the test starts is stopped (cleanups run last-in first-out):
+// goroutines back to the test's baseline, and no process left behind.
+func faultTest(t *testing.T) {
+	t.Helper()
+	baseline := goleak.IgnoreCurrent()
+	procsBefore := descendants(os.Getpid())
+	t.Cleanup(func() {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var left []string
+			for pid, name := range descendants(os.Getpid()) {
+				if _, ok := procsBefore[pid]; !ok {
+					left = append(left, fmt.Sprintf("%d (%s)", pid, name))
+				}
+			}
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("processes left behind 15 s after the test: %v", left)
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // /proc offers nothing to wait on
+		}
+		goleak.VerifyNone(t, baseline)
+	})
+}
+
+// recovered checks what every fault test checks after its fault: /health,
+// and an execution on every context (the python ones compute, the others echo).
+func (h *testHost) recovered(t *testing.T) {
+	t.Helper()
+	if status, body := h.do("GET", "/health", ""); status != 200 {
+		t.Fatalf("health after the fault: %d %s", status, body)
+	}
+	for _, c := range h.contexts() {
+		code, want := "6*7", "42"
+		switch c.Language {
+		case "javascript":
+			code = "6*7"
+		case "bash":
+			code, want = "echo 42", ""
+		}
+		lines := h.run(map[string]any{"code": code, "context_id": c.ID})
+		noError(t, lines)
+		got := stdout(lines)
+		if want != "" {
+			got = mainResult(t, lines)
+		} else {
+			want = "42\n"
+		}
+		if got != want {
+			t.Fatalf("%s context %s after the fault: %q, want %q", c.Language, c.ID, got, want)
+		}
+	}
+}
+
+// figure logs one measured figure for docs/reliability.md.
+func figure(t *testing.T, format string, args ...any) {
+	t.Helper()
+	t.Logf("FIGURE %s: "+format, append([]any{t.Name()}, args...)...)
+}
+
+// pidOf asks a python context for its interpreter's process id.
+func (h *testHost) pidOf(t *testing.T, id string) int {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(stdout(h.run(map[string]any{"code": "import os; print(os.getpid())", "context_id": id}))))
+	if err != nil {
+		t.Fatalf("interpreter pid: %v", err)
+	}
+	return pid
+}
+
+// killMidExecution starts a long execution on id, kills pid with SIGKILL
+// once it printed, and returns the error line the client saw and how long
+// the stream took to end after the kill.
+func (h *testHost) killMidExecution(t *testing.T, id string, pid int) (line, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := h.start(ctx, map[string]any{"code": "import time\nprint('running', flush=True)\ntime.sleep(60)", "context_id": id})
+	s.until("stdout")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", pid, err)
+	}
+	began := time.Now()
+	rest := s.rest()
+	return onlyError(t, rest), time.Since(began)
+}
+
+// kill -9 of the interpreter of one context mid-execution (subprocess
+// transport, in-process): the stream ends with KernelDied, the context gets a
+// new interpreter at its next execution, the other contexts keep their state.
+func TestFaultInterpreterKilled(t *testing.T) {
+	faultTest(t)
+	h := startHost(t)
+	victim := h.createContext(`{}`)
+	other := h.createContext(`{"language":"bash"}`)
+	noError(t, h.run(map[string]any{"code": "kept = 'state'"}))
+	noError(t, h.run(map[string]any{"code": "export KEPT=state", "context_id": other.ID}))
+	pid := h.pidOf(t, victim.ID)
+
+	e, took := h.killMidExecution(t, victim.ID, pid)
+	if e.str("name") != "KernelDied" {
+		t.Fatalf("error line %v, want KernelDied", e)
+	}
+	waitGone(t, pid, "the killed interpreter", 5*time.Second)
+	began := time.Now()
+	h.recovered(t)
+	figure(t, "stream ended %s after the kill with %s: %q; next execution on every context ok after %s",
+		took.Round(time.Millisecond), e.str("name"), e.str("value"), time.Since(began).Round(time.Millisecond))
+	if got := mainResult(t, h.run(map[string]any{"code": "kept"})); got != "state" {
+		t.Fatalf("the default context lost its state: %q", got)
+	}
+	if got := stdout(h.run(map[string]any{"code": "echo $KEPT", "context_id": other.ID})); got != "state\n" {
+		t.Fatalf("the bash context lost its state: %q", got)
+	}
+	if newPID := h.pidOf(t, victim.ID); newPID == pid {
+		t.Fatalf("the context still reports the killed pid %d", pid)
+	}
+}
+
+// kill -9 of the transport plugin mid-execution: every context's interpreter
+// goes with it; the plugin restarts and every context works again.
+func TestFaultPluginKilled(t *testing.T) {
+	faultTest(t)
+	h := startHost(t, viaPlugin)
+	extra := h.createContext(`{"language":"bash"}`)
+	id := h.defaultID("python")
+	py := h.pidOf(t, id)
+	plugin := h.PluginPID()
+
+	e, took := h.killMidExecution(t, id, plugin)
+	if !strings.Contains(e.str("value"), "died") {
+		t.Fatalf("error line %v, want one saying the kernel died", e)
+	}
+	began := time.Now()
+	h.recovered(t)
+	figure(t, "stream ended %s after the kill with %s: %q; plugin restarted and every context ok after %s",
+		took.Round(time.Millisecond), e.str("name"), e.str("value"), time.Since(began).Round(time.Millisecond))
+	waitGone(t, plugin, "the killed plugin", 5*time.Second)
+	waitGone(t, py, "the interpreter of the killed plugin", 10*time.Second)
+	if now := h.PluginPID(); now == 0 || now == plugin {
+		t.Fatalf("plugin pid %d after the restart, was %d", now, plugin)
+	}
+	_ = extra
+}
+
+// jupyterServer is a Jupyter Server the test can kill -9 and start again on
+// the same port (jupytertest.Start cannot: it owns the process).
+type jupyterServer struct {
+	t          *testing.T
+	port       int
+	token, dir string
+	cmd        *exec.Cmd
+	done       chan struct{}
+}
+
+func startJupyter(t *testing.T) *jupyterServer {
+	t.Helper()
+	if _, _, err := jupytertest.Binary(); err != nil {
+		t.Skip(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &jupyterServer{t: t, port: port, token: fmt.Sprintf("tok%d", rand.Int64()), dir: t.TempDir()}
+	if err := os.Mkdir(filepath.Join(s.dir, "root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := jupytertest.WriteKernelSpec(filepath.Join(s.dir, "data")); err != nil {
+		t.Fatal(err)
+	}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *jupyterServer) url() string { return fmt.Sprintf("http://127.0.0.1:%d/", s.port) }
+
+// start runs the server and waits until it answers.
+func (s *jupyterServer) start() {
+	s.t.Helper()
+	bin, pre, _ := jupytertest.Binary()
+	cmd := exec.Command(bin, append(pre, jupytertest.Args(s.port, s.token, filepath.Join(s.dir, "root"))...)...)
+	cmd.Env = append(os.Environ(),
+		"JUPYTER_CONFIG_DIR="+filepath.Join(s.dir, "config"),
+		"JUPYTER_DATA_DIR="+filepath.Join(s.dir, "data"),
+		"JUPYTER_RUNTIME_DIR="+filepath.Join(s.dir, "runtime"),
+		"IPYTHONDIR="+filepath.Join(s.dir, "ipython"),
+		"PYDEVD_DISABLE_FILE_VALIDATION=1",
+	)
+	// Its own process group: the cleanup reaches its kernels too. Pdeathsig:
+	// it dies with a killed test binary.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	log, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("server-%d.log", time.Now().UnixNano())))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer log.Close()
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(jupytertest.StartTimeout)
+	for {
+		req, _ := http.NewRequest("GET", s.url()+"api/kernelspecs", nil)
+		req.Header.Set("Authorization", "token "+s.token)
+		tr := &http.Transport{}
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req)
+		tr.CloseIdleConnections()
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-s.done:
+			s.t.Fatalf("jupyter server exited at start (log in %s)", s.dir)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("jupyter server not ready after %s", jupytertest.StartTimeout)
+		}
+		time.Sleep(50 * time.Millisecond) // nothing to wait on but the port
+	}
+}
+
+// kill9 kills the server process alone (its kernels are not signalled).
+func (s *jupyterServer) kill9() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		s.t.Fatal(err)
+	}
+	<-s.done
+}
+
+func (s *jupyterServer) stop() {
+	pgid := s.cmd.Process.Pid
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(15 * time.Second):
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	<-s.done
+}
+
+// tcpProxy forwards loopback connections to a target; it can cut every live
+// connection or stall them (stop forwarding, keep them open).
+type tcpProxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	pairs  map[*proxyPair]bool
+	wg     sync.WaitGroup
+}
+
+// proxyPair is a client connection and its upstream.
+type proxyPair struct {
+	c, u    net.Conn
+	stalled chan struct{} // closed: forward nothing more
+	cut     chan struct{} // closed: both ends are closed
+	once    sync.Once
+}
+
+func (pp *proxyPair) close() {
+	pp.once.Do(func() {
+		pp.c.Close()
+		pp.u.Close()
+		close(pp.cut)
+	})
+}
+
+func startProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{l: l, target: target, pairs: map[*proxyPair]bool{}}
+	p.wg.Go(p.serve)
+	t.Cleanup(func() {
+		l.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *tcpProxy) url() string { return "http://" + p.l.Addr().String() + "/" }
+
+func (p *tcpProxy) serve() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		pp := &proxyPair{c: c, u: u, stalled: make(chan struct{}), cut: make(chan struct{})}
+		p.mu.Lock()
+		p.pairs[pp] = true
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			defer func() {
+				pp.close()
+				p.mu.Lock()
+				delete(p.pairs, pp)
+				p.mu.Unlock()
+			}()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := src.Read(buf)
+				select {
+				case <-pp.stalled: // hold the bytes until the pair is cut
+					<-pp.cut
+					return
+				default:
+				}
+				if n > 0 {
+					if _, werr := dst.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}
+		p.wg.Go(func() { pipe(u, c) })
+		p.wg.Go(func() { pipe(c, u) })
+	}
+}
+
+// cut closes every live connection.
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pp := range p.pairs {
+		pp.close()
+	}
+}
+
+// stall stops forwarding on every live connection (they stay open); new
+// connections pass.
+func (p *tcpProxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pp := range p.pairs {
+		select {
+		case <-pp.stalled:
+		default:
+			close(pp.stalled)
+		}
+	}
+}
+
+// jupyterHost starts a Jupyter Server and a host on it whose (in-process)
+// jupyter transport goes through a TCP proxy, with short ping bounds so a
+// stalled connection is noticed within a second.
+func jupyterHost(t *testing.T) (*testHost, *jupyterServer, *tcpProxy) {
+	t.Helper()
+	srv := startJupyter(t)
+	p := startProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.port))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr, err := jupyter.New(ctx, jupyter.Config{
+		URL: p.url(), Token: srv.token,
+		PingInterval: 300 * time.Millisecond, PongTimeout: 700 * time.Millisecond,
+		ReconnectTimeout: 20 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("jupyter transport: %v", err)
+	}
+	t.Cleanup(tr.Close)
+	h := startHost(t, func(c *server.Config) { c.Transport = tr })
+	return h, srv, p
+}
+
+// kill -9 of a Jupyter kernel mid-execution: the server restarts it; the
+// stream ends with an error line; the context works again, without state.
+func TestFaultJupyterKernelKilled(t *testing.T) {
+	faultTest(t)
+	h, _, _ := jupyterHost(t)
+	other := h.createContext(`{}`)
+	noError(t, h.run(map[string]any{"code": "kept = 'state'", "context_id": other.ID}))
+	id := h.defaultID("python")
+	pid := h.pidOf(t, id)
+	e, took := h.killMidExecution(t, id, pid)
+	began := time.Now()
+	h.recovered(t)
+	figure(t, "stream ended %s after the kill with %s: %q; every context ok after %s",
+		took.Round(time.Millisecond), e.str("name"), e.str("value"), time.Since(began).Round(time.Millisecond))
+	waitGone(t, pid, "the killed kernel", 5*time.Second)
+	if got := mainResult(t, h.run(map[string]any{"code": "kept", "context_id": other.ID})); got != "state" {
+		t.Fatalf("the other kernel lost its state: %q", got)
+	}
+}
+
+// kill -9 of the Jupyter Server itself mid-execution, then a new server on
+// the same port: the host recovers without a restart (new kernels, no state).
+func TestFaultJupyterServerKilled(t *testing.T) {
+	faultTest(t)
+	h, srv, _ := jupyterHost(t)
+	other := h.createContext(`{}`)
+	id := h.defaultID("python")
+	kernels := []int{h.pidOf(t, id), h.pidOf(t, other.ID)}
+	e, took := h.killMidExecution(t, id, srv.cmd.Process.Pid)
+	<-srv.done
+	// Its kernels notice their parent is gone (ipykernel's parent poller).
+	for _, k := range kernels {
+		waitGone(t, k, "a kernel of the killed server", 10*time.Second)
+	}
+	// While it is down, the host answers and says what is wrong.
+	status, body := h.do("POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, other.ID))
+	down := fmt.Sprintf("%d", status)
+	if status == 200 {
+		if errs := ofType(parseStream(t, []byte(body)), "error"); len(errs) == 1 {
+			down += " + error line " + errs[0].str("name") + ": " + errs[0].str("value")
+		}
+	} else {
+		down += " " + body
+	}
+	if s, _ := h.do("GET", "/health", ""); s != 200 {
+		t.Fatalf("health with the Jupyter Server down: %d", s)
+	}
+	restart := time.Now()
+	srv.start()
+	serverUp := time.Since(restart)
+	began := time.Now()
+	h.recovered(t)
+	figure(t, "stream ended %s after the kill with %s: %q; while down, /execute gave %s; server back after %s; every context ok %s later",
+		took.Round(time.Millisecond), e.str("name"), e.str("value"), down, serverUp.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+}
+
+// The websocket to the Jupyter Server is cut (RST-free close) or stalled
+// (open, nothing forwarded) mid-execution: the stream ends with a clear
+// error, the context works again.
+func TestFaultJupyterWebsocket(t *testing.T) {
+	for _, fault := range []string{"cut", "stall"} {
+		t.Run(fault, func(t *testing.T) {
+			faultTest(t)
+			h, _, p := jupyterHost(t)
+			id := h.defaultID("python")
+			noError(t, h.run(map[string]any{"code": "kept = 'state'"}))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			s := h.start(ctx, map[string]any{"code": "import time\nprint('running', flush=True)\ntime.sleep(3)\nprint('woke', flush=True)", "context_id": id})
+			s.until("stdout")
+			if fault == "cut" {
+				p.cut()
+			} else {
+				p.stall()
+			}
+			began := time.Now()
+			rest := s.rest()
+			took := time.Since(began)
+			saw := "no error line, stdout " + fmt.Sprintf("%q", stdout(rest))
+			if errs := ofType(rest, "error"); len(errs) > 0 {
+				saw = errs[0].str("name") + ": " + errs[0].str("value")
+			}
+			began = time.Now()
+			h.recovered(t)
+			kept := mainResult(t, h.run(map[string]any{"code": "kept"}))
+			figure(t, "stream ended %s after the %s with %s; every context ok after %s; state kept: %v",
+				took.Round(time.Millisecond), fault, saw, time.Since(began).Round(time.Millisecond), kept == "state")
+			if kept != "state" {
+				t.Errorf("the kernel lost its state over a reconnect: %q", kept)
+			}
+		})
+	}
+}
+
+// 500 clients on two contexts drop their connection at random moments of
+// their stream (before it starts, while it is queued, while it runs), 25 at
+// a time: the host stays healthy, every context works, nothing leaks.
+func TestFaultClientsDisconnect(t *testing.T) {
+	faultTest(t)
+	h := startHost(t)
+	ids := []string{h.defaultID("python"), h.createContext(`{}`).ID}
+	const clients, concurrent = 500, 25
+	var (
+		wg        sync.WaitGroup
+		sem       = make(chan struct{}, concurrent)
+		gotLines  atomic.Int64
+		completed atomic.Int64
+	)
+	began := time.Now()
+	for i := range clients {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(300))*time.Millisecond)
+			defer cancel()
+			body := fmt.Sprintf(`{"code":"import time\nfor i in range(30):\n    print(i, flush=True)\n    time.sleep(0.005)","context_id":%q}`, ids[i%len(ids)])
+			req, _ := http.NewRequestWithContext(ctx, "POST", h.URL()+"/execute", strings.NewReader(body))
+			resp, err := h.client.Do(req)
+			if err != nil {
+				return // dropped before the answer
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 && resp.StatusCode != 429 {
+				t.Errorf("status %d", resp.StatusCode)
+				return
+			}
+			b, err := io.ReadAll(resp.Body)
+			gotLines.Add(int64(strings.Count(string(b), "\n")))
+			if err == nil && resp.StatusCode == 200 {
+				completed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	storm := time.Since(began)
+	began = time.Now()
+	h.recovered(t)
+	figure(t, "%d clients (%d at a time) on %d contexts took %s; %d streams read to the end, %d lines received; every context ok %s after the last",
+		clients, concurrent, len(ids), storm.Round(time.Millisecond), completed.Load(), gotLines.Load(), time.Since(began).Round(time.Millisecond))
+	if n := len(descendants(os.Getpid())); n != len(h.contexts()) {
+		t.Fatalf("%d interpreter processes for %d contexts: %v", n, len(h.contexts()), descendants(os.Getpid()))
+	}
+}
+
+// vmRSS is the test process's resident set, in bytes.
+func vmRSS() int64 {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			kb, _ := strconv.ParseInt(strings.Fields(l)[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// A client that reads 1 byte per second from an execution writing 100 MB:
+// the host's memory stays bounded by the per-execution output buffer while
+// the reader lags, other contexts keep working, and the stream says what
+// was dropped.
+func TestFaultSlowReader(t *testing.T) {
+	faultTest(t)
+	const buffer = 8 << 20
+	h := startHost(t, func(c *server.Config) { c.MaxOutputBytes = buffer })
+	other := h.createContext(`{}`)
+	done := filepath.Join(t.TempDir(), "done")
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heapBefore, rssBefore := ms.HeapInuse, vmRSS()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	code := fmt.Sprintf("import sys\nline = 'x' * 1023 + '\\n'\nfor i in range(100 * 1024):\n    sys.stdout.write(line)\nsys.stdout.flush()\nopen(%q, 'w').close()", done)
+	body := fmt.Sprintf(`{"code":%q}`, code)
+	req, _ := http.NewRequestWithContext(ctx, "POST", h.URL()+"/execute", strings.NewReader(body))
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// Memory is sampled every 20 ms while the reader lags.
+	var (
+		peakHeap atomic.Uint64
+		peakRSS  atomic.Int64
+		sampling sync.WaitGroup
+		stop     = make(chan struct{})
+	)
+	sampling.Go(func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peakHeap.Load() {
+				peakHeap.Store(ms.HeapInuse)
+			}
+			if r := vmRSS(); r > peakRSS.Load() {
+				peakRSS.Store(r)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	// 1 byte per second, for 5 s at least and until the kernel has written
+	// all 100 MB.
+	read := 0
+	slowFor := time.Now()
+	one := make([]byte, 1)
+	for {
+		if _, err := io.ReadFull(resp.Body, one); err != nil {
+			t.Fatalf("slow read: %v", err)
+		}
+		read++
+		if _, err := os.Stat(done); err == nil && read >= 5 {
+			break
+		}
+		if time.Since(slowFor) > 4*time.Minute {
+			t.Fatal("the kernel did not finish writing 100 MB in 4 minutes")
+		}
+		time.Sleep(time.Second) // the point of the test: a client this slow
+	}
+	slow := time.Since(slowFor)
+	close(stop)
+	sampling.Wait()
+	// The other context is not held up by the lagging stream.
+	otherBegan := time.Now()
+	if got := mainResult(t, h.run(map[string]any{"code": "6*7", "context_id": other.ID})); got != "42" {
+		t.Fatalf("other context while the reader lags: %q", got)
+	}
+	otherTook := time.Since(otherBegan)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := parseStream(t, rest[strings.IndexByte(string(rest), '\n')+1:])
+	var notice string
+	received := 0
+	for _, l := range lines {
+		if l.typ() == "stderr" && strings.Contains(l.str("text"), "were dropped") {
+			notice = l.str("text")
+		}
+		if l.typ() == "stdout" {
+			received += len(l.str("text"))
+		}
+	}
+	if notice == "" {
+		t.Fatalf("no drop notice in the stream (%d stdout bytes of 100 MB arrived)", received)
+	}
+	// The buffer, plus what is in flight between the kernel and the client
+	// (pipe reads, encoded lines, socket buffers), never the 100 MB.
+	const bound = 4 * buffer
+	figure(t, "read %d bytes at 1 byte/s over %s while the kernel wrote 100 MB; heap in use %d MB -> peak %d MB, RSS %d MB -> peak %d MB (buffer %d MB); other context answered in %s; then %d stdout bytes arrived and the stream said: %q",
+		read, slow.Round(time.Second), heapBefore>>20, peakHeap.Load()>>20, rssBefore>>20, peakRSS.Load()>>20, buffer>>20, otherTook.Round(time.Millisecond), received, strings.TrimSpace(notice))
+	if peakHeap.Load() > heapBefore+bound {
+		t.Fatalf("heap grew from %d to %d MB while the reader lagged: more than %d MB over", heapBefore>>20, peakHeap.Load()>>20, bound>>20)
+	}
+	h.recovered(t)
+}
