@@ -1,0 +1,356 @@
+//go:build linux
+
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
+
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+)
+
+// BenchmarkJupyter measures the host on the Jupyter transport (linked in)
+// side by side with the floor: a bare websocket client straight on the
+// kernels' channels (JSON frames, TCP_QUICKACK re-armed after every read, as
+// the transport does). One server for all sub-benchmarks:
+//
+//	go test -run '^$' -bench Jupyter -benchtime 3s -count 1 ./hostcmd/server/
+//
+// RoundTrip alternates `1+1` via the host and direct, and reports both medians
+// and their ratio; Concurrent8x50 runs 8 contexts × 50 sequential `1+1` at
+// once via the host and the same load on 8 bare websockets, twice each per op
+// (host, direct, direct, host), and reports both throughputs and their ratio; Stream200kLines and
+// Flush20kLines count every line at the client and fail on any loss.
+func BenchmarkJupyter(b *testing.B) {
+	srv := jupytertest.Start(b)
+	inProc := jupyterInProcess(b, srv)
+	direct := &directJupyter{srv: srv}
+
+	b.Run("RoundTrip", func(b *testing.B) {
+		h := startHost(b, inProc)
+		ws := direct.kernel(b)
+		hostD := make([]time.Duration, 0, b.N)
+		directD := make([]time.Duration, 0, b.N)
+		for range 20 { // warm up both paths
+			if err := hostOneTwo(h.client, h.URL(), ""); err != nil {
+				b.Fatal(err)
+			}
+			if err := ws.oneTwo(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ResetTimer()
+		for range b.N {
+			t0 := time.Now()
+			if err := ws.oneTwo(); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if err := hostOneTwo(h.client, h.URL(), ""); err != nil {
+				b.Fatal(err)
+			}
+			directD, hostD = append(directD, t1.Sub(t0)), append(hostD, time.Since(t1))
+		}
+		b.StopTimer()
+		ph, pd := median(hostD), median(directD)
+		b.ReportMetric(float64(ph.Microseconds())/1000, "host-p50-ms")
+		b.ReportMetric(float64(pd.Microseconds())/1000, "direct-p50-ms")
+		b.ReportMetric(float64(ph)/float64(pd), "host/direct")
+	})
+
+	b.Run("Concurrent8x50", func(b *testing.B) {
+		const contexts, execs = 8, 50
+		h := startHost(b, inProc)
+		// One idle connection per worker, so no request waits for a dial.
+		tr := &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: contexts}
+		b.Cleanup(tr.CloseIdleConnections)
+		client := &http.Client{Transport: tr}
+		ids := make([]string, contexts)
+		for i := range ids {
+			ids[i] = h.createContext(`{}`).ID
+		}
+		wss := make([]*directKernel, contexts)
+		for i := range wss {
+			wss[i] = direct.kernel(b)
+		}
+		warm := func(i int) error {
+			if err := hostOneTwo(client, h.URL(), ids[i]); err != nil {
+				return err
+			}
+			return wss[i].oneTwo()
+		}
+		if err := concurrently(contexts, warm); err != nil {
+			b.Fatal(err)
+		}
+		viaHost := func(i int) error {
+			for range execs {
+				if err := hostOneTwo(client, h.URL(), ids[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		straight := func(i int) error {
+			for range execs {
+				if err := wss[i].oneTwo(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		var hostT, directT time.Duration
+		timed := func(f func(int) error, total *time.Duration) {
+			t0 := time.Now()
+			if err := concurrently(contexts, f); err != nil {
+				b.Fatal(err)
+			}
+			*total += time.Since(t0)
+		}
+		b.ResetTimer()
+		for range b.N {
+			// Host, direct, direct, host: both see the same machine on average
+			// (other processes' load drifts over seconds).
+			timed(viaHost, &hostT)
+			timed(straight, &directT)
+			timed(straight, &directT)
+			timed(viaHost, &hostT)
+		}
+		b.StopTimer()
+		n := float64(2 * contexts * execs * b.N)
+		b.ReportMetric(n/hostT.Seconds(), "host-exec/s")
+		b.ReportMetric(n/directT.Seconds(), "direct-exec/s")
+		b.ReportMetric(directT.Seconds()/hostT.Seconds(), "host/direct-throughput")
+	})
+
+	b.Run("Stream200kLines", func(b *testing.B) {
+		streamLines(b, startHost(b, inProc), 200_000, "print(i)")
+	})
+	b.Run("Flush20kLines", func(b *testing.B) {
+		streamLines(b, startHost(b, inProc), 20_000, "print(i, flush=True)")
+	})
+}
+
+// streamLines runs `for i in range(n): <stmt>` through h, decodes every
+// NDJSON line at the client, and fails unless exactly the n numbers arrived,
+// in order, and the stream ended with end_of_execution. It reports lines/s.
+func streamLines(b *testing.B, h *testHost, n int, stmt string) {
+	body, _ := json.Marshal(map[string]string{"code": "for i in range(" + strconv.Itoa(n) + "):\n    " + stmt})
+	var want strings.Builder
+	for i := range n {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 4<<20)
+		var got strings.Builder
+		last := ""
+		for sc.Scan() {
+			var l struct{ Type, Text, Name, Value string }
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				b.Fatal(err)
+			}
+			switch l.Type {
+			case "stdout":
+				got.WriteString(l.Text)
+			case "stderr", "error":
+				b.Fatalf("unexpected %s line: %s %s%s", l.Type, l.Name, l.Value, l.Text)
+			}
+			last = l.Type
+		}
+		resp.Body.Close()
+		if sc.Err() != nil || last != "end_of_execution" || got.String() != want.String() {
+			b.Fatalf("got %d of %d lines (stdout equal: %v), last line %q, err %v",
+				strings.Count(got.String(), "\n"), n, got.String() == want.String(), last, sc.Err())
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "lines/s")
+}
+
+// hostOneTwo runs `1+1` via the host (on context id, or the default) and
+// reads the stream to its end.
+func hostOneTwo(client *http.Client, url, id string) error {
+	body := `{"code":"1+1"}`
+	if id != "" {
+		body = fmt.Sprintf(`{"code":"1+1","context_id":%q}`, id)
+	}
+	resp, err := client.Post(url+"/execute", "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Contains(out, []byte(`"text":"2"`)) || !bytes.HasSuffix(out, []byte("{\"type\":\"end_of_execution\"}\n")) {
+		return fmt.Errorf("host 1+1: %v %q", err, out)
+	}
+	return nil
+}
+
+// concurrently runs f(0..n-1) on n goroutines and returns the first error.
+func concurrently(n int, f func(i int) error) error {
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- f(i) }()
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// directJupyter starts kernels on srv over REST and talks to them on bare
+// websockets: the least any client has to do.
+type directJupyter struct{ srv *jupytertest.Server }
+
+type directKernel struct {
+	ws      *websocket.Conn
+	session string
+}
+
+func (d *directJupyter) kernel(b *testing.B) *directKernel {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hdr := http.Header{"Authorization": {"token " + d.srv.Token}}
+	req, _ := http.NewRequestWithContext(ctx, "POST", d.srv.URL+"api/kernels", strings.NewReader(`{"name":"python3"}`))
+	req.Header = hdr.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var km struct{ ID string }
+	err = json.NewDecoder(resp.Body).Decode(&km)
+	resp.Body.Close()
+	if err != nil || km.ID == "" {
+		b.Fatalf("create kernel: %s %v", resp.Status, err)
+	}
+	b.Cleanup(func() {
+		req, _ := http.NewRequest("DELETE", d.srv.URL+"api/kernels/"+km.ID, nil)
+		req.Header = hdr.Clone()
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	k := &directKernel{session: uuid.NewString()}
+	dialer := websocket.Dialer{NetDialContext: quickAckDial}
+	wsURL := "ws" + strings.TrimPrefix(d.srv.URL, "http") + "api/kernels/" + km.ID + "/channels?session_id=" + k.session
+	ws, _, err := dialer.DialContext(ctx, wsURL, hdr)
+	if err != nil {
+		b.Fatalf("dial %s: %v", wsURL, err)
+	}
+	b.Cleanup(func() { ws.Close() })
+	k.ws = ws
+	return k
+}
+
+// oneTwo sends `1+1` as a JSON-frame execute_request and reads until its
+// execute_reply and its status idle.
+func (k *directKernel) oneTwo() error {
+	id := uuid.NewString()
+	frame, _ := json.Marshal(map[string]any{
+		"header": map[string]any{
+			"msg_id": id, "session": k.session, "username": "bench", "msg_type": "execute_request",
+			"version": "5.3", "date": time.Now().UTC().Format(time.RFC3339Nano),
+		},
+		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "shell", "buffers": []any{},
+		"content": map[string]any{
+			"code": "1+1", "silent": false, "store_history": true, "user_expressions": map[string]any{},
+			"allow_stdin": false, "stop_on_error": false,
+		},
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	_ = k.ws.SetWriteDeadline(deadline)
+	if err := k.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
+		return err
+	}
+	_ = k.ws.SetReadDeadline(deadline)
+	var reply, idle, result bool
+	for !reply || !idle {
+		_, data, err := k.ws.ReadMessage()
+		if err != nil {
+			return fmt.Errorf("direct 1+1: %w", err)
+		}
+		var m struct {
+			Header struct {
+				MsgType string `json:"msg_type"`
+			}
+			ParentHeader struct {
+				MsgID string `json:"msg_id"`
+			} `json:"parent_header"`
+			Content struct {
+				ExecutionState string            `json:"execution_state"`
+				Data           map[string]string `json:"data"`
+			}
+		}
+		if err := json.Unmarshal(data, &m); err != nil {
+			return fmt.Errorf("direct: decode frame: %w", err)
+		}
+		if m.ParentHeader.MsgID != id {
+			continue
+		}
+		switch m.Header.MsgType {
+		case "execute_reply":
+			reply = true
+		case "execute_result":
+			result = m.Content.Data["text/plain"] == "2"
+		case "status":
+			idle = idle || m.Content.ExecutionState == "idle"
+		}
+	}
+	if !result {
+		return fmt.Errorf("direct 1+1: no result 2")
+	}
+	return nil
+}
+
+// quickAckDial dials TCP and re-arms TCP_QUICKACK after every read, so the
+// client never delays an ACK that the server's Nagle waits for (docs/jupyter.md).
+func quickAckDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &quickAckConn{Conn: c, raw: raw}, nil
+}
+
+type quickAckConn struct {
+	net.Conn
+	raw syscall.RawConn
+}
+
+func (c *quickAckConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	_ = c.raw.Control(func(fd uintptr) {
+		_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 1)
+	})
+	return n, err
+}
