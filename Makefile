@@ -112,7 +112,7 @@ test-go:
 ## test-faults: the fault suite (kill -9 of interpreter, plugin, Jupyter
 ## kernel and server; cut and stalled websocket; 500 disconnecting clients;
 ## a 1 byte/s reader of 100 MB) and the 10,000-execution isolation soak
-## (make test runs both too, the soak with 1,000). See docs/reliability.md.
+## (make test runs both too). See docs/reliability.md.
 test-faults: deps
 	@$(MAKE) --no-print-directory run-faults FAULT_TESTS='^(TestFault|TestIsolationSoak)'
 
