@@ -439,7 +439,7 @@ func (c *Context) helper(code string) error {
 	defer r.unregister(msgID)
 	ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
 	defer cancel()
-	if err := k.Execute(ctx, ExecuteRequest{MsgID: msgID, Code: code, Silent: true}); err != nil {
+	if err := k.Execute(ctx, ExecuteRequest{MsgID: msgID, Code: code, Silent: helperSilent(c.info.Language)}); err != nil {
 		return err
 	}
 	var reply *Message

@@ -54,6 +54,18 @@ type snippets struct {
 	setEnv   func(key, value string) string
 	unsetEnv func(key string) string
 	chdir    func(path string) string
+	// silentHidesErrors: the language's kernel answers "ok" to a failing
+	// silent request (IRkernel does, with no output), so helpers must be sent
+	// as normal requests for the engine to learn that a cwd or env snippet
+	// failed. Their output is dropped either way; the cost is that they count
+	// as executions on such kernels.
+	silentHidesErrors bool
+}
+
+// helperSilent says whether the engine's helper requests may be silent on a
+// kernel of this language.
+func helperSilent(language string) bool {
+	return !languageSnippets[language].silentHidesErrors
 }
 
 var languageSnippets = map[string]snippets{
@@ -68,6 +80,8 @@ var languageSnippets = map[string]snippets{
 		setEnv:   func(k, v string) string { return "Sys.setenv(" + rString(k) + " = " + rString(v) + ")" },
 		unsetEnv: func(k string) string { return "Sys.unsetenv(" + rString(k) + ")" },
 		chdir:    func(p string) string { return "setwd(" + rString(p) + ")" },
+
+		silentHidesErrors: true,
 	},
 	// Java kernels get JVM system properties, as the contract (§7.3) describes.
 	"java": {

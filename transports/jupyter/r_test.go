@@ -49,7 +49,6 @@ var rSkipped = map[string]string{
 	"SilentNotCounted": "IRkernel sends execute_input for silent requests",
 	"Interrupt":        "IRkernel replies status abort (not error) to an interrupted request",
 	// The cwd part runs in the Cwd subtest below.
-	"EngineCwdExact": "IRkernel reports no error for a silent request, so a missing cwd goes unnoticed (core runs setwd silently)",
 
 	"StreamsBeforeEnd":             "CI time: transport behaviour, proven on ipykernel",
 	"ParentIDs":                    "CI time: transport behaviour, proven on ipykernel",
