@@ -111,8 +111,9 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 		t.specs = specs
 		t.mu.Unlock()
 		if name, ok = t.kernelName(lang); !ok {
-			return nil, fmt.Errorf("start %s kernel: the Jupyter server has no kernel spec for language %q (it has %s)",
-				lang, lang, strings.Join(t.Info().Languages, ", "))
+			// The client asked for something this server cannot run: KindInvalid (400).
+			return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("the Jupyter server has no kernel spec for language %q (it has %s)",
+				lang, strings.Join(t.Info().Languages, ", "))}
 		}
 	}
 	km, err := t.c.createKernel(ctx, name)

@@ -53,7 +53,7 @@ func (t *Transport) Info() core.TransportInfo {
 // StartKernel starts a bash process in spec.Cwd.
 func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	if spec.Language != "bash" {
-		return nil, fmt.Errorf("example-bash transport: unknown language %q (it only runs bash)", spec.Language)
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("example-bash transport: unknown language %q (it only runs bash)", spec.Language)}
 	}
 	// A cwd that is not a directory is the caller's mistake, not the
 	// transport's: say so with a KindInvalid error, which the host answers
