@@ -29,7 +29,7 @@ func TestBatcherMergesStreamsAndKeepsOrder(t *testing.T) {
 	if b.fill(ch) {
 		t.Fatal("fill reported a closed channel")
 	}
-	got := b.batch().Messages
+	got := b.frame(nil).Messages
 	want := []struct{ typ, name, text, ts string }{
 		{"stream", "stdout", "1\n2\n", "t1"},
 		{"stream", "stderr", "e\n", ""},

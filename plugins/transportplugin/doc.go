@@ -13,5 +13,7 @@
 //
 // The wire protocol is the gRPC service in proto/transport.proto, version
 // ProtocolVersion, negotiated in the go-plugin handshake; authors never see
-// its types.
+// its types. Each kernel is one bidirectional stream: calls one way, frames
+// of messages and call results the other (server.go is the plugin's end,
+// kernel.go the host's).
 package transportplugin

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,50 +19,54 @@ import (
 // messageBuffer is the host-side buffer of a kernel's Messages channel.
 const messageBuffer = 256
 
-// StartKernel starts a kernel in the plugin, waiting first if the plugin is
-// restarting. It is bounded by ctx and Config.StartKernelTimeout.
+// StartKernel opens a kernel stream in the plugin (waiting first if the
+// plugin is restarting) and starts the kernel on it. It is bounded by ctx and
+// Config.StartKernelTimeout.
 func (s *Supervised) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartKernelTimeout)
 	defer cancel()
+	what := "start " + spec.Language + " kernel"
 	inst, err := s.current(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("start %s kernel: %w", spec.Language, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	resp, err := inst.rpc.StartKernel(ctx, &pb.StartKernelRequest{Language: spec.Language, Cwd: []byte(spec.Cwd)})
-	if err != nil {
-		return nil, s.callError(inst, "start "+spec.Language+" kernel", s.cfg.StartKernelTimeout, err)
-	}
+	// The stream outlives ctx: it is the kernel's whole life.
 	sctx, scancel := context.WithCancel(inst.ctx)
-	stream, err := inst.rpc.Messages(sctx, &pb.MessagesRequest{KernelId: resp.KernelId})
+	stream, err := inst.rpc.Kernel(sctx)
 	if err != nil {
 		scancel()
-		// Do not leave the kernel running in the plugin.
-		sd, sdCancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
-		_, _ = inst.rpc.Shutdown(sd, &pb.ShutdownRequest{KernelId: resp.KernelId})
-		sdCancel()
-		return nil, s.callError(inst, "open message stream of "+spec.Language+" kernel", 0, err)
+		return nil, s.callError(inst, what, 0, err)
 	}
 	k := &remoteKernel{
 		s:        s,
 		inst:     inst,
-		id:       resp.KernelId,
 		lang:     spec.Language,
+		stream:   stream,
 		msgs:     make(chan core.Message, messageBuffer),
 		done:     make(chan struct{}),
 		pumpDone: make(chan struct{}),
 		cancel:   scancel,
+		waiting:  make(map[uint64]chan *pb.CallResult),
 	}
 	s.pumps.Add(1)
-	go k.pump(stream)
+	go k.pump()
+	err = k.call(ctx, what, s.cfg.StartKernelTimeout, &pb.KernelCall{Call: &pb.KernelCall_Start{Start: &pb.Start{Language: spec.Language, Cwd: []byte(spec.Cwd)}}})
+	if err != nil {
+		// Ending the stream makes the plugin stop the kernel if it started.
+		k.end()
+		return nil, err
+	}
 	return k, nil
 }
 
-// remoteKernel is a kernel living in a plugin process.
+// remoteKernel is a kernel living in a plugin process, behind its stream.
 type remoteKernel struct {
 	s    *Supervised
 	inst *instance
-	id   string
 	lang string
+
+	stream pb.Transport_KernelClient
+	sendMu sync.Mutex // gRPC allows one sender at a time
 
 	msgs     chan core.Message
 	done     chan struct{} // closed by Shutdown: stop delivering
@@ -69,26 +74,39 @@ type remoteKernel struct {
 	pumpDone chan struct{}
 	cancel   context.CancelFunc // ends the stream
 
-	mu        sync.Mutex
-	restarted chan struct{} // closed by the pump when the restarting status arrives
+	nextID  atomic.Uint64
+	mu      sync.Mutex
+	waiting map[uint64]chan *pb.CallResult // calls waiting for their result
+	ended   error                          // why the stream ended; set by the pump
 }
 
 var _ core.Kernel = (*remoteKernel)(nil)
 
 func (k *remoteKernel) Messages() <-chan core.Message { return k.msgs }
 
-// pump moves the plugin's message stream into msgs, and owns closing it.
-func (k *remoteKernel) pump(stream pb.Transport_MessagesClient) {
+// errKernelEnded: the plugin ended the kernel's stream (its kernel was shut
+// down or lost for good).
+var errKernelEnded = errors.New("the kernel's stream ended")
+
+// pump moves the plugin's frames into msgs and hands each call its result,
+// after the messages before it. It owns closing msgs.
+func (k *remoteKernel) pump() {
 	defer k.s.pumps.Done()
 	defer close(k.pumpDone)
 	defer close(k.msgs)
 	defer k.cancel()
 	for {
-		batch, err := stream.Recv()
-		if err == io.EOF {
-			return // the plugin closed the kernel's channel: shut down or lost
-		}
+		f, err := k.stream.Recv()
 		if err != nil {
+			k.mu.Lock()
+			k.ended = errKernelEnded
+			if err != io.EOF {
+				k.ended = err
+			}
+			k.mu.Unlock()
+			if err == io.EOF {
+				return // the plugin closed the kernel's channel: shut down or lost
+			}
 			select {
 			case <-k.done:
 				return
@@ -98,116 +116,157 @@ func (k *remoteKernel) pump(stream pb.Transport_MessagesClient) {
 			select {
 			case <-k.s.stop:
 			default:
-				k.s.log.Error("kernel lost with its transport plugin", "kernel", k.id, "language", k.lang, "error", status.Convert(err).Message())
+				k.s.log.Error("kernel lost with its transport plugin", "language", k.lang, "error", status.Convert(err).Message())
 			}
 			k.deliver(core.Message{Type: core.MsgStatus, State: core.StateDead})
 			return
 		}
-		for _, pm := range batch.Messages {
-			m := messageFromPB(pm)
-			if m.Type == core.MsgStatus && m.State == core.StateRestarting && m.ParentID == "" {
-				k.mu.Lock()
-				if k.restarted != nil {
-					close(k.restarted)
-					k.restarted = nil
-				}
-				k.mu.Unlock()
-			}
-			if !k.deliver(m) {
+		for _, pm := range f.Messages {
+			if !k.deliver(messageFromPB(pm)) {
 				return
+			}
+		}
+		for _, r := range f.Results {
+			k.mu.Lock()
+			ch := k.waiting[r.Id]
+			delete(k.waiting, r.Id)
+			k.mu.Unlock()
+			if ch != nil {
+				ch <- r // buffered
 			}
 		}
 	}
 }
 
-// deliver hands m to the engine unless the kernel was shut down or the
+// deliver hands m to the engine; after Shutdown began it drops m (the pump
+// must keep reading, for Shutdown's result). It reports false once the
 // supervisor closed, so the pump can never block forever.
 func (k *remoteKernel) deliver(m core.Message) bool {
 	select {
 	case k.msgs <- m:
-		return true
 	case <-k.done:
-		return false
 	case <-k.s.stop:
 		return false
 	}
+	return true
 }
 
-// call runs one unary call with the call deadline, and fails at once if the
-// plugin process the kernel lives in is gone.
-func (k *remoteKernel) call(ctx context.Context, what string, f func(context.Context) error) error {
-	if k.inst.ctx.Err() != nil {
-		return k.lost(what)
-	}
-	ctx, cancel := context.WithTimeout(ctx, k.s.cfg.CallTimeout)
+func (k *remoteKernel) send(c *pb.KernelCall) error {
+	k.sendMu.Lock()
+	defer k.sendMu.Unlock()
+	return k.stream.Send(c)
+}
+
+// call sends c and waits for its result, at most timeout (on top of ctx): a
+// hanging plugin cannot hang the host. A caller that gives up sends cancel,
+// which cancels the call's context in the plugin.
+func (k *remoteKernel) call(ctx context.Context, what string, timeout time.Duration, c *pb.KernelCall) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := f(ctx); err != nil {
-		if k.inst.ctx.Err() != nil || status.Code(err) == codes.Unavailable {
-			return k.lost(what)
-		}
-		return k.s.callError(k.inst, fmt.Sprintf("%s on %s kernel %s", what, k.lang, k.id), k.s.cfg.CallTimeout, err)
+	c.Id = k.nextID.Add(1)
+	ch := make(chan *pb.CallResult, 1)
+	k.mu.Lock()
+	if k.ended != nil {
+		k.mu.Unlock()
+		return k.endedError(what)
 	}
-	return nil
+	k.waiting[c.Id] = ch
+	k.mu.Unlock()
+	// A failed Send means the stream is broken: the pump's Recv gets the
+	// reason and ends, which the select below notices.
+	_ = k.send(c)
+	select {
+	case r := <-ch:
+		return k.resultError(what, timeout, r)
+	case <-k.pumpDone:
+		select {
+		case r := <-ch:
+			return k.resultError(what, timeout, r)
+		default:
+		}
+		return k.endedError(what)
+	case <-ctx.Done():
+		k.forget(c.Id)
+		_ = k.send(&pb.KernelCall{Id: c.Id, Call: &pb.KernelCall_Cancel{Cancel: &pb.Cancel{}}})
+		return k.s.callError(k.inst, what, timeout, status.FromContextError(ctx.Err()).Err())
+	}
+}
+
+func (k *remoteKernel) forget(id uint64) {
+	k.mu.Lock()
+	delete(k.waiting, id)
+	k.mu.Unlock()
+}
+
+// resultError turns a call's result into the error the transport returned,
+// keeping its text and kind.
+func (k *remoteKernel) resultError(what string, timeout time.Duration, r *pb.CallResult) error {
+	code := codes.Unknown
+	switch r.Code {
+	case pb.Code_OK:
+		return nil
+	case pb.Code_INVALID:
+		code = codes.InvalidArgument
+	case pb.Code_DEADLINE_EXCEEDED:
+		code = codes.DeadlineExceeded
+	case pb.Code_CANCELED:
+		code = codes.Canceled
+	}
+	return k.s.callError(k.inst, what, timeout, status.Error(code, string(r.Error)))
 }
 
 var errPluginGone = errors.New("transport plugin process exited")
 
-func (k *remoteKernel) lost(what string) error {
-	return fmt.Errorf("%s on %s kernel %s: %w: the kernel is lost; start a new one (transport plugin %s)",
-		what, k.lang, k.id, errPluginGone, k.s.cfg.Name)
+// endedError explains a call on a kernel whose stream is over.
+func (k *remoteKernel) endedError(what string) error {
+	k.mu.Lock()
+	ended := k.ended
+	k.mu.Unlock()
+	if ended == errKernelEnded && k.inst.ctx.Err() == nil && !k.inst.proc.gone() {
+		return fmt.Errorf("%s: %w: it was shut down or lost; start a new one (transport plugin %s)",
+			what, errKernelEnded, k.s.cfg.Name)
+	}
+	return fmt.Errorf("%s: %w: the kernel is lost; start a new one (transport plugin %s)",
+		what, errPluginGone, k.s.cfg.Name)
 }
 
+// what names a call on this kernel in errors.
+func (k *remoteKernel) what(call string) string { return call + " on " + k.lang + " kernel" }
+
 func (k *remoteKernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
-	return k.call(ctx, "execute", func(ctx context.Context) error {
-		_, err := k.inst.rpc.Execute(ctx, &pb.ExecuteRequest{KernelId: k.id, MsgId: req.MsgID, Code: []byte(req.Code), Silent: req.Silent})
-		return err
-	})
+	return k.call(ctx, k.what("execute"), k.s.cfg.CallTimeout, &pb.KernelCall{Call: &pb.KernelCall_Execute{
+		Execute: &pb.Execute{MsgId: req.MsgID, Code: []byte(req.Code), Silent: req.Silent}}})
 }
 
 func (k *remoteKernel) Interrupt(ctx context.Context) error {
-	return k.call(ctx, "interrupt", func(ctx context.Context) error {
-		_, err := k.inst.rpc.Interrupt(ctx, &pb.InterruptRequest{KernelId: k.id})
-		return err
-	})
+	return k.call(ctx, k.what("interrupt"), k.s.cfg.CallTimeout, &pb.KernelCall{Call: &pb.KernelCall_Interrupt{Interrupt: &pb.Interrupt{}}})
 }
 
-// Restart returns only after the kernel's restarting status has come through
-// the stream, so that, as in process, no message the engine reads after
-// Restart returns can be that status.
+// Restart returns after the kernel's restarting status has been delivered:
+// the plugin sends a call's result after the messages the call emitted, and
+// the pump delivers a frame's messages before its results.
 func (k *remoteKernel) Restart(ctx context.Context) error {
-	seen := make(chan struct{})
-	k.mu.Lock()
-	k.restarted = seen
-	k.mu.Unlock()
-	return k.call(ctx, "restart", func(ctx context.Context) error {
-		if _, err := k.inst.rpc.Restart(ctx, &pb.RestartRequest{KernelId: k.id}); err != nil {
-			return err
-		}
-		select {
-		case <-seen:
-			return nil
-		case <-k.pumpDone:
-			return errPluginGone
-		case <-ctx.Done():
-			return fmt.Errorf("kernel restarted but its restarting status did not arrive: %w", ctx.Err())
-		}
-	})
+	return k.call(ctx, k.what("restart"), k.s.cfg.CallTimeout, &pb.KernelCall{Call: &pb.KernelCall_Restart{Restart: &pb.Restart{}}})
 }
 
 // Shutdown stops the kernel in the plugin and closes Messages before it
-// returns. If the plugin is gone there is nothing left to stop.
+// returns. If the kernel's stream is already over there is nothing left to
+// stop.
 func (k *remoteKernel) Shutdown(ctx context.Context) error {
-	var err error
-	if k.inst.ctx.Err() == nil {
-		err = k.call(ctx, "shut down", func(ctx context.Context) error {
-			_, err := k.inst.rpc.Shutdown(ctx, &pb.ShutdownRequest{KernelId: k.id})
-			return err
-		})
+	k.doneOnce.Do(func() { close(k.done) })
+	err := k.call(ctx, k.what("shut down"), k.s.cfg.CallTimeout, &pb.KernelCall{Call: &pb.KernelCall_Shutdown{Shutdown: &pb.Shutdown{}}})
+	if errors.Is(err, errKernelEnded) || errors.Is(err, errPluginGone) {
+		err = nil
 	}
+	k.end()
+	return err
+}
+
+// end stops delivering, ends the stream and waits for the pump.
+func (k *remoteKernel) end() {
 	k.doneOnce.Do(func() { close(k.done) })
 	k.cancel()
 	<-k.pumpDone
-	return err
 }
 
 // callError turns a failed gRPC call into one clear error: the plugin's own

@@ -64,12 +64,14 @@ func runHelper(mode string) {
 	case "stdout-noise":
 		fmt.Println("hello from a careless plugin")
 		Serve(bashtransport.New())
-	case "protocol-v2":
+	case "protocol-next":
 		serve(bashtransport.New(), ProtocolVersion+1)
 	case "hang":
 		Serve(hangTransport{})
 	case "big":
 		Serve(bigTransport{})
+	case "ctxwait":
+		Serve(ctxWaitTransport{})
 	case "echo":
 		// BENCH_PLUGIN_CPUPROFILE=file profiles the plugin side of a benchmark.
 		if path := os.Getenv("BENCH_PLUGIN_CPUPROFILE"); path != "" {
@@ -79,6 +81,10 @@ func runHelper(mode string) {
 			}
 		}
 		Serve(echoTransport{})
+	case "floor-unix":
+		floorUnixPeer()
+	case "floor-grpc":
+		floorGRPCPeer()
 	case "minihost":
 		miniHost()
 	default:
@@ -128,6 +134,26 @@ func (hangTransport) Info() core.TransportInfo {
 
 func (hangTransport) StartKernel(context.Context, core.KernelSpec) (core.Kernel, error) {
 	return &stubKernel{msgs: make(chan core.Message)}, nil
+}
+
+// ctxWaitTransport's kernels hold Execute until its context ends, then say
+// so on Messages: they show whether the host's deadline reaches the plugin.
+type ctxWaitTransport struct{}
+
+func (ctxWaitTransport) Info() core.TransportInfo {
+	return core.TransportInfo{Name: "ctxwait", Version: "0", Languages: []string{"bash"}}
+}
+
+func (ctxWaitTransport) StartKernel(context.Context, core.KernelSpec) (core.Kernel, error) {
+	return &ctxWaitKernel{stubKernel{msgs: make(chan core.Message, 8)}}, nil
+}
+
+type ctxWaitKernel struct{ stubKernel }
+
+func (k *ctxWaitKernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
+	<-ctx.Done()
+	k.msgs <- core.Message{ParentID: req.MsgID, Type: core.MsgStream, Name: "stdout", Text: "plugin saw: " + ctx.Err().Error()}
+	return ctx.Err()
 }
 
 // bigTransport's kernels answer every request with one 20 MB display_data.

@@ -234,7 +234,7 @@ func TestStartupFailuresAreClear(t *testing.T) {
 		want string
 	}{
 		{"stdout before handshake", selfPlugin(t, "stdout-noise"), "wrote to stdout before the go-plugin handshake"},
-		{"wrong protocol version", selfPlugin(t, "protocol-v2"), "no common transport plugin protocol version (host speaks 1)"},
+		{"wrong protocol version", selfPlugin(t, "protocol-next"), "no common transport plugin protocol version (host speaks 2)"},
 		{"wrong magic cookie", wrongCookie, "exited during the handshake"},
 		{"not a plugin", Config{Path: "/bin/true", Logger: testLogger(t)}, "exited during the handshake"},
 		{"missing binary", Config{Path: "/nonexistent/plugin", Logger: testLogger(t)}, "/nonexistent/plugin"},
@@ -269,6 +269,28 @@ func TestHangingCallIsBoundedByDeadline(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("Execute took %v with a 300ms call deadline", d)
+	}
+}
+
+// When the host's call deadline passes, the call's context in the plugin is
+// cancelled too (protocol v2 sends a cancel on the kernel's stream), so a
+// transport that honours its context stops waiting.
+func TestCallDeadlineCancelsPluginContext(t *testing.T) {
+	cfg := selfPlugin(t, "ctxwait")
+	cfg.CallTimeout = 200 * time.Millisecond
+	s := launch(t, cfg)
+	k := startBash(t, s)
+	err := k.Execute(context.Background(), core.ExecuteRequest{MsgID: "x", Code: "anything"})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Execute error = %v, want the call deadline", err)
+	}
+	select {
+	case m := <-k.Messages():
+		if m.Text != "plugin saw: context canceled" {
+			t.Fatalf("message = %+v, want the plugin's word that its context was cancelled", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the plugin's Execute context was not cancelled within 10s of the host's deadline")
 	}
 }
 

@@ -14,7 +14,11 @@ import (
 // ProtocolVersion is the transport plugin protocol version this package
 // speaks. go-plugin negotiates it in the handshake: a host and a plugin that
 // share no version refuse each other at start-up with a clear error.
-const ProtocolVersion = 1
+//
+// Version 2 carries each kernel on one bidirectional stream (an execution is
+// one frame each way); version 1 (a unary call per operation and a server
+// stream of messages) is gone: host and plugins are built from one tree.
+const ProtocolVersion = 2
 
 // MaxMessageBytes bounds one gRPC message in both directions, on both sides.
 // gRPC's default receive limit is 4 MiB, far below a rich result such as a

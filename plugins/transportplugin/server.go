@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -26,39 +26,30 @@ const (
 	streamLinger = 500 * time.Microsecond
 )
 
+// holdForResult bounds how long the plugin holds back a kernel's messages
+// while a call on that kernel is still running: the messages an Execute
+// produces at once (busy, execute_input, ...) then share one frame with its
+// result instead of going out ahead of it in a frame of their own. Calls
+// that run longer (a Restart that starts an interpreter) let their messages
+// go after this.
+const holdForResult = 500 * time.Microsecond
+
+// closeGrace bounds how long a kernel stream stays open after the kernel's
+// message channel closed, for the results of calls still running (the
+// Shutdown that closed it).
+const closeGrace = time.Second
+
 // server serves one core.Transport over the protocol, inside the plugin.
 type server struct {
 	pb.UnimplementedTransportServer
 	t core.Transport
 
 	mu      sync.Mutex
-	next    uint64
-	kernels map[string]*serverKernel
-}
-
-type serverKernel struct {
-	k          core.Kernel
-	subscribed bool // a Messages stream is (or was) open; only one is allowed
+	kernels map[*session]struct{}
 }
 
 func newServer(t core.Transport) *server {
-	return &server{t: t, kernels: make(map[string]*serverKernel)}
-}
-
-func (s *server) kernel(id string) (*serverKernel, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k, ok := s.kernels[id]
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "no kernel %q in this plugin (shut down, lost, or started by an earlier plugin process)", id)
-	}
-	return k, nil
-}
-
-func (s *server) forget(id string) {
-	s.mu.Lock()
-	delete(s.kernels, id)
-	s.mu.Unlock()
+	return &server{t: t, kernels: make(map[*session]struct{})}
 }
 
 func (s *server) Describe(context.Context, *pb.DescribeRequest) (*pb.DescribeResponse, error) {
@@ -71,80 +62,262 @@ func (s *server) Describe(context.Context, *pb.DescribeRequest) (*pb.DescribeRes
 	}, nil
 }
 
-func (s *server) StartKernel(ctx context.Context, req *pb.StartKernelRequest) (*pb.StartKernelResponse, error) {
-	k, err := s.t.StartKernel(ctx, core.KernelSpec{Language: req.Language, Cwd: string(req.Cwd)})
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	s.mu.Lock()
-	s.next++
-	id := strconv.FormatUint(s.next, 10)
-	s.kernels[id] = &serverKernel{k: k}
-	s.mu.Unlock()
-	return &pb.StartKernelResponse{KernelId: id}, nil
+// session is one kernel and its stream.
+type session struct {
+	k      core.Kernel
+	stream pb.Transport_KernelServer
+	ctx    context.Context // the stream's: ends when the host goes away
+	done   chan struct{}   // closed when Kernel returns: call goroutines stop
+
+	results chan callResult
+	// pending counts calls whose result the sender has not taken yet; while
+	// it is above zero the sender holds messages back (holdForResult).
+	pending atomic.Int32
+
+	mu      sync.Mutex
+	cancels map[uint64]context.CancelFunc
 }
 
-func (s *server) Execute(ctx context.Context, req *pb.ExecuteRequest) (*pb.ExecuteResponse, error) {
-	k, err := s.kernel(req.KernelId)
-	if err != nil {
-		return nil, err
-	}
-	err = k.k.Execute(ctx, core.ExecuteRequest{MsgID: req.MsgId, Code: string(req.Code), Silent: req.Silent})
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &pb.ExecuteResponse{}, nil
+type callResult struct {
+	pb       *pb.CallResult
+	shutdown bool // the result of a Shutdown: the stream ends after it
 }
 
-// Messages forwards the kernel's messages until its channel closes. Messages
-// stay in the kernel's channel until the host subscribes, so none is lost
-// between StartKernel and this call.
-func (s *server) Messages(req *pb.MessagesRequest, stream pb.Transport_MessagesServer) error {
-	s.mu.Lock()
-	k, ok := s.kernels[req.KernelId]
-	if ok && k.subscribed {
-		s.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "kernel %q already has a Messages stream", req.KernelId)
+// Kernel starts a kernel with the stream's first call and then serves it:
+// a goroutine receives calls and runs each in a goroutine of its own, and
+// this one sends the kernel's messages and the calls' results.
+func (s *server) Kernel(stream pb.Transport_KernelServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
 	}
-	if ok {
-		k.subscribed = true
+	start := first.GetStart()
+	if start == nil {
+		return status.Error(codes.InvalidArgument, "the first call on a kernel stream must be start")
 	}
-	s.mu.Unlock()
-	if !ok {
-		return status.Errorf(codes.NotFound, "no kernel %q in this plugin", req.KernelId)
-	}
-	ch := k.k.Messages()
 	ctx := stream.Context()
-	var b batcher
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
+	// The host bounds the start by ending the stream, which cancels ctx.
+	k, err := s.t.StartKernel(ctx, core.KernelSpec{Language: start.Language, Cwd: string(start.Cwd)})
+	if err != nil {
+		return stream.Send(&pb.KernelFrame{Results: []*pb.CallResult{result(first.Id, err)}})
+	}
+	ss := &session{
+		k:       k,
+		stream:  stream,
+		ctx:     ctx,
+		done:    make(chan struct{}),
+		results: make(chan callResult, 16),
+		cancels: make(map[uint64]context.CancelFunc),
+	}
+	s.mu.Lock()
+	s.kernels[ss] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		close(ss.done)
+		s.mu.Lock()
+		_, mine := s.kernels[ss]
+		delete(s.kernels, ss)
+		s.mu.Unlock()
+		if mine {
+			// The stream ended without a Shutdown (the host went away or
+			// gave up on the start): no kernel may outlive its stream.
+			// Shutdown is safe to call again if the kernel already ended.
+			sctx, cancel := context.WithTimeout(context.Background(), kernelShutdownTimeout)
+			_ = k.Shutdown(sctx)
+			cancel()
+		}
+	}()
+	if err := stream.Send(&pb.KernelFrame{Results: []*pb.CallResult{{Id: first.Id}}}); err != nil {
+		return err
+	}
+	go ss.receive(s)
+	return ss.send()
+}
+
+// receive reads the host's calls until the stream ends.
+func (ss *session) receive(s *server) {
+	for {
+		c, err := ss.stream.Recv()
+		if err != nil {
+			return // the stream is over; ctx is cancelled with it
+		}
+		if c.GetCancel() != nil {
+			ss.mu.Lock()
+			cancel := ss.cancels[c.Id]
+			ss.mu.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+			continue
+		}
+		ctx, cancel := context.WithCancel(ss.ctx)
+		ss.mu.Lock()
+		ss.cancels[c.Id] = cancel
+		ss.mu.Unlock()
+		ss.pending.Add(1)
+		go func() {
+			err, shutdown := ss.run(ctx, s, c)
+			ss.mu.Lock()
+			delete(ss.cancels, c.Id)
+			ss.mu.Unlock()
+			cancel()
+			select {
+			case ss.results <- callResult{pb: result(c.Id, err), shutdown: shutdown}:
+			case <-ss.done:
+			}
+		}()
+	}
+}
+
+// run runs one call on the kernel.
+func (ss *session) run(ctx context.Context, s *server, c *pb.KernelCall) (err error, shutdown bool) {
+	switch call := c.Call.(type) {
+	case *pb.KernelCall_Execute:
+		return ss.k.Execute(ctx, core.ExecuteRequest{MsgID: call.Execute.MsgId, Code: string(call.Execute.Code), Silent: call.Execute.Silent}), false
+	case *pb.KernelCall_Interrupt:
+		return ss.k.Interrupt(ctx), false
+	case *pb.KernelCall_Restart:
+		return ss.k.Restart(ctx), false
+	case *pb.KernelCall_Shutdown:
+		s.mu.Lock()
+		delete(s.kernels, ss)
+		s.mu.Unlock()
+		return ss.k.Shutdown(ctx), true
+	case *pb.KernelCall_Start:
+		return errors.New("the kernel of this stream is already started"), false
+	default:
+		return fmt.Errorf("unknown call %T (a newer host?)", c.Call), false
+	}
+}
+
+// send forwards the kernel's messages and the calls' results, merged and
+// batched, until the kernel is shut down, its channel closes or the stream
+// ends. Each frame holds what was ready at once; messages come before
+// results, and every message the kernel emitted before a call returned goes
+// out no later than that call's result.
+func (ss *session) send() error {
+	ch := ss.k.Messages()
+	var (
+		b       batcher
+		res     []*pb.CallResult
+		closed  bool // the kernel's channel closed
+		last    bool // a Shutdown's result is in res
+		timer   = time.NewTimer(time.Hour)
+		graceAt time.Time
+	)
+	timer.Stop()
+	take := func(r callResult) {
+		ss.pending.Add(-1)
+		res = append(res, r.pb)
+		last = last || r.shutdown
+	}
 	for {
 		b.reset()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case m, ok := <-ch:
-			if !ok {
-				s.forget(req.KernelId)
+		res = res[:0]
+		if closed {
+			// Only results can still come: wait for the pending ones, a
+			// little.
+			if ss.pending.Load() == 0 {
 				return nil
 			}
-			b.add(m)
+			if graceAt.IsZero() {
+				graceAt = time.Now().Add(closeGrace)
+			}
+			timer.Reset(time.Until(graceAt))
+			select {
+			case r := <-ss.results:
+				timer.Stop()
+				take(r)
+			case <-timer.C:
+				return nil
+			case <-ss.ctx.Done():
+				timer.Stop()
+				return ss.ctx.Err()
+			}
+		} else {
+			select {
+			case <-ss.ctx.Done():
+				return ss.ctx.Err()
+			case r := <-ss.results:
+				take(r)
+			case m, ok := <-ch:
+				if !ok {
+					closed = true
+				} else {
+					b.add(m)
+				}
+			}
 		}
-		closed := b.fill(ch)
-		if !closed && b.streaming() {
-			closed = b.linger(ch, linger)
+		if !closed {
+			closed = b.fill(ch)
 		}
-		if err := stream.Send(b.batch()); err != nil {
-			return err
+		if len(res) == 0 && !closed && len(b.msgs) > 0 {
+			if ss.pending.Load() > 0 {
+				var r callResult
+				var got bool
+				r, got, closed = ss.hold(&b, ch, timer)
+				if got {
+					take(r)
+				}
+			} else if b.streaming() {
+				closed = b.linger(ch, timer)
+			}
 		}
-		if closed {
-			s.forget(req.KernelId)
+		// Results that are ready too, each after the messages its call
+		// emitted (they are in ch by now).
+		for more := true; more; {
+			select {
+			case r := <-ss.results:
+				take(r)
+				if !closed {
+					closed = b.fill(ch)
+				}
+			default:
+				more = false
+			}
+		}
+		// A full batch goes out first, so the results follow every
+		// message their calls emitted.
+		for len(res) > 0 && !closed && !b.room() {
+			if err := ss.stream.Send(b.frame(nil)); err != nil {
+				return err
+			}
+			b.reset()
+			closed = b.fill(ch)
+		}
+		if len(b.msgs) > 0 || len(res) > 0 {
+			if err := ss.stream.Send(b.frame(res)); err != nil {
+				return err
+			}
+		}
+		if last {
 			return nil
 		}
 	}
 }
 
-// batcher builds one MessageBatch from what the kernel has ready. It never
+// hold waits up to holdForResult for a call's result while adding the
+// messages that arrive meanwhile.
+func (ss *session) hold(b *batcher, ch <-chan core.Message, t *time.Timer) (r callResult, got, closed bool) {
+	t.Reset(holdForResult)
+	defer t.Stop()
+	for b.room() {
+		select {
+		case r := <-ss.results:
+			return r, true, false
+		case m, ok := <-ch:
+			if !ok {
+				return callResult{}, false, true
+			}
+			b.add(m)
+		case <-t.C:
+			return callResult{}, false, false
+		}
+	}
+	return callResult{}, false, false
+}
+
+// batcher builds the messages of one KernelFrame from what the kernel has ready. It never
 // waits for more: a slow kernel's messages go out one by one, at once.
 //
 // Consecutive stream messages of the same request and stream are merged
@@ -157,7 +330,7 @@ type batcher struct {
 	msgs []core.Message
 	text [][]byte // merged stream text of msgs[i], nil when msgs[i].Text is used as is
 	size int
-	pb   pb.MessageBatch
+	pb   pb.KernelFrame
 }
 
 func (b *batcher) reset() {
@@ -213,11 +386,15 @@ func (b *batcher) fill(ch <-chan core.Message) (closed bool) {
 	return false
 }
 
+// room says the batch can take more messages.
+func (b *batcher) room() bool {
+	return len(b.msgs) < maxBatchMessages && b.size < maxBatchBytes
+}
+
 // streaming says the batch ends in stream output and has room: more output
 // is likely to follow within moments.
 func (b *batcher) streaming() bool {
-	return len(b.msgs) < maxBatchMessages && b.size < maxBatchBytes &&
-		b.msgs[len(b.msgs)-1].Type == core.MsgStream
+	return b.room() && len(b.msgs) > 0 && b.msgs[len(b.msgs)-1].Type == core.MsgStream
 }
 
 // linger waits up to streamLinger for more messages while the batch ends in
@@ -249,8 +426,9 @@ func (b *batcher) linger(ch <-chan core.Message, t *time.Timer) (closed bool) {
 	return false
 }
 
-// batch returns the protobuf form of the batch, reusing its slice.
-func (b *batcher) batch() *pb.MessageBatch {
+// frame returns the batch as a frame with results, reusing its slice.
+func (b *batcher) frame(results []*pb.CallResult) *pb.KernelFrame {
+	b.pb.Results = results
 	b.pb.Messages = b.pb.Messages[:0]
 	for i, m := range b.msgs {
 		pm := messageToPB(m)
@@ -262,53 +440,14 @@ func (b *batcher) batch() *pb.MessageBatch {
 	return &b.pb
 }
 
-func (s *server) Interrupt(ctx context.Context, req *pb.InterruptRequest) (*pb.InterruptResponse, error) {
-	k, err := s.kernel(req.KernelId)
-	if err != nil {
-		return nil, err
-	}
-	if err := k.k.Interrupt(ctx); err != nil {
-		return nil, toStatus(err)
-	}
-	return &pb.InterruptResponse{}, nil
-}
-
-func (s *server) Restart(ctx context.Context, req *pb.RestartRequest) (*pb.RestartResponse, error) {
-	k, err := s.kernel(req.KernelId)
-	if err != nil {
-		return nil, err
-	}
-	if err := k.k.Restart(ctx); err != nil {
-		return nil, toStatus(err)
-	}
-	return &pb.RestartResponse{}, nil
-}
-
-func (s *server) Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error) {
-	k, err := s.kernel(req.KernelId)
-	if err != nil {
-		// Shutdown is safe to call more than once.
-		if status.Code(err) == codes.NotFound {
-			return &pb.ShutdownResponse{}, nil
-		}
-		return nil, err
-	}
-	err = k.k.Shutdown(ctx)
-	s.forget(req.KernelId)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &pb.ShutdownResponse{}, nil
-}
-
 // shutdownAll stops every kernel the plugin still holds; the plugin calls it
 // on its way out so that no interpreter outlives it.
 func (s *server) shutdownAll(timeout time.Duration) {
 	s.mu.Lock()
 	ks := make([]core.Kernel, 0, len(s.kernels))
-	for id, k := range s.kernels {
-		ks = append(ks, k.k)
-		delete(s.kernels, id)
+	for ss := range s.kernels {
+		ks = append(ks, ss.k)
+		delete(s.kernels, ss)
 	}
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -324,21 +463,25 @@ func (s *server) shutdownAll(timeout time.Duration) {
 	wg.Wait()
 }
 
-// toStatus turns a transport error into a gRPC status that keeps its text, so
-// the host can show the author's message unchanged.
-func toStatus(err error) error {
+// result turns a transport's error into a call result that keeps its text,
+// so the host can show the author's message unchanged.
+func result(id uint64, err error) *pb.CallResult {
+	r := &pb.CallResult{Id: id}
+	if err == nil {
+		return r
+	}
+	r.Error = []byte(err.Error())
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		r.Code = pb.Code_DEADLINE_EXCEEDED
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		r.Code = pb.Code_CANCELED
 	case core.KindOf(err) == core.KindInvalid:
 		// The request was wrong (a cwd that does not exist): the host turns
 		// this back into a KindInvalid error, a client error, not ours.
-		return status.Error(codes.InvalidArgument, err.Error())
+		r.Code = pb.Code_INVALID
+	default:
+		r.Code = pb.Code_UNKNOWN
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	return status.Error(codes.Unknown, fmt.Sprint(err))
+	return r
 }

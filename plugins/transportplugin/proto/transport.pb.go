@@ -1,15 +1,35 @@
-// The kernelhost transport plugin protocol, version 1.
+// The kernelhost transport plugin protocol, version 2.
 //
 // A host starts a transport plugin with hashicorp/go-plugin and talks to it
-// through this service. It mirrors core.Transport and core.Kernel one to one:
-// Describe is Transport.Info, StartKernel is Transport.StartKernel, and the
-// other calls are the Kernel methods, addressed by the kernel_id that
-// StartKernel returned. Kernel messages flow back on one server stream per
-// kernel (Messages), in kernel order, batched.
+// through this service. Describe is core.Transport.Info. Everything about
+// one kernel travels on one long-lived bidirectional stream, Kernel: the
+// host sends calls (start, execute, interrupt, restart, shut down, cancel),
+// the plugin sends back frames that carry the kernel's messages and the
+// results of those calls. An execution therefore costs one frame each way
+// (the request; its result together with the messages that were ready),
+// where version 1 paid a unary call (a fresh HTTP/2 stream, headers and
+// trailers both ways) plus one or two frames on a separate message stream.
+//
+// Ordering: the plugin sends the kernel's messages in kernel order, and in a
+// frame the messages come before the results. Every message a kernel emitted
+// before one of its calls returned is in that call's frame or an earlier one,
+// so when the host hands a call's result to its caller, the messages the call
+// produced (the restarting status of a restart, say) have been delivered.
+//
+// Lifetime: the kernel lives as long as its stream. The first call on a
+// stream must be start; when the kernel's message channel closes (after
+// shutdown, or the kernel is lost) the plugin ends the stream; when the host
+// ends the stream (or goes away) the plugin shuts the kernel down.
+//
+// History: version 1 (package kernelhost.transport.v1) had StartKernel,
+// Execute, Interrupt, Restart and Shutdown as unary calls addressed by a
+// kernel id, and a server stream of message batches per kernel. It was
+// dropped rather than kept next to version 2: host and plugins are built
+// from the same tree.
 //
 // Compatibility: fields are only ever added. A change that an old peer would
 // misread bumps the go-plugin protocol version (transportplugin.ProtocolVersion)
-// and gets a new package (kernelhost.transport.v2).
+// and gets a new package (kernelhost.transport.v3).
 //
 // Free text (code, paths, stream text, tracebacks) travels as bytes, not
 // string: proto3 strings must be valid UTF-8 and a kernel may print anything.
@@ -36,6 +56,64 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type Code int32
+
+const (
+	Code_OK Code = 0
+	// Any other error.
+	Code_UNKNOWN Code = 1
+	// The request was wrong (core.KindInvalid): a client error, not the
+	// transport's.
+	Code_INVALID           Code = 2
+	Code_DEADLINE_EXCEEDED Code = 3
+	Code_CANCELED          Code = 4
+)
+
+// Enum value maps for Code.
+var (
+	Code_name = map[int32]string{
+		0: "OK",
+		1: "UNKNOWN",
+		2: "INVALID",
+		3: "DEADLINE_EXCEEDED",
+		4: "CANCELED",
+	}
+	Code_value = map[string]int32{
+		"OK":                0,
+		"UNKNOWN":           1,
+		"INVALID":           2,
+		"DEADLINE_EXCEEDED": 3,
+		"CANCELED":          4,
+	}
+)
+
+func (x Code) Enum() *Code {
+	p := new(Code)
+	*p = x
+	return p
+}
+
+func (x Code) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Code) Descriptor() protoreflect.EnumDescriptor {
+	return file_transport_proto_enumTypes[0].Descriptor()
+}
+
+func (Code) Type() protoreflect.EnumType {
+	return &file_transport_proto_enumTypes[0]
+}
+
+func (x Code) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Code.Descriptor instead.
+func (Code) EnumDescriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{0}
+}
 
 type DescribeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -143,7 +221,166 @@ func (x *DescribeResponse) GetProtocolVersion() uint32 {
 	return 0
 }
 
-type StartKernelRequest struct {
+// KernelCall is one call from the host. Each call but cancel gets exactly
+// one CallResult with the same id.
+type KernelCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the host, unique on the stream.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*KernelCall_Start
+	//	*KernelCall_Execute
+	//	*KernelCall_Interrupt
+	//	*KernelCall_Restart
+	//	*KernelCall_Shutdown
+	//	*KernelCall_Cancel
+	Call          isKernelCall_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelCall) Reset() {
+	*x = KernelCall{}
+	mi := &file_transport_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelCall) ProtoMessage() {}
+
+func (x *KernelCall) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelCall.ProtoReflect.Descriptor instead.
+func (*KernelCall) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KernelCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *KernelCall) GetCall() isKernelCall_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *KernelCall) GetStart() *Start {
+	if x != nil {
+		if x, ok := x.Call.(*KernelCall_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *KernelCall) GetExecute() *Execute {
+	if x != nil {
+		if x, ok := x.Call.(*KernelCall_Execute); ok {
+			return x.Execute
+		}
+	}
+	return nil
+}
+
+func (x *KernelCall) GetInterrupt() *Interrupt {
+	if x != nil {
+		if x, ok := x.Call.(*KernelCall_Interrupt); ok {
+			return x.Interrupt
+		}
+	}
+	return nil
+}
+
+func (x *KernelCall) GetRestart() *Restart {
+	if x != nil {
+		if x, ok := x.Call.(*KernelCall_Restart); ok {
+			return x.Restart
+		}
+	}
+	return nil
+}
+
+func (x *KernelCall) GetShutdown() *Shutdown {
+	if x != nil {
+		if x, ok := x.Call.(*KernelCall_Shutdown); ok {
+			return x.Shutdown
+		}
+	}
+	return nil
+}
+
+func (x *KernelCall) GetCancel() *Cancel {
+	if x != nil {
+		if x, ok := x.Call.(*KernelCall_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+type isKernelCall_Call interface {
+	isKernelCall_Call()
+}
+
+type KernelCall_Start struct {
+	Start *Start `protobuf:"bytes,2,opt,name=start,proto3,oneof"`
+}
+
+type KernelCall_Execute struct {
+	Execute *Execute `protobuf:"bytes,3,opt,name=execute,proto3,oneof"`
+}
+
+type KernelCall_Interrupt struct {
+	Interrupt *Interrupt `protobuf:"bytes,4,opt,name=interrupt,proto3,oneof"`
+}
+
+type KernelCall_Restart struct {
+	Restart *Restart `protobuf:"bytes,5,opt,name=restart,proto3,oneof"`
+}
+
+type KernelCall_Shutdown struct {
+	Shutdown *Shutdown `protobuf:"bytes,6,opt,name=shutdown,proto3,oneof"`
+}
+
+type KernelCall_Cancel struct {
+	Cancel *Cancel `protobuf:"bytes,7,opt,name=cancel,proto3,oneof"`
+}
+
+func (*KernelCall_Start) isKernelCall_Call() {}
+
+func (*KernelCall_Execute) isKernelCall_Call() {}
+
+func (*KernelCall_Interrupt) isKernelCall_Call() {}
+
+func (*KernelCall_Restart) isKernelCall_Call() {}
+
+func (*KernelCall_Shutdown) isKernelCall_Call() {}
+
+func (*KernelCall_Cancel) isKernelCall_Call() {}
+
+// Start is core.Transport.StartKernel; its result says when the kernel is
+// ready.
+type Start struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Language      string                 `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
 	Cwd           []byte                 `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
@@ -151,21 +388,21 @@ type StartKernelRequest struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *StartKernelRequest) Reset() {
-	*x = StartKernelRequest{}
-	mi := &file_transport_proto_msgTypes[2]
+func (x *Start) Reset() {
+	*x = Start{}
+	mi := &file_transport_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *StartKernelRequest) String() string {
+func (x *Start) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*StartKernelRequest) ProtoMessage() {}
+func (*Start) ProtoMessage() {}
 
-func (x *StartKernelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[2]
+func (x *Start) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -176,94 +413,50 @@ func (x *StartKernelRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use StartKernelRequest.ProtoReflect.Descriptor instead.
-func (*StartKernelRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{2}
+// Deprecated: Use Start.ProtoReflect.Descriptor instead.
+func (*Start) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *StartKernelRequest) GetLanguage() string {
+func (x *Start) GetLanguage() string {
 	if x != nil {
 		return x.Language
 	}
 	return ""
 }
 
-func (x *StartKernelRequest) GetCwd() []byte {
+func (x *Start) GetCwd() []byte {
 	if x != nil {
 		return x.Cwd
 	}
 	return nil
 }
 
-type StartKernelResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Opaque id the plugin uses to address the kernel in later calls.
-	KernelId      string `protobuf:"bytes,1,opt,name=kernel_id,json=kernelId,proto3" json:"kernel_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *StartKernelResponse) Reset() {
-	*x = StartKernelResponse{}
-	mi := &file_transport_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StartKernelResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StartKernelResponse) ProtoMessage() {}
-
-func (x *StartKernelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StartKernelResponse.ProtoReflect.Descriptor instead.
-func (*StartKernelResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *StartKernelResponse) GetKernelId() string {
-	if x != nil {
-		return x.KernelId
-	}
-	return ""
-}
-
-type ExecuteRequest struct {
+// Execute is core.Kernel.Execute: its result says the kernel took the
+// request; the output comes as messages.
+type Execute struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	KernelId      string                 `protobuf:"bytes,1,opt,name=kernel_id,json=kernelId,proto3" json:"kernel_id,omitempty"`
-	MsgId         string                 `protobuf:"bytes,2,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
-	Code          []byte                 `protobuf:"bytes,3,opt,name=code,proto3" json:"code,omitempty"`
-	Silent        bool                   `protobuf:"varint,4,opt,name=silent,proto3" json:"silent,omitempty"`
+	MsgId         string                 `protobuf:"bytes,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	Code          []byte                 `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	Silent        bool                   `protobuf:"varint,3,opt,name=silent,proto3" json:"silent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ExecuteRequest) Reset() {
-	*x = ExecuteRequest{}
+func (x *Execute) Reset() {
+	*x = Execute{}
 	mi := &file_transport_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ExecuteRequest) String() string {
+func (x *Execute) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ExecuteRequest) ProtoMessage() {}
+func (*Execute) ProtoMessage() {}
 
-func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
+func (x *Execute) ProtoReflect() protoreflect.Message {
 	mi := &file_transport_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -275,59 +468,52 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
-func (*ExecuteRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use Execute.ProtoReflect.Descriptor instead.
+func (*Execute) Descriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *ExecuteRequest) GetKernelId() string {
-	if x != nil {
-		return x.KernelId
-	}
-	return ""
-}
-
-func (x *ExecuteRequest) GetMsgId() string {
+func (x *Execute) GetMsgId() string {
 	if x != nil {
 		return x.MsgId
 	}
 	return ""
 }
 
-func (x *ExecuteRequest) GetCode() []byte {
+func (x *Execute) GetCode() []byte {
 	if x != nil {
 		return x.Code
 	}
 	return nil
 }
 
-func (x *ExecuteRequest) GetSilent() bool {
+func (x *Execute) GetSilent() bool {
 	if x != nil {
 		return x.Silent
 	}
 	return false
 }
 
-type ExecuteResponse struct {
+type Interrupt struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ExecuteResponse) Reset() {
-	*x = ExecuteResponse{}
+func (x *Interrupt) Reset() {
+	*x = Interrupt{}
 	mi := &file_transport_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ExecuteResponse) String() string {
+func (x *Interrupt) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ExecuteResponse) ProtoMessage() {}
+func (*Interrupt) ProtoMessage() {}
 
-func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
+func (x *Interrupt) ProtoReflect() protoreflect.Message {
 	mi := &file_transport_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -339,32 +525,31 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
-func (*ExecuteResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use Interrupt.ProtoReflect.Descriptor instead.
+func (*Interrupt) Descriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{5}
 }
 
-type MessagesRequest struct {
+type Restart struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	KernelId      string                 `protobuf:"bytes,1,opt,name=kernel_id,json=kernelId,proto3" json:"kernel_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *MessagesRequest) Reset() {
-	*x = MessagesRequest{}
+func (x *Restart) Reset() {
+	*x = Restart{}
 	mi := &file_transport_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *MessagesRequest) String() string {
+func (x *Restart) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*MessagesRequest) ProtoMessage() {}
+func (*Restart) ProtoMessage() {}
 
-func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
+func (x *Restart) ProtoReflect() protoreflect.Message {
 	mi := &file_transport_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -376,41 +561,32 @@ func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use MessagesRequest.ProtoReflect.Descriptor instead.
-func (*MessagesRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use Restart.ProtoReflect.Descriptor instead.
+func (*Restart) Descriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *MessagesRequest) GetKernelId() string {
-	if x != nil {
-		return x.KernelId
-	}
-	return ""
-}
-
-// MessageBatch carries one or more messages that were ready at once; batching
-// keeps a 200,000-line stream from costing one gRPC frame per line.
-type MessageBatch struct {
+// Shutdown stops the kernel; the plugin ends the stream after its result.
+type Shutdown struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *MessageBatch) Reset() {
-	*x = MessageBatch{}
+func (x *Shutdown) Reset() {
+	*x = Shutdown{}
 	mi := &file_transport_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *MessageBatch) String() string {
+func (x *Shutdown) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*MessageBatch) ProtoMessage() {}
+func (*Shutdown) ProtoMessage() {}
 
-func (x *MessageBatch) ProtoReflect() protoreflect.Message {
+func (x *Shutdown) ProtoReflect() protoreflect.Message {
 	mi := &file_transport_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -422,14 +598,163 @@ func (x *MessageBatch) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use MessageBatch.ProtoReflect.Descriptor instead.
-func (*MessageBatch) Descriptor() ([]byte, []int) {
+// Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
+func (*Shutdown) Descriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{7}
 }
 
-func (x *MessageBatch) GetMessages() []*Message {
+// Cancel cancels the context of the call with this KernelCall's id (the
+// host's deadline passed, or its caller gave up). It has no result; the
+// cancelled call still gets one, which the host ignores.
+type Cancel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cancel) Reset() {
+	*x = Cancel{}
+	mi := &file_transport_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cancel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cancel) ProtoMessage() {}
+
+func (x *Cancel) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
+func (*Cancel) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{8}
+}
+
+// KernelFrame is what the plugin had ready at once: messages (merged and
+// batched, so a 200,000-line stream does not cost a frame per line), then
+// results.
+type KernelFrame struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	Results       []*CallResult          `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelFrame) Reset() {
+	*x = KernelFrame{}
+	mi := &file_transport_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelFrame) ProtoMessage() {}
+
+func (x *KernelFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelFrame.ProtoReflect.Descriptor instead.
+func (*KernelFrame) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *KernelFrame) GetMessages() []*Message {
 	if x != nil {
 		return x.Messages
+	}
+	return nil
+}
+
+func (x *KernelFrame) GetResults() []*CallResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// CallResult ends one call. code is OK or says what kind of error the
+// transport returned; error is its text, unchanged.
+type CallResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Code          Code                   `protobuf:"varint,2,opt,name=code,proto3,enum=kernelhost.transport.v2.Code" json:"code,omitempty"`
+	Error         []byte                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallResult) Reset() {
+	*x = CallResult{}
+	mi := &file_transport_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallResult) ProtoMessage() {}
+
+func (x *CallResult) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallResult.ProtoReflect.Descriptor instead.
+func (*CallResult) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CallResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallResult) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_OK
+}
+
+func (x *CallResult) GetError() []byte {
+	if x != nil {
+		return x.Error
 	}
 	return nil
 }
@@ -456,7 +781,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_transport_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +793,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_transport_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +806,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{8}
+	return file_transport_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Message) GetParentId() string {
@@ -568,272 +893,47 @@ func (x *Message) GetState() string {
 	return ""
 }
 
-type InterruptRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KernelId      string                 `protobuf:"bytes,1,opt,name=kernel_id,json=kernelId,proto3" json:"kernel_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *InterruptRequest) Reset() {
-	*x = InterruptRequest{}
-	mi := &file_transport_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *InterruptRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*InterruptRequest) ProtoMessage() {}
-
-func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
-func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *InterruptRequest) GetKernelId() string {
-	if x != nil {
-		return x.KernelId
-	}
-	return ""
-}
-
-type InterruptResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *InterruptResponse) Reset() {
-	*x = InterruptResponse{}
-	mi := &file_transport_proto_msgTypes[10]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *InterruptResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*InterruptResponse) ProtoMessage() {}
-
-func (x *InterruptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[10]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use InterruptResponse.ProtoReflect.Descriptor instead.
-func (*InterruptResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{10}
-}
-
-type RestartRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KernelId      string                 `protobuf:"bytes,1,opt,name=kernel_id,json=kernelId,proto3" json:"kernel_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RestartRequest) Reset() {
-	*x = RestartRequest{}
-	mi := &file_transport_proto_msgTypes[11]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RestartRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RestartRequest) ProtoMessage() {}
-
-func (x *RestartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[11]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RestartRequest.ProtoReflect.Descriptor instead.
-func (*RestartRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{11}
-}
-
-func (x *RestartRequest) GetKernelId() string {
-	if x != nil {
-		return x.KernelId
-	}
-	return ""
-}
-
-type RestartResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RestartResponse) Reset() {
-	*x = RestartResponse{}
-	mi := &file_transport_proto_msgTypes[12]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RestartResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RestartResponse) ProtoMessage() {}
-
-func (x *RestartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[12]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RestartResponse.ProtoReflect.Descriptor instead.
-func (*RestartResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{12}
-}
-
-type ShutdownRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KernelId      string                 `protobuf:"bytes,1,opt,name=kernel_id,json=kernelId,proto3" json:"kernel_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ShutdownRequest) Reset() {
-	*x = ShutdownRequest{}
-	mi := &file_transport_proto_msgTypes[13]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ShutdownRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ShutdownRequest) ProtoMessage() {}
-
-func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[13]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
-func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{13}
-}
-
-func (x *ShutdownRequest) GetKernelId() string {
-	if x != nil {
-		return x.KernelId
-	}
-	return ""
-}
-
-type ShutdownResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ShutdownResponse) Reset() {
-	*x = ShutdownResponse{}
-	mi := &file_transport_proto_msgTypes[14]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ShutdownResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ShutdownResponse) ProtoMessage() {}
-
-func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[14]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
-func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{14}
-}
-
 var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
 	"\n" +
-	"\x0ftransport.proto\x12\x17kernelhost.transport.v1\"\x11\n" +
+	"\x0ftransport.proto\x12\x17kernelhost.transport.v2\"\x11\n" +
 	"\x0fDescribeRequest\"\x89\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1c\n" +
 	"\tlanguages\x18\x03 \x03(\tR\tlanguages\x12)\n" +
-	"\x10protocol_version\x18\x04 \x01(\rR\x0fprotocolVersion\"B\n" +
-	"\x12StartKernelRequest\x12\x1a\n" +
+	"\x10protocol_version\x18\x04 \x01(\rR\x0fprotocolVersion\"\x98\x03\n" +
+	"\n" +
+	"KernelCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
+	"\x05start\x18\x02 \x01(\v2\x1e.kernelhost.transport.v2.StartH\x00R\x05start\x12<\n" +
+	"\aexecute\x18\x03 \x01(\v2 .kernelhost.transport.v2.ExecuteH\x00R\aexecute\x12B\n" +
+	"\tinterrupt\x18\x04 \x01(\v2\".kernelhost.transport.v2.InterruptH\x00R\tinterrupt\x12<\n" +
+	"\arestart\x18\x05 \x01(\v2 .kernelhost.transport.v2.RestartH\x00R\arestart\x12?\n" +
+	"\bshutdown\x18\x06 \x01(\v2!.kernelhost.transport.v2.ShutdownH\x00R\bshutdown\x129\n" +
+	"\x06cancel\x18\a \x01(\v2\x1f.kernelhost.transport.v2.CancelH\x00R\x06cancelB\x06\n" +
+	"\x04call\"5\n" +
+	"\x05Start\x12\x1a\n" +
 	"\blanguage\x18\x01 \x01(\tR\blanguage\x12\x10\n" +
-	"\x03cwd\x18\x02 \x01(\fR\x03cwd\"2\n" +
-	"\x13StartKernelResponse\x12\x1b\n" +
-	"\tkernel_id\x18\x01 \x01(\tR\bkernelId\"p\n" +
-	"\x0eExecuteRequest\x12\x1b\n" +
-	"\tkernel_id\x18\x01 \x01(\tR\bkernelId\x12\x15\n" +
-	"\x06msg_id\x18\x02 \x01(\tR\x05msgId\x12\x12\n" +
-	"\x04code\x18\x03 \x01(\fR\x04code\x12\x16\n" +
-	"\x06silent\x18\x04 \x01(\bR\x06silent\"\x11\n" +
-	"\x0fExecuteResponse\".\n" +
-	"\x0fMessagesRequest\x12\x1b\n" +
-	"\tkernel_id\x18\x01 \x01(\tR\bkernelId\"L\n" +
-	"\fMessageBatch\x12<\n" +
-	"\bmessages\x18\x01 \x03(\v2 .kernelhost.transport.v1.MessageR\bmessages\"\x9c\x03\n" +
+	"\x03cwd\x18\x02 \x01(\fR\x03cwd\"L\n" +
+	"\aExecute\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\tR\x05msgId\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\fR\x04code\x12\x16\n" +
+	"\x06silent\x18\x03 \x01(\bR\x06silent\"\v\n" +
+	"\tInterrupt\"\t\n" +
+	"\aRestart\"\n" +
+	"\n" +
+	"\bShutdown\"\b\n" +
+	"\x06Cancel\"\x8a\x01\n" +
+	"\vKernelFrame\x12<\n" +
+	"\bmessages\x18\x01 \x03(\v2 .kernelhost.transport.v2.MessageR\bmessages\x12=\n" +
+	"\aresults\x18\x02 \x03(\v2#.kernelhost.transport.v2.CallResultR\aresults\"e\n" +
+	"\n" +
+	"CallResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
+	"\x04code\x18\x02 \x01(\x0e2\x1d.kernelhost.transport.v2.CodeR\x04code\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\fR\x05error\"\x9c\x03\n" +
 	"\aMessage\x12\x1b\n" +
 	"\tparent_id\x18\x01 \x01(\tR\bparentId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1c\n" +
@@ -841,7 +941,7 @@ const file_transport_proto_rawDesc = "" +
 	"\x0fexecution_count\x18\x04 \x01(\x03R\x0eexecutionCount\x12\x12\n" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12\x12\n" +
 	"\x04text\x18\x06 \x01(\fR\x04text\x12>\n" +
-	"\x04data\x18\a \x03(\v2*.kernelhost.transport.v1.Message.DataEntryR\x04data\x12\x14\n" +
+	"\x04data\x18\a \x03(\v2*.kernelhost.transport.v2.Message.DataEntryR\x04data\x12\x14\n" +
 	"\x05ename\x18\b \x01(\fR\x05ename\x12\x16\n" +
 	"\x06evalue\x18\t \x01(\fR\x06evalue\x12\x1c\n" +
 	"\ttraceback\x18\n" +
@@ -850,24 +950,16 @@ const file_transport_proto_rawDesc = "" +
 	"\x05state\x18\f \x01(\tR\x05state\x1a7\n" +
 	"\tDataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"/\n" +
-	"\x10InterruptRequest\x12\x1b\n" +
-	"\tkernel_id\x18\x01 \x01(\tR\bkernelId\"\x13\n" +
-	"\x11InterruptResponse\"-\n" +
-	"\x0eRestartRequest\x12\x1b\n" +
-	"\tkernel_id\x18\x01 \x01(\tR\bkernelId\"\x11\n" +
-	"\x0fRestartResponse\".\n" +
-	"\x0fShutdownRequest\x12\x1b\n" +
-	"\tkernel_id\x18\x01 \x01(\tR\bkernelId\"\x12\n" +
-	"\x10ShutdownResponse2\xb6\x05\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01*M\n" +
+	"\x04Code\x12\x06\n" +
+	"\x02OK\x10\x00\x12\v\n" +
+	"\aUNKNOWN\x10\x01\x12\v\n" +
+	"\aINVALID\x10\x02\x12\x15\n" +
+	"\x11DEADLINE_EXCEEDED\x10\x03\x12\f\n" +
+	"\bCANCELED\x10\x042\xc5\x01\n" +
 	"\tTransport\x12_\n" +
-	"\bDescribe\x12(.kernelhost.transport.v1.DescribeRequest\x1a).kernelhost.transport.v1.DescribeResponse\x12h\n" +
-	"\vStartKernel\x12+.kernelhost.transport.v1.StartKernelRequest\x1a,.kernelhost.transport.v1.StartKernelResponse\x12\\\n" +
-	"\aExecute\x12'.kernelhost.transport.v1.ExecuteRequest\x1a(.kernelhost.transport.v1.ExecuteResponse\x12]\n" +
-	"\bMessages\x12(.kernelhost.transport.v1.MessagesRequest\x1a%.kernelhost.transport.v1.MessageBatch0\x01\x12b\n" +
-	"\tInterrupt\x12).kernelhost.transport.v1.InterruptRequest\x1a*.kernelhost.transport.v1.InterruptResponse\x12\\\n" +
-	"\aRestart\x12'.kernelhost.transport.v1.RestartRequest\x1a(.kernelhost.transport.v1.RestartResponse\x12_\n" +
-	"\bShutdown\x12(.kernelhost.transport.v1.ShutdownRequest\x1a).kernelhost.transport.v1.ShutdownResponseBLZJgithub.com/kernelhost/kernelhost/plugins/transportplugin/proto;transportpbb\x06proto3"
+	"\bDescribe\x12(.kernelhost.transport.v2.DescribeRequest\x1a).kernelhost.transport.v2.DescribeResponse\x12W\n" +
+	"\x06Kernel\x12#.kernelhost.transport.v2.KernelCall\x1a$.kernelhost.transport.v2.KernelFrame(\x010\x01BLZJgithub.com/kernelhost/kernelhost/plugins/transportplugin/proto;transportpbb\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -881,47 +973,44 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_transport_proto_goTypes = []any{
-	(*DescribeRequest)(nil),     // 0: kernelhost.transport.v1.DescribeRequest
-	(*DescribeResponse)(nil),    // 1: kernelhost.transport.v1.DescribeResponse
-	(*StartKernelRequest)(nil),  // 2: kernelhost.transport.v1.StartKernelRequest
-	(*StartKernelResponse)(nil), // 3: kernelhost.transport.v1.StartKernelResponse
-	(*ExecuteRequest)(nil),      // 4: kernelhost.transport.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),     // 5: kernelhost.transport.v1.ExecuteResponse
-	(*MessagesRequest)(nil),     // 6: kernelhost.transport.v1.MessagesRequest
-	(*MessageBatch)(nil),        // 7: kernelhost.transport.v1.MessageBatch
-	(*Message)(nil),             // 8: kernelhost.transport.v1.Message
-	(*InterruptRequest)(nil),    // 9: kernelhost.transport.v1.InterruptRequest
-	(*InterruptResponse)(nil),   // 10: kernelhost.transport.v1.InterruptResponse
-	(*RestartRequest)(nil),      // 11: kernelhost.transport.v1.RestartRequest
-	(*RestartResponse)(nil),     // 12: kernelhost.transport.v1.RestartResponse
-	(*ShutdownRequest)(nil),     // 13: kernelhost.transport.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),    // 14: kernelhost.transport.v1.ShutdownResponse
-	nil,                         // 15: kernelhost.transport.v1.Message.DataEntry
+	(Code)(0),                // 0: kernelhost.transport.v2.Code
+	(*DescribeRequest)(nil),  // 1: kernelhost.transport.v2.DescribeRequest
+	(*DescribeResponse)(nil), // 2: kernelhost.transport.v2.DescribeResponse
+	(*KernelCall)(nil),       // 3: kernelhost.transport.v2.KernelCall
+	(*Start)(nil),            // 4: kernelhost.transport.v2.Start
+	(*Execute)(nil),          // 5: kernelhost.transport.v2.Execute
+	(*Interrupt)(nil),        // 6: kernelhost.transport.v2.Interrupt
+	(*Restart)(nil),          // 7: kernelhost.transport.v2.Restart
+	(*Shutdown)(nil),         // 8: kernelhost.transport.v2.Shutdown
+	(*Cancel)(nil),           // 9: kernelhost.transport.v2.Cancel
+	(*KernelFrame)(nil),      // 10: kernelhost.transport.v2.KernelFrame
+	(*CallResult)(nil),       // 11: kernelhost.transport.v2.CallResult
+	(*Message)(nil),          // 12: kernelhost.transport.v2.Message
+	nil,                      // 13: kernelhost.transport.v2.Message.DataEntry
 }
 var file_transport_proto_depIdxs = []int32{
-	8,  // 0: kernelhost.transport.v1.MessageBatch.messages:type_name -> kernelhost.transport.v1.Message
-	15, // 1: kernelhost.transport.v1.Message.data:type_name -> kernelhost.transport.v1.Message.DataEntry
-	0,  // 2: kernelhost.transport.v1.Transport.Describe:input_type -> kernelhost.transport.v1.DescribeRequest
-	2,  // 3: kernelhost.transport.v1.Transport.StartKernel:input_type -> kernelhost.transport.v1.StartKernelRequest
-	4,  // 4: kernelhost.transport.v1.Transport.Execute:input_type -> kernelhost.transport.v1.ExecuteRequest
-	6,  // 5: kernelhost.transport.v1.Transport.Messages:input_type -> kernelhost.transport.v1.MessagesRequest
-	9,  // 6: kernelhost.transport.v1.Transport.Interrupt:input_type -> kernelhost.transport.v1.InterruptRequest
-	11, // 7: kernelhost.transport.v1.Transport.Restart:input_type -> kernelhost.transport.v1.RestartRequest
-	13, // 8: kernelhost.transport.v1.Transport.Shutdown:input_type -> kernelhost.transport.v1.ShutdownRequest
-	1,  // 9: kernelhost.transport.v1.Transport.Describe:output_type -> kernelhost.transport.v1.DescribeResponse
-	3,  // 10: kernelhost.transport.v1.Transport.StartKernel:output_type -> kernelhost.transport.v1.StartKernelResponse
-	5,  // 11: kernelhost.transport.v1.Transport.Execute:output_type -> kernelhost.transport.v1.ExecuteResponse
-	7,  // 12: kernelhost.transport.v1.Transport.Messages:output_type -> kernelhost.transport.v1.MessageBatch
-	10, // 13: kernelhost.transport.v1.Transport.Interrupt:output_type -> kernelhost.transport.v1.InterruptResponse
-	12, // 14: kernelhost.transport.v1.Transport.Restart:output_type -> kernelhost.transport.v1.RestartResponse
-	14, // 15: kernelhost.transport.v1.Transport.Shutdown:output_type -> kernelhost.transport.v1.ShutdownResponse
-	9,  // [9:16] is the sub-list for method output_type
-	2,  // [2:9] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	4,  // 0: kernelhost.transport.v2.KernelCall.start:type_name -> kernelhost.transport.v2.Start
+	5,  // 1: kernelhost.transport.v2.KernelCall.execute:type_name -> kernelhost.transport.v2.Execute
+	6,  // 2: kernelhost.transport.v2.KernelCall.interrupt:type_name -> kernelhost.transport.v2.Interrupt
+	7,  // 3: kernelhost.transport.v2.KernelCall.restart:type_name -> kernelhost.transport.v2.Restart
+	8,  // 4: kernelhost.transport.v2.KernelCall.shutdown:type_name -> kernelhost.transport.v2.Shutdown
+	9,  // 5: kernelhost.transport.v2.KernelCall.cancel:type_name -> kernelhost.transport.v2.Cancel
+	12, // 6: kernelhost.transport.v2.KernelFrame.messages:type_name -> kernelhost.transport.v2.Message
+	11, // 7: kernelhost.transport.v2.KernelFrame.results:type_name -> kernelhost.transport.v2.CallResult
+	0,  // 8: kernelhost.transport.v2.CallResult.code:type_name -> kernelhost.transport.v2.Code
+	13, // 9: kernelhost.transport.v2.Message.data:type_name -> kernelhost.transport.v2.Message.DataEntry
+	1,  // 10: kernelhost.transport.v2.Transport.Describe:input_type -> kernelhost.transport.v2.DescribeRequest
+	3,  // 11: kernelhost.transport.v2.Transport.Kernel:input_type -> kernelhost.transport.v2.KernelCall
+	2,  // 12: kernelhost.transport.v2.Transport.Describe:output_type -> kernelhost.transport.v2.DescribeResponse
+	10, // 13: kernelhost.transport.v2.Transport.Kernel:output_type -> kernelhost.transport.v2.KernelFrame
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -929,18 +1018,27 @@ func file_transport_proto_init() {
 	if File_transport_proto != nil {
 		return
 	}
+	file_transport_proto_msgTypes[2].OneofWrappers = []any{
+		(*KernelCall_Start)(nil),
+		(*KernelCall_Execute)(nil),
+		(*KernelCall_Interrupt)(nil),
+		(*KernelCall_Restart)(nil),
+		(*KernelCall_Shutdown)(nil),
+		(*KernelCall_Cancel)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   16,
+			NumEnums:      1,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_transport_proto_goTypes,
 		DependencyIndexes: file_transport_proto_depIdxs,
+		EnumInfos:         file_transport_proto_enumTypes,
 		MessageInfos:      file_transport_proto_msgTypes,
 	}.Build()
 	File_transport_proto = out.File

@@ -1,15 +1,35 @@
-// The kernelhost transport plugin protocol, version 1.
+// The kernelhost transport plugin protocol, version 2.
 //
 // A host starts a transport plugin with hashicorp/go-plugin and talks to it
-// through this service. It mirrors core.Transport and core.Kernel one to one:
-// Describe is Transport.Info, StartKernel is Transport.StartKernel, and the
-// other calls are the Kernel methods, addressed by the kernel_id that
-// StartKernel returned. Kernel messages flow back on one server stream per
-// kernel (Messages), in kernel order, batched.
+// through this service. Describe is core.Transport.Info. Everything about
+// one kernel travels on one long-lived bidirectional stream, Kernel: the
+// host sends calls (start, execute, interrupt, restart, shut down, cancel),
+// the plugin sends back frames that carry the kernel's messages and the
+// results of those calls. An execution therefore costs one frame each way
+// (the request; its result together with the messages that were ready),
+// where version 1 paid a unary call (a fresh HTTP/2 stream, headers and
+// trailers both ways) plus one or two frames on a separate message stream.
+//
+// Ordering: the plugin sends the kernel's messages in kernel order, and in a
+// frame the messages come before the results. Every message a kernel emitted
+// before one of its calls returned is in that call's frame or an earlier one,
+// so when the host hands a call's result to its caller, the messages the call
+// produced (the restarting status of a restart, say) have been delivered.
+//
+// Lifetime: the kernel lives as long as its stream. The first call on a
+// stream must be start; when the kernel's message channel closes (after
+// shutdown, or the kernel is lost) the plugin ends the stream; when the host
+// ends the stream (or goes away) the plugin shuts the kernel down.
+//
+// History: version 1 (package kernelhost.transport.v1) had StartKernel,
+// Execute, Interrupt, Restart and Shutdown as unary calls addressed by a
+// kernel id, and a server stream of message batches per kernel. It was
+// dropped rather than kept next to version 2: host and plugins are built
+// from the same tree.
 //
 // Compatibility: fields are only ever added. A change that an old peer would
 // misread bumps the go-plugin protocol version (transportplugin.ProtocolVersion)
-// and gets a new package (kernelhost.transport.v2).
+// and gets a new package (kernelhost.transport.v3).
 //
 // Free text (code, paths, stream text, tracebacks) travels as bytes, not
 // string: proto3 strings must be valid UTF-8 and a kernel may print anything.
@@ -35,13 +55,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Transport_Describe_FullMethodName    = "/kernelhost.transport.v1.Transport/Describe"
-	Transport_StartKernel_FullMethodName = "/kernelhost.transport.v1.Transport/StartKernel"
-	Transport_Execute_FullMethodName     = "/kernelhost.transport.v1.Transport/Execute"
-	Transport_Messages_FullMethodName    = "/kernelhost.transport.v1.Transport/Messages"
-	Transport_Interrupt_FullMethodName   = "/kernelhost.transport.v1.Transport/Interrupt"
-	Transport_Restart_FullMethodName     = "/kernelhost.transport.v1.Transport/Restart"
-	Transport_Shutdown_FullMethodName    = "/kernelhost.transport.v1.Transport/Shutdown"
+	Transport_Describe_FullMethodName = "/kernelhost.transport.v2.Transport/Describe"
+	Transport_Kernel_FullMethodName   = "/kernelhost.transport.v2.Transport/Kernel"
 )
 
 // TransportClient is the client API for Transport service.
@@ -50,17 +65,9 @@ const (
 type TransportClient interface {
 	// Describe returns the transport's name, version and languages.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
-	// StartKernel starts a kernel and returns when it is ready.
-	StartKernel(ctx context.Context, in *StartKernelRequest, opts ...grpc.CallOption) (*StartKernelResponse, error)
-	// Execute sends one request to a kernel; output comes on Messages.
-	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error)
-	// Messages streams every message of one kernel until the kernel's message
-	// channel closes (after Shutdown, or when the kernel is lost). Only one
-	// Messages stream per kernel may be open.
-	Messages(ctx context.Context, in *MessagesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MessageBatch], error)
-	Interrupt(ctx context.Context, in *InterruptRequest, opts ...grpc.CallOption) (*InterruptResponse, error)
-	Restart(ctx context.Context, in *RestartRequest, opts ...grpc.CallOption) (*RestartResponse, error)
-	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error)
+	// Kernel starts one kernel (the first call must be start) and carries all
+	// later calls on it and all its messages, until it is shut down or lost.
+	Kernel(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KernelCall, KernelFrame], error)
 }
 
 type transportClient struct {
@@ -81,74 +88,18 @@ func (c *transportClient) Describe(ctx context.Context, in *DescribeRequest, opt
 	return out, nil
 }
 
-func (c *transportClient) StartKernel(ctx context.Context, in *StartKernelRequest, opts ...grpc.CallOption) (*StartKernelResponse, error) {
+func (c *transportClient) Kernel(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KernelCall, KernelFrame], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(StartKernelResponse)
-	err := c.cc.Invoke(ctx, Transport_StartKernel_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Transport_ServiceDesc.Streams[0], Transport_Kernel_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
-}
-
-func (c *transportClient) Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ExecuteResponse)
-	err := c.cc.Invoke(ctx, Transport_Execute_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *transportClient) Messages(ctx context.Context, in *MessagesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MessageBatch], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Transport_ServiceDesc.Streams[0], Transport_Messages_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[MessagesRequest, MessageBatch]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
+	x := &grpc.GenericClientStream[KernelCall, KernelFrame]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Transport_MessagesClient = grpc.ServerStreamingClient[MessageBatch]
-
-func (c *transportClient) Interrupt(ctx context.Context, in *InterruptRequest, opts ...grpc.CallOption) (*InterruptResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(InterruptResponse)
-	err := c.cc.Invoke(ctx, Transport_Interrupt_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *transportClient) Restart(ctx context.Context, in *RestartRequest, opts ...grpc.CallOption) (*RestartResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(RestartResponse)
-	err := c.cc.Invoke(ctx, Transport_Restart_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *transportClient) Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ShutdownResponse)
-	err := c.cc.Invoke(ctx, Transport_Shutdown_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
+type Transport_KernelClient = grpc.BidiStreamingClient[KernelCall, KernelFrame]
 
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
@@ -156,17 +107,9 @@ func (c *transportClient) Shutdown(ctx context.Context, in *ShutdownRequest, opt
 type TransportServer interface {
 	// Describe returns the transport's name, version and languages.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
-	// StartKernel starts a kernel and returns when it is ready.
-	StartKernel(context.Context, *StartKernelRequest) (*StartKernelResponse, error)
-	// Execute sends one request to a kernel; output comes on Messages.
-	Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error)
-	// Messages streams every message of one kernel until the kernel's message
-	// channel closes (after Shutdown, or when the kernel is lost). Only one
-	// Messages stream per kernel may be open.
-	Messages(*MessagesRequest, grpc.ServerStreamingServer[MessageBatch]) error
-	Interrupt(context.Context, *InterruptRequest) (*InterruptResponse, error)
-	Restart(context.Context, *RestartRequest) (*RestartResponse, error)
-	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
+	// Kernel starts one kernel (the first call must be start) and carries all
+	// later calls on it and all its messages, until it is shut down or lost.
+	Kernel(grpc.BidiStreamingServer[KernelCall, KernelFrame]) error
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -180,23 +123,8 @@ type UnimplementedTransportServer struct{}
 func (UnimplementedTransportServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Describe not implemented")
 }
-func (UnimplementedTransportServer) StartKernel(context.Context, *StartKernelRequest) (*StartKernelResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method StartKernel not implemented")
-}
-func (UnimplementedTransportServer) Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Execute not implemented")
-}
-func (UnimplementedTransportServer) Messages(*MessagesRequest, grpc.ServerStreamingServer[MessageBatch]) error {
-	return status.Error(codes.Unimplemented, "method Messages not implemented")
-}
-func (UnimplementedTransportServer) Interrupt(context.Context, *InterruptRequest) (*InterruptResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Interrupt not implemented")
-}
-func (UnimplementedTransportServer) Restart(context.Context, *RestartRequest) (*RestartResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Restart not implemented")
-}
-func (UnimplementedTransportServer) Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Shutdown not implemented")
+func (UnimplementedTransportServer) Kernel(grpc.BidiStreamingServer[KernelCall, KernelFrame]) error {
+	return status.Error(codes.Unimplemented, "method Kernel not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -237,144 +165,31 @@ func _Transport_Describe_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Transport_StartKernel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(StartKernelRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(TransportServer).StartKernel(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Transport_StartKernel_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(TransportServer).StartKernel(ctx, req.(*StartKernelRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _Transport_Execute_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ExecuteRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(TransportServer).Execute(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Transport_Execute_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(TransportServer).Execute(ctx, req.(*ExecuteRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _Transport_Messages_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(MessagesRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(TransportServer).Messages(m, &grpc.GenericServerStream[MessagesRequest, MessageBatch]{ServerStream: stream})
+func _Transport_Kernel_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TransportServer).Kernel(&grpc.GenericServerStream[KernelCall, KernelFrame]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Transport_MessagesServer = grpc.ServerStreamingServer[MessageBatch]
-
-func _Transport_Interrupt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(InterruptRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(TransportServer).Interrupt(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Transport_Interrupt_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(TransportServer).Interrupt(ctx, req.(*InterruptRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _Transport_Restart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RestartRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(TransportServer).Restart(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Transport_Restart_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(TransportServer).Restart(ctx, req.(*RestartRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _Transport_Shutdown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ShutdownRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(TransportServer).Shutdown(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Transport_Shutdown_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(TransportServer).Shutdown(ctx, req.(*ShutdownRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
+type Transport_KernelServer = grpc.BidiStreamingServer[KernelCall, KernelFrame]
 
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Transport_ServiceDesc = grpc.ServiceDesc{
-	ServiceName: "kernelhost.transport.v1.Transport",
+	ServiceName: "kernelhost.transport.v2.Transport",
 	HandlerType: (*TransportServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
 			MethodName: "Describe",
 			Handler:    _Transport_Describe_Handler,
 		},
-		{
-			MethodName: "StartKernel",
-			Handler:    _Transport_StartKernel_Handler,
-		},
-		{
-			MethodName: "Execute",
-			Handler:    _Transport_Execute_Handler,
-		},
-		{
-			MethodName: "Interrupt",
-			Handler:    _Transport_Interrupt_Handler,
-		},
-		{
-			MethodName: "Restart",
-			Handler:    _Transport_Restart_Handler,
-		},
-		{
-			MethodName: "Shutdown",
-			Handler:    _Transport_Shutdown_Handler,
-		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
-			StreamName:    "Messages",
-			Handler:       _Transport_Messages_Handler,
+			StreamName:    "Kernel",
+			Handler:       _Transport_Kernel_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "transport.proto",
