@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -99,9 +100,11 @@ func (m *module) instantiate(ctx context.Context) (*instance, error) {
 func (m *module) get(ctx context.Context) (*instance, error) {
 	select {
 	case inst := <-m.idle:
-		return inst, nil
+		return inst, nil // the common case: no timer needed
 	default:
 	}
+	ctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
+	defer cancel()
 	select {
 	case inst := <-m.idle:
 		return inst, nil
@@ -134,20 +137,38 @@ func (m *module) put(inst *instance, ok bool) {
 // for one, or starting one) is bounded by StartTimeout; the call itself by
 // Timeout, so a cold start does not eat into the evaluation's deadline.
 func (m *module) evaluate(ctx context.Context, input []byte) (output, error) {
-	getCtx, cancelGet := context.WithTimeout(ctx, m.opts.StartTimeout)
-	inst, err := m.get(getCtx)
-	cancelGet()
+	inst, err := m.get(ctx)
 	if err != nil {
 		return output{}, m.startError(ctx, err)
 	}
 
-	callCtx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
-	defer cancel()
+	// The deadline and the caller's cancellation close the instance from a
+	// timer and a context.AfterFunc rather than through a cancellable call
+	// context: for a context with a Done channel wazero starts a watcher
+	// goroutine per call, a few µs that dominate a small module's call. The
+	// runtime is built WithCloseOnContextDone, so compiled code checks the
+	// closed flag at calls and loop back-edges and a looping module stops
+	// either way.
+	var deadlineHit atomic.Bool
+	timer := time.AfterFunc(m.opts.Timeout, func() {
+		deadlineHit.Store(true)
+		_ = inst.mod.CloseWithExitCode(context.Background(), sys.ExitCodeDeadlineExceeded)
+	})
+	stopWatchingCaller := context.AfterFunc(ctx, func() {
+		_ = inst.mod.CloseWithExitCode(context.Background(), sys.ExitCodeContextCanceled)
+	})
 	s := &callState{input: input, maxOutput: m.opts.MaxOutputBytes}
-	callCtx = context.WithValue(callCtx, callStateKey{}, s)
+	callCtx := context.WithValue(context.WithoutCancel(ctx), callStateKey{}, s)
 	res, err := inst.eval.Call(callCtx, uint64(len(input)))
+	// If either fired, the instance is closed or closing: it must not go back
+	// to the pool, whatever the call returned.
+	closed := !timer.Stop()
+	closed = !stopWatchingCaller() || closed
+	if err == nil && closed {
+		err = errors.New("instance closed during the call")
+	}
 	if err != nil {
-		e := m.callError(ctx, callCtx, s, inst, err)
+		e := m.callError(ctx, deadlineHit.Load(), s, inst, err)
 		m.put(inst, false)
 		return output{}, e
 	}
@@ -193,7 +214,7 @@ func (m *module) fail(kind, err error, format string, args ...any) *ModuleError 
 
 // callError classifies a failed call: our deadline, the caller giving up, a
 // host function aborting the call, or a trap (at the memory cap or not).
-func (m *module) callError(parent, callCtx context.Context, s *callState, inst *instance, err error) error {
+func (m *module) callError(parent context.Context, deadlineHit bool, s *callState, inst *instance, err error) error {
 	if s.err != nil {
 		s.err.Module, s.err.Path = m.name, m.path
 		return s.err
@@ -203,7 +224,7 @@ func (m *module) callError(parent, callCtx context.Context, s *callState, inst *
 	switch {
 	case parent.Err() != nil:
 		return m.fail(ErrCanceled, parent.Err(), "caller gave up: %v", parent.Err())
-	case callCtx.Err() != nil || (isExit && exit.ExitCode() == sys.ExitCodeDeadlineExceeded):
+	case deadlineHit || (isExit && exit.ExitCode() == sys.ExitCodeDeadlineExceeded):
 		return m.fail(ErrDeadline, context.DeadlineExceeded, "stopped after the %v per-call deadline", m.opts.Timeout)
 	}
 	mem := ""

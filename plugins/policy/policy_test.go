@@ -249,6 +249,10 @@ func TestPool(t *testing.T) {
 		{RecycleMemoryBytes: 1},       // recycled after every call by size
 		{MaxInstances: 1, MaxUses: 1}, // every call starts a fresh instance
 	} {
+		// Instances are started over and over here; under -race on a busy
+		// 2-core machine that can take seconds. This test is about pooling,
+		// not start-up time, so the start bound is generous.
+		opts.StartTimeout = time.Minute
 		c := load(t, opts, "denylist")
 		m := c.cur.mods[0]
 		var wg sync.WaitGroup
