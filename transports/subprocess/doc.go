@@ -10,32 +10,62 @@
 // host over two extra pipes, leaving fd 1 and 2 to the interpreter:
 //
 //   - fd 3, requests (host → driver): for python and javascript one JSON line
-//     {"msg_id": "...", "code": "...", "silent": false} per request; for bash
-//     one NUL-terminated record, "0" or "1" (silent) followed by the code.
+//     {"msg_id": "...", "code": "...", "silent": false} per request, and for
+//     javascript also {"interrupt": "<msg_id>"} (see Signals); for bash one
+//     NUL-terminated record, "0" or "1" (silent) followed by the code.
 //   - fd 4, messages (driver → host): one JSON core.Message per line. The
 //     first line is {"type":"kh_ready"}. A line may also hold a JSON array of
-//     messages. For every request the driver writes, in order: status busy
-//     and execute_input (not for silent requests) in one write, the outputs,
-//     execute_reply, status idle. A message without parent_id (bash
-//     sends none) gets the running request's msg_id.
-//   - fd 1 and 2 carry all stream output: the drivers' print/console.log
-//     write there directly, as do os.system and child processes, so one pipe
-//     keeps their relative order. The host forwards each read as a stream
-//     message of the running request (writes that come faster than the host
-//     reads may arrive merged, as Jupyter kernels merge them too).
+//     messages; an empty line is skipped. For every request the driver
+//     writes, in order: status busy and execute_input (not for silent
+//     requests) in one write, the outputs, execute_reply, status idle. A
+//     message without parent_id (bash sends none) gets the running
+//     request's msg_id. Python's sys.stdout/sys.stderr (print) and node's
+//     console and process.stdout/stderr.write send stream messages here, one
+//     per write call, at once; the host merges those it reads together.
+//   - fd 1 and 2 carry what is written to them directly: child processes
+//     (os.system, subprocess, child_process with stdio inherited), C code,
+//     and all of bash's output. The host forwards each read as a stream
+//     message of the running request (writes that come faster than the
+//     host reads may arrive merged, as Jupyter kernels merge them too).
 //
-// Ordering across the pipes needs no sentinel. The pump reads fd 4 and,
-// every time it has read it, drains fd 1 and 2 before handing on the fd-4
-// messages; meanwhile one reader per fd 1/2 forwards output as it comes. A
-// lock spans each fd-1/2 read and the emission of what it read, and the
-// pump's drain and hand-on, so anything the driver's process tree wrote to
-// fd 1/2 before it wrote execute_reply is delivered before the reply and
-// idle. Output read before its request's busy is held until busy and
-// execute_input are out. Between fd-4 outputs (display_data,
-// execute_result) and stream output the order is that of the reads, exact
-// except when both are written within the same few microseconds. All three
-// read ends go through Go's netpoller, so waiting for the interpreter parks
-// goroutines, not OS threads.
+// # Output order
+//
+// These hold for every request:
+//
+//   - Everything the interpreter itself writes (python: print, sys.stdout,
+//     sys.stderr, display, the result, the error; node: console.log/error,
+//     process.stdout/stderr.write, the result, the error) arrives in exactly
+//     the order it was written, stdout against stderr included: it all goes
+//     through fd 4, one channel, as ipykernel sends it all over IOPub.
+//   - Output written to fd 1 or 2 before a message on fd 4 arrives before
+//     that message, and all of it before execute_reply and idle (e.g.
+//     os.system('echo a'); print('b') gives a, then b). The pump, the only
+//     reader of fd 4, reads it, then drains what fd 1 and 2 hold (a
+//     non-blocking read: a child that exited left its bytes in the pipes),
+//     emits that, then emits the fd-4 messages. One lock spans each of its
+//     passes and each fd-1/2 reader's read and emission, so nothing read
+//     from fd 1/2 is emitted between the pump's read and its emission.
+//   - Python: output of a child started after a message arrives after it
+//     (print('a'); os.system('echo b') gives a, then b). An audit hook runs
+//     before each child starts (os.system, subprocess, posix_spawn, fork,
+//     exec) and waits, bounded, until the host has read fd 4 empty and then
+//     an empty line written after that: the pump handles its reads one
+//     after another, so by then it has emitted the earlier messages, and
+//     the child's output, written later, is read later.
+//   - Node has no such hook: there the order of a console.log and the output
+//     of a child started after it is that of the host's reads, right unless
+//     the child writes before the host has read the message (microseconds
+//     on an idle host).
+//   - Between fd 1 and fd 2 themselves (a child's stdout against its
+//     stderr, bash's echo against its >&2) the order is that of the reads:
+//     two pipes read by two goroutines cannot keep it. ipykernel has the
+//     same limit for fd-level output.
+//   - Output of a thread or a background child that writes while the
+//     interpreter prints is interleaved in the order the host reads it.
+//
+// Output read before its request's busy is held until busy and
+// execute_input are out. All three read ends go through Go's netpoller, so
+// waiting for the interpreter parks goroutines, not OS threads.
 //
 // A single round trip without core: start `python3 -c "$(cat drivers/driver.py)"
 // 3<requests 4>messages`, write the JSON request line to fd 3 and read fd 4
@@ -47,7 +77,16 @@
 //
 // Each interpreter leads its own process group (Setpgid) and gets SIGKILL when
 // the host dies (Pdeathsig). Interrupt sends SIGINT to the group; the drivers
-// ignore it between requests. Restart and Shutdown SIGKILL the whole group and
+// ignore it between requests. Python's driver also interrupts a request that
+// the signal reached before its code started. Node is different: a SIGINT
+// that lands while vm.runInContext (breakOnSigint) swaps node's SIGINT
+// handlers kills node, and the old immediate signal, sent just as a request
+// started or finished its synchronous part, did (the "hang" of
+// TestNodeAwaitAndInterruptAsync: the kernel had died). So for node,
+// Interrupt first writes {"interrupt": msg_id} on fd 3, which ends a request
+// that is awaiting or has not started, and sends SIGINT only if the request
+// still runs 50 ms later: synchronous code (a loop, execSync) by then is deep
+// inside runInContext, away from the swap. Restart and Shutdown SIGKILL the whole group and
 // wait for it. An interpreter that exits on its own (os._exit, bash `exit`,
 // process.exit) is reported as status dead with ParentID "", after its group
 // is killed; Restart starts a fresh one.

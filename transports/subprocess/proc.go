@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -319,8 +320,10 @@ func (p *proc) drain(closing bool) bool {
 	return true
 }
 
-// pump is the only reader of fd 4. See the package doc for why it drains
-// fd 1 and 2 right after each read of fd 4.
+// pump is the only reader of fd 4. It reads, parses and hands on under mu
+// (see the package doc), so no fd-1/2 output read after a message was read
+// from fd 4 is emitted before it, and it drains fd 1 and 2 before handing
+// on what it read, so no output written before a message comes after it.
 func (p *proc) pump() {
 	defer close(p.pumpDone)
 	defer func() {
@@ -334,42 +337,21 @@ func (p *proc) pump() {
 		}
 		p.readers.Wait()
 	}()
+	rc, err := p.msgF.SyscallConn()
+	if err != nil {
+		p.driverGone(err) // only when the file is closed already
+		return
+	}
 	var (
 		lines []byte // what was read from fd 4 and not parsed yet
 		buf   = make([]byte, 64<<10)
 		msgs  []core.Message
+		ok    bool
+		eof   bool
 	)
-	for {
-		n, err := p.msgF.Read(buf)
-		lines = append(lines, buf[:n]...)
-		exited, eof := false, false
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				select {
-				case <-p.stop:
-					return
-				default:
-				}
-				// The process exited (wait set the deadline): everything
-				// it wrote is in the pipes now; take all it left on fd 4.
-				exited = true
-				for {
-					n, err := unix.Read(p.msgFD, buf)
-					if n > 0 {
-						lines = append(lines, buf[:n]...)
-						continue
-					}
-					if err == unix.EINTR {
-						continue
-					}
-					break
-				}
-			} else {
-				eof = true // io.EOF, or an error that will not go away
-			}
-		}
-		// Parse the complete lines and keep the incomplete rest at the
-		// start of lines, so its array is reused.
+	// take parses the complete lines read so far and hands them on. Called
+	// with mu held.
+	take := func(final bool) bool {
 		msgs = msgs[:0]
 		off := 0
 		for {
@@ -380,18 +362,97 @@ func (p *proc) pump() {
 			msgs = p.parse(msgs, lines[off:off+nl])
 			off += nl + 1
 		}
+		// Keep the incomplete rest at the start of lines, so its array is reused.
 		lines = lines[:copy(lines, lines[off:])]
+		return p.handle(mergeStreams(msgs), final)
+	}
+	// RawRead calls read when fd 4 may be readable and parks the goroutine
+	// in the poller while it returns false.
+	read := func(uintptr) bool {
 		p.mu.Lock()
-		ok := p.handle(msgs, eof || exited)
-		p.mu.Unlock()
+		defer p.mu.Unlock()
+		var n int
+		var err error
+		for {
+			n, err = unix.Read(p.msgFD, buf)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		if err == unix.EAGAIN {
+			return false
+		}
+		if n > 0 {
+			lines = append(lines, buf[:n]...)
+		} else {
+			eof = true // EOF, or an error that will not go away
+		}
+		ok = take(eof)
+		return true
+	}
+	for {
+		if err := rc.Read(read); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				p.driverGone(err)
+				return
+			}
+			select {
+			case <-p.stop:
+				return
+			default:
+			}
+			// The process exited (wait set the deadline): everything it
+			// wrote is in the pipes now; take all it left on fd 4.
+			p.mu.Lock()
+			for {
+				n, err := unix.Read(p.msgFD, buf)
+				if n > 0 {
+					lines = append(lines, buf[:n]...)
+					continue
+				}
+				if err == unix.EINTR {
+					continue
+				}
+				break
+			}
+			ok, eof = take(true), true
+			p.mu.Unlock()
+		}
 		if !ok {
 			return
 		}
-		if eof || exited {
+		if eof {
 			p.driverGone(nil)
 			return
 		}
 	}
+}
+
+// mergeStreams joins runs of stream messages of one name and request in
+// msgs, in place: a burst of prints read at once becomes one message, as
+// the fd-1/2 readers merge a burst of writes.
+func mergeStreams(msgs []core.Message) []core.Message {
+	out := msgs[:0]
+	for i := 0; i < len(msgs); {
+		m, j := msgs[i], i+1
+		if m.Type == core.MsgStream {
+			n := len(m.Text)
+			for ; j < len(msgs) && msgs[j].Type == core.MsgStream && msgs[j].Name == m.Name && msgs[j].ParentID == m.ParentID; j++ {
+				n += len(msgs[j].Text)
+			}
+			if j > i+1 {
+				var b strings.Builder
+				b.Grow(n)
+				for _, r := range msgs[i:j] {
+					b.WriteString(r.Text)
+				}
+				m.Text = b.String()
+			}
+		}
+		out = append(out, m)
+		i = j
+	}
+	return out
 }
 
 // handle delivers what the pump read from fd 4, draining fd 1 and 2 in
@@ -406,12 +467,9 @@ func (p *proc) handle(msgs []core.Message, final bool) bool {
 			return false
 		}
 	}
-	for _, m := range p.held {
-		if !p.emit(m) {
-			return false
-		}
+	if !p.flushHeld() {
+		return false
 	}
-	p.held = nil
 	if !p.drain(final) {
 		return false
 	}
@@ -426,12 +484,39 @@ func (p *proc) handle(msgs []core.Message, final bool) bool {
 	return true
 }
 
+// flushHeld emits the held output of the request that has opened, keeps
+// that of the running one if it has not opened yet, and drops the rest (a
+// request that is over). Called with mu held; false when the kernel stopped
+// this process.
+func (p *proc) flushHeld() bool {
+	if len(p.held) == 0 {
+		return true
+	}
+	cur, keep := p.k.currentID(), p.held[:0]
+	for _, m := range p.held {
+		switch {
+		case m.ParentID == p.opened && p.opened != "":
+			if !p.emit(m) {
+				return false
+			}
+		case m.ParentID == cur:
+			keep = append(keep, m)
+		}
+	}
+	clear(p.held[len(keep):])
+	p.held = keep
+	return true
+}
+
 // parse appends the messages of one line from fd 4 to msgs: a line holds
 // one message, or a JSON array of messages written together.
 func (p *proc) parse(msgs []core.Message, line []byte) []core.Message {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
 		return msgs
+	}
+	if m, ok := parseStream(line); ok {
+		return append(msgs, m)
 	}
 	var batch []core.Message
 	var err error
@@ -442,8 +527,13 @@ func (p *proc) parse(msgs []core.Message, line []byte) []core.Message {
 		err = json.Unmarshal(line, &batch[0])
 	}
 	if err != nil {
-		// A driver bug: surface it on the request rather than lose it.
-		batch = []core.Message{{Type: core.MsgStream, Name: "stderr", Text: fmt.Sprintf("kernelhost: bad driver message %q: %v\n", line, err)}}
+		// A driver bug, or a write the interpreter was interrupted in:
+		// surface it on the request rather than lose it.
+		quoted := line
+		if len(quoted) > 200 {
+			quoted = quoted[:200]
+		}
+		batch = []core.Message{{Type: core.MsgStream, Name: "stderr", Text: fmt.Sprintf("kernelhost: bad driver message (%d bytes) %q: %v\n", len(line), quoted, err)}}
 	}
 	for _, m := range batch {
 		if m.Type == "kh_ready" {
@@ -455,6 +545,102 @@ func (p *proc) parse(msgs []core.Message, line []byte) []core.Message {
 		msgs = append(msgs, m)
 	}
 	return msgs
+}
+
+// streamPrefix starts every stream message of the python and node drivers,
+// which write the fields in this order: name, parent_id, text.
+var streamPrefix = []byte(`{"type":"stream","name":"`)
+
+// parseStream decodes a line in the drivers' stream message layout without
+// reflection: a burst of prints is a line each, and encoding/json would
+// cost about as much as the print itself. ok is false for any other line,
+// which then goes through encoding/json.
+func parseStream(line []byte) (m core.Message, ok bool) {
+	rest, ok := bytes.CutPrefix(line, streamPrefix)
+	if !ok {
+		return m, false
+	}
+	switch {
+	case bytes.HasPrefix(rest, []byte(`stdout"`)):
+		m.Name, rest = "stdout", rest[len(`stdout"`):]
+	case bytes.HasPrefix(rest, []byte(`stderr"`)):
+		m.Name, rest = "stderr", rest[len(`stderr"`):]
+	default:
+		return m, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"parent_id":`)); !ok {
+		return m, false
+	}
+	if m.ParentID, rest, ok = jsonString(rest); !ok {
+		return m, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"text":`)); !ok {
+		return m, false
+	}
+	if m.Text, rest, ok = jsonString(rest); !ok || string(rest) != "}" {
+		return m, false
+	}
+	m.Type = core.MsgStream
+	return m, true
+}
+
+// jsonString decodes the JSON string at the start of b and returns the rest.
+// It decodes the escapes print output has (\n, \t, \", \\ ...) itself
+// and leaves \u escapes and invalid UTF-8 to encoding/json.
+func jsonString(b []byte) (s string, rest []byte, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return "", nil, false
+	}
+	var out []byte // the decoded text, once an escape was seen
+	high, from := false, 1
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			if high && !utf8.Valid(b[1:i]) {
+				return viaJSON(b[:i+1], b[i+1:])
+			}
+			if out == nil {
+				return string(b[1:i]), b[i+1:], true
+			}
+			return string(append(out, b[from:i]...)), b[i+1:], true
+		case c == '\\':
+			if i+1 >= len(b) {
+				return "", nil, false
+			}
+			r := jsonEscapes[b[i+1]]
+			if r == 0 {
+				// \u: find the end of the string, then let encoding/json decode it.
+				for j := i + 2; j < len(b); j++ {
+					if b[j] == '\\' {
+						j++
+					} else if b[j] == '"' {
+						return viaJSON(b[:j+1], b[j+1:])
+					}
+				}
+				return "", nil, false
+			}
+			out = append(append(out, b[from:i]...), r)
+			i++
+			from = i + 1
+		case c < 0x20:
+			return "", nil, false // not valid JSON: let encoding/json report it
+		case c >= 0x80:
+			high = true
+		}
+	}
+	return "", nil, false
+}
+
+// jsonEscapes maps the byte after a backslash to what it stands for, for
+// every JSON escape but \u; 0 for the rest.
+var jsonEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+func viaJSON(quoted, rest []byte) (string, []byte, bool) {
+	var s string
+	if err := json.Unmarshal(quoted, &s); err != nil {
+		return "", nil, false
+	}
+	return s, rest, true
 }
 
 func opensRequest(m core.Message) bool {
@@ -469,6 +655,15 @@ func (p *proc) deliver(m core.Message) bool {
 		if m.ParentID == "" {
 			return true // output of no request (e.g. a background thread after idle)
 		}
+	}
+	if m.Type == core.MsgStream && m.ParentID != p.opened {
+		// A thread's print between requests: hold it until its request
+		// opens, as fd-1/2 output is held; drop it if it belongs to one
+		// that is over.
+		if m.ParentID == p.k.currentID() && len(p.held) < 1024 {
+			p.held = append(p.held, m)
+		}
+		return true
 	}
 	if !p.emit(m) {
 		return false

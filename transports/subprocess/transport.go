@@ -40,6 +40,9 @@ type language struct {
 	args   []string                                  // arguments that run the driver
 	env    []string                                  // extra environment for this language
 	encode func(core.ExecuteRequest) ([]byte, error) // request framing on fd 3
+	// interrupt, when set, frames an interrupt of request msgID, written on
+	// fd 3 before any SIGINT (see Kernel.Interrupt and driver.js).
+	interrupt func(msgID string) []byte
 }
 
 // New returns a Transport for the interpreters of opts that exist on this
@@ -66,7 +69,7 @@ func New(opts Options) *Transport {
 		t.langs["bash"] = language{path: path, args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash}
 	}
 	if path, err := exec.LookPath(opts.Node); err == nil {
-		t.langs["javascript"] = language{path: path, args: []string{"-e", driverNode}, encode: encodeJSON}
+		t.langs["javascript"] = language{path: path, args: []string{"-e", driverNode}, encode: encodeJSON, interrupt: encodeInterrupt}
 	}
 	return t
 }
@@ -120,6 +123,13 @@ func encodeJSON(req core.ExecuteRequest) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+func encodeInterrupt(msgID string) []byte {
+	b, _ := json.Marshal(struct {
+		Interrupt string `json:"interrupt"`
+	}{msgID}) // a struct of one string always marshals
+	return append(b, '\n')
 }
 
 func encodeBash(req core.ExecuteRequest) ([]byte, error) {

@@ -4,7 +4,10 @@
 // {"msg_id", "code", "silent"}; messages leave on fd 4 as JSON lines. Code runs
 // in one persistent vm context; the last expression's value is the result
 // (a returned Promise is awaited). console.log/error and process.stdout/stderr
-// write to fd 1/2, which the host forwards as stream messages.
+// writes go out as stream messages on fd 4 too, so everything this process
+// writes keeps its order; child processes write to fd 1/2, which the host
+// forwards. The host may also send {"interrupt": msg_id} on fd 3 (see
+// onInterrupt).
 'use strict';
 const fs = require('fs');
 const net = require('net');
@@ -18,11 +21,17 @@ const MSG_FD = 4;
 let parent = '';
 let count = 0;
 let pending = null; // {reject} of the awaited result while one is pending
+let interrupted = ''; // msg_id of a request the host interrupted
+let midLine = false; // a write to fd 4 did not finish (see send)
 
-// Several messages go out in one write: the host reads fd 1/2 between reads
-// of fd 4, so busy and execute_input must arrive together.
-function emit(...msgs) {
-  const data = Buffer.from(msgs.map((m) => JSON.stringify(m) + '\n').join(''));
+// send writes whole JSON lines to fd 4. breakOnSigint can stop a script
+// inside a write: a write up to PIPE_BUF is atomic on a pipe, but a longer
+// one may leave half a line, which the next message would be glued to.
+// midLine notes that, and the next send ends the fragment first, so the
+// host loses only the fragment (an empty line if the write did finish).
+function send(data) {
+  if (midLine) data = Buffer.concat([Buffer.from('\n'), data]);
+  midLine = true;
   let off = 0;
   while (off < data.length) {
     try {
@@ -31,25 +40,35 @@ function emit(...msgs) {
       if (e.code !== 'EAGAIN') throw e;
     }
   }
+  midLine = false;
 }
 
-// A minimal stream for console.Console: each write goes to fd 1/2 at once
-// (the pipe that process.stdout and child processes share, so their order
-// holds), with no buffering and no state, so a script interrupted inside
-// console.log (by breakOnSigint) cannot leave it stuck, as a stream.Writable
-// would be.
-function streamOf(fd) {
+// Several messages go out in one write: the host reads fd 1/2 between reads
+// of fd 4, so busy and execute_input must arrive together.
+function emit(...msgs) {
+  send(Buffer.from(msgs.map((m) => JSON.stringify(m) + '\n').join('')));
+}
+
+// writeStream sends chunk (a string or bytes) as one stream message on fd 4,
+// at once: the channel of results and errors, so the order holds, stdout
+// against stderr included. parent_id '' (a timer firing between requests):
+// the host gives it the running request's id, or drops it.
+const streamHead = {
+  stdout: '{"type":"stream","name":"stdout","parent_id":',
+  stderr: '{"type":"stream","name":"stderr","parent_id":',
+};
+function writeStream(name, chunk) {
+  const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+  if (text) send(Buffer.from(streamHead[name] + JSON.stringify(parent) + ',"text":' + JSON.stringify(text) + '}\n'));
+}
+
+// A minimal stream for console.Console: each write is sent at once, with
+// no buffering and no state, so a script interrupted inside console.log
+// (by breakOnSigint) cannot leave it stuck, as a stream.Writable would be.
+function streamOf(name) {
   const stream = {
     write(chunk, enc, cb) {
-      const data = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
-      let off = 0;
-      while (off < data.length) {
-        try {
-          off += fs.writeSync(fd, data, off);
-        } catch (e) {
-          if (e.code !== 'EAGAIN') throw e;
-        }
-      }
+      writeStream(name, chunk);
       if (typeof enc === 'function') enc();
       else if (typeof cb === 'function') cb();
       return true;
@@ -63,7 +82,16 @@ function streamOf(fd) {
   };
   return stream;
 }
-const userConsole = new console.Console({ stdout: streamOf(1), stderr: streamOf(2) });
+const userConsole = new console.Console({ stdout: streamOf('stdout'), stderr: streamOf('stderr') });
+// process.stdout/stderr.write too (user code shares the driver's process).
+for (const name of ['stdout', 'stderr']) {
+  process[name].write = (chunk, enc, cb) => {
+    writeStream(name, chunk);
+    if (typeof enc === 'function') enc();
+    else if (typeof cb === 'function') cb();
+    return true;
+  };
+}
 
 // require() resolves relative to the cwd, as in a REPL.
 const userRequire = Module.createRequire(path.join(process.cwd(), '<cell>'));
@@ -81,8 +109,23 @@ vm.runInContext('globalThis.global = globalThis', context);
 // Without a listener SIGINT would kill node between requests. During
 // synchronous code breakOnSigint interrupts the script instead; while a
 // Promise is awaited the interrupt rejects it.
+//
+// The host interrupts with {"interrupt": msg_id} on fd 3 first, and sends
+// SIGINT only if the request still runs a little later (see
+// Kernel.Interrupt: a SIGINT as runInContext starts or ends can kill node).
+// The record is read whenever the event loop runs: it rejects the await if
+// that request is awaiting, and a request that has not started yet ends at
+// once when it does. Requests other than msg_id ignore it, so an interrupt
+// between requests does nothing.
+function onInterrupt(id) {
+  if (id && id === parent && pending) pending.reject(interruptError());
+  else if (id && id !== parent) interrupted = id;
+}
+function interruptError() {
+  return new Error('Script execution interrupted.');
+}
 process.on('SIGINT', () => {
-  if (pending) pending.reject(new Error('Script execution interrupted.'));
+  if (pending) pending.reject(interruptError());
 });
 
 function compile(code, filename) {
@@ -132,6 +175,7 @@ async function execute(req) {
   emit(...opening);
   const reply = { type: 'execute_reply', parent_id: msgId, status: 'ok', execution_count: count };
   try {
+    if (interrupted === msgId) throw interruptError();
     const { script, wrapped } = compile(req.code || '', `Cell In[${count}]`);
     let value = script.runInContext(context, { breakOnSigint: true, displayErrors: false });
     if (value && typeof value.then === 'function' && (wrapped || /await/.test(req.code || ''))) {
@@ -169,7 +213,8 @@ reqs.on('data', (chunk) => {
     buf = buf.slice(nl + 1);
     if (!line) continue;
     const req = JSON.parse(line);
-    queue = queue.then(() => execute(req));
+    if ('interrupt' in req) onInterrupt(req.interrupt);
+    else queue = queue.then(() => execute(req));
   }
 });
 reqs.on('end', () => queue.then(() => process.exit(0)));

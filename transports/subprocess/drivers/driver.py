@@ -2,19 +2,24 @@
 #
 # Protocol (see ../doc.go): requests arrive on fd 3 as one JSON object per line
 # {"msg_id": str, "code": str, "silent": bool}; messages leave on fd 4 as one
-# JSON core.Message per line. Stream output (print, sys.stdout, os.system,
-# child processes) goes to fd 1 and 2, which the host forwards as stream
-# messages; it drains them after each read of fd 4, so none is late.
+# JSON core.Message per line. print and sys.stdout/sys.stderr go out as
+# stream messages on fd 4 too, so everything this process writes keeps its
+# order; output written to fd 1/2 directly (os.system, child processes, C
+# code) is forwarded by the host, which drains fd 1/2 before each fd-4 read
+# it hands on, so none comes after a later message.
 import ast
 import base64
 import builtins
+import fcntl
 import inspect
 import json
 import linecache
 import os
 import signal
 import sys
+import termios
 import threading
+import time
 import traceback
 import types
 
@@ -27,21 +32,64 @@ os.set_inheritable(MSG_FD, False)
 _write_lock = threading.Lock()
 _parent = ""  # msg_id of the request being run, "" between requests
 _running = False  # True only while user code runs: SIGINT is ignored otherwise
+_early_int = False  # SIGINT came after the request arrived, before its code ran
+_defer_int = False  # the main thread is writing a long message: hold SIGINT
+_held_int = False  # a SIGINT held back by _defer_int
+_main_thread = threading.get_ident()
 _driver_file = sys._getframe().f_code.co_filename
+_PIPE_BUF = 4096  # a write up to this size to a pipe is atomic
+_quote = json.encoder.encode_basestring_ascii  # the C quoting json.dumps uses
+
+
+def _send(data):
+    """Write one or more whole JSON lines to fd 4.
+
+    A KeyboardInterrupt must never leave half a line there: the next message
+    would be glued to it and both lost. A write up to PIPE_BUF is atomic on a
+    blocking pipe (all or nothing), so the common case is one os.write; a
+    longer one holds SIGINT back in the main thread until the line is out.
+    """
+    with _write_lock:
+        if len(data) <= _PIPE_BUF:
+            n = os.write(MSG_FD, data)
+            if n == len(data):
+                return
+            data = data[n:]  # not expected on a blocking pipe; finish below
+        _send_long(data)
+
+
+def _send_long(data):
+    global _defer_int, _held_int
+    main = threading.get_ident() == _main_thread
+    if main:
+        _defer_int = True
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(MSG_FD, view):]
+    finally:
+        if main:
+            _defer_int = False
+    if main and _held_int:
+        _held_int = False
+        if _running:
+            raise KeyboardInterrupt
 
 
 def _emit(*msgs):
     # Several messages go out in one write: the host reads fd 1/2 between
     # reads of fd 4, so busy and execute_input must arrive together.
-    data = "".join(json.dumps(m) + "\n" for m in msgs).encode()
-    with _write_lock:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(MSG_FD, view):]
+    _send("".join(json.dumps(m) + "\n" for m in msgs).encode())
 
 
 class _Stream:
-    """A text stream that writes each write call to its fd at once, unbuffered."""
+    """sys.stdout/sys.stderr: each write is one stream message on fd 4, at once.
+
+    One channel for print, display and results keeps them in the order they
+    were written, stdout against stderr included (as ipykernel does over
+    IOPub). Unbuffered, so output streams live; a message costs one quoting
+    in C and one os.write.
+    """
 
     encoding = "utf-8"
     errors = "replace"
@@ -49,15 +97,15 @@ class _Stream:
     def __init__(self, name, fd):
         self.name = name
         self._fd = fd
+        self._head = '{"type":"stream","name":"%s","parent_id":' % name
 
     def write(self, s):
         if not isinstance(s, str):
             raise TypeError("write() argument must be str, not " + type(s).__name__)
-        # Straight to fd 1/2, where os.system and child processes write too:
-        # one pipe keeps their output and print's in the order it was written.
-        view = memoryview(s.encode("utf-8", "replace"))
-        while view:
-            view = view[os.write(self._fd, view):]
+        if s:
+            # parent_id "" (a thread writing between requests): the host
+            # gives it the running request's id, or drops it.
+            _send((self._head + _quote(_parent) + ',"text":' + _quote(s) + "}\n").encode())
         return len(s)
 
     def writelines(self, lines):
@@ -86,6 +134,49 @@ class _Stream:
     def closed(self):
         return False
 
+
+# A child process writes to fd 1/2, which the host reads apart from fd 4. The
+# host drains fd 1/2 before it hands on what it read from fd 4, so a child's
+# output never comes after a later print. For the other direction (print,
+# then a child prints), just before a child starts this waits until the host
+# has handed on all that was written to fd 4: the host reads fd 4 and hands
+# on what it read in turn, so once it has read fd 4 empty, then read an
+# empty line written after that, the earlier messages are out, and the
+# child's output, read later, comes after them. Usually this costs two
+# ioctls and a one-byte write; it is bounded, so a host that does not read
+# cannot hang the cell.
+_SPAWN_EVENTS = frozenset(("os.system", "subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec"))
+_SYNC_WAIT = 1.0  # seconds, for each of the two waits
+
+
+def _on_audit(event, args):
+    if event in _SPAWN_EVENTS:
+        if _wait_fd4_read():
+            with _write_lock:
+                os.write(MSG_FD, b"\n")  # an empty line: the host skips it
+            _wait_fd4_read()
+
+
+def _wait_fd4_read():
+    """Wait until the host has read all of fd 4; False if it did not in time."""
+    unread = bytearray(4)
+    deadline = None
+    try:
+        while True:
+            fcntl.ioctl(MSG_FD, termios.FIONREAD, unread)
+            if not any(unread):
+                return True
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + _SYNC_WAIT
+            elif now > deadline:
+                return False
+            time.sleep(0.00005)
+    except OSError:
+        return False
+
+
+sys.addaudithook(_on_audit)
 
 sys.stdout = _Stream("stdout", 1)
 sys.stderr = _Stream("stderr", 2)
@@ -174,8 +265,15 @@ except Exception:
 
 
 def _on_sigint(signum, frame):
+    global _held_int, _early_int
     if _running:
+        if _defer_int:
+            _held_int = True  # _send_long raises it once its line is out
+            return
         raise KeyboardInterrupt
+    if _parent:
+        # The request is in, its code not started yet: interrupt it when it does.
+        _early_int = True
     # Between requests an interrupt has nothing to stop: ignore it.
 
 
@@ -238,10 +336,11 @@ def _traceback(etype, value, tb, filename):
 
 
 def _execute(req):
-    global _parent, _running, _count
+    global _parent, _running, _count, _early_int, _held_int
     msg_id = req.get("msg_id", "")
     code = req.get("code", "")
     silent = bool(req.get("silent"))
+    _early_int = _held_int = False
     _parent = msg_id
     opening = [{"type": "status", "parent_id": msg_id, "state": "busy"}]
     if not silent:
@@ -256,6 +355,8 @@ def _execute(req):
     try:
         _running = True
         try:
+            if _early_int:
+                raise KeyboardInterrupt
             value = _run(code, filename)
         finally:
             _running = False

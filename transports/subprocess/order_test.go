@@ -1,0 +1,183 @@
+package subprocess
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/core"
+	tt "github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+// trace renders an execution's outputs in arrival order, one item a line:
+// "stdout:x" and "stderr:x" per line of stream text (merged chunks split
+// again), "display:<text/plain>" and "result:<text/plain>".
+func trace(e *tt.Execution) string {
+	var b strings.Builder
+	for _, m := range e.Msgs {
+		switch m.Type {
+		case core.MsgStream:
+			for _, line := range strings.SplitAfter(m.Text, "\n") {
+				if line != "" {
+					fmt.Fprintf(&b, "%s:%s", m.Name, line)
+				}
+			}
+		case core.MsgDisplayData:
+			fmt.Fprintf(&b, "display:%s\n", tt.TextPlain(m.Message))
+		case core.MsgExecuteResult:
+			fmt.Fprintf(&b, "result:%s\n", tt.TextPlain(m.Message))
+		}
+	}
+	return b.String()
+}
+
+// firstDiff shows where got leaves want, for a readable failure.
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := range min(len(g), len(w)) {
+		if g[i] != w[i] {
+			return fmt.Sprintf("line %d: got %q, want %q", i+1, g[i], w[i])
+		}
+	}
+	return fmt.Sprintf("got %d lines, want %d", len(g), len(w))
+}
+
+func checkTrace(t *testing.T, e *tt.Execution, want string) {
+	t.Helper()
+	if got := trace(e); got != want {
+		t.Fatalf("outputs out of order: %s", firstDiff(got, want))
+	}
+	if r := e.Reply(); r.Status != core.ReplyOK {
+		t.Fatalf("reply %+v", r)
+	}
+}
+
+// print to stdout and to stderr, alternating without pause, arrives in the
+// order it was printed (two pipes read by two goroutines would not keep it).
+func TestPythonStdoutStderrInterleaved(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	var want strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&want, "stdout:o%d\nstderr:e%d\n", i, i)
+	}
+	for range 3 {
+		e := tt.Exec(t, k, "import sys\nfor i in range(200):\n    print('o%d' % i)\n    print('e%d' % i, file=sys.stderr)", false)
+		checkTrace(t, e, want.String())
+	}
+}
+
+// The hostcmd streaming-order case, many times over: stdout, then stderr,
+// then the result.
+func TestPythonPrintThenStderrThenResult(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	for range 50 {
+		e := tt.Exec(t, k, "print('a'); import sys; print('b', file=sys.stderr); 1+1", false)
+		checkTrace(t, e, "stdout:a\nstderr:b\nresult:2\n")
+	}
+}
+
+// Output of a child process written to fd 1 or 2 comes after the prints
+// before it and before the prints after it, stdout against stderr included.
+func TestPythonChildOutputBetweenPrints(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	code := `import os, sys, subprocess
+for i in range(50):
+    os.system('echo c%d' % i)
+    print('p%d' % i)
+    os.system('echo E%d >&2' % i)
+    print('q%d' % i)
+    subprocess.run(['echo', 's%d' % i])
+    print('r%d' % i, file=sys.stderr)`
+	var want strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&want, "stdout:c%d\nstdout:p%d\nstderr:E%d\nstdout:q%d\nstdout:s%d\nstderr:r%d\n", i, i, i, i, i, i)
+	}
+	checkTrace(t, tt.Exec(t, k, code, false), want.String())
+}
+
+// display() and the result keep their place between prints.
+func TestPythonDisplayBetweenPrints(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	var want strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&want, "stdout:a%d\ndisplay:%d\nstderr:b%d\n", i, i, i)
+	}
+	want.WriteString("stdout:end\nresult:'done'\n")
+	e := tt.Exec(t, k, "import sys\nfor i in range(100):\n    print('a%d' % i)\n    display(i)\n    print('b%d' % i, file=sys.stderr)\nprint('end')\n'done'", false)
+	checkTrace(t, e, want.String())
+}
+
+// A print longer than a pipe's atomic write, interrupted over and over,
+// never leaves half a message on fd 4: no "bad driver message", and the
+// kernel goes on.
+func TestPythonInterruptLongPrint(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	for range 5 {
+		e := tt.Send(t, k, "print('start')\nwhile True:\n    print('x' * 100000)", false)
+		tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return strings.Contains(e.Stream("stdout"), "xxx") })
+		if err := k.Interrupt(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+		if r := e.Reply(); r.EName != "KeyboardInterrupt" {
+			t.Fatalf("reply %+v, want KeyboardInterrupt", r)
+		}
+		if s := e.Stream("stderr"); strings.Contains(s, "bad driver message") {
+			t.Fatalf("stderr: %.300s", s)
+		}
+		if strings.Trim(e.Stream("stdout"), "startx\n") != "" {
+			t.Fatalf("stdout holds more than the prints")
+		}
+	}
+	if got := tt.Exec(t, k, "print('ok')", false).Stream("stdout"); got != "ok\n" {
+		t.Fatalf("after the interrupts stdout = %q", got)
+	}
+}
+
+func needNode(t *testing.T) {
+	if _, ok := New(Options{}).langs["javascript"]; !ok {
+		t.Skip("node is not on PATH")
+	}
+}
+
+// console.log, console.error and process.stdout/stderr.write keep their
+// order, stdout against stderr included.
+func TestNodeStreamsInOrder(t *testing.T) {
+	needNode(t)
+	k := startKernel(t, "javascript", t.TempDir())
+	var want strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&want, "stdout:o%d\nstderr:e%d\nstdout:w%d\nstderr:x%d\n", i, i, i, i)
+	}
+	code := "for (let i = 0; i < 100; i++) { console.log('o' + i); console.error('e' + i); process.stdout.write('w' + i + '\\n'); process.stderr.write('x' + i + '\\n') }; void 0"
+	for range 3 {
+		checkTrace(t, tt.Exec(t, k, code, false), want.String())
+	}
+	// A child's output comes before node's next write. (The other way
+	// round is ordered by the host's reads only: see the package doc.)
+	code = "require('child_process').execSync('echo c', {stdio: 'inherit'}); require('child_process').execSync('echo d >&2', {stdio: 'inherit'}); console.log('p')"
+	for range 20 {
+		checkTrace(t, tt.Exec(t, k, code, false), "stdout:c\nstderr:d\nstdout:p\n")
+	}
+}
+
+// An interrupt sent right after the request, whatever phase the request is
+// in when it lands (not read yet, compiling, running, awaiting), ends it.
+func TestNodeInterruptAnyPhase(t *testing.T) {
+	needNode(t)
+	k := startKernel(t, "javascript", t.TempDir())
+	for range 20 {
+		e := tt.Send(t, k, "await new Promise(r => setTimeout(r, 60000))", false)
+		if err := k.Interrupt(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+		if r := e.Reply(); r.Status != core.ReplyError {
+			t.Fatalf("reply %+v, want an error", r)
+		}
+	}
+	if e := tt.Exec(t, k, "1+1", false); e.Reply().Status != core.ReplyOK {
+		t.Fatalf("after the interrupts:%s", e)
+	}
+}
