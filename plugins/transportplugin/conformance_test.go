@@ -13,10 +13,16 @@ import (
 // pluginTransport launches bin for one conformance case; the suite cannot
 // tell it from the transport linked in.
 func pluginTransport(bin string) func(t *testing.T) core.Transport {
+	return pluginTransportConfig(Config{Path: bin})
+}
+
+func pluginTransportConfig(cfg Config) func(t *testing.T) core.Transport {
 	return func(t *testing.T) core.Transport {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		s, err := Launch(ctx, Config{Path: bin, Logger: testLogger(t)})
+		cfg.Logger = testLogger(t)
+		bin := cfg.Path
+		s, err := Launch(ctx, cfg)
 		if err != nil {
 			t.Fatalf("Launch %s: %v", bin, err)
 		}
@@ -42,4 +48,10 @@ func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
 
 func TestConformanceExamplePlugin(t *testing.T) {
 	transporttest.Run(t, pluginTransport(exampleBin), transporttest.Bash)
+}
+
+// The kernels of the example plugin on gRPC streams instead of the kernel
+// socket: the slower path stays correct.
+func TestConformanceExamplePluginGRPCStreams(t *testing.T) {
+	transporttest.Run(t, pluginTransportConfig(Config{Path: exampleBin, GRPCKernelStreams: true}), transporttest.Bash)
 }

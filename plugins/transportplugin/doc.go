@@ -15,5 +15,7 @@
 // ProtocolVersion, negotiated in the go-plugin handshake; authors never see
 // its types. Each kernel is one bidirectional stream: calls one way, frames
 // of messages and call results the other (server.go is the plugin's end,
-// kernel.go the host's).
+// kernel.go the host's), carried on the plugin's kernel socket (socket.go:
+// length-prefixed frames on a unix socket, the fast path) or on a gRPC
+// stream (Config.GRPCKernelStreams, or a plugin without the socket).
 package transportplugin

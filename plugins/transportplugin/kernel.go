@@ -32,10 +32,19 @@ func (s *Supervised) StartKernel(ctx context.Context, spec core.KernelSpec) (cor
 	}
 	// The stream outlives ctx: it is the kernel's whole life.
 	sctx, scancel := context.WithCancel(inst.ctx)
-	stream, err := inst.rpc.Kernel(sctx)
-	if err != nil {
-		scancel()
-		return nil, s.callError(inst, what, 0, err)
+	var stream kernelClientStream
+	if inst.kernelSocket != "" && !s.cfg.GRPCKernelStreams {
+		stream, err = dialKernelSocket(sctx, ctx, inst.kernelSocket, inst.kernelToken)
+		if err != nil {
+			scancel()
+			return nil, fmt.Errorf("%s: connect to the kernel socket of transport plugin %s: %w", what, s.cfg.Name, err)
+		}
+	} else {
+		stream, err = inst.rpc.Kernel(sctx)
+		if err != nil {
+			scancel()
+			return nil, s.callError(inst, what, 0, err)
+		}
 	}
 	k := &remoteKernel{
 		s:        s,
@@ -65,8 +74,8 @@ type remoteKernel struct {
 	inst *instance
 	lang string
 
-	stream pb.Transport_KernelClient
-	sendMu sync.Mutex // gRPC allows one sender at a time
+	stream kernelClientStream
+	sendMu sync.Mutex // one sender at a time
 
 	msgs     chan core.Message
 	done     chan struct{} // closed by Shutdown: stop delivering
@@ -81,6 +90,14 @@ type remoteKernel struct {
 }
 
 var _ core.Kernel = (*remoteKernel)(nil)
+
+// kernelClientStream is the host's end of a kernel stream: a gRPC Kernel
+// stream or a kernel socket connection. Recv returns io.EOF when the plugin
+// ended the stream.
+type kernelClientStream interface {
+	Send(*pb.KernelCall) error
+	Recv() (*pb.KernelFrame, error)
+}
 
 func (k *remoteKernel) Messages() <-chan core.Message { return k.msgs }
 

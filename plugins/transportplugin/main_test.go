@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,8 @@ func runHelper(mode string) {
 		Serve(bigTransport{})
 	case "ctxwait":
 		Serve(ctxWaitTransport{})
+	case "flood":
+		Serve(floodTransport{})
 	case "echo":
 		// BENCH_PLUGIN_CPUPROFILE=file profiles the plugin side of a benchmark.
 		if path := os.Getenv("BENCH_PLUGIN_CPUPROFILE"); path != "" {
@@ -154,6 +157,35 @@ func (k *ctxWaitKernel) Execute(ctx context.Context, req core.ExecuteRequest) er
 	<-ctx.Done()
 	k.msgs <- core.Message{ParentID: req.MsgID, Type: core.MsgStream, Name: "stdout", Text: "plugin saw: " + ctx.Err().Error()}
 	return ctx.Err()
+}
+
+// floodTransport's kernels emit a request's whole output from inside
+// Execute, into an unbuffered channel: Execute returns only once the plugin
+// has forwarded all of it.
+type floodTransport struct{}
+
+func (floodTransport) Info() core.TransportInfo {
+	return core.TransportInfo{Name: "flood", Version: "0", Languages: []string{"bash"}}
+}
+
+func (floodTransport) StartKernel(context.Context, core.KernelSpec) (core.Kernel, error) {
+	return &floodKernel{stubKernel{msgs: make(chan core.Message)}}, nil
+}
+
+type floodKernel struct{ stubKernel }
+
+// floodLines is how many stream messages a flood request emits.
+const floodLines = 5000
+
+func (k *floodKernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
+	id := req.MsgID
+	k.msgs <- core.Message{ParentID: id, Type: core.MsgStatus, State: core.StateBusy}
+	for i := range floodLines {
+		k.msgs <- core.Message{ParentID: id, Type: core.MsgStream, Name: "stdout", Text: strconv.Itoa(i) + "\n"}
+	}
+	k.msgs <- core.Message{ParentID: id, Type: core.MsgExecuteReply, Status: core.ReplyOK}
+	k.msgs <- core.Message{ParentID: id, Type: core.MsgStatus, State: core.StateIdle}
+	return nil
 }
 
 // bigTransport's kernels answer every request with one 20 MB display_data.

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/core"
+	pb "github.com/kernelhost/kernelhost/plugins/transportplugin/proto"
 )
 
 // selfPlugin is a Config that runs this test binary as a plugin in mode.
@@ -291,6 +293,89 @@ func TestCallDeadlineCancelsPluginContext(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the plugin's Execute context was not cancelled within 10s of the host's deadline")
+	}
+}
+
+// A kernel that emits its whole output inside Execute, into an unbuffered
+// channel, blocks Execute until the plugin forwards it: the plugin must keep
+// draining while it runs the call, and keep the order. Through the kernel
+// socket and through gRPC streams.
+func TestExecuteThatBlocksOnOutput(t *testing.T) {
+	var want strings.Builder
+	for i := range floodLines {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	for _, grpcStreams := range []bool{false, true} {
+		t.Run(map[bool]string{false: "socket", true: "grpc"}[grpcStreams], func(t *testing.T) {
+			cfg := selfPlugin(t, "flood")
+			cfg.GRPCKernelStreams = grpcStreams
+			s := launch(t, cfg)
+			k := startBash(t, s)
+			for _, id := range []string{"a", "b"} {
+				// As in process, Execute returns only once its output has
+				// been read: read it meanwhile.
+				errc := make(chan error, 1)
+				go func() { errc <- k.Execute(context.Background(), core.ExecuteRequest{MsgID: id, Code: "flood"}) }()
+				ms := collect(t, k, id, 30*time.Second)
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+				if got := stdout(ms); got != want.String() {
+					t.Fatalf("request %s: stdout of %d bytes differs from the %d emitted (order or loss)", id, len(got), want.Len())
+				}
+				if ms[0].State != core.StateBusy || reply(t, ms).Status != core.ReplyOK {
+					t.Fatalf("request %s: first message %+v", id, ms[0])
+				}
+			}
+		})
+	}
+}
+
+// The kernel socket serves only a connection that presents the token the
+// plugin gave the host over mTLS.
+func TestKernelSocketRefusesWrongToken(t *testing.T) {
+	s := launch(t, Config{Path: exampleBin, Logger: testLogger(t)})
+	s.mu.Lock()
+	path, token := s.inst.kernelSocket, s.inst.kernelToken
+	s.mu.Unlock()
+	if path == "" || len(token) != tokenBytes {
+		t.Fatalf("plugin offers no kernel socket (%q, %d-byte token)", path, len(token))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wrong := bytes.Repeat([]byte{'x'}, tokenBytes)
+	st, err := dialKernelSocket(ctx, ctx, path, wrong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.KernelCall{Id: 1, Call: &pb.KernelCall_Start{Start: &pb.Start{Language: "bash", Cwd: []byte(t.TempDir())}}}); err != nil {
+		t.Logf("send: %v", err)
+	}
+	if f, err := st.Recv(); err == nil {
+		t.Fatalf("a connection with the wrong token got a frame: %v", f)
+	}
+	// The right token works on the same socket.
+	st, err = dialKernelSocket(ctx, ctx, path, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.KernelCall{Id: 1, Call: &pb.KernelCall_Start{Start: &pb.Start{Language: "bash", Cwd: []byte(t.TempDir())}}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := st.Recv()
+	if err != nil || len(f.Results) != 1 || f.Results[0].Code != pb.Code_OK {
+		t.Fatalf("start with the right token: %v, %v", f, err)
+	}
+	if err := st.Send(&pb.KernelCall{Id: 2, Call: &pb.KernelCall_Shutdown{Shutdown: &pb.Shutdown{}}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			if err != io.EOF {
+				t.Fatalf("after shutdown: %v, want the plugin's end frame", err)
+			}
+			break
+		}
 	}
 }
 

@@ -80,6 +80,14 @@ func serve(t core.Transport, version int) {
 
 	info := t.Info()
 	restoreHandshakeEnv() // for plugin.Serve to read; see env.go
+	// The kernel socket goes in go-plugin's private socket directory.
+	if ks, err := listenKernelSocket(os.Getenv("PLUGIN_UNIX_SOCKET_DIR")); err != nil {
+		log.Warn("no kernel socket; kernels go over gRPC streams (slower)", "error", err)
+	} else {
+		srv.socket = ks
+		defer ks.close()
+		go ks.serve(srv, log)
+	}
 	log.Info("serving transport", "name", info.Name, "version", info.Version, "languages", info.Languages, "pid", os.Getpid())
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake,

@@ -44,8 +44,18 @@ type server struct {
 	pb.UnimplementedTransportServer
 	t core.Transport
 
+	socket *kernelSocket // nil when the plugin could not open one
+
 	mu      sync.Mutex
 	kernels map[*session]struct{}
+}
+
+// kernelStream is the plugin's end of a kernel stream: a gRPC Kernel stream
+// or a kernel socket connection.
+type kernelStream interface {
+	Recv() (*pb.KernelCall, error)
+	Send(*pb.KernelFrame) error
+	Context() context.Context
 }
 
 func newServer(t core.Transport) *server {
@@ -54,28 +64,39 @@ func newServer(t core.Transport) *server {
 
 func (s *server) Describe(context.Context, *pb.DescribeRequest) (*pb.DescribeResponse, error) {
 	info := s.t.Info()
-	return &pb.DescribeResponse{
+	d := &pb.DescribeResponse{
 		Name:            info.Name,
 		Version:         info.Version,
 		Languages:       info.Languages,
 		ProtocolVersion: ProtocolVersion,
-	}, nil
+	}
+	if s.socket != nil {
+		d.KernelSocket, d.KernelToken = s.socket.path, s.socket.token
+	}
+	return d, nil
 }
 
 // session is one kernel and its stream.
 type session struct {
 	k      core.Kernel
-	stream pb.Transport_KernelServer
+	stream kernelStream
 	ctx    context.Context // the stream's: ends when the host goes away
 	done   chan struct{}   // closed when Kernel returns: call goroutines stop
 
 	results chan callResult
+	inline  chan inlineCall // unbuffered: taken only by an idle sender
 	// pending counts calls whose result the sender has not taken yet; while
 	// it is above zero the sender holds messages back (holdForResult).
 	pending atomic.Int32
 
 	mu      sync.Mutex
 	cancels map[uint64]context.CancelFunc
+}
+
+// inlineCall is an Execute handed to the sender to run.
+type inlineCall struct {
+	c   *pb.KernelCall
+	ctx context.Context
 }
 
 type callResult struct {
@@ -87,6 +108,10 @@ type callResult struct {
 // a goroutine receives calls and runs each in a goroutine of its own, and
 // this one sends the kernel's messages and the calls' results.
 func (s *server) Kernel(stream pb.Transport_KernelServer) error {
+	return s.kernel(stream)
+}
+
+func (s *server) kernel(stream kernelStream) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -107,6 +132,7 @@ func (s *server) Kernel(stream pb.Transport_KernelServer) error {
 		ctx:     ctx,
 		done:    make(chan struct{}),
 		results: make(chan callResult, 16),
+		inline:  make(chan inlineCall),
 		cancels: make(map[uint64]context.CancelFunc),
 	}
 	s.mu.Lock()
@@ -134,6 +160,59 @@ func (s *server) Kernel(stream pb.Transport_KernelServer) error {
 	return ss.send()
 }
 
+// runInline runs an Execute on the sender's goroutine and returns what it
+// returned. Why: handing the call to a goroutine of its own and its result
+// back costs two more wake-ups of a thread per round trip, about as much as
+// the socket round trip itself on a busy two-core machine; this way the
+// sender wakes once, for the call, runs it, and sends its messages and
+// result in one frame.
+//
+// The kernel's channel must keep draining even if Execute blocks (a kernel
+// whose channel is full blocks in Execute until it is drained): if Execute
+// has not returned after holdForResult, a helper goroutine forwards
+// messages until it does, and is done with the channel before the sender
+// touches it again, so messages keep their order. closed reports that the
+// helper found the channel closed; sendErr, that its Send failed.
+func (ss *session) runInline(ic inlineCall, ch <-chan core.Message) (callErr error, closed bool, sendErr error) {
+	ex := ic.c.GetExecute()
+	stop := make(chan struct{})
+	helperDone := make(chan struct{})
+	t := time.AfterFunc(holdForResult, func() {
+		defer close(helperDone)
+		var hb batcher
+		for {
+			hb.reset()
+			select {
+			case <-stop:
+				return
+			case m, ok := <-ch:
+				if !ok {
+					closed = true
+					return
+				}
+				hb.add(m)
+			}
+			closed = hb.fill(ch)
+			if sendErr = ss.stream.Send(hb.frame(nil)); sendErr != nil || closed {
+				return
+			}
+		}
+	})
+	callErr = ss.k.Execute(ic.ctx, core.ExecuteRequest{MsgID: ex.MsgId, Code: string(ex.Code), Silent: ex.Silent})
+	if !t.Stop() {
+		close(stop)
+		<-helperDone
+	}
+	ss.mu.Lock()
+	cancel := ss.cancels[ic.c.Id]
+	delete(ss.cancels, ic.c.Id)
+	ss.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return callErr, closed, sendErr
+}
+
 // receive reads the host's calls until the stream ends.
 func (ss *session) receive(s *server) {
 	for {
@@ -154,6 +233,15 @@ func (ss *session) receive(s *server) {
 		ss.mu.Lock()
 		ss.cancels[c.Id] = cancel
 		ss.mu.Unlock()
+		if c.GetExecute() != nil {
+			// The sender runs an Execute itself if it is idle (see
+			// inlineCall); if it is busy, a goroutine runs it as below.
+			select {
+			case ss.inline <- inlineCall{c: c, ctx: ctx}:
+				continue
+			default:
+			}
+		}
 		ss.pending.Add(1)
 		go func() {
 			err, shutdown := ss.run(ctx, s, c)
@@ -195,6 +283,13 @@ func (ss *session) run(ctx context.Context, s *server, c *pb.KernelCall) (err er
 // ends. Each frame holds what was ready at once; messages come before
 // results, and every message the kernel emitted before a call returned goes
 // out no later than that call's result.
+//
+// While a call runs, send waits for its result rather than for the kernel's
+// messages (for up to holdForResult): an Execute emits busy and
+// execute_input (an echo kernel, its whole reply) before it returns, and
+// each message would otherwise wake this goroutine and could go out in a
+// frame of its own. Waking once, for the result, and sending one frame is
+// most of what a round trip costs on a busy two-core machine.
 func (ss *session) send() error {
 	ch := ss.k.Messages()
 	var (
@@ -202,6 +297,7 @@ func (ss *session) send() error {
 		res     []*pb.CallResult
 		closed  bool // the kernel's channel closed
 		last    bool // a Shutdown's result is in res
+		held    bool // the current hold ran out: let messages flow
 		timer   = time.NewTimer(time.Hour)
 		graceAt time.Time
 	)
@@ -210,11 +306,29 @@ func (ss *session) send() error {
 		ss.pending.Add(-1)
 		res = append(res, r.pb)
 		last = last || r.shutdown
+		held = false
+	}
+	// waitResult waits up to d for a result; it reports false if the stream
+	// ended.
+	waitResult := func(d time.Duration) (timedOut, ok bool) {
+		timer.Reset(d)
+		select {
+		case r := <-ss.results:
+			timer.Stop()
+			take(r)
+			return false, true
+		case <-timer.C:
+			return true, true
+		case <-ss.ctx.Done():
+			timer.Stop()
+			return false, false
+		}
 	}
 	for {
 		b.reset()
 		res = res[:0]
-		if closed {
+		switch {
+		case closed:
 			// Only results can still come: wait for the pending ones, a
 			// little.
 			if ss.pending.Load() == 0 {
@@ -223,23 +337,32 @@ func (ss *session) send() error {
 			if graceAt.IsZero() {
 				graceAt = time.Now().Add(closeGrace)
 			}
-			timer.Reset(time.Until(graceAt))
-			select {
-			case r := <-ss.results:
-				timer.Stop()
-				take(r)
-			case <-timer.C:
-				return nil
-			case <-ss.ctx.Done():
-				timer.Stop()
+			timedOut, ok := waitResult(time.Until(graceAt))
+			if !ok {
 				return ss.ctx.Err()
 			}
-		} else {
+			if timedOut {
+				return nil
+			}
+		case ss.pending.Load() > 0 && !held:
+			timedOut, ok := waitResult(holdForResult)
+			if !ok {
+				return ss.ctx.Err()
+			}
+			held = timedOut
+		default:
 			select {
 			case <-ss.ctx.Done():
 				return ss.ctx.Err()
 			case r := <-ss.results:
 				take(r)
+			case ic := <-ss.inline:
+				callErr, chClosed, err := ss.runInline(ic, ch)
+				if err != nil {
+					return err
+				}
+				closed = chClosed
+				res = append(res, result(ic.c.Id, callErr))
 			case m, ok := <-ch:
 				if !ok {
 					closed = true
@@ -252,12 +375,15 @@ func (ss *session) send() error {
 			closed = b.fill(ch)
 		}
 		if len(res) == 0 && !closed && len(b.msgs) > 0 {
-			if ss.pending.Load() > 0 {
-				var r callResult
-				var got bool
-				r, got, closed = ss.hold(&b, ch, timer)
-				if got {
-					take(r)
+			if ss.pending.Load() > 0 && !held {
+				// A call came in after this message: its result is due.
+				timedOut, ok := waitResult(holdForResult)
+				if !ok {
+					return ss.ctx.Err()
+				}
+				held = timedOut
+				if !closed {
+					closed = b.fill(ch)
 				}
 			} else if b.streaming() {
 				closed = b.linger(ch, timer)
@@ -294,27 +420,6 @@ func (ss *session) send() error {
 			return nil
 		}
 	}
-}
-
-// hold waits up to holdForResult for a call's result while adding the
-// messages that arrive meanwhile.
-func (ss *session) hold(b *batcher, ch <-chan core.Message, t *time.Timer) (r callResult, got, closed bool) {
-	t.Reset(holdForResult)
-	defer t.Stop()
-	for b.room() {
-		select {
-		case r := <-ss.results:
-			return r, true, false
-		case m, ok := <-ch:
-			if !ok {
-				return callResult{}, false, true
-			}
-			b.add(m)
-		case <-t.C:
-			return callResult{}, false, false
-		}
-	}
-	return callResult{}, false, false
 }
 
 // batcher builds the messages of one KernelFrame from what the kernel has ready. It never
