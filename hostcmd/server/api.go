@@ -12,7 +12,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -184,7 +183,7 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		Timeout:   timeout,
 	})
 	if err != nil {
-		a.writeError(w, r, a.unknownLanguage(deref(req.Language), err))
+		a.writeError(w, r, err)
 		return
 	}
 	a.stream(w, r, x)
@@ -269,7 +268,7 @@ func (a *api) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	info, err := a.engine.CreateContext(r.Context(), deref(req.Language), cwd)
 	if err != nil {
-		a.writeError(w, r, a.unknownLanguage(deref(req.Language), err))
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, info)
@@ -318,39 +317,9 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return body, true
 }
 
-// unknownLanguage turns the failure to start a kernel for a language the
-// transport does not have into a client error (400) that lists those it has:
-// the engine reports it as internal (upstream answers 500), but it is the
-// client's request that cannot be served. Checked after the failure, so a
-// language the transport gained since it listed its languages (a new
-// Jupyter kernel spec) is not refused in advance.
-func (a *api) unknownLanguage(lang string, err error) error {
-	if core.KindOf(err) != core.KindInternal {
-		return err
-	}
-	info := a.engine.Transport().Info()
-	norm := core.NormalizeLanguage(lang)
-	if slices.Contains(info.Languages, norm) || slices.Contains(info.Languages, core.KernelLanguage(norm)) {
-		return err
-	}
-	return &unknownLanguageError{msg: fmt.Sprintf("Unknown language %q: this host runs %s", norm, strings.Join(info.Languages, ", ")), err: err}
-}
-
-type unknownLanguageError struct {
-	msg string
-	err error
-}
-
-func (e *unknownLanguageError) Error() string { return e.msg }
-func (e *unknownLanguageError) Unwrap() error { return e.err }
-
 // statusOf maps engine errors to HTTP statuses. Never 502: the SDKs read it
 // as "the sandbox timed out".
 func statusOf(err error) int {
-	var unknown *unknownLanguageError
-	if errors.As(err, &unknown) {
-		return http.StatusBadRequest
-	}
 	switch core.KindOf(err) {
 	case core.KindInvalid:
 		return http.StatusBadRequest
@@ -375,8 +344,7 @@ func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	msg := err.Error()
 	var ce *core.Error
-	var unknown *unknownLanguageError
-	if !errors.As(err, &ce) && !errors.As(err, &unknown) {
+	if !errors.As(err, &ce) {
 		msg = "Internal error: " + msg
 	}
 	level := slog.LevelInfo

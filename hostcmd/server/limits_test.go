@@ -409,7 +409,7 @@ func TestUnknownLanguageIs400(t *testing.T) {
 	h := startHost(t)
 	for _, r := range [][2]string{{"/execute", `{"code":"1","language":"cobol"}`}, {"/contexts", `{"language":"cobol"}`}} {
 		status, body := h.do("POST", r[0], r[1])
-		if status != http.StatusBadRequest || !strings.Contains(body, `Unknown language "cobol"`) || !strings.Contains(body, "python") {
+		if status != http.StatusBadRequest || !strings.Contains(body, `unknown language "cobol"`) || !strings.Contains(body, "python") {
 			t.Errorf("POST %s %s: %d %q, want 400 naming the language and those there are", r[0], r[1], status, body)
 		}
 	}

@@ -89,7 +89,8 @@ func (t *Transport) Info() core.TransportInfo {
 func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	lang, ok := t.langs[spec.Language]
 	if !ok {
-		return nil, fmt.Errorf("subprocess: unknown language %q (available: %s)", spec.Language, strings.Join(t.Info().Languages, ", "))
+		// The client asked for something this host cannot run: KindInvalid (400).
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: unknown language %q (available: %s)", spec.Language, strings.Join(t.Info().Languages, ", "))}
 	}
 	if fi, err := os.Stat(spec.Cwd); spec.Cwd != "" && (err != nil || !fi.IsDir()) {
 		// The client's mistake, not ours: the API answers 400.
