@@ -646,6 +646,7 @@ func TestOutputOfAGoneClientIsNotBuffered(t *testing.T) {
 	k := ft.kernel(0)
 	awaitStart(t, k, "block\nmany 1000")
 	leave()
+	collect(t, a) // ends once the engine has seen the client leave
 	b := execute(t, e, context.Background(), ExecRequest{Code: "print b"})
 	releaseBlock(t, k)
 	collect(t, b) // A has finished on the kernel
