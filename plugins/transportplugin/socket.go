@@ -50,19 +50,98 @@ func newFrameConn(c net.Conn) *frameConn {
 func (f *frameConn) write(m proto.Message) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b, err := proto.MarshalOptions{}.MarshalAppend(append(f.w[:0], 0, 0, 0, 0), m)
+	b, err := marshalFrame(f.w[:0], m)
 	if err != nil {
 		return err
 	}
-	if len(b)-4 > MaxMessageBytes {
-		return fmt.Errorf("frame of %d bytes is over the %d-byte limit", len(b)-4, MaxMessageBytes)
-	}
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
 	_, err = f.c.Write(b)
 	if cap(b) <= 1<<20 {
 		f.w = b // keep small buffers; let a 20 MB one go
 	}
 	return err
+}
+
+// marshalFrame appends m's frame (length, then protobuf) to buf.
+func marshalFrame(buf []byte, m proto.Message) ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend(append(buf, 0, 0, 0, 0), m)
+	if err != nil {
+		return nil, err
+	}
+	if len(b)-4 > MaxMessageBytes {
+		return nil, fmt.Errorf("frame of %d bytes is over the %d-byte limit", len(b)-4, MaxMessageBytes)
+	}
+	binary.BigEndian.PutUint32(b[len(buf):], uint32(len(b)-len(buf)-4))
+	return b, nil
+}
+
+// queueWriter writes frames on a goroutine of its own, in order, so that the
+// plugin's sender can batch and marshal the next frame of a fast stream
+// while the previous one is written (as gRPC's writer goroutine lets it),
+// yet writes a frame that carries results at once, on the caller's
+// goroutine, when nothing is queued: a round trip then costs no hand-off.
+type queueWriter struct {
+	c      net.Conn
+	mu     sync.Mutex // held while writing; guards queued and err
+	queued int
+	err    error
+	q      chan []byte // nil: the last frame was queued
+	done   chan struct{}
+}
+
+func newQueueWriter(c net.Conn) *queueWriter {
+	w := &queueWriter{c: c, q: make(chan []byte, 64), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *queueWriter) run() {
+	defer close(w.done)
+	for b := range w.q {
+		if b == nil {
+			return
+		}
+		w.mu.Lock()
+		if w.err == nil {
+			_, w.err = w.c.Write(b)
+		}
+		w.queued--
+		w.mu.Unlock()
+	}
+}
+
+// write sends b (a whole frame): now if urgent and nothing is queued, else
+// after what is queued. It reports the first write error.
+func (w *queueWriter) write(b []byte, urgent bool) error {
+	w.mu.Lock()
+	if err := w.err; err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	if urgent && w.queued == 0 {
+		_, w.err = w.c.Write(b)
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.queued++
+	w.mu.Unlock()
+	w.q <- b
+	return nil
+}
+
+// close writes what is queued (for at most timeout: a host that stopped
+// reading must not keep the plugin's goroutine) and stops the writer. The
+// caller closes the connection afterwards.
+func (w *queueWriter) close(timeout time.Duration) {
+	w.q <- nil
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-w.done:
+	case <-t.C:
+		w.c.Close() // unblocks the write in progress
+		<-w.done
+	}
 }
 
 // errUnexpectedEOF: the peer closed the connection without ending the
@@ -150,24 +229,34 @@ func (ks *kernelSocket) serveConn(s *server, c net.Conn) error {
 	c.SetReadDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st := &socketServerStream{f: newFrameConn(c), ctx: ctx, cancel: cancel}
+	st := &socketServerStream{f: newFrameConn(c), w: newQueueWriter(c), ctx: ctx, cancel: cancel}
+	defer st.w.close(kernelShutdownTimeout)
 	if err := s.kernel(st); err != nil {
 		return err
 	}
-	return st.f.write(&pb.KernelFrame{End: true})
+	return st.Send(&pb.KernelFrame{End: true})
 }
 
 // socketServerStream is a kernel stream on the plugin's side of the socket.
 // Its context ends when the host's side is gone (a read fails).
 type socketServerStream struct {
-	f      *frameConn
+	f      *frameConn // reads
+	w      *queueWriter
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
 func (s *socketServerStream) Context() context.Context { return s.ctx }
 
-func (s *socketServerStream) Send(f *pb.KernelFrame) error { return s.f.write(f) }
+// Send writes a frame that ends a call (or the stream) at once and queues
+// one of messages only; see queueWriter.
+func (s *socketServerStream) Send(f *pb.KernelFrame) error {
+	b, err := marshalFrame(nil, f)
+	if err != nil {
+		return err
+	}
+	return s.w.write(b, len(f.Results) > 0 || f.End)
+}
 
 func (s *socketServerStream) Recv() (*pb.KernelCall, error) {
 	c := new(pb.KernelCall)
@@ -179,8 +268,11 @@ func (s *socketServerStream) Recv() (*pb.KernelCall, error) {
 }
 
 // socketClientStream is a kernel stream on the host's side of the socket.
+// Recv must not be called after it returned an error.
 type socketClientStream struct {
-	f *frameConn
+	f      *frameConn
+	ctx    context.Context // the stream's: ends it
+	frames chan frameOrErr
 }
 
 // dialKernelSocket connects to a plugin's kernel socket and presents the
@@ -196,7 +288,38 @@ func dialKernelSocket(ctx context.Context, dialCtx context.Context, path string,
 		return nil, err
 	}
 	context.AfterFunc(ctx, func() { c.Close() })
-	return &socketClientStream{f: newFrameConn(c)}, nil
+	st := &socketClientStream{f: newFrameConn(c), ctx: ctx, frames: make(chan frameOrErr, 16)}
+	go st.readLoop(ctx)
+	return st, nil
+}
+
+type frameOrErr struct {
+	f   *pb.KernelFrame
+	err error
+}
+
+// readLoop reads and decodes frames ahead of Recv, until the connection
+// fails or ctx ends (the kernel's stream is over). Why a goroutine: a fast
+// stream (200,000 lines) otherwise waits for each read and decode in turn
+// with the delivery of the frame before; on a gRPC stream its reader
+// goroutine does the same. 200,000 bash lines: 1.13-1.45x in-process time
+// without, 1.05-1.07x with; the round trip did not measurably change.
+func (s *socketClientStream) readLoop(ctx context.Context) {
+	for {
+		f := new(pb.KernelFrame)
+		err := s.f.read(f)
+		if err == nil && f.End {
+			err = io.EOF
+		}
+		select {
+		case s.frames <- frameOrErr{f, err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (s *socketClientStream) Send(c *pb.KernelCall) error { return s.f.write(c) }
@@ -204,12 +327,11 @@ func (s *socketClientStream) Send(c *pb.KernelCall) error { return s.f.write(c) 
 // Recv returns io.EOF when the plugin ended the stream, and an error when
 // the connection was lost.
 func (s *socketClientStream) Recv() (*pb.KernelFrame, error) {
-	f := new(pb.KernelFrame)
-	if err := s.f.read(f); err != nil {
-		return nil, err
+	select {
+	case fe := <-s.frames:
+		return fe.f, fe.err
+	case <-s.ctx.Done():
+		// readLoop may have stopped without a last frame.
+		return nil, s.ctx.Err()
 	}
-	if f.End {
-		return nil, io.EOF
-	}
-	return f, nil
 }
