@@ -257,16 +257,10 @@ func (a *api) createContext(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	cwd := deref(req.Cwd)
-	// The transports run interpreters on this machine, so a cwd that is not a
-	// directory here can be refused before a kernel is started for nothing.
-	if cwd != "" {
-		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-			writeText(w, http.StatusBadRequest, fmt.Sprintf("Invalid cwd %q: not an existing directory", cwd))
-			return
-		}
-	}
-	info, err := a.engine.CreateContext(r.Context(), deref(req.Language), cwd)
+	// A cwd that is not a directory where the kernel runs (which, for a remote
+	// Jupyter Server, is not this machine) is the transport's or the cwd
+	// snippet's KindInvalid error: 400.
+	info, err := a.engine.CreateContext(r.Context(), deref(req.Language), deref(req.Cwd))
 	if err != nil {
 		a.writeError(w, r, err)
 		return

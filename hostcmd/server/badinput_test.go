@@ -39,6 +39,7 @@ func TestBadInput(t *testing.T) {
 		{"oversized context body", "POST", "/contexts", fmt.Sprintf(`{"cwd":%q}`, strings.Repeat("x", limit)), 413, "too large"},
 		{"malformed context body", "POST", "/contexts", `{"language":`, 422, "malformed JSON"},
 		{"context cwd not a string", "POST", "/contexts", `{"cwd":1}`, 422, "cwd"},
+		{"context cwd not a directory", "POST", "/contexts", `{"cwd":"/no/such/kh-dir"}`, 400, "not an existing directory"},
 		{"unknown route", "GET", "/nope", "", 404, "not found"},
 		{"wrong method", "GET", "/execute", "", 405, ""},
 		{"restart unknown", "POST", "/contexts/nope/restart", "", 404, "Context nope not found"},
