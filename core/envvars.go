@@ -151,34 +151,46 @@ func resetEnvCode(language string, env, globals map[string]string) string {
 	return strings.Join(lines, "\n")
 }
 
+// quoted writes s between quote characters with the escapes Python, R and
+// Java share (backslash, the quote, \n, \r, \t); every other rune goes
+// through other, which writes it in the language's own way.
+func quoted(s string, quote rune, other func(b *strings.Builder, r rune)) string {
+	var b strings.Builder
+	b.WriteRune(quote)
+	for _, r := range s {
+		switch r {
+		case '\\', quote:
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			other(&b, r)
+		}
+	}
+	b.WriteRune(quote)
+	return b.String()
+}
+
 // pyString encodes s as a Python str literal. Non-ASCII stays as UTF-8 (Python
 // source is UTF-8); control characters are \x escapes so no line of the
 // snippet ever starts inside the literal (IPython would treat `!` or `%` there
 // as syntax).
 func pyString(s string) string {
-	var b strings.Builder
-	b.WriteByte('\'')
-	for _, r := range s {
+	return quoted(s, '\'', func(b *strings.Builder, r rune) {
 		switch {
-		case r == '\\' || r == '\'':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
 		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
+			fmt.Fprintf(b, `\x%02x`, r)
 		case r == 0x85 || r == 0x2028 || r == 0x2029:
-			fmt.Fprintf(&b, `\u%04x`, r) // line separators: keep the snippet on one line for every tokenizer
+			fmt.Fprintf(b, `\u%04x`, r) // line separators: keep the snippet on one line for every tokenizer
 		default:
 			b.WriteRune(r)
 		}
-	}
-	b.WriteByte('\'')
-	return b.String()
+	})
 }
 
 // jsString encodes s as a JSON string, which is a valid JS literal.
@@ -195,56 +207,29 @@ func shString(s string) string {
 
 // rString encodes s as an R double-quoted literal: non-ASCII as \u{…}/\U{…}.
 func rString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
+	return quoted(s, '"', func(b *strings.Builder, r rune) {
 		switch {
-		case r == '\\' || r == '"':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
 		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
+			fmt.Fprintf(b, `\x%02x`, r)
 		case r < utf8.RuneSelf:
 			b.WriteRune(r)
 		case r <= 0xFFFF:
-			fmt.Fprintf(&b, `\u{%04x}`, r)
+			fmt.Fprintf(b, `\u{%04x}`, r)
 		default:
-			fmt.Fprintf(&b, `\U{%08x}`, r)
+			fmt.Fprintf(b, `\U{%08x}`, r)
 		}
-	}
-	b.WriteByte('"')
-	return b.String()
+	})
 }
 
 // javaString encodes s as a Java string literal. It never emits \uXXXX escapes,
 // which Java turns into raw characters before parsing; control characters are
 // octal escapes and other text stays UTF-8.
 func javaString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '\\' || r == '"':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\%03o`, r) // three digits, so a following digit is not read into it
-		default:
-			b.WriteRune(r)
+	return quoted(s, '"', func(b *strings.Builder, r rune) {
+		if r < 0x20 || r == 0x7f {
+			fmt.Fprintf(b, `\%03o`, r) // three digits, so a following digit is not read into it
+			return
 		}
-	}
-	b.WriteByte('"')
-	return b.String()
+		b.WriteRune(r)
+	})
 }
