@@ -130,9 +130,11 @@ func (c *Context) submit(x *Execution) error {
 		return newError(KindQueueFull, fmt.Sprintf("Context %s has %d executions waiting, the most it queues; try again later", c.info.ID, depth), nil)
 	}
 	c.queue = append(c.queue, x)
+	c.e.cfg.Observer.QueueDepth(c.info.ID, len(c.queue))
 	// A client that leaves while queued leaves the queue; its code is never sent.
 	x.stopQueueWatch = context.AfterFunc(x.ctx, func() {
 		if c.dequeue(x) {
+			x.finish(c.e.cfg.Observer, OutcomeClientGone, 0)
 			x.out.close()
 		}
 	})
@@ -146,6 +148,7 @@ func (c *Context) dequeue(x *Execution) bool {
 	for i, q := range c.queue {
 		if q == x {
 			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			c.e.cfg.Observer.QueueDepth(c.info.ID, len(c.queue))
 			return true
 		}
 	}
@@ -217,6 +220,7 @@ func (c *Context) nextWork() (*controlOp, *Execution) {
 		if len(c.queue) > 0 && !c.closed {
 			x := c.queue[0]
 			c.queue = c.queue[1:]
+			c.e.cfg.Observer.QueueDepth(c.info.ID, len(c.queue))
 			c.mu.Unlock()
 			return nil, x
 		}
@@ -246,12 +250,16 @@ func (c *Context) handleControl(op *controlOp) (stop bool) {
 		c.mu.Lock()
 		waiting := c.queue
 		c.queue = nil
+		if len(waiting) > 0 {
+			c.e.cfg.Observer.QueueDepth(c.info.ID, 0)
+		}
 		rest := c.control
 		c.control = nil
 		c.mu.Unlock()
 		for _, x := range waiting {
-			x.stopQueueWatch()
+			x.stopQueueWatch() // a watch that fires now finds the queue empty
 			x.end(ErrNameUnexpectedEnd, "The context was removed before the execution started")
+			x.finish(c.e.cfg.Observer, OutcomeAborted, 0)
 		}
 		for _, o := range rest {
 			o.done <- newError(KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
@@ -272,11 +280,16 @@ func (c *Context) handleControl(op *controlOp) (stop bool) {
 // run executes x: it owns the kernel from sending x's first request until x's
 // env vars are reset.
 func (c *Context) run(x *Execution) {
-	x.stopQueueWatch()
-	if x.ctx.Err() != nil {
-		x.out.close() // the client left before its turn: its code is never sent
+	obs := c.e.cfg.Observer
+	if !x.stopQueueWatch() || x.ctx.Err() != nil {
+		// The client left before its turn: its code is never sent.
+		x.finish(obs, OutcomeClientGone, 0)
+		x.out.close()
 		return
 	}
+	started := time.Now()
+	obs.ExecutionStarted(c.info.ID, started.Sub(x.queuedAt))
+	defer func() { x.finish(obs, x.outcome(c.e.cfg.DisconnectPolicy), time.Since(started)) }()
 	if err := c.ensureReady(); err != nil {
 		x.end(ErrNameContextSetup, err.Error())
 		return
@@ -579,6 +592,7 @@ func (c *Context) runUserCode(x *Execution) {
 			return
 		case <-clientGone:
 			clientGone = nil
+			x.clientLeft = true
 			x.out.close() // nobody will read it: stop buffering, keep draining the kernel
 			if c.e.cfg.DisconnectPolicy == DisconnectContinue {
 				continue
@@ -586,6 +600,7 @@ func (c *Context) runUserCode(x *Execution) {
 			stop("client left mid-execution")
 		case <-deadline:
 			deadline = nil
+			x.timedOut = true
 			// The client hears at once; the kernel keeps the slot until it has
 			// stopped (or was restarted), so nothing runs behind it early.
 			x.end(ErrNameTimeout, fmt.Sprintf("The execution did not finish within %s; it was interrupted", x.timeout))
@@ -624,6 +639,9 @@ func (x *Execution) pushError(name, value, traceback string) {
 // end finishes x's stream abnormally: an error line (unless the kernel already
 // sent one), then end_of_execution.
 func (x *Execution) end(name, value string) {
+	if !x.errorSent {
+		x.hostEnded = true
+	}
 	x.pushError(name, value, "")
 	x.out.push(Output{Type: OutEndOfExecution})
 	x.out.close()

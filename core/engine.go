@@ -42,6 +42,8 @@ type Config struct {
 	GlobalEnv func(ctx context.Context) (map[string]string, error)
 	// Policy, if set, decides on every execution's env vars before it is queued.
 	Policy EnvPolicy
+	// Observer, if set, is told about queues and executions (for metrics).
+	Observer Observer
 
 	QueueDepth       int              // executions waiting per context; default 32
 	MaxContexts      int              // live contexts at most; 0: no limit
@@ -56,6 +58,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 	if c.DefaultCwd == "" {
 		c.DefaultCwd = "/home/user"
@@ -315,6 +320,7 @@ func (e *Engine) forget(c *Context) {
 		if x == c {
 			e.contexts = append(e.contexts[:i], e.contexts[i+1:]...)
 			e.live--
+			e.cfg.Observer.ContextRemoved(c.info.ID)
 			break
 		}
 	}
@@ -369,6 +375,7 @@ func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, erro
 		timeout: timeout,
 		out:     newOutputQueue(e.cfg.MaxOutputBytes),
 	}
+	x.queuedAt = time.Now()
 	if err := c.submit(x); err != nil {
 		return nil, err
 	}

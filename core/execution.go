@@ -37,8 +37,39 @@ type Execution struct {
 	// queue when its client leaves before it reached the kernel.
 	stopQueueWatch func() bool
 
-	out       outputQueue
-	errorSent bool // owned by the context's loop
+	out outputQueue
+
+	// Owned by the context's loop, for the Observer's outcome.
+	queuedAt   time.Time
+	errorSent  bool // an error line was pushed
+	hostEnded  bool // the host ended it (end), not the kernel
+	timedOut   bool
+	clientLeft bool // the client left while it ran
+	finished   bool // ExecutionFinished was reported
+}
+
+// finish reports x's outcome to the observer, once.
+func (x *Execution) finish(obs Observer, outcome Outcome, ran time.Duration) {
+	if x.finished {
+		return
+	}
+	x.finished = true
+	obs.ExecutionFinished(x.context.info.ID, outcome, ran)
+}
+
+// outcome is how x ended, once it ran.
+func (x *Execution) outcome(policy DisconnectPolicy) Outcome {
+	switch {
+	case x.timedOut:
+		return OutcomeTimeout
+	case x.clientLeft && policy == DisconnectInterrupt:
+		return OutcomeClientGone
+	case x.hostEnded:
+		return OutcomeAborted
+	case x.errorSent:
+		return OutcomeError
+	}
+	return OutcomeOK
 }
 
 // ID is the execution's unique id.
