@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/kernelhost/kernelhost/core"
@@ -112,13 +113,33 @@ func writeOutput(ctx context.Context, m api.Module, stack []uint64) {
 // would write; TestInputMatchesEncodingJSON holds that. The member order is
 // part of the ABI (the canonical layout in docs/policy-abi.md).
 
-// encodeTail returns `"global_env":{...},...,"metadata":{...}}`: the input
-// document after the config and env_vars members, the same for every module
-// of a chain.
-func encodeTail(in core.PolicyInput) []byte {
-	b := make([]byte, 0, 256)
-	b = append(b, `"global_env":`...)
-	b = appendStrMap(b, in.GlobalEnv)
+// inputEncoder builds input documents in buffers reused across evaluations
+// (Chain.Evaluate takes one from a pool): the document, the part after
+// env_vars (the same for every module of a chain) and the sorted keys of the
+// map being written.
+type inputEncoder struct {
+	doc, tail []byte
+	keys      []string
+}
+
+var inputEncoders = sync.Pool{New: func() any { return new(inputEncoder) }}
+
+// maxPooledInput: an encoder that held a larger document is not pooled.
+const maxPooledInput = 64 << 10
+
+func (e *inputEncoder) release() {
+	if cap(e.doc) > maxPooledInput || cap(e.tail) > maxPooledInput {
+		return
+	}
+	clear(e.keys[:cap(e.keys)]) // do not keep the caller's strings alive
+	inputEncoders.Put(e)
+}
+
+// encodeTail writes `"global_env":{...},...,"metadata":{...}}`: the input
+// document after the config and env_vars members.
+func (e *inputEncoder) encodeTail(in core.PolicyInput) {
+	b := append(e.tail[:0], `"global_env":`...)
+	b = e.appendStrMap(b, in.GlobalEnv)
 	b = append(b, `,"context_id":`...)
 	b = appendStr(b, in.ContextID)
 	b = append(b, `,"language":`...)
@@ -126,23 +147,25 @@ func encodeTail(in core.PolicyInput) []byte {
 	b = append(b, `,"cwd":`...)
 	b = appendStr(b, in.Cwd)
 	b = append(b, `,"metadata":`...)
-	b = appendStrMap(b, in.Metadata)
-	return append(b, '}')
+	b = e.appendStrMap(b, in.Metadata)
+	e.tail = append(b, '}')
 }
 
-// buildInput appends {"config":...,"env_vars":{...},<tail> to dst.
-func buildInput(dst, configJSON []byte, env map[string]string, tail []byte) []byte {
-	dst = append(dst, `{"config":`...)
-	dst = append(dst, configJSON...)
-	dst = append(dst, `,"env_vars":`...)
-	dst = appendStrMap(dst, env)
-	dst = append(dst, ',')
-	return append(dst, tail...)
+// build returns {"config":...,"env_vars":{...},<tail>; the result is valid
+// until the next build.
+func (e *inputEncoder) build(configJSON []byte, env map[string]string) []byte {
+	b := append(e.doc[:0], `{"config":`...)
+	b = append(b, configJSON...)
+	b = append(b, `,"env_vars":`...)
+	b = e.appendStrMap(b, env)
+	b = append(b, ',')
+	e.doc = append(b, e.tail...)
+	return e.doc
 }
 
 // appendStrMap writes m as an object with sorted keys; nil is {}.
-func appendStrMap(b []byte, m map[string]string) []byte {
-	keys := make([]string, 0, len(m))
+func (e *inputEncoder) appendStrMap(b []byte, m map[string]string) []byte {
+	keys := e.keys[:0]
 	for k := range m {
 		keys = append(keys, k)
 	}
@@ -156,6 +179,7 @@ func appendStrMap(b []byte, m map[string]string) []byte {
 		b = append(b, ':')
 		b = appendStr(b, m[k])
 	}
+	e.keys = keys
 	return append(b, '}')
 }
 

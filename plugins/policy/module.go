@@ -37,7 +37,54 @@ type instance struct {
 	eval api.Function
 	mem  api.Memory
 	uses int
+
+	// Per-call state, made once per instance and reused by every call (an
+	// instance serves one call at a time): the host functions find state
+	// through ctx, the call's parameter and result go through stack, and
+	// timer is the per-call deadline, re-armed with Reset. Nothing is
+	// allocated per call.
+	state       callState
+	ctx         context.Context
+	stack       [1]uint64
+	timer       *time.Timer
+	deadlineHit atomic.Bool
+	cancelled   func() // closes the instance when the caller gives up
 }
+
+// maxKeptOutput: an instance keeps its output buffer for the next call
+// unless the last answer was larger than this.
+const maxKeptOutput = 64 << 10
+
+func newInstance(mod api.Module) *instance {
+	inst := &instance{mod: mod, eval: mod.ExportedFunction(evaluateExport), mem: mod.ExportedMemory(memoryExport)}
+	// The call context carries no cancellation and none of the caller's
+	// values: the deadline and the caller's cancellation close the instance
+	// from the timer and a context.AfterFunc instead (see evaluate).
+	inst.ctx = context.WithValue(context.Background(), callStateKey{}, &inst.state)
+	inst.cancelled = func() { _ = inst.mod.CloseWithExitCode(context.Background(), sys.ExitCodeContextCanceled) }
+	return inst
+}
+
+// expire is the deadline timer's function: it marks the call as stopped by
+// the deadline and closes the instance, which makes the running code exit at
+// its next call or loop back-edge.
+func (inst *instance) expire() {
+	inst.deadlineHit.Store(true)
+	_ = inst.mod.CloseWithExitCode(context.Background(), sys.ExitCodeDeadlineExceeded)
+}
+
+// armDeadline starts the per-call deadline; disarmDeadline stops it and
+// reports whether it had already fired (the instance is then closed or
+// closing).
+func (inst *instance) armDeadline(d time.Duration) {
+	if inst.timer == nil {
+		inst.timer = time.AfterFunc(d, inst.expire)
+		return
+	}
+	inst.timer.Reset(d)
+}
+
+func (inst *instance) disarmDeadline() (fired bool) { return !inst.timer.Stop() }
 
 // loadModule reads, compiles and checks one module, and instantiates a first
 // instance so that a module that cannot start fails at load, not on a request.
@@ -92,7 +139,7 @@ func (m *module) instantiate(ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	m.started.Add(1)
-	return &instance{mod: mod, eval: mod.ExportedFunction(evaluateExport), mem: mod.ExportedMemory(memoryExport)}, nil
+	return newInstance(mod), nil
 }
 
 // get takes an idle instance, or starts one if fewer than MaxInstances are
@@ -144,35 +191,38 @@ func (m *module) evaluate(ctx context.Context, input []byte) (output, error) {
 
 	// The deadline and the caller's cancellation close the instance from a
 	// timer and a context.AfterFunc rather than through a cancellable call
-	// context: for a context with a Done channel wazero starts a watcher
-	// goroutine per call, a few µs that dominate a small module's call. The
-	// runtime is built WithCloseOnContextDone, so compiled code checks the
-	// closed flag at calls and loop back-edges and a looping module stops
-	// either way.
-	var deadlineHit atomic.Bool
-	timer := time.AfterFunc(m.opts.Timeout, func() {
-		deadlineHit.Store(true)
-		_ = inst.mod.CloseWithExitCode(context.Background(), sys.ExitCodeDeadlineExceeded)
-	})
-	stopWatchingCaller := context.AfterFunc(ctx, func() {
-		_ = inst.mod.CloseWithExitCode(context.Background(), sys.ExitCodeContextCanceled)
-	})
-	s := &callState{input: input, maxOutput: m.opts.MaxOutputBytes}
-	callCtx := context.WithValue(context.WithoutCancel(ctx), callStateKey{}, s)
-	res, err := inst.eval.Call(callCtx, uint64(len(input)))
+	// context, and the call context is the instance's own (it carries only
+	// the call state): nothing is allocated per call. The runtime is built
+	// WithCloseOnContextDone, so compiled code checks the closed flag at calls
+	// and loop back-edges and a looping module stops either way. (wazero
+	// still starts one short-lived watcher goroutine per call in that mode,
+	// even for a context that cannot be cancelled: part of the floor.)
+	s := &inst.state
+	*s = callState{input: input, maxOutput: m.opts.MaxOutputBytes, output: s.output[:0]}
+	inst.deadlineHit.Store(false)
+	inst.armDeadline(m.opts.Timeout)
+	var stopWatchingCaller func() bool
+	if ctx.Done() != nil {
+		stopWatchingCaller = context.AfterFunc(ctx, inst.cancelled)
+	}
+	inst.stack[0] = uint64(len(input))
+	err = inst.eval.CallWithStack(inst.ctx, inst.stack[:])
+	s.input = nil // the caller's buffer: not kept past the call
 	// If either fired, the instance is closed or closing: it must not go back
 	// to the pool, whatever the call returned.
-	closed := !timer.Stop()
-	closed = !stopWatchingCaller() || closed
+	closed := inst.disarmDeadline()
+	if stopWatchingCaller != nil {
+		closed = !stopWatchingCaller() || closed
+	}
 	if err == nil && closed {
 		err = errors.New("instance closed during the call")
 	}
 	if err != nil {
-		e := m.callError(ctx, deadlineHit.Load(), s, inst, err)
+		e := m.callError(ctx, inst.deadlineHit.Load(), s, inst, err)
 		m.put(inst, false)
 		return output{}, e
 	}
-	if status := int32(res[0]); status != 0 {
+	if status := int32(inst.stack[0]); status != 0 {
 		m.put(inst, false)
 		msg := "no message"
 		if s.wrote {
@@ -188,6 +238,9 @@ func (m *module) evaluate(ctx context.Context, input []byte) (output, error) {
 	if err != nil {
 		m.put(inst, false)
 		return output{}, m.fail(ErrBadOutput, err, "malformed output: %s (output starts %q)", clip(err.Error(), 200), clip(string(s.output), 60))
+	}
+	if cap(s.output) > maxKeptOutput { // out does not alias it
+		s.output = nil
 	}
 	m.put(inst, true)
 	return out, nil

@@ -264,12 +264,12 @@ func (c *Chain) Evaluate(ctx context.Context, in core.PolicyInput) (core.PolicyD
 	if len(set.mods) == 0 {
 		return core.PolicyDecision{}, nil
 	}
-	tail := encodeTail(in)
+	enc := inputEncoders.Get().(*inputEncoder)
+	defer enc.release()
+	enc.encodeTail(in)
 	env, changed := in.EnvVars, false
-	var buf []byte
 	for _, m := range set.mods {
-		buf = buildInput(buf[:0], m.configJSON, env, tail)
-		out, err := m.evaluate(ctx, buf)
+		out, err := m.evaluate(ctx, enc.build(m.configJSON, env))
 		if err != nil {
 			return core.PolicyDecision{}, err
 		}

@@ -440,8 +440,14 @@ func TestClosed(t *testing.T) {
 // TestInputLayout pins the canonical input document (docs/policy-abi.md):
 // non-Go modules such as reserved.wat depend on its member order.
 func TestInputLayout(t *testing.T) {
-	tail := encodeTail(core.PolicyInput{ContextID: "c", Language: "js", Cwd: "/w", GlobalEnv: map[string]string{"B": "2", "A": "<1>"}})
-	got := buildInput(nil, appendStr(nil, "x\"y"), map[string]string{"Z": "z", "Y": "é\n"}, tail)
+	// The encoder's buffers are reused: a larger document first, so that a
+	// leftover of it in the second would show.
+	var enc inputEncoder
+	enc.encodeTail(core.PolicyInput{ContextID: "a-longer-context-id", Language: "python", Cwd: "/home/user",
+		GlobalEnv: map[string]string{"X": "1", "Y": "2", "Z": "3"}, Metadata: map[string]string{"request_id": "r-1"}})
+	enc.build(appendStr(nil, "a longer config value"), map[string]string{"A": "1", "B": "2", "C": "3", "D": "4"})
+	enc.encodeTail(core.PolicyInput{ContextID: "c", Language: "js", Cwd: "/w", GlobalEnv: map[string]string{"B": "2", "A": "<1>"}})
+	got := enc.build(appendStr(nil, "x\"y"), map[string]string{"Z": "z", "Y": "é\n"})
 	want := `{"config":"x\"y","env_vars":{"Y":"é\n","Z":"z"},"global_env":{"A":"<1>","B":"2"},"context_id":"c","language":"js","cwd":"/w","metadata":{}}`
 	if string(got) != want {
 		t.Fatalf("input\n got %s\nwant %s", got, want)
@@ -461,7 +467,9 @@ func TestInputMatchesEncodingJSON(t *testing.T) {
 		env[fmt.Sprintf("K%d%s", i, v)] = v
 	}
 	in := core.PolicyInput{ContextID: values[2], Language: values[4], Cwd: values[5], EnvVars: env, GlobalEnv: env, Metadata: map[string]string{"m": values[3]}}
-	got := buildInput(nil, appendStr(nil, values[2]), in.EnvVars, encodeTail(in))
+	var e inputEncoder
+	e.encodeTail(in)
+	got := e.build(appendStr(nil, values[2]), in.EnvVars)
 
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
