@@ -89,3 +89,94 @@ func TestDecodeJSON(t *testing.T) {
 		}
 	}
 }
+
+// canonicalDoc is an input as the host writes it (docs/policy-abi.md).
+const canonicalDoc = `{"config":"{\"deny\":[\"A\"]}","env_vars":{"APP_MODE":"fast","TZ":"UTC"},"global_env":{"HOME":"/home/user"},"context_id":"ctx-1","language":"python","cwd":"/home/ü","metadata":{"request_id":"r-1"}}`
+
+// TestCanonicalFastPath: the host's usual document takes the one-pass
+// decoder, which agrees with the general one; every other document (escapes,
+// whitespace, another order, members added later, truncated) falls back to
+// the general decoder, with the same result as before.
+func TestCanonicalFastPath(t *testing.T) {
+	plain := `{"config":"","env_vars":{"APP_MODE":"fast","TZ":"UTC"},"global_env":{"HOME":"/home/user"},"context_id":"ctx-1","language":"python","cwd":"/home/ü","metadata":{"request_id":"r-1"}}`
+	empty := `{"config":"","env_vars":{},"global_env":{},"context_id":"","language":"","cwd":"","metadata":{}}`
+	for _, doc := range []string{plain, empty} {
+		got, ok := decodeCanonical([]byte(doc), nil)
+		if !ok {
+			t.Fatalf("decodeCanonical(%s) did not take the fast path", doc)
+		}
+		want, err := decodeGeneral([]byte(doc), nil)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("fast path %#v, general %#v (%v)", got, want, err)
+		}
+	}
+	for _, doc := range []string{
+		canonicalDoc, // escapes in the config
+		strings.Replace(plain, `"fast"`, `"f\nst"`, 1),
+		strings.Replace(plain, `,"TZ"`, `, "TZ"`, 1),
+		strings.Replace(plain, `{"config":"",`, `{`, 1) + "", // config missing
+		strings.TrimSuffix(plain, "}") + `,"later":1}`,
+		strings.Replace(plain, `"metadata":{"request_id":"r-1"}`, `"metadata":null`, 1),
+	} {
+		if _, ok := decodeCanonical([]byte(doc), nil); ok {
+			t.Errorf("decodeCanonical(%s) took the fast path", doc)
+		}
+		got, err := decodeInput([]byte(doc), nil)
+		want, werr := decodeGeneral([]byte(doc), nil)
+		if err != nil || werr != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("decodeInput(%s) = %#v, %v; want %#v, %v", doc, got, err, want, werr)
+		}
+	}
+	for i := 0; i < len(plain); i++ { // every truncation fails cleanly
+		if _, ok := decodeCanonical([]byte(plain[:i]), nil); ok {
+			t.Errorf("decodeCanonical(%q) succeeded", plain[:i])
+		}
+		if _, err := decodeInput([]byte(plain[:i]), nil); err == nil {
+			t.Errorf("decodeInput(%q): no error", plain[:i])
+		}
+	}
+	if _, ok := decodeCanonical([]byte(plain+" "), nil); ok {
+		t.Error("trailing bytes took the fast path")
+	}
+}
+
+// TestReuseLeavesNothingBehind: in the export's call-scoped mode the maps of
+// one call are reused by the next, on either path; nothing of a call may show
+// in the next.
+func TestReuseLeavesNothingBehind(t *testing.T) {
+	var s scratch
+	first := `{"config":"","env_vars":{"A":"1","B":"2","C":"3"},"global_env":{"G":"1","H":"2"},"context_id":"c","language":"l","cwd":"/","metadata":{"m":"1"}}`
+	for _, second := range []string{
+		`{"config":"","env_vars":{"D":"4"},"global_env":{},"context_id":"c","language":"l","cwd":"/","metadata":{"n":"2"}}`,
+		`{"config":"","env_vars":{"D":"\u0034"},"global_env":{},"context_id":"c","language":"l","cwd":"/","metadata":{"n":"2"}}`,
+	} {
+		if _, err := decodeInput([]byte(first), &s); err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeInput([]byte(second), &s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Input{Config: "", EnvVars: map[string]string{"D": "4"}, GlobalEnv: map[string]string{}, ContextID: "c", Language: "l", Cwd: "/", Metadata: map[string]string{"n": "2"}}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("second call (%s) decoded %#v, want %#v", second, got, want)
+		}
+	}
+}
+
+// FuzzDecodeCanonical: whenever the fast path accepts a document, the
+// general decoder accepts it too and decodes the same Input.
+func FuzzDecodeCanonical(f *testing.F) {
+	f.Add(canonicalDoc)
+	f.Add(`{"config":"","env_vars":{"A":"1"},"global_env":{},"context_id":"","language":"","cwd":"","metadata":{}}`)
+	f.Fuzz(func(t *testing.T, doc string) {
+		got, ok := decodeCanonical([]byte(doc), nil)
+		if !ok {
+			return
+		}
+		want, err := decodeGeneral([]byte(doc), nil)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("fast path %#v, general %#v (%v) for %q", got, want, err, doc)
+		}
+	})
+}
