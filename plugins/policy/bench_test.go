@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"slices"
@@ -13,11 +14,13 @@ import (
 )
 
 // BenchmarkEvaluate measures one Chain.Evaluate of one module with pooled
-// (warm) instances under 8 concurrent callers, and reports the p50 and p99
-// latency of a single evaluation next to the usual ns/op (which, under
-// RunParallel, is wall time divided by all callers' operations).
+// (warm) instances, with one caller and under 8 concurrent callers, and
+// reports the p50 and p99 latency of a single evaluation next to the usual
+// ns/op (which, under RunParallel, is wall time divided by all callers'
+// operations). "allow" (testdata/allow.wat answers {} without reading its
+// input) is the floor: what the host and wazero cost around any module.
 func BenchmarkEvaluate(b *testing.B) {
-	for _, name := range []string{"denylist", "reserved"} {
+	for _, name := range []string{"denylist", "reserved", "allow"} {
 		b.Run(name+"/serial", func(b *testing.B) {
 			c := load(b, Options{}, name)
 			in := input(map[string]string{"APP_MODE": "fast", "TZ": "UTC", "REQUEST_TOKEN": "t-123"})
@@ -73,6 +76,42 @@ func BenchmarkEvaluate(b *testing.B) {
 			if len(all) > 0 {
 				b.ReportMetric(float64(all[len(all)/2].Nanoseconds()), "p50-ns")
 				b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds()), "p99-ns")
+			}
+		})
+	}
+}
+
+// BenchmarkWazeroCall is the floor under the floor: one call of an empty
+// exported function, (i32) -> i32, through CallWithStack on a warm instance,
+// with the runtime built WithCloseOnContextDone (as the policy host needs, so
+// that closing an instance stops a looping module) and without. With it,
+// wazero starts a watcher goroutine per call even for a context that cannot
+// be cancelled.
+func BenchmarkWazeroCall(b *testing.B) {
+	bin, err := os.ReadFile(wasmPath("allow"))
+	if err != nil {
+		b.Skip("allow.wasm not built:", watErr)
+	}
+	ctx := context.Background()
+	for _, closeOnDone := range []bool{true, false} {
+		b.Run(fmt.Sprintf("close-on-context-done=%v", closeOnDone), func(b *testing.B) {
+			rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(closeOnDone))
+			defer rt.Close(ctx)
+			if err := instantiateHostModule(ctx, rt); err != nil {
+				b.Fatal(err)
+			}
+			mod, err := rt.Instantiate(ctx, bin)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fn := mod.ExportedFunction(evaluateExport)
+			stack := make([]uint64, 1)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				stack[0] = 0
+				if err := fn.CallWithStack(ctx, stack); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
