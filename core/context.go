@@ -120,6 +120,8 @@ func (c *Context) current() (Kernel, *router) {
 }
 
 // submit queues x, or refuses when the queue is full or the context is gone.
+const cancelledMessage = "The client left before the execution started; its code never ran"
+
 func (c *Context) submit(x *Execution) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -134,8 +136,8 @@ func (c *Context) submit(x *Execution) error {
 	// A client that leaves while queued leaves the queue; its code is never sent.
 	x.stopQueueWatch = context.AfterFunc(x.ctx, func() {
 		if c.dequeue(x) {
+			x.end(ErrNameCancelled, cancelledMessage)
 			x.finish(c.e.cfg.Observer, OutcomeClientGone, 0)
-			x.out.close()
 		}
 	})
 	notify(c.wake)
@@ -193,6 +195,8 @@ func (c *Context) interrupt(ctx context.Context) error {
 // loop is the context's owner goroutine.
 func (c *Context) loop() {
 	defer close(c.loopDone)
+	// Last: after the loop's final QueueDepth report.
+	defer c.e.cfg.Observer.ContextRemoved(c.info.ID)
 	for {
 		op, x := c.nextWork()
 		switch {
@@ -283,10 +287,11 @@ func (c *Context) run(x *Execution) {
 	obs := c.e.cfg.Observer
 	if !x.stopQueueWatch() || x.ctx.Err() != nil {
 		// The client left before its turn: its code is never sent.
+		x.end(ErrNameCancelled, cancelledMessage)
 		x.finish(obs, OutcomeClientGone, 0)
-		x.out.close()
 		return
 	}
+	x.setStatus(StatusRunning, "")
 	started := time.Now()
 	obs.ExecutionStarted(c.info.ID, started.Sub(x.queuedAt))
 	defer func() { x.finish(obs, x.outcome(c.e.cfg.DisconnectPolicy), time.Since(started)) }()
@@ -593,7 +598,6 @@ func (c *Context) runUserCode(x *Execution) {
 		case <-clientGone:
 			clientGone = nil
 			x.clientLeft = true
-			x.out.close() // nobody will read it: stop buffering, keep draining the kernel
 			if c.e.cfg.DisconnectPolicy == DisconnectContinue {
 				continue
 			}

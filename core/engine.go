@@ -53,7 +53,20 @@ type Config struct {
 	InterruptGrace   time.Duration    // default 5s: after that an ignored interrupt becomes a restart
 	HelperTimeout    time.Duration    // bound on the engine's own requests (cwd, env); default 30s
 	StartTimeout     time.Duration    // bound on starting or restarting a kernel; default 60s
+
+	// ReplayBytes bounds the outputs kept per execution for a client that
+	// re-attaches (Execution.Attach): those already read, and all of them
+	// once no stream is attached. Default 1 MiB.
+	ReplayBytes int
+	// ReplayTTL is how long a finished execution, with its buffered outputs,
+	// stays available (to Engine.Execution and Attach). Default 5 minutes. At
+	// most MaxRetainedExecutions finished ones are kept; the oldest go first.
+	ReplayTTL time.Duration
 }
+
+// MaxRetainedExecutions bounds the finished executions kept for ReplayTTL, so
+// that their buffers take at most this many times Config.ReplayBytes.
+const MaxRetainedExecutions = 128
 
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
@@ -83,6 +96,12 @@ func (c *Config) setDefaults() {
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 60 * time.Second
 	}
+	if c.ReplayBytes <= 0 {
+		c.ReplayBytes = 1 << 20
+	}
+	if c.ReplayTTL <= 0 {
+		c.ReplayTTL = 5 * time.Minute
+	}
 }
 
 // Engine owns all contexts. It is safe for concurrent use.
@@ -98,6 +117,16 @@ type Engine struct {
 
 	// defaultLocks make concurrent first uses of a language start one kernel.
 	defaultLocks sync.Map // language → *sync.Mutex
+
+	execMu     sync.Mutex
+	clock      func() time.Time      // time.Now; tests move it
+	executions map[string]*Execution // accepted ones, until they expire
+	finished   []retained            // finished ones, oldest first
+}
+
+type retained struct {
+	x       *Execution
+	expires time.Time
 }
 
 // NewEngine returns an engine with no contexts.
@@ -109,7 +138,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if _, err := ParseDisconnectPolicy(string(cfg.DisconnectPolicy)); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, log: cfg.Logger, defaults: make(map[string]*Context)}, nil
+	return &Engine{cfg: cfg, log: cfg.Logger, defaults: make(map[string]*Context), executions: make(map[string]*Execution), clock: time.Now}, nil
 }
 
 // Transport returns the engine's transport.
@@ -320,7 +349,6 @@ func (e *Engine) forget(c *Context) {
 		if x == c {
 			e.contexts = append(e.contexts[:i], e.contexts[i+1:]...)
 			e.live--
-			e.cfg.Observer.ContextRemoved(c.info.ID)
 			break
 		}
 	}
@@ -367,16 +395,24 @@ func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, erro
 		timeout = e.cfg.ExecutionTimeout
 	}
 	x := &Execution{
-		id:      newID(),
-		ctx:     ctx,
-		context: c,
-		env:     env,
-		code:    req.Code,
-		timeout: timeout,
-		out:     newOutputQueue(e.cfg.MaxOutputBytes),
+		id:       newID(),
+		ctx:      ctx,
+		context:  c,
+		env:      env,
+		code:     req.Code,
+		timeout:  timeout,
+		out:      newOutputLog(e.cfg.MaxOutputBytes, e.cfg.ReplayBytes),
+		queuedAt: time.Now(),
 	}
-	x.queuedAt = time.Now()
+	x.firstGen, _ = x.out.attach(0)
+	x.state = ExecutionState{ID: x.id, ContextID: c.info.ID, Status: StatusQueued, CreatedAt: x.queuedAt.UTC()}
+	e.register(x)
+	// The first stream is its client's: it detaches when the client leaves,
+	// and the execution then buffers at most ReplayBytes for a re-attach.
+	x.stopDetachWatch = context.AfterFunc(ctx, func() { x.out.detach(x.firstGen) })
 	if err := c.submit(x); err != nil {
+		x.stopDetachWatch()
+		e.unregister(x)
 		return nil, err
 	}
 	return x, nil
@@ -450,4 +486,56 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// Execution returns the execution with the given id, while it is queued or
+// running and for Config.ReplayTTL after it finished.
+func (e *Engine) Execution(id string) (*Execution, error) {
+	e.execMu.Lock()
+	defer e.execMu.Unlock()
+	e.expireLocked(e.clock())
+	if x, ok := e.executions[id]; ok {
+		return x, nil
+	}
+	return nil, newError(KindNotFound, fmt.Sprintf("Execution %s not found (finished executions are kept for %s)", id, e.cfg.ReplayTTL), nil)
+}
+
+func (e *Engine) register(x *Execution) {
+	e.execMu.Lock()
+	defer e.execMu.Unlock()
+	e.expireLocked(e.clock())
+	e.executions[x.id] = x
+}
+
+func (e *Engine) unregister(x *Execution) {
+	e.execMu.Lock()
+	defer e.execMu.Unlock()
+	delete(e.executions, x.id)
+}
+
+// retain keeps the finished x for ReplayTTL, forgetting the oldest finished
+// executions past MaxRetainedExecutions.
+func (e *Engine) retain(x *Execution) {
+	e.execMu.Lock()
+	defer e.execMu.Unlock()
+	now := e.clock()
+	e.finished = append(e.finished, retained{x: x, expires: now.Add(e.cfg.ReplayTTL)})
+	for len(e.finished) > MaxRetainedExecutions {
+		delete(e.executions, e.finished[0].x.id)
+		e.finished[0] = retained{}
+		e.finished = e.finished[1:]
+	}
+	e.expireLocked(now)
+}
+
+// expireLocked forgets the finished executions whose time is up. Expiry is
+// lazy (on the next call that looks), so no timer or goroutine is needed.
+func (e *Engine) expireLocked(now time.Time) {
+	n := 0
+	for n < len(e.finished) && !now.Before(e.finished[n].expires) {
+		delete(e.executions, e.finished[n].x.id)
+		e.finished[n] = retained{}
+		n++
+	}
+	e.finished = e.finished[n:]
 }

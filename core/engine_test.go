@@ -52,12 +52,32 @@ func execute(t *testing.T, e *Engine, ctx context.Context, req ExecRequest) *Exe
 // collect reads x to its end.
 func collect(t *testing.T, x *Execution) []Output {
 	t.Helper()
+	return readAll(t, x.Next)
+}
+
+// collectStream reads s to its end.
+func collectStream(t *testing.T, s *Stream) []Output {
+	t.Helper()
+	return readAll(t, s.Next)
+}
+
+func attach(t *testing.T, x *Execution, after uint64) *Stream {
+	t.Helper()
+	s, err := x.Attach(after)
+	if err != nil {
+		t.Fatalf("attach after %d: %v", after, err)
+	}
+	return s
+}
+
+func readAll(t *testing.T, next func(context.Context, []Output) ([]Output, error)) []Output {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	var outs []Output
 	for {
 		var err error
-		outs, err = x.Next(ctx, outs)
+		outs, err = next(ctx, outs)
 		if errors.Is(err, io.EOF) {
 			return outs
 		}
@@ -400,8 +420,9 @@ func TestQueueIsBoundedAndLeavable(t *testing.T) {
 		t.Fatalf("third queued execution: err = %v, want KindQueueFull", err)
 	}
 	leave()
-	if outs := collect(t, gone); len(outs) != 0 {
-		t.Fatalf("a client that left the queue got %+v", outs)
+	// Its stream says so, to anyone who re-attaches.
+	if errs := errorsOf(collectStream(t, attach(t, gone, 0))); len(errs) != 1 || errs[0].ErrName != ErrNameCancelled {
+		t.Fatalf("a client that left the queue: errors %+v, want one %s", errs, ErrNameCancelled)
 	}
 	// Its place is free again.
 	d := execute(t, e, context.Background(), ExecRequest{Code: "print d"})
@@ -639,21 +660,33 @@ func TestMaxContexts(t *testing.T) {
 	}
 }
 
-func TestOutputOfAGoneClientIsNotBuffered(t *testing.T) {
-	e, ft := newTestEngine(t, Config{DisconnectPolicy: DisconnectContinue})
+func TestOutputOfAGoneClientIsBoundedByTheReplayBuffer(t *testing.T) {
+	const replay = 4096
+	e, ft := newTestEngine(t, Config{DisconnectPolicy: DisconnectContinue, ReplayBytes: replay})
 	client, leave := context.WithCancel(context.Background())
 	a := execute(t, e, client, ExecRequest{Code: "block\nmany 1000"})
 	k := ft.kernel(0)
 	awaitStart(t, k, "block\nmany 1000")
 	leave()
-	collect(t, a) // ends once the engine has seen the client leave
 	b := execute(t, e, context.Background(), ExecRequest{Code: "print b"})
 	releaseBlock(t, k)
 	collect(t, b) // A has finished on the kernel
 	a.out.mu.Lock()
-	buffered := len(a.out.items)
+	kept := a.out.readBytes + a.out.unread
 	a.out.mu.Unlock()
-	if buffered != 0 {
-		t.Fatalf("%d outputs buffered for a client that left", buffered)
+	if kept > replay {
+		t.Fatalf("%d bytes kept for a client that left, more than the replay buffer's %d", kept, replay)
+	}
+	// What is kept is the newest: a client that re-attaches from the oldest
+	// kept output gets the end of the run, and the end line.
+	first, last, _ := a.out.state()
+	s, err := a.Attach(first - 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := collectStream(t, s)
+	assertEnded(t, outs)
+	if !strings.HasSuffix(stdout(outs), "998\n999\n") || outs[len(outs)-1].Seq != last {
+		t.Fatalf("re-attached from %d: got %d outputs ending %+v, want the newest up to %d", first, len(outs), outs[len(outs)-1], last)
 	}
 }

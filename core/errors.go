@@ -14,6 +14,7 @@ const (
 	KindRejected                     // an env-var policy refused the request (HTTP 403)
 	KindUnavailable                  // the engine is shutting down (HTTP 503)
 	KindTooLarge                     // the request is larger than a limit (HTTP 413)
+	KindGone                         // what was asked for existed but is no longer kept (HTTP 410)
 )
 
 // Error is an engine error with a kind and a message meant for the client.

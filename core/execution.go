@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -21,10 +20,13 @@ type ExecRequest struct {
 	Timeout time.Duration
 }
 
-// Execution is one accepted execution. Its outputs are read with Next; they are
-// buffered inside the engine, so a slow or vanished reader never holds the
-// kernel (invariant 1): past Config.MaxOutputBytes the engine drops output and
-// says so in the stream.
+// Execution is one accepted execution. Its outputs, numbered from 1 (Output.Seq),
+// are buffered inside the engine, so a slow or vanished reader never holds the
+// kernel (invariant 1). They are read by the one stream attached to it: first
+// the client's own (Next), which detaches when its client goes away; then any
+// stream a client attaches with Attach, to resume after a cut connection. After
+// the execution ends the engine keeps it, and up to Config.ReplayBytes of its
+// newest outputs, for Config.ReplayTTL.
 type Execution struct {
 	id      string
 	ctx     context.Context // the client's: cancelled when it goes away
@@ -36,8 +38,12 @@ type Execution struct {
 	// stopQueueWatch undoes the watch that takes the execution out of the
 	// queue when its client leaves before it reached the kernel.
 	stopQueueWatch func() bool
+	// stopDetachWatch undoes the watch that detaches the first stream when
+	// its client leaves.
+	stopDetachWatch func() bool
 
-	out outputQueue
+	out      *outputLog
+	firstGen uint64 // the generation of the stream Next reads
 
 	// Owned by the context's loop, for the Observer's outcome.
 	queuedAt   time.Time
@@ -46,14 +52,116 @@ type Execution struct {
 	timedOut   bool
 	clientLeft bool // the client left while it ran
 	finished   bool // ExecutionFinished was reported
+
+	mu    sync.Mutex // guards state
+	state ExecutionState
 }
 
-// finish reports x's outcome to the observer, once.
+// ExecutionState is what GET /executions/{id} reports.
+type ExecutionState struct {
+	ID        string    `json:"id"`
+	ContextID string    `json:"context_id"`
+	Status    string    `json:"status"`            // "queued", "running" or "finished"
+	Outcome   Outcome   `json:"outcome,omitempty"` // once finished
+	CreatedAt time.Time `json:"created_at"`
+	// StartedAt and FinishedAt are null until then (and StartedAt stays
+	// null for an execution that never ran).
+	StartedAt  *time.Time `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	// FirstSeq is the oldest output still buffered (LastSeq+1 when none is);
+	// LastSeq the newest output so far (0: none yet).
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+	Attached bool   `json:"attached"` // a stream is reading it
+}
+
+// Execution statuses.
+const (
+	StatusQueued   = "queued"
+	StatusRunning  = "running"
+	StatusFinished = "finished"
+)
+
+// ID is the execution's unique id.
+func (x *Execution) ID() string { return x.id }
+
+// ContextID is the id of the context the execution runs in.
+func (x *Execution) ContextID() string { return x.context.info.ID }
+
+// Next reads the first stream, the one of the client that made the request.
+// It blocks until at least one output is available, appends every available
+// output to dst and returns it. After the last output (always an
+// end_of_execution line) it returns io.EOF; once its client left (or another
+// stream attached) ErrDetached. It returns ctx.Err() when ctx ends first;
+// nothing is lost then.
+func (x *Execution) Next(ctx context.Context, dst []Output) ([]Output, error) {
+	dst, err := x.out.next(ctx, x.firstGen, dst)
+	if err == io.EOF {
+		x.stopDetachWatch() // all read: nothing is left to trim when the client leaves
+	}
+	return dst, err
+}
+
+// State is a snapshot of the execution's state.
+func (x *Execution) State() ExecutionState {
+	x.mu.Lock()
+	s := x.state
+	x.mu.Unlock()
+	s.FirstSeq, s.LastSeq, s.Attached = x.out.state()
+	return s
+}
+
+func (x *Execution) setStatus(status string, outcome Outcome) {
+	t := time.Now().UTC()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.state.Status = status
+	switch status {
+	case StatusRunning:
+		x.state.StartedAt = &t
+	case StatusFinished:
+		x.state.FinishedAt = &t
+		x.state.Outcome = outcome
+	}
+}
+
+// Stream is a reader attached to an execution with Attach.
+type Stream struct {
+	x   *Execution
+	gen uint64
+}
+
+// Attach attaches a new stream that reads the outputs after sequence number
+// after (0: from the first), those buffered and then the rest as they come.
+// The stream attached before it, if any, gets ErrDetached. Errors: KindInvalid
+// if after is past the last output; KindGone (wrapping ErrReplayGone) if
+// outputs after it are no longer buffered.
+func (x *Execution) Attach(after uint64) (*Stream, error) {
+	gen, err := x.out.attach(after)
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{x: x, gen: gen}, nil
+}
+
+// Next is like Execution.Next for this stream.
+func (s *Stream) Next(ctx context.Context, dst []Output) ([]Output, error) {
+	return s.x.out.next(ctx, s.gen, dst)
+}
+
+// Close detaches the stream (if still attached): the execution goes on, and
+// its outputs are kept for a later Attach, within Config.ReplayBytes.
+func (s *Stream) Close() { s.x.out.detach(s.gen) }
+
+// finish records x's outcome and reports it to the observer, once.
 func (x *Execution) finish(obs Observer, outcome Outcome, ran time.Duration) {
 	if x.finished {
 		return
 	}
 	x.finished = true
+	x.env, x.code = nil, "" // a retained execution keeps no secrets or code
+	x.setStatus(StatusFinished, outcome)
+	x.context.e.retain(x)
 	obs.ExecutionFinished(x.context.info.ID, outcome, ran)
 }
 
@@ -70,117 +178,4 @@ func (x *Execution) outcome(policy DisconnectPolicy) Outcome {
 		return OutcomeError
 	}
 	return OutcomeOK
-}
-
-// ID is the execution's unique id.
-func (x *Execution) ID() string { return x.id }
-
-// ContextID is the id of the context the execution runs in.
-func (x *Execution) ContextID() string { return x.context.info.ID }
-
-// Next blocks until at least one output is available, appends every available
-// output to dst and returns it. After the last output (always an
-// end_of_execution line, unless the client left) it returns io.EOF. It returns
-// ctx.Err() when ctx ends first; nothing is lost then.
-func (x *Execution) Next(ctx context.Context, dst []Output) ([]Output, error) {
-	return x.out.next(ctx, dst)
-}
-
-// outputQueue is the buffer between the engine (producer) and the client
-// stream (consumer). The producer never blocks.
-type outputQueue struct {
-	mu       sync.Mutex
-	items    []Output
-	bytes    int
-	max      int
-	closed   bool
-	dropped  int // outputs dropped since the reader last caught up
-	droppedB int
-	ready    chan struct{} // capacity 1: "something changed"
-}
-
-func newOutputQueue(max int) outputQueue {
-	return outputQueue{max: max, ready: make(chan struct{}, 1)}
-}
-
-func outputSize(o Output) int {
-	n := 64 + len(o.Text) + len(o.Traceback) + len(o.ErrValue)
-	for k, v := range o.Bundle {
-		n += len(k) + len(v)
-	}
-	return n
-}
-
-// push adds o. Errors and the end line are always kept; other output past the
-// byte budget is counted and dropped.
-func (q *outputQueue) push(o Output) {
-	size := outputSize(o)
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return
-	}
-	essential := o.Type == OutError || o.Type == OutEndOfExecution
-	if !essential && q.max > 0 && q.bytes+size > q.max {
-		q.dropped++
-		q.droppedB += size
-		q.mu.Unlock()
-		return
-	}
-	if q.dropped > 0 {
-		q.appendDropNotice()
-	}
-	q.items = append(q.items, o)
-	q.bytes += size
-	q.mu.Unlock()
-	q.signal()
-}
-
-// appendDropNotice tells the reader, in band, what was lost. Called with mu held.
-func (q *outputQueue) appendDropNotice() {
-	q.items = append(q.items, Output{
-		Type:      OutStderr,
-		Text:      fmt.Sprintf("[kernelhost] %d outputs (%d bytes) were dropped: the client read slower than the kernel wrote and the per-execution buffer was full\n", q.dropped, q.droppedB),
-		Timestamp: now(),
-	})
-	q.dropped, q.droppedB = 0, 0
-}
-
-func (q *outputQueue) signal() {
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-// close marks the end: no more outputs; readers get io.EOF after draining.
-func (q *outputQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.signal()
-}
-
-func (q *outputQueue) next(ctx context.Context, dst []Output) ([]Output, error) {
-	for {
-		q.mu.Lock()
-		if len(q.items) > 0 {
-			dst = append(dst, q.items...)
-			clear(q.items)
-			q.items = q.items[:0]
-			q.bytes = 0
-			q.mu.Unlock()
-			return dst, nil
-		}
-		closed := q.closed
-		q.mu.Unlock()
-		if closed {
-			return dst, io.EOF
-		}
-		select {
-		case <-q.ready:
-		case <-ctx.Done():
-			return dst, ctx.Err()
-		}
-	}
 }

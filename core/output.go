@@ -26,6 +26,10 @@ const (
 // Output is one event of an execution's stream, one NDJSON line on the wire.
 type Output struct {
 	Type OutputType
+	// Seq numbers an execution's outputs from 1 without gaps (keepalive
+	// lines, which are not part of it, have 0). The SDKs' stream has no seq
+	// field; AppendLineSeq writes it for clients that resume streams.
+	Seq uint64
 
 	ExecutionCount int    // number_of_executions
 	Text           string // stdout, stderr
@@ -49,6 +53,7 @@ const (
 	ErrNameEnvVars       = "EnvVarsError"
 	ErrNameContextSetup  = "ContextSetupError"
 	ErrNameTimeout       = "ExecutionTimeout"
+	ErrNameCancelled     = "ExecutionCancelled"
 )
 
 // errorOutput builds an error line.
@@ -80,8 +85,23 @@ var mimeFields = map[string]string{
 // kernel values (numbers, nulls) passed through unchanged, absent fields
 // omitted, and no blank lines.
 func AppendLine(dst []byte, o Output) []byte {
+	return appendLine(dst, o, false)
+}
+
+// AppendLineSeq is AppendLine with o.Seq as a "seq" field after "type" (none
+// on lines with Seq 0). It is for clients that asked for sequence numbers:
+// the JS SDK would show an unknown field of a result line in result.extra.
+func AppendLineSeq(dst []byte, o Output) []byte {
+	return appendLine(dst, o, true)
+}
+
+func appendLine(dst []byte, o Output, withSeq bool) []byte {
 	dst = append(dst, `{"type":`...)
 	dst = appendString(dst, string(o.Type))
+	if withSeq && o.Seq != 0 {
+		dst = append(dst, `,"seq":`...)
+		dst = strconv.AppendUint(dst, o.Seq, 10)
+	}
 	switch o.Type {
 	case OutNumberOfExecutions:
 		dst = append(dst, `,"execution_count":`...)

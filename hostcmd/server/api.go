@@ -42,6 +42,8 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("DELETE /contexts/{id}", a.deleteContext)
 	mux.HandleFunc("POST /contexts/{id}/restart", a.restartContext)
 	mux.HandleFunc("POST /contexts/{id}/interrupt", a.interruptContext)
+	mux.HandleFunc("GET /executions/{id}", a.executionState)
+	mux.HandleFunc("GET /executions/{id}/stream", a.resumeExecution)
 	// Unknown routes get the mux's 404, a known path with another method 405.
 	return cors(a.authorize(mux))
 }
@@ -174,7 +176,17 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		timeout = time.Duration(*req.Timeout * float64(time.Second))
 	}
-	x, err := a.engine.Execute(r.Context(), core.ExecRequest{
+	// The engine sees the client leave through client. It is r.Context()
+	// except once another stream took this execution over (a re-attach):
+	// then this connection's end is not the client leaving.
+	client, leave := context.WithCancel(context.WithoutCancel(r.Context()))
+	takenOver := false
+	defer func() {
+		if !takenOver {
+			leave()
+		}
+	}()
+	x, err := a.engine.Execute(client, core.ExecRequest{
 		Code:      *req.Code,
 		ContextID: deref(req.ContextID),
 		Language:  deref(req.Language),
@@ -186,13 +198,19 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	a.stream(w, r, x)
+	w.Header().Set(executionIDHeader, x.ID())
+	takenOver = a.stream(w, r, x.Next, wantSeq(r))
 }
 
-// stream writes x's outputs as NDJSON, one flush per batch of available
-// outputs, and a keepalive line after a.keepalive of silence. Headers go out
-// at once, before the execution waits for its context (the contract's §4.2).
-func (a *api) stream(w http.ResponseWriter, r *http.Request, x *core.Execution) {
+// stream writes the outputs next returns as NDJSON, one flush per batch of
+// available outputs, and a keepalive line after a.keepalive of silence.
+// Headers go out at once, before the execution waits for its context (the
+// contract's §4.2). withSeq adds each output's sequence number ("seq"), for
+// clients that may resume the stream (GET /executions/{id}/stream).
+//
+// It returns when the stream ended, the client left, or (takenOver true)
+// another stream attached to the execution.
+func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, []core.Output) ([]core.Output, error), withSeq bool) (takenOver bool) {
 	h := w.Header()
 	h.Set("Content-Type", "application/x-ndjson")
 	h.Set("Cache-Control", "no-cache")
@@ -202,6 +220,10 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, x *core.Execution) 
 	if err := rc.Flush(); err != nil {
 		return // the client is gone; the engine sees r.Context() end
 	}
+	appendLine := core.AppendLine
+	if withSeq {
+		appendLine = core.AppendLineSeq
+	}
 	var (
 		outs []core.Output
 		line []byte
@@ -209,18 +231,26 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, x *core.Execution) 
 	)
 	for {
 		wait, cancel := context.WithTimeout(r.Context(), a.keepalive)
-		outs, err = x.Next(wait, outs[:0])
+		outs, err = next(wait, outs[:0])
 		cancel()
 		line = line[:0]
 		for _, o := range outs {
-			line = core.AppendLine(line, o)
+			line = appendLine(line, o)
 		}
 		switch {
 		case err == nil || err == io.EOF:
 		case r.Context().Err() != nil:
 			return // the client left; the engine applies the disconnect policy
+		case errors.Is(err, core.ErrDetached):
+			// Another client re-attached: this stream ends here, on purpose,
+			// so with an error line and end_of_execution (not numbered: they
+			// are not the execution's outputs).
+			line = appendLine(line, core.Output{Type: core.OutError, ErrName: errNameDetached,
+				ErrValue: "Another client re-attached to this execution (GET /executions/{id}/stream); this stream ends here"})
+			line = appendLine(line, core.Output{Type: core.OutEndOfExecution})
+			err, takenOver = io.EOF, true
 		default: // silence: a keepalive line makes a vanished client visible
-			line = core.AppendLine(line, core.Output{Type: core.OutKeepalive})
+			line = appendLine(line, core.Output{Type: core.OutKeepalive})
 		}
 		if len(line) > 0 {
 			if _, werr := w.Write(line); werr != nil {
@@ -327,6 +357,8 @@ func statusOf(err error) int {
 		return http.StatusServiceUnavailable
 	case core.KindTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case core.KindGone:
+		return http.StatusGone
 	}
 	return http.StatusInternalServerError
 }

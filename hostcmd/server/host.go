@@ -92,6 +92,8 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		GlobalEnv:        func(context.Context) (map[string]string, error) { return globals, nil },
 		QueueDepth:       cfg.QueueDepth,
 		MaxOutputBytes:   cfg.MaxOutputBytes,
+		ReplayBytes:      cfg.ReplayBytes,
+		ReplayTTL:        cfg.ReplayTTL,
 		DisconnectPolicy: cfg.DisconnectPolicy,
 		InterruptGrace:   cfg.InterruptGrace,
 		MaxContexts:      max(cfg.MaxContexts, 0), // the engine's 0 is "no limit"

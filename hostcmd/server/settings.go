@@ -29,7 +29,12 @@ type Config struct {
 	QueueDepth       int
 	MaxBodyBytes     int64
 	MaxOutputBytes   int
-	Keepalive        time.Duration // silence on a stream before a keepalive line
+	// ReplayBytes and ReplayTTL bound what is kept of an execution for a
+	// client that re-attaches (GET /executions/{id}/stream): its newest
+	// outputs up to ReplayBytes, for ReplayTTL after it ended.
+	ReplayBytes int
+	ReplayTTL   time.Duration
+	Keepalive   time.Duration // silence on a stream before a keepalive line
 	// MaxContexts bounds the live contexts (each one an interpreter); past
 	// it POST /contexts answers 429. 0: DefaultMaxContexts; negative: no limit.
 	MaxContexts int
@@ -136,6 +141,8 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.IntVar(&c.QueueDepth, "queue-depth", 32, "executions that may wait per context before requests get 429")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	fs.IntVar(&c.MaxOutputBytes, "max-output-bytes", 64<<20, "output buffered per execution for a slow client before it is dropped")
+	fs.IntVar(&c.ReplayBytes, "replay-bytes", 1<<20, "newest output kept per execution for a client that re-attaches (GET /executions/{id}/stream)")
+	fs.DurationVar(&c.ReplayTTL, "replay-ttl", 5*time.Minute, "how long a finished execution stays available to GET /executions/{id} and re-attaching")
 	fs.DurationVar(&c.Keepalive, "keepalive", DefaultKeepalive, "silence on an /execute stream before a keepalive line")
 	fs.IntVar(&c.MaxContexts, "max-contexts", DefaultMaxContexts, "live contexts at most (each is an interpreter); beyond it POST /contexts gets 429; 0: no limit")
 	fs.DurationVar(&c.ExecutionTimeout, "execution-timeout", 0, "default bound on an execution's run (an /execute body's \"timeout\" in seconds overrides it); the stream ends with an ExecutionTimeout error and the code is interrupted; 0: none")

@@ -1,0 +1,253 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// ErrDetached is returned by a Stream's Next once another stream attached to
+// the same execution (a client re-attached elsewhere) or the stream was closed.
+var ErrDetached = errors.New("another stream attached to this execution")
+
+// ErrReplayGone is wrapped by Attach when the outputs after the requested
+// sequence number are no longer buffered.
+var ErrReplayGone = errors.New("outputs are no longer buffered")
+
+// outputLog is an execution's outputs between the engine (producer, never
+// blocked) and the one stream attached to it (consumer). Every output gets a
+// sequence number, 1, 2, 3, … with no gaps, so a client that lost its
+// connection can re-attach after the last number it saw.
+//
+// Two bounds keep memory in check:
+//   - while a stream is attached, unread outputs are bounded by unreadMax:
+//     past it new outputs are dropped and a notice says how many (a slow
+//     reader must not hold the kernel, invariant 1, nor grow the host);
+//   - outputs already handed to the stream, and everything once no stream is
+//     attached, are bounded by replayMax: the oldest are forgotten first.
+//
+// Errors and the end line are always kept.
+type outputLog struct {
+	mu        sync.Mutex
+	entries   []logEntry // entries[head:] are live; entries[i].out.Seq increases by 1
+	head      int
+	nextSeq   uint64 // the Seq of the next output pushed
+	cursor    uint64 // the Seq of the next output the attached stream reads
+	readBytes int    // bytes of live entries before cursor
+	unread    int    // bytes of entries from cursor on
+	unreadMax int
+	replayMax int
+
+	attached uint64 // the attached stream's generation; 0: none
+	gens     uint64 // generations handed out
+	closed   bool   // the last output was pushed (or the execution never ran)
+	dropped  int    // outputs dropped since the last one kept
+	droppedB int
+
+	// changed is closed (and cleared) when something a waiting stream cares
+	// about happens; a stream about to wait makes it.
+	changed chan struct{}
+}
+
+type logEntry struct {
+	out  Output
+	size int
+}
+
+func newOutputLog(unreadMax, replayMax int) *outputLog {
+	return &outputLog{nextSeq: 1, cursor: 1, unreadMax: unreadMax, replayMax: replayMax}
+}
+
+func outputSize(o Output) int {
+	n := 64 + len(o.Text) + len(o.Traceback) + len(o.ErrValue)
+	for k, v := range o.Bundle {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// push appends o, or drops it when the attached stream is too far behind.
+func (l *outputLog) push(o Output) {
+	size := outputSize(o)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	essential := o.Type == OutError || o.Type == OutEndOfExecution
+	if l.attached != 0 && !essential && l.unread+size > l.unreadMax {
+		l.dropped++
+		l.droppedB += size
+		return
+	}
+	if l.dropped > 0 {
+		l.appendLocked(Output{
+			Type:      OutStderr,
+			Text:      fmt.Sprintf("[kernelhost] %d outputs (%d bytes) were dropped: the client read slower than the kernel wrote and the per-execution buffer was full\n", l.dropped, l.droppedB),
+			Timestamp: now(),
+		})
+		l.dropped, l.droppedB = 0, 0
+	}
+	l.appendLocked(o)
+	if l.attached == 0 {
+		l.trimLocked(l.replayMax, true)
+	}
+	l.wakeLocked()
+}
+
+func (l *outputLog) appendLocked(o Output) {
+	o.Seq = l.nextSeq
+	l.nextSeq++
+	size := outputSize(o)
+	l.entries = append(l.entries, logEntry{out: o, size: size})
+	l.unread += size
+}
+
+// trimLocked forgets the oldest outputs until at most max bytes are kept,
+// never the newest one. With all false only outputs already read go (the
+// attached stream still gets every output after its cursor); with all true
+// (no stream attached) unread ones go too.
+func (l *outputLog) trimLocked(max int, all bool) {
+	for l.head < len(l.entries)-1 {
+		e := &l.entries[l.head]
+		isRead := e.out.Seq < l.cursor
+		over := l.readBytes > max
+		if all {
+			over = l.readBytes+l.unread > max
+		}
+		if !over || (!isRead && !all) {
+			break
+		}
+		if isRead {
+			l.readBytes -= e.size
+		} else {
+			l.unread -= e.size
+			l.cursor = e.out.Seq + 1
+		}
+		*e = logEntry{} // let the GC have its text
+		l.head++
+	}
+	// Compact once the forgotten prefix is the larger part.
+	if l.head > 64 && l.head > len(l.entries)/2 {
+		n := copy(l.entries, l.entries[l.head:])
+		clear(l.entries[n:])
+		l.entries = l.entries[:n]
+		l.head = 0
+	}
+}
+
+func (l *outputLog) wakeLocked() {
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
+}
+
+// close marks the end: readers get io.EOF once they have read everything.
+func (l *outputLog) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.wakeLocked()
+	l.mu.Unlock()
+}
+
+// firstSeq is the Seq of the oldest output kept (nextSeq when none is).
+func (l *outputLog) firstSeqLocked() uint64 {
+	if l.head < len(l.entries) {
+		return l.entries[l.head].out.Seq
+	}
+	return l.nextSeq
+}
+
+// attach makes a new stream the attached one, reading from the output after
+// Seq after; the stream attached before it gets ErrDetached.
+func (l *outputLog) attach(after uint64) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last := l.nextSeq - 1
+	if after > last {
+		return 0, newError(KindInvalid, fmt.Sprintf("after=%d is past the last output, %d", after, last), nil)
+	}
+	if first := l.firstSeqLocked(); after+1 < first {
+		return 0, newError(KindGone, fmt.Sprintf("outputs %d to %d are no longer buffered (the replay buffer keeps the newest %d bytes); the oldest kept is %d", after+1, first-1, l.replayMax, first), ErrReplayGone)
+	}
+	l.moveCursorLocked(after + 1)
+	l.trimLocked(l.replayMax, false)
+	l.gens++
+	l.attached = l.gens
+	l.wakeLocked()
+	return l.attached, nil
+}
+
+// moveCursorLocked sets the cursor to seq, which is kept (or next).
+func (l *outputLog) moveCursorLocked(seq uint64) {
+	l.cursor = seq
+	l.readBytes, l.unread = 0, 0
+	for _, e := range l.entries[l.head:] {
+		if e.out.Seq < seq {
+			l.readBytes += e.size
+		} else {
+			l.unread += e.size
+		}
+	}
+}
+
+// detach ends stream gen if it is the attached one: from now on the log
+// keeps only replayMax bytes.
+func (l *outputLog) detach(gen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.attached != gen {
+		return
+	}
+	l.attached = 0
+	l.trimLocked(l.replayMax, true)
+	l.wakeLocked()
+}
+
+// next appends the outputs stream gen has not read to dst, waiting for at
+// least one. io.EOF: all read and no more will come.
+func (l *outputLog) next(ctx context.Context, gen uint64, dst []Output) ([]Output, error) {
+	for {
+		l.mu.Lock()
+		if l.attached != gen {
+			l.mu.Unlock()
+			return dst, ErrDetached
+		}
+		if l.cursor < l.nextSeq {
+			start := l.head + int(l.cursor-l.firstSeqLocked())
+			for _, e := range l.entries[start:] {
+				dst = append(dst, e.out)
+			}
+			l.readBytes += l.unread
+			l.unread = 0
+			l.cursor = l.nextSeq
+			l.trimLocked(l.replayMax, false)
+			l.mu.Unlock()
+			return dst, nil
+		}
+		if l.closed {
+			l.mu.Unlock()
+			return dst, io.EOF
+		}
+		if l.changed == nil {
+			l.changed = make(chan struct{})
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return dst, ctx.Err()
+		}
+	}
+}
+
+// state is a snapshot for Execution.State.
+func (l *outputLog) state() (first, last uint64, attached bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.firstSeqLocked(), l.nextSeq - 1, l.attached != 0
+}
