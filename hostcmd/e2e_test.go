@@ -85,7 +85,7 @@ func hostEnv(vars ...string) []string {
 
 func startBinary(t *testing.T, vars ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: exec.Command(kernelhost), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
+	p := &proc{t: t, cmd: exec.Command(kernelhost, "serve"), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
 	p.cmd.Env = hostEnv(vars...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
