@@ -26,7 +26,7 @@ func pluginsList(s Streams, args []string) int {
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintln(s.Stderr, "kernelhost plugins list:", err)
+		fmt.Fprintf(s.Stderr, "kernelhost plugins list: %v (kernelhost help plugins list lists the settings)\n", err)
 		return exitUsage
 	}
 	found, err := server.DiscoverPlugins(context.Background(), cfg, pluginStartTimeout)

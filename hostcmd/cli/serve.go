@@ -25,7 +25,7 @@ func serve(s Streams, args []string) int {
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintln(s.Stderr, "kernelhost serve:", err)
+		fmt.Fprintf(s.Stderr, "kernelhost serve: %v (kernelhost help serve lists the settings)\n", err)
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -142,7 +143,9 @@ func PluginDirFor(exe string) string {
 // tests.
 func Load(name string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// Errors are returned, not printed with the whole usage after them; the
+	// usage goes to stderr for -help only.
+	fs.SetOutput(io.Discard)
 	var (
 		c                           Config
 		envFile, envInline          string
@@ -176,8 +179,11 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&c.Policies, "policies", "", "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.Usage = func() { printUsage(fs, name) }
-	if err := parseSources(fs, args, getenv); err != nil {
+	fs.Usage = func() {}
+	if err := parseSources(fs, args, getenv); errors.Is(err, flag.ErrHelp) {
+		printUsage(stderr, fs, name)
+		return Config{}, err
+	} else if err != nil {
 		return Config{}, err
 	}
 

@@ -3,13 +3,13 @@ package server
 import (
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 )
 
 // printUsage is the -help of the settings: every flag with its environment
 // variable and default, and the precedence of the three sources.
-func printUsage(fs *flag.FlagSet, name string) {
-	w := fs.Output()
+func printUsage(w io.Writer, fs *flag.FlagSet, name string) {
 	fmt.Fprintf(w, "Usage: %s [flags]\n\n", name)
 	fmt.Fprintf(w, `Every setting is a flag, an environment variable (%sNAME: -default-cwd is
 %s) and a key of the TOML config file named by -config or
