@@ -20,11 +20,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of the CLI tests")
 
-// run runs the kernelhost binary at exe and returns its status and output.
+// run runs exe (kernelhost) with the environment env and returns its status
+// and output.
 func run(t *testing.T, exe, stdin string, env []string, args ...string) (status int, stdout, stderr string) {
 	t.Helper()
 	cmd := exec.Command(exe, args...)
-	cmd.Env = hostEnv(env...)
+	cmd.Env = env
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -93,7 +94,7 @@ func TestCLIUsageAndHelp(t *testing.T) {
 		"serve-bad-flag":    {"serve", "-queue-depth", "many"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			status, stdout, stderr := run(t, kernelhost, "", nil, args...)
+			status, stdout, stderr := run(t, kernelhost, "", hostEnv(), args...)
 			golden(t, name, status, stdout, stderr, masks)
 		})
 	}
@@ -101,7 +102,7 @@ func TestCLIUsageAndHelp(t *testing.T) {
 
 func TestCLIVersion(t *testing.T) {
 	t.Run("dev", func(t *testing.T) {
-		status, stdout, stderr := run(t, kernelhost, "", nil, "version")
+		status, stdout, stderr := run(t, kernelhost, "", hostEnv(), "version")
 		commit := regexp.MustCompile(`(?m)^commit .*$`)
 		golden(t, "version-dev", status, stdout, stderr, func(s string) string {
 			return commit.ReplaceAllString(goVersion(s), "commit COMMIT")
@@ -113,7 +114,7 @@ func TestCLIVersion(t *testing.T) {
 		if err := testbuild.Kernelhost(exe, "-ldflags", "-X "+pkg+".Version=v1.2.3-4-gabcdef0-dirty -X "+pkg+".Commit=abcdef0123"); err != nil {
 			t.Fatal(err)
 		}
-		status, stdout, stderr := run(t, exe, "", nil, "version")
+		status, stdout, stderr := run(t, exe, "", hostEnv(), "version")
 		golden(t, "version-stamped", status, stdout, stderr, goVersion)
 	})
 }
@@ -136,7 +137,7 @@ func TestCLIPluginsList(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "http://" + closedPort(t) + "/"
-	status, stdout, stderr := run(t, kernelhost, "", []string{"KERNELHOST_JUPYTER_URL=" + url}, "plugins", "list", "-plugin-dir", dir)
+	status, stdout, stderr := run(t, kernelhost, "", hostEnv("KERNELHOST_JUPYTER_URL="+url), "plugins", "list", "-plugin-dir", dir)
 	// The jupyter plugin's own log line (a JSON record with a timestamp) is
 	// checked here, then masked.
 	jupyterLog := regexp.MustCompile(`plugin stderr: \{.*\}`)
@@ -149,7 +150,7 @@ func TestCLIPluginsList(t *testing.T) {
 
 	t.Run("missing directory", func(t *testing.T) {
 		missing := filepath.Join(dir, "none")
-		status, stdout, stderr := run(t, kernelhost, "", nil, "plugins", "list", "-plugin-dir", missing)
+		status, stdout, stderr := run(t, kernelhost, "", hostEnv(), "plugins", "list", "-plugin-dir", missing)
 		golden(t, "plugins-list-missing", status, stdout, stderr, replacer(missing, "MISSING"))
 	})
 }
@@ -211,7 +212,7 @@ func TestCLIPolicyEval(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			status, stdout, stderr := run(t, kernelhost, tc.stdin, tc.env, append([]string{"policy", "eval"}, tc.args...)...)
+			status, stdout, stderr := run(t, kernelhost, tc.stdin, hostEnv(tc.env...), append([]string{"policy", "eval"}, tc.args...)...)
 			golden(t, "policy-eval-"+name, status, stdout, stderr, replacer(dir, "DIR", filepath.Dir(denylist), "BUILD"))
 		})
 	}
