@@ -2,12 +2,30 @@
 # on 127.0.0.1:49999 (KERNELHOST_* env vars and ARGS="-flag=value" pass
 # through); `make test` installs missing test dependencies and runs every
 # test. Build outputs go under bin/: bin/kernelhost, bin/plugins/ (found next
-# to the executable), bin/policies/.
+# to the executable), bin/policies/. `make install` copies them under
+# $(DESTDIR)$(PREFIX); `make release` builds trimmed archives into dist/.
 
 GO       ?= go
 GOROOT   := $(shell $(GO) env GOROOT)
 TOOLS    := $(CURDIR)/bin/tools
 SDKTEST  := hostcmd/sdktest
+
+# Version info stamped into bin/kernelhost (kernelhost version).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+CLI_PKG := github.com/kernelhost/kernelhost/hostcmd/cli
+LDFLAGS := -X $(CLI_PKG).Version=$(VERSION) -X $(CLI_PKG).Commit=$(COMMIT)
+
+# make install: PREFIX/bin/kernelhost, PREFIX/lib/kernelhost/plugins (where
+# the installed binary looks for its plugins: ../lib/kernelhost/plugins from
+# its own directory), PREFIX/share/kernelhost/policies. DESTDIR stages it.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+# The transport plugins installed and released (not the example plugin).
+INSTALL_PLUGINS := subprocess jupyter
+
+# make release: one archive per platform, laid out like an install.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
 
 # wazero runs the core's tests compiled for WebAssembly (GOOS=wasip1).
 WAZERO_VERSION := v1.12.0
@@ -45,13 +63,39 @@ SOAK ?= 10000
 BENCH     ?= .
 BENCHTIME ?= 1s
 
-.PHONY: all build plugins policies generate run run-jupyter test test-go test-wasm test-fuzz test-faults soak run-faults fuzz run-fuzz deps deps-apt deps-npm deps-jupyter bench vet clean
+.PHONY: all build install release plugins policies generate run run-jupyter test test-go test-wasm test-fuzz test-faults soak run-faults fuzz run-fuzz deps deps-apt deps-npm deps-jupyter bench vet clean
 
 all: build
 
-## build: bin/kernelhost
+## build: bin/kernelhost, stamped with VERSION and COMMIT
 build:
-	$(GO) build -o bin/kernelhost ./hostcmd
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kernelhost ./hostcmd
+
+## install: the host, its transport plugins and the example policies under
+## $(DESTDIR)$(PREFIX) (PREFIX ?= /usr/local)
+install: build plugins policies
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/kernelhost/plugins $(DESTDIR)$(PREFIX)/share/kernelhost/policies
+	install -m 0755 bin/kernelhost $(DESTDIR)$(PREFIX)/bin/kernelhost
+	install -m 0755 $(addprefix bin/plugins/kernelhost-transport-,$(INSTALL_PLUGINS)) $(DESTDIR)$(PREFIX)/lib/kernelhost/plugins/
+	install -m 0644 bin/policies/*.wasm $(DESTDIR)$(PREFIX)/share/kernelhost/policies/
+
+## release: dist/kernelhost-VERSION-OS-ARCH.tar.gz for each of
+## RELEASE_PLATFORMS: static (CGO_ENABLED=0), -trimpath, stripped (-s -w),
+## stamped; inside, the install layout (bin/, lib/kernelhost/plugins/,
+## share/kernelhost/policies/ and share/kernelhost/deploy/)
+release: policies
+	@set -e; rm -rf dist; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; name=kernelhost-$(VERSION)-$$os-$$arch; d=dist/$$name; \
+		echo "release $$name"; \
+		for plugin in $(INSTALL_PLUGINS); do \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w' \
+				-o $$d/lib/kernelhost/plugins/kernelhost-transport-$$plugin ./plugins/cmd/kernelhost-transport-$$plugin; \
+		done; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $$d/bin/kernelhost ./hostcmd; \
+		mkdir -p $$d/share/kernelhost/policies; cp bin/policies/*.wasm $$d/share/kernelhost/policies/; \
+		cp -r deploy $$d/share/kernelhost/deploy; \
+		tar -C dist -czf $$d.tar.gz $$name; \
+	done
 
 ## plugins: the transport plugins, bin/plugins/kernelhost-transport-*
 plugins:
@@ -72,7 +116,7 @@ generate:
 
 ## run: build and serve (settings: KERNELHOST_* env vars or ARGS)
 run: build plugins
-	./bin/kernelhost $(ARGS)
+	./bin/kernelhost serve $(ARGS)
 
 ## run-jupyter: serve on the Jupyter transport: starts a Jupyter Server on
 ## 127.0.0.1:$(JUPYTER_PORT) (own root dir, generated token, IOPub rate
@@ -99,7 +143,7 @@ run-jupyter: build plugins deps-jupyter
 		sleep 0.1; \
 	done; \
 	KERNELHOST_TRANSPORT=jupyter KERNELHOST_JUPYTER_URL=http://127.0.0.1:$(JUPYTER_PORT)/ \
-	KERNELHOST_JUPYTER_TOKEN="$$token" ./bin/kernelhost $(ARGS) || status=$$?; \
+	KERNELHOST_JUPYTER_TOKEN="$$token" ./bin/kernelhost serve $(ARGS) || status=$$?; \
 	exit $${status:-0}
 
 ## test: install missing test dependencies, then all tests with -race, then
@@ -181,4 +225,4 @@ vet:
 	$(GO) vet ./...
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

@@ -27,6 +27,10 @@ import (
 var (
 	kernelhost string
 	denylist   string
+	// WAT modules: reserved.wasm (the example) and trap.wasm (a module that
+	// fails at evaluation); watErr says why they were not built.
+	reserved, trapping string
+	watErr             error
 )
 
 func TestMain(m *testing.M) {
@@ -39,6 +43,11 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 		kernelhost = filepath.Join(dir, "bin", "kernelhost")
 		denylist = filepath.Join(dir, "denylist.wasm")
+		reserved = filepath.Join(dir, "reserved.wasm")
+		trapping = filepath.Join(dir, "trap.wasm")
+		if watErr = testbuild.Wat("plugins/policy/examples/reserved/reserved.wat", reserved); watErr == nil {
+			watErr = testbuild.Wat("plugins/policy/testdata/trap.wat", trapping)
+		}
 		for what, build := range map[string]func() error{
 			"kernelhost":    func() error { return testbuild.Kernelhost(kernelhost) },
 			"plugins":       func() error { return testbuild.Plugins(filepath.Join(dir, "bin", "plugins")) },
@@ -85,7 +94,7 @@ func hostEnv(vars ...string) []string {
 
 func startBinary(t *testing.T, vars ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: exec.Command(kernelhost), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
+	p := &proc{t: t, cmd: exec.Command(kernelhost, "serve"), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
 	p.cmd.Env = hostEnv(vars...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

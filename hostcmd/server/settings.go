@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -111,27 +112,51 @@ const (
 	ScopeExecute = "execute"
 )
 
-// DefaultPluginDir is "plugins" next to the running executable: bin/plugins
-// for bin/kernelhost as make builds them.
+// DefaultPluginDir finds the transport plugins of the running executable
+// EXE: EXE's directory/plugins (bin/plugins for bin/kernelhost as make builds
+// them), else EXE's directory/../lib/kernelhost/plugins (as make install lays
+// them out: PREFIX/bin/kernelhost, PREFIX/lib/kernelhost/plugins). When
+// neither is a directory it is the first, so a start-up error names where
+// make puts them.
 func DefaultPluginDir() string {
 	exe, err := os.Executable()
 	if err != nil {
 		return "plugins"
 	}
-	return filepath.Join(filepath.Dir(exe), "plugins")
+	return PluginDirFor(exe)
 }
 
-// Load reads the configuration from command-line flags and KERNELHOST_*
-// environment variables; a flag given on the command line wins over its
-// variable. getenv is os.Getenv outside tests.
+// PluginDirFor is DefaultPluginDir for the executable at exe.
+func PluginDirFor(exe string) string {
+	dir := filepath.Dir(exe)
+	candidates := []string{
+		filepath.Join(dir, "plugins"),
+		filepath.Join(dir, "..", "lib", "kernelhost", "plugins"),
+	}
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+			return filepath.Clean(c)
+		}
+	}
+	return candidates[0]
+}
+
+// Load reads the configuration from command-line flags, KERNELHOST_*
+// environment variables and the TOML config file named by -config (or
+// KERNELHOST_CONFIG), in that precedence, over the defaults (see parseSources).
+// name heads the usage -help prints to stderr. getenv is os.Getenv outside
+// tests.
 func Load(name string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// Errors are returned, not printed with the whole usage after them; the
+	// usage goes to stderr for -help only.
+	fs.SetOutput(io.Discard)
 	var (
 		c                           Config
 		envFile, envInline          string
 		policy, logFormat, logLevel string
 	)
+	fs.String(ConfigFlag, "", "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it")
 	fs.StringVar(&c.Addr, "addr", DefaultAddr, "listen address (host:port)")
 	fs.StringVar(&c.DefaultCwd, "default-cwd", DefaultCwd, "working directory of contexts created without one; falls back to the host's working directory when it does not exist")
 	fs.StringVar(&envFile, "env-file", "", "path of a JSON object of global env vars every context gets")
@@ -161,17 +186,11 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&c.Policies, "policies", "", "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage of %s (every flag is also an environment variable %sNAME, e.g. %sADDR; the flag wins):\n", name, EnvPrefix, EnvPrefix)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() {}
+	if err := parseSources(fs, args, getenv); errors.Is(err, flag.ErrHelp) {
+		printUsage(stderr, fs, name)
 		return Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	if err := applyEnv(fs, getenv); err != nil {
+	} else if err != nil {
 		return Config{}, err
 	}
 
@@ -245,26 +264,6 @@ func checkLimits(c Config) error {
 		return fmt.Errorf("%s %q: want %s or %s", EnvVar("access-token-scope"), c.AccessTokenScope, ScopeAll, ScopeExecute)
 	}
 	return nil
-}
-
-// applyEnv sets every flag that was not given on the command line from its
-// environment variable, through the flag itself so that parsing is the same.
-func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		key := EnvVar(f.Name)
-		if v := getenv(key); v != "" {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", key, v, e)
-			}
-		}
-	})
-	return err
 }
 
 // EnvVar is the environment variable of a flag: -default-cwd → KERNELHOST_DEFAULT_CWD.

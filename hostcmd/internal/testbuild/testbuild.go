@@ -30,9 +30,10 @@ func Plugins(dir string) error {
 	return goBuild(nil, "-o", dir+string(filepath.Separator), Module+"/plugins/cmd/...", Module+"/plugins/examples/cmd/...")
 }
 
-// Kernelhost builds the kernelhost command to out.
-func Kernelhost(out string) error {
-	return goBuild(nil, "-o", out, Module+"/hostcmd")
+// Kernelhost builds the kernelhost command to out; buildArgs go to go build
+// (e.g. "-ldflags", "-X ...", as make build stamps the version).
+func Kernelhost(out string, buildArgs ...string) error {
+	return goBuild(nil, append(append([]string{"-o", out}, buildArgs...), Module+"/hostcmd")...)
 }
 
 // Denylist builds the example Go policy module to out, as `make policies`.

@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+)
+
+// shutdownTimeout bounds the graceful shutdown after SIGINT or SIGTERM.
+const shutdownTimeout = 30 * time.Second
+
+// serve runs the host until SIGINT or SIGTERM. SIGHUP reloads the env-var
+// policies. Its settings are server.Load's.
+func serve(s Streams, args []string) int {
+	cfg, err := server.Load("kernelhost serve", args, s.Getenv, s.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(s.Stderr, "kernelhost serve: %v (kernelhost help serve lists the settings)\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	host, err := server.Start(ctx, cfg)
+	if err != nil {
+		cfg.Logger.Error("start failed", "err", err)
+		return exitFail
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reloads := make(chan struct{})
+	go func() {
+		defer close(reloads)
+		reloadOnHUP(host, hup, cfg.Logger)
+	}()
+	<-ctx.Done()
+	signal.Stop(hup)
+	close(hup)
+	stop() // a second signal kills the process the default way
+	cfg.Logger.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err = host.Shutdown(shutdownCtx)
+	<-reloads
+	if err != nil {
+		cfg.Logger.Error("shutdown", "err", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// reloadOnHUP reloads the policies at every SIGHUP until hup is closed. A
+// failed reload leaves the policies in use as they were.
+func reloadOnHUP(host *server.Host, hup <-chan os.Signal, log *slog.Logger) {
+	for range hup {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		modules, err := host.ReloadPolicies(ctx)
+		cancel()
+		switch {
+		case errors.Is(err, server.ErrNoPolicies):
+			log.Warn("SIGHUP: nothing to reload", "err", err)
+		case err != nil:
+			log.Error("policy reload failed; the previous policies stay in use", "err", err)
+		default:
+			log.Info("policies reloaded", "modules", modules)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/plugins/transportplugin"
+)
+
+// DiscoveredPlugin is one transport plugin found in the plugin directory.
+type DiscoveredPlugin struct {
+	Transport string // the name -transport takes: the file name without PluginPrefix
+	Path      string
+	Info      core.TransportInfo // as the plugin describes itself, when it started
+	Err       error              // why it did not start
+}
+
+// DiscoverPlugins starts every transport plugin in cfg.PluginDir, one after
+// the other, with the environment LaunchTransport gives it, asks each to
+// describe itself over the plugin protocol and stops it. A plugin that does
+// not start is reported with its error; only an unreadable directory is an
+// error. Each start is bounded by startTimeout.
+func DiscoverPlugins(ctx context.Context, cfg Config, startTimeout time.Duration) ([]DiscoveredPlugin, error) {
+	cfg = withDefaults(cfg)
+	entries, err := os.ReadDir(cfg.PluginDir)
+	if err != nil {
+		return nil, fmt.Errorf("plugin directory: %w", err)
+	}
+	var found []DiscoveredPlugin
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), PluginPrefix)
+		if !ok || name == "" || e.IsDir() {
+			continue
+		}
+		p := DiscoveredPlugin{Transport: name, Path: PluginPath(cfg.PluginDir, name)}
+		p.Info, p.Err = describePlugin(ctx, cfg, p.Path, startTimeout)
+		found = append(found, p)
+	}
+	sort.Slice(found, func(i, j int) bool { return found[i].Transport < found[j].Transport })
+	return found, nil
+}
+
+func describePlugin(ctx context.Context, cfg Config, path string, startTimeout time.Duration) (core.TransportInfo, error) {
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
+		return core.TransportInfo{}, fmt.Errorf("not an executable file")
+	}
+	s, err := transportplugin.Launch(ctx, transportplugin.Config{
+		Path: path,
+		Env:  pluginEnv(cfg),
+		// The error carries what the plugin said; its log lines are noise here.
+		Logger:       slog.New(slog.DiscardHandler),
+		StartTimeout: startTimeout,
+	})
+	if err != nil {
+		return core.TransportInfo{}, err
+	}
+	info := s.Info()
+	return info, s.Close()
+}
