@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/docs"
 )
 
 // api serves the code-interpreter HTTP API (docs/api-contract.md) on an engine.
@@ -32,20 +33,84 @@ type api struct {
 	tokenScope   string      // ScopeAll or ScopeExecute
 }
 
-// handler returns the API's routes behind CORS and the body limit.
+// route is one entry of the API's route table: an HTTP method, a ServeMux
+// path pattern ({id} is a path parameter) and the handler.
+type route struct {
+	method, pattern string
+	handle          func(*api, http.ResponseWriter, *http.Request)
+}
+
+// routes is every route the API serves, the one list that handler registers
+// and that docs/openapi.json describes (a test holds the two equal both ways).
+var routes = []route{
+	{"GET", "/health", (*api).health},
+	{"POST", "/execute", (*api).execute},
+	{"GET", "/contexts", (*api).listContexts},
+	{"POST", "/contexts", (*api).createContext},
+	{"DELETE", "/contexts/{id}", (*api).deleteContext},
+	{"POST", "/contexts/{id}/restart", (*api).restartContext},
+	{"POST", "/contexts/{id}/interrupt", (*api).interruptContext},
+	{"GET", "/executions/{id}", (*api).executionState},
+	{"GET", "/executions/{id}/stream", (*api).resumeExecution},
+	{"GET", "/openapi.json", (*api).openAPI},
+}
+
+// handler returns the API's routes behind CORS and the access token.
 func (a *api) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", a.health)
-	mux.HandleFunc("POST /execute", a.execute)
-	mux.HandleFunc("GET /contexts", a.listContexts)
-	mux.HandleFunc("POST /contexts", a.createContext)
-	mux.HandleFunc("DELETE /contexts/{id}", a.deleteContext)
-	mux.HandleFunc("POST /contexts/{id}/restart", a.restartContext)
-	mux.HandleFunc("POST /contexts/{id}/interrupt", a.interruptContext)
-	mux.HandleFunc("GET /executions/{id}", a.executionState)
-	mux.HandleFunc("GET /executions/{id}/stream", a.resumeExecution)
-	// Unknown routes get the mux's 404, a known path with another method 405.
-	return cors(a.authorize(mux))
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+			rt.handle(a, w, r)
+		})
+	}
+	return cors(a.authorize(jsonRouteErrors(mux)))
+}
+
+// jsonRouteErrors answers an unknown route (404) and a known path with
+// another method (405, with the mux's Allow header) as FastAPI does, with
+// {"detail": "Not Found"} or {"detail": "Method Not Allowed"}, instead of the
+// mux's plain text: the contract's unknown-route answer. Errors of a route's
+// own handler (e.g. 404 "Context x not found") stay as the handler wrote them.
+func jsonRouteErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			// No route: the mux answers 404, 405, or redirects a path to
+			// its clean form.
+			w = &routeErrorWriter{ResponseWriter: w}
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// routeErrorWriter replaces the body of the mux's 404 and 405 answers (the
+// status, the Allow header and redirects pass through).
+type routeErrorWriter struct {
+	http.ResponseWriter
+	replaced bool
+}
+
+func (w *routeErrorWriter) WriteHeader(status int) {
+	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+		w.ResponseWriter.WriteHeader(status)
+		return
+	}
+	w.replaced = true
+	body, _ := json.Marshal(routeError{Detail: http.StatusText(status)})
+	w.Header().Set("Content-Type", "application/json")
+	w.ResponseWriter.WriteHeader(status)
+	_, _ = w.ResponseWriter.Write(body)
+}
+
+func (w *routeErrorWriter) Write(p []byte) (int, error) {
+	if w.replaced {
+		return len(p), nil // the mux's plain-text body, already replaced
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// routeError is FastAPI's error body, {"detail": "..."}.
+type routeError struct {
+	Detail string `json:"detail"`
 }
 
 // authorize requires the access token, when one is configured, on every
@@ -128,6 +193,15 @@ func (a *api) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, "OK")
+}
+
+// openAPI serves the API description (docs/openapi.json, embedded). It is
+// not secret, but it follows the token's scope like every route but /health:
+// with scope "all" nothing but the readiness probe answers without the token.
+func (a *api) openAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, docs.OpenAPI())
 }
 
 // executeRequest is the /execute body. Pointers tell absent and null apart

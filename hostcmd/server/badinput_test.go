@@ -40,8 +40,8 @@ func TestBadInput(t *testing.T) {
 		{"malformed context body", "POST", "/contexts", `{"language":`, 422, "malformed JSON"},
 		{"context cwd not a string", "POST", "/contexts", `{"cwd":1}`, 422, "cwd"},
 		{"context cwd not a directory", "POST", "/contexts", `{"cwd":"/no/such/kh-dir"}`, 400, "not an existing directory"},
-		{"unknown route", "GET", "/nope", "", 404, "not found"},
-		{"wrong method", "GET", "/execute", "", 405, ""},
+		{"unknown route", "GET", "/nope", "", 404, `{"detail":"Not Found"}`},
+		{"wrong method", "GET", "/execute", "", 405, `{"detail":"Method Not Allowed"}`},
 		{"restart unknown", "POST", "/contexts/nope/restart", "", 404, "Context nope not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
