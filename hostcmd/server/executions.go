@@ -44,7 +44,8 @@ func (a *api) resumeExecution(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("after"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			writeText(w, http.StatusBadRequest, fmt.Sprintf("Invalid after=%q: want the sequence number of the last output received (0 or more)", v))
+			// 422 like every request the API refuses for its shape.
+			writeText(w, http.StatusUnprocessableEntity, fmt.Sprintf("Invalid after=%q: want the sequence number of the last output received (0 or more)", v))
 			return
 		}
 		after = n

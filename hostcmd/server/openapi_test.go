@@ -153,6 +153,20 @@ Rich()`
 		c.exchange(t, call{"POST", "/contexts/nope/interrupt", "", nil, 404})
 	})
 
+	t.Run("executions", func(t *testing.T) {
+		c.exchange(t, call{"POST", "/execute?seq=true", `{"code":"print(1)\n2"}`, nil, 200})
+		id := c.header.Get("X-Execution-Id")
+		c.exchange(t, call{"GET", "/executions/" + id, "", nil, 200})
+		_, lines := c.exchange(t, call{"GET", "/executions/" + id + "/stream?after=1", "", nil, 200})
+		if len(lines) == 0 || lines[0]["seq"] != 2.0 {
+			t.Fatalf("resumed after 1: %v", lines)
+		}
+		c.exchange(t, call{"GET", "/executions/" + id + "/stream?after=99", "", nil, 400})
+		c.exchange(t, call{"GET", "/executions/" + id + "/stream?after=x", "", nil, 422})
+		c.exchange(t, call{"GET", "/executions/nope", "", nil, 404})
+		c.exchange(t, call{"GET", "/executions/nope/stream", "", nil, 404})
+	})
+
 	t.Run("unknown route", func(t *testing.T) {
 		c.routeError(t, call{"GET", "/nope", "", nil, 404}, "RouteNotFound")
 		c.routeError(t, call{"POST", "/contexts/x/y/z", "", nil, 404}, "RouteNotFound")
@@ -218,6 +232,10 @@ func TestOpenAPISecurityMatchesTraffic(t *testing.T) {
 		{"POST", "/contexts/nope/interrupt", "", "bearer", 404},
 		{"DELETE", "/contexts/nope", "", "no token", 401},
 		{"DELETE", "/contexts/nope", "", "bearer", 404},
+		{"GET", "/executions/nope", "", "no token", 401},
+		{"GET", "/executions/nope", "", "bearer", 404},
+		{"GET", "/executions/nope/stream", "", "X-Access-Token", 401},
+		{"GET", "/executions/nope/stream", "", "bearer", 404},
 	} {
 		t.Run(tc.method+" "+tc.path+" "+tc.creds, func(t *testing.T) {
 			c.exchange(t, call{tc.method, tc.path, tc.body, creds[tc.creds], tc.status})
@@ -264,6 +282,7 @@ type conformance struct {
 	token   string                    // the host's access token; "" for none
 	seen    map[string]bool           // stream line types validated
 	reached map[string]map[string]int // documented "METHOD /path" -> status -> count
+	header  http.Header               // the last exchange's response header
 }
 
 func newConformance(t testing.TB, h *testHost, token string) *conformance {
@@ -313,6 +332,7 @@ func (c *conformance) exchange(t testing.TB, tc call) ([]byte, []line) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	resp, body := c.send(t, ctx, tc)
+	c.header = resp.Header
 
 	// The validator reads a request of its own: the first body is spent.
 	in := c.requestInput(t, c.newRequest(t, ctx, tc))

@@ -171,8 +171,8 @@ func TestResumeErrors(t *testing.T) {
 	}{
 		{"/executions/no-such-id", 404, "not found"},
 		{"/executions/no-such-id/stream", 404, "not found"},
-		{"/executions/" + id + "/stream?after=-1", 400, "Invalid after"},
-		{"/executions/" + id + "/stream?after=x", 400, "Invalid after"},
+		{"/executions/" + id + "/stream?after=-1", 422, "Invalid after"},
+		{"/executions/" + id + "/stream?after=x", 422, "Invalid after"},
 		{"/executions/" + id + "/stream?after=100000", 400, "past the last output"},
 	} {
 		if status, text := h.do("GET", c.path, ""); status != c.status || !strings.Contains(text, c.detail) {
