@@ -16,8 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/kernelhost/kernelhost/core"
 )
 
@@ -30,6 +28,7 @@ type api struct {
 	ready        atomic.Bool // the default contexts exist
 	token        []byte      // Config.AccessToken; empty: no check
 	tokenScope   string      // ScopeAll or ScopeExecute
+	metrics      *metrics    // nil: no /metrics (Config.DisableMetrics)
 }
 
 // handler returns the API's routes behind CORS and the body limit.
@@ -42,8 +41,12 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("DELETE /contexts/{id}", a.deleteContext)
 	mux.HandleFunc("POST /contexts/{id}/restart", a.restartContext)
 	mux.HandleFunc("POST /contexts/{id}/interrupt", a.interruptContext)
+	if a.metrics != nil {
+		// Behind the token like every route but /health (scope all).
+		mux.Handle("GET /metrics", a.metrics.handler())
+	}
 	// Unknown routes get the mux's 404, a known path with another method 405.
-	return cors(a.authorize(mux))
+	return withRequestLog(a.log, cors(a.authorize(mux)))
 }
 
 // authorize requires the access token, when one is configured, on every
@@ -72,7 +75,7 @@ func (a *api) authorize(next http.Handler) http.Handler {
 			return
 		}
 		// The log names the route, never the presented value.
-		a.log.Info("request refused: missing or wrong access token", "method", r.Method, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
+		a.log.InfoContext(r.Context(), "request refused: missing or wrong access token", "method", r.Method, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="kernelhost"`)
 		writeText(w, http.StatusUnauthorized, "Unauthorized: send the host's access token as \"Authorization: Bearer <token>\" (setting "+EnvVar("access-token")+")")
 	})
@@ -147,21 +150,22 @@ const maxTimeoutSeconds = float64(math.MaxInt64/int64(time.Second)) - 1
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.readBody(w, r)
 	if !ok {
+		a.metrics.invalid()
 		return
 	}
 	var req executeRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeText(w, http.StatusUnprocessableEntity, "Invalid request body: "+jsonProblem(err))
+		a.invalidExecute(w, "Invalid request body: "+jsonProblem(err))
 		return
 	}
 	if req.Code == nil {
-		writeText(w, http.StatusUnprocessableEntity, `Invalid request body: "code" is required and must be a string`)
+		a.invalidExecute(w, `Invalid request body: "code" is required and must be a string`)
 		return
 	}
 	env := make(map[string]string, len(req.EnvVars))
 	for k, v := range req.EnvVars {
 		if v == nil {
-			writeText(w, http.StatusUnprocessableEntity, fmt.Sprintf("Invalid request body: env_vars[%q] must be a string", k))
+			a.invalidExecute(w, fmt.Sprintf("Invalid request body: env_vars[%q] must be a string", k))
 			return
 		}
 		env[k] = *v
@@ -169,10 +173,13 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	var timeout time.Duration
 	if req.Timeout != nil {
 		if t := *req.Timeout; t < 0 || t > maxTimeoutSeconds {
-			writeText(w, http.StatusUnprocessableEntity, fmt.Sprintf(`Invalid request body: "timeout" must be a number of seconds from 0 to %.0f`, maxTimeoutSeconds))
+			a.invalidExecute(w, fmt.Sprintf(`Invalid request body: "timeout" must be a number of seconds from 0 to %.0f`, maxTimeoutSeconds))
 			return
 		}
 		timeout = time.Duration(*req.Timeout * float64(time.Second))
+	}
+	if req.ContextID != nil {
+		setContextID(r.Context(), *req.ContextID)
 	}
 	x, err := a.engine.Execute(r.Context(), core.ExecRequest{
 		Code:      *req.Code,
@@ -183,10 +190,19 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		Timeout:   timeout,
 	})
 	if err != nil {
+		a.metrics.refused(err)
 		a.writeError(w, r, err)
 		return
 	}
+	setContextID(r.Context(), x.ContextID())
+	setExecutionID(r.Context(), x.ID())
 	a.stream(w, r, x)
+}
+
+// invalidExecute answers 422 to an /execute body the engine never sees.
+func (a *api) invalidExecute(w http.ResponseWriter, msg string) {
+	a.metrics.invalid()
+	writeText(w, http.StatusUnprocessableEntity, msg)
 }
 
 // stream writes x's outputs as NDJSON, one flush per batch of available
@@ -223,7 +239,9 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, x *core.Execution) 
 			line = core.AppendLine(line, core.Output{Type: core.OutKeepalive})
 		}
 		if len(line) > 0 {
-			if _, werr := w.Write(line); werr != nil {
+			n, werr := w.Write(line)
+			a.metrics.streamed(n)
+			if werr != nil {
 				return
 			}
 			if ferr := rc.Flush(); ferr != nil {
@@ -265,6 +283,7 @@ func (a *api) createContext(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	setContextID(r.Context(), info.ID)
 	writeJSON(w, info)
 }
 
@@ -283,6 +302,7 @@ func (a *api) interruptContext(w http.ResponseWriter, r *http.Request) {
 // control runs a bodiless operation on the context named in the path. The
 // SDKs send Content-Type: application/json with an empty body: ignored.
 func (a *api) control(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error) {
+	setContextID(r.Context(), r.PathValue("id"))
 	if err := op(r.Context(), r.PathValue("id")); err != nil {
 		a.writeError(w, r, err)
 		return
@@ -369,12 +389,10 @@ func jsonProblem(err error) string {
 	return err.Error()
 }
 
+// requestMetadata is what env-var policies see of the request: the id that
+// withRequestLog gave it (the same one as in the logs and the response).
 func requestMetadata(r *http.Request) map[string]string {
-	id := r.Header.Get("X-Request-Id")
-	if id == "" {
-		id = uuid.NewString()
-	}
-	return map[string]string{"request_id": id, "remote_addr": r.RemoteAddr}
+	return map[string]string{"request_id": requestIDOf(r.Context()), "remote_addr": r.RemoteAddr}
 }
 
 func deref(s *string) string {
