@@ -30,7 +30,7 @@ type Host struct {
 	api      *api
 	srv      *http.Server
 	ln       net.Listener
-	served   chan error // Serve's result
+	served   chan error   // Serve's result
 	pprof    *pprofServer // nil without Config.PprofAddr
 	shutdown atomic.Bool
 }

@@ -59,4 +59,3 @@ func (p *pprofServer) close() {
 	_ = p.srv.Close()
 	<-p.served
 }
-
