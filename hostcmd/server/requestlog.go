@@ -64,8 +64,9 @@ func requestIDOf(ctx context.Context) string {
 }
 
 // saneRequestID accepts an incoming id of 1 to 128 printable ASCII
-// characters without spaces: anything else (control characters, quotes
-// for log injection, megabytes) is replaced by a generated id.
+// characters without spaces (what tracing systems send); anything else
+// (control characters, non-ASCII, megabytes) is replaced by a generated id.
+// The log handlers quote what needs quoting.
 func saneRequestID(id string) bool {
 	if id == "" || len(id) > maxRequestIDLen {
 		return false
