@@ -308,11 +308,23 @@ func TestMetricsPluginRestart(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %d: %v", pid, err)
 	}
-	// An execution on every context waits for the plugin to be back; the
-	// counter moves before the new plugin takes calls.
+	// The counter moves once the new plugin runs (before calls reach it).
+	// Executing before that could still pick the dying plugin, so the test
+	// waits for the counter first, by scraping it: bounded by a deadline.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := h.scrapeMetrics(t, nil).value(t, "kernelhost_plugin_restarts_total")
+		if got == 1 {
+			break
+		}
+		if got > 1 || time.Now().After(deadline) {
+			t.Fatalf("restarts after one kill -9: %v, want 1", got)
+		}
+		time.Sleep(10 * time.Millisecond) // nothing to wait on over HTTP but the next scrape
+	}
 	h.recovered(t)
 	if got := h.scrapeMetrics(t, nil).value(t, "kernelhost_plugin_restarts_total"); got != 1 {
-		t.Fatalf("restarts after one kill -9: %v, want 1", got)
+		t.Fatalf("restarts after recovering from one kill -9: %v, want 1", got)
 	}
 	waitGone(t, pid, "the killed plugin", 5*time.Second)
 }
