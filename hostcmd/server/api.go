@@ -16,8 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/docs"
 )
@@ -31,6 +29,7 @@ type api struct {
 	ready        atomic.Bool // the default contexts exist
 	token        []byte      // Config.AccessToken; empty: no check
 	tokenScope   string      // ScopeAll or ScopeExecute
+	metrics      *metrics    // nil: no /metrics (Config.DisableMetrics)
 }
 
 // route is one entry of the API's route table: an HTTP method, a ServeMux
@@ -52,6 +51,7 @@ var routes = []route{
 	{"POST", "/contexts/{id}/interrupt", (*api).interruptContext},
 	{"GET", "/executions/{id}", (*api).executionState},
 	{"GET", "/executions/{id}/stream", (*api).resumeExecution},
+	{"GET", "/metrics", (*api).serveMetrics},
 	{"GET", "/openapi.json", (*api).openAPI},
 }
 
@@ -63,7 +63,7 @@ func (a *api) handler() http.Handler {
 			rt.handle(a, w, r)
 		})
 	}
-	return cors(a.authorize(jsonRouteErrors(mux)))
+	return withRequestLog(a.log, cors(a.authorize(jsonRouteErrors(mux))))
 }
 
 // jsonRouteErrors answers an unknown route (404) and a known path with
@@ -95,10 +95,15 @@ func (w *routeErrorWriter) WriteHeader(status int) {
 		return
 	}
 	w.replaced = true
+	writeRouteError(w.ResponseWriter, status)
+}
+
+// writeRouteError writes FastAPI's answer to an unknown route (404) or method (405).
+func writeRouteError(w http.ResponseWriter, status int) {
 	body, _ := json.Marshal(routeError{Detail: http.StatusText(status)})
 	w.Header().Set("Content-Type", "application/json")
-	w.ResponseWriter.WriteHeader(status)
-	_, _ = w.ResponseWriter.Write(body)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 func (w *routeErrorWriter) Write(p []byte) (int, error) {
@@ -139,7 +144,7 @@ func (a *api) authorize(next http.Handler) http.Handler {
 			return
 		}
 		// The log names the route, never the presented value.
-		a.log.Info("request refused: missing or wrong access token", "method", r.Method, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
+		a.log.InfoContext(r.Context(), "request refused: missing or wrong access token", "method", r.Method, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="kernelhost"`)
 		writeText(w, http.StatusUnauthorized, "Unauthorized: send the host's access token as \"Authorization: Bearer <token>\" (setting "+EnvVar("access-token")+")")
 	})
@@ -223,21 +228,22 @@ const maxTimeoutSeconds = float64(math.MaxInt64/int64(time.Second)) - 1
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.readBody(w, r)
 	if !ok {
+		a.metrics.invalid()
 		return
 	}
 	var req executeRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeText(w, http.StatusUnprocessableEntity, "Invalid request body: "+jsonProblem(err))
+		a.invalidExecute(w, "Invalid request body: "+jsonProblem(err))
 		return
 	}
 	if req.Code == nil {
-		writeText(w, http.StatusUnprocessableEntity, `Invalid request body: "code" is required and must be a string`)
+		a.invalidExecute(w, `Invalid request body: "code" is required and must be a string`)
 		return
 	}
 	env := make(map[string]string, len(req.EnvVars))
 	for k, v := range req.EnvVars {
 		if v == nil {
-			writeText(w, http.StatusUnprocessableEntity, fmt.Sprintf("Invalid request body: env_vars[%q] must be a string", k))
+			a.invalidExecute(w, fmt.Sprintf("Invalid request body: env_vars[%q] must be a string", k))
 			return
 		}
 		env[k] = *v
@@ -245,10 +251,13 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	var timeout time.Duration
 	if req.Timeout != nil {
 		if t := *req.Timeout; t < 0 || t > maxTimeoutSeconds {
-			writeText(w, http.StatusUnprocessableEntity, fmt.Sprintf(`Invalid request body: "timeout" must be a number of seconds from 0 to %.0f`, maxTimeoutSeconds))
+			a.invalidExecute(w, fmt.Sprintf(`Invalid request body: "timeout" must be a number of seconds from 0 to %.0f`, maxTimeoutSeconds))
 			return
 		}
 		timeout = time.Duration(*req.Timeout * float64(time.Second))
+	}
+	if req.ContextID != nil {
+		setContextID(r.Context(), *req.ContextID)
 	}
 	// The engine sees the client leave through client. It is r.Context()
 	// except once another stream took this execution over (a re-attach):
@@ -269,11 +278,20 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		Timeout:   timeout,
 	})
 	if err != nil {
+		a.metrics.refused(err)
 		a.writeError(w, r, err)
 		return
 	}
+	setContextID(r.Context(), x.ContextID())
+	setExecutionID(r.Context(), x.ID())
 	w.Header().Set(executionIDHeader, x.ID())
 	takenOver = a.stream(w, r, x.Next, wantSeq(r))
+}
+
+// invalidExecute answers 422 to an /execute body the engine never sees.
+func (a *api) invalidExecute(w http.ResponseWriter, msg string) {
+	a.metrics.invalid()
+	writeText(w, http.StatusUnprocessableEntity, msg)
 }
 
 // stream writes the outputs next returns as NDJSON, one flush per batch of
@@ -327,7 +345,9 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.C
 			line = appendLine(line, core.Output{Type: core.OutKeepalive})
 		}
 		if len(line) > 0 {
-			if _, werr := w.Write(line); werr != nil {
+			n, werr := w.Write(line)
+			a.metrics.streamed(n)
+			if werr != nil {
 				return
 			}
 			if ferr := rc.Flush(); ferr != nil {
@@ -369,6 +389,7 @@ func (a *api) createContext(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	setContextID(r.Context(), info.ID)
 	writeJSON(w, info)
 }
 
@@ -387,6 +408,7 @@ func (a *api) interruptContext(w http.ResponseWriter, r *http.Request) {
 // control runs a bodiless operation on the context named in the path. The
 // SDKs send Content-Type: application/json with an empty body: ignored.
 func (a *api) control(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error) {
+	setContextID(r.Context(), r.PathValue("id"))
 	if err := op(r.Context(), r.PathValue("id")); err != nil {
 		a.writeError(w, r, err)
 		return
@@ -475,12 +497,10 @@ func jsonProblem(err error) string {
 	return err.Error()
 }
 
+// requestMetadata is what env-var policies see of the request: the id that
+// withRequestLog gave it (the same one as in the logs and the response).
 func requestMetadata(r *http.Request) map[string]string {
-	id := r.Header.Get("X-Request-Id")
-	if id == "" {
-		id = uuid.NewString()
-	}
-	return map[string]string{"request_id": id, "remote_addr": r.RemoteAddr}
+	return map[string]string{"request_id": requestIDOf(r.Context()), "remote_addr": r.RemoteAddr}
 }
 
 func deref(s *string) string {

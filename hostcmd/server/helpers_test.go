@@ -246,6 +246,7 @@ type stream struct {
 	resp *http.Response
 	sc   *bufio.Scanner
 	n    int
+	size int // bytes read so far, newlines included
 }
 
 func (h *testHost) start(ctx context.Context, req any) *stream {
@@ -281,6 +282,7 @@ func (s *stream) next() line {
 	}
 	l := checkLine(s.t, s.n, s.sc.Bytes())
 	s.n++
+	s.size += len(s.sc.Bytes()) + 1 // the scanner drops the "\n"
 	return l
 }
 

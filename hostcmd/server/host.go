@@ -30,7 +30,8 @@ type Host struct {
 	api      *api
 	srv      *http.Server
 	ln       net.Listener
-	served   chan error // Serve's result
+	served   chan error   // Serve's result
+	pprof    *pprofServer // nil without Config.PprofAddr
 	shutdown atomic.Bool
 }
 
@@ -41,7 +42,9 @@ type Host struct {
 // ready, or with an error after cleaning up.
 func Start(ctx context.Context, cfg Config) (*Host, error) {
 	cfg = withDefaults(cfg)
-	log := cfg.Logger
+	// Lines logged with a request's context carry its ids (requestlog.go).
+	log := slog.New(requestIDHandler{Handler: cfg.Logger.Handler()})
+	cfg.Logger = log
 	if cfg.AccessTokenScope != ScopeAll && cfg.AccessTokenScope != ScopeExecute {
 		return nil, fmt.Errorf("access token scope %q: want %s or %s", cfg.AccessTokenScope, ScopeAll, ScopeExecute)
 	}
@@ -52,9 +55,15 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	var (
 		plugin *transportplugin.Supervised
 		pols   *policies
+		engine *core.Engine
+		met    *metrics
 		owned  bool
 		err    error
 	)
+	if !cfg.DisableMetrics {
+		// engine is set before the server serves, so before any scrape.
+		met = newMetrics(func() int { return len(engine.Contexts()) })
+	}
 	defer func() {
 		if !owned {
 			closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -74,18 +83,31 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 			return nil, fmt.Errorf("load the env-var policies: %w", err)
 		}
 		envPolicy = pols
+		if met != nil {
+			envPolicy = met.observePolicy(pols)
+		}
 		log.Info("env-var policies loaded", "modules", pols.modules())
 	}
 	transport := cfg.Transport
 	if transport == nil {
-		if plugin, err = LaunchTransport(ctx, cfg); err != nil {
+		var onRestart func()
+		if met != nil {
+			onRestart = met.pluginRestarted
+		}
+		if plugin, err = launchTransport(ctx, cfg, onRestart); err != nil {
 			return nil, err
 		}
 		transport = plugin
 	}
 	globals := cfg.GlobalEnv
-	engine, err := core.NewEngine(core.Config{
+	// A nil *metrics must not become a non-nil core.Observer.
+	var observer core.Observer
+	if met != nil {
+		observer = met
+	}
+	engine, err = core.NewEngine(core.Config{
 		Transport:        transport,
+		Observer:         observer,
 		Policy:           envPolicy,
 		Logger:           log,
 		DefaultCwd:       cwd,
@@ -108,7 +130,15 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	a := &api{engine: engine, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
-		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope}
+		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met}
+	var pprof *pprofServer
+	if cfg.PprofAddr != "" {
+		if pprof, err = startPprof(cfg.PprofAddr, log); err != nil {
+			_ = ln.Close()
+			_ = engine.Close(context.Background())
+			return nil, err
+		}
+	}
 	owned = true
 	h := &Host{
 		Engine:   engine,
@@ -118,6 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		api:      a,
 		ln:       ln,
 		served:   make(chan error, 1),
+		pprof:    pprof,
 		srv: &http.Server{
 			Handler:           a.handler(),
 			IdleTimeout:       cfg.IdleTimeout,
@@ -176,6 +207,14 @@ func (h *Host) ReloadPolicies(ctx context.Context) ([]string, error) {
 	return h.policies.reload(ctx)
 }
 
+// PprofAddr is the address of the pprof listener, "" when it is off.
+func (h *Host) PprofAddr() string {
+	if h.pprof == nil {
+		return ""
+	}
+	return h.pprof.addr()
+}
+
 // Addr is the address the host listens on.
 func (h *Host) Addr() string { return h.ln.Addr().String() }
 
@@ -203,6 +242,10 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	if srvErr != nil {
 		// Streams still open after the deadline: cut them.
 		_ = h.srv.Close()
+	}
+	if h.pprof != nil {
+		// Profiles in progress (a 30 s CPU profile) are cut: shutting down.
+		h.pprof.close()
 	}
 	// After the engine: the kernels live in the plugin process.
 	var pluginErr, policyErr error

@@ -350,9 +350,26 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	if status, _ := tokenRequest(t, h, "POST", "/contexts/"+ctxs[0].ID+"/restart", "", auth); status != 200 {
 		t.Fatalf("restart: %d", status)
 	}
+	// The metrics name no code, value or token either.
+	status, exposition := tokenRequest(t, h, "GET", "/metrics", "", auth)
+	if status != 200 || !strings.Contains(exposition, "kernelhost_executions_total") {
+		t.Fatalf("GET /metrics: %d %.200q", status, exposition)
+	}
+	for _, secret := range []string{token, envSecret, codeSecret, globSecret} {
+		if strings.Contains(exposition, secret) {
+			t.Errorf("/metrics holds the secret %q", secret)
+		}
+	}
 	out := logs.String()
-	if !strings.Contains(out, "request refused") || !strings.Contains(out, "request failed") {
-		t.Fatalf("the test did not exercise the failure logs:\n%s", out)
+	if !strings.Contains(out, "request refused") || !strings.Contains(out, "request failed") || !strings.Contains(out, "request served") {
+		t.Fatalf("the test did not exercise the request and failure logs:\n%s", out)
+	}
+	// Every line about a request says which one.
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if l := sc.Text(); strings.Contains(l, "msg=\"request ") && !strings.Contains(l, " request_id=") {
+			t.Errorf("a request's log line has no request_id: %s", l)
+		}
 	}
 	for _, secret := range []string{token, envSecret, codeSecret, globSecret} {
 		if strings.Contains(out, secret) {

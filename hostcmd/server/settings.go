@@ -74,6 +74,14 @@ type Config struct {
 	// Default: no such variables (each module's .config file, if any).
 	LookupEnv func(string) (string, bool)
 
+	// PprofAddr, when set, serves net/http/pprof on a listener of its own at
+	// this address (never on Addr). It should be a loopback address:
+	// profiles reveal memory contents. Empty: off.
+	PprofAddr string
+	// DisableMetrics leaves out /metrics and the engine's Observer
+	// (BenchmarkMetricsCost compares the two).
+	DisableMetrics bool
+
 	// Transport, if set, is used instead of launching a plugin (tests run
 	// transports in-process this way). The caller owns it.
 	Transport core.Transport
@@ -186,6 +194,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&c.Policies, "policies", "", "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "if set, serve net/http/pprof (/debug/pprof/) on this separate address; use a loopback address (profiles show memory contents); empty: off")
 	fs.Usage = func() {}
 	if err := parseSources(fs, args, getenv); errors.Is(err, flag.ErrHelp) {
 		printUsage(stderr, fs, name)

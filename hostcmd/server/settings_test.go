@@ -75,6 +75,7 @@ func TestLoadEnvAndFlags(t *testing.T) {
 		"KERNELHOST_ENV":               `{"A":"inline"}`,
 		"KERNELHOST_PYTHON":            "/opt/python",
 		"KERNELHOST_LOG_FORMAT":        "json",
+		"KERNELHOST_PPROF_ADDR":        "127.0.0.1:6060",
 	}
 	c, err := server.Load("kernelhost", []string{"-addr", "127.0.0.1:2"}, env(vars), io.Discard)
 	if err != nil {
@@ -83,7 +84,7 @@ func TestLoadEnvAndFlags(t *testing.T) {
 	if c.Addr != "127.0.0.1:2" {
 		t.Errorf("addr %q: the flag must win over KERNELHOST_ADDR", c.Addr)
 	}
-	if c.QueueDepth != 7 || c.DisconnectPolicy != core.DisconnectContinue || c.Interpreters.Python != "/opt/python" {
+	if c.QueueDepth != 7 || c.DisconnectPolicy != core.DisconnectContinue || c.Interpreters.Python != "/opt/python" || c.PprofAddr != "127.0.0.1:6060" {
 		t.Errorf("env settings not applied: %+v", c)
 	}
 	if c.GlobalEnv["A"] != "inline" || c.GlobalEnv["B"] != "file" {

@@ -21,6 +21,12 @@ func PluginPath(dir, name string) string {
 // supervision: the host's one way to get a transport outside tests. The
 // caller closes it after the engine.
 func LaunchTransport(ctx context.Context, cfg Config) (*transportplugin.Supervised, error) {
+	return launchTransport(ctx, cfg, nil)
+}
+
+// launchTransport is LaunchTransport with a hook called at each restart of
+// the plugin (the host's restart counter).
+func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*transportplugin.Supervised, error) {
 	cfg = withDefaults(cfg)
 	if err := checkTransportName(cfg.TransportName); err != nil {
 		return nil, err
@@ -36,9 +42,10 @@ func LaunchTransport(ctx context.Context, cfg Config) (*transportplugin.Supervis
 		return nil, fmt.Errorf("transport %q: plugin %s is not an executable file", cfg.TransportName, path)
 	}
 	s, err := transportplugin.Launch(ctx, transportplugin.Config{
-		Path:   path,
-		Env:    pluginEnv(cfg),
-		Logger: cfg.Logger,
+		Path:      path,
+		Env:       pluginEnv(cfg),
+		Logger:    cfg.Logger,
+		OnRestart: onRestart,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transport %q: %w", cfg.TransportName, err)

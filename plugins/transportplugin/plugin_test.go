@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -419,7 +420,9 @@ func bashPID(t *testing.T, k core.Kernel, id string) int {
 }
 
 func TestKillNineMidExecution(t *testing.T) {
-	cfg := Config{Path: exampleBin, Logger: testLogger(t), MinBackoff: 10 * time.Millisecond}
+	var restarts atomic.Int32
+	cfg := Config{Path: exampleBin, Logger: testLogger(t), MinBackoff: 10 * time.Millisecond,
+		OnRestart: func() { restarts.Add(1) }}
 	s := launch(t, cfg)
 	k := startBash(t, s)
 	oldPID := s.PID()
@@ -471,6 +474,10 @@ func TestKillNineMidExecution(t *testing.T) {
 	}
 	if s.PID() == oldPID || s.PID() == 0 {
 		t.Fatalf("plugin PID %d after restart (was %d)", s.PID(), oldPID)
+	}
+	// OnRestart runs before the new process is handed out, so Ready implies it.
+	if n := restarts.Load(); n != 1 {
+		t.Fatalf("OnRestart called %d times after one restart, want 1", n)
 	}
 	k2 := startBash(t, s)
 	if got := stdout(run(t, k2, "new", "echo back")); got != "back\n" {

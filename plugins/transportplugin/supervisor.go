@@ -54,6 +54,11 @@ type Config struct {
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 
+	// OnRestart, if set, is called each time the plugin was started again
+	// after it exited, before calls can reach the new process (for a restart
+	// counter). It runs on the supervisor's goroutine: it must be quick.
+	OnRestart func()
+
 	// GRPCKernelStreams carries kernels on gRPC Kernel streams even when the
 	// plugin offers its kernel socket. Slower (about 150 µs more per
 	// execution here); for comparison and for testing that path.
@@ -302,6 +307,9 @@ func (s *Supervised) supervise(inst *instance) {
 			if old := s.Info(); info.Name != old.Name || !equalStrings(info.Languages, old.Languages) {
 				s.log.Warn("restarted transport plugin describes itself differently; keeping the first description",
 					"name", info.Name, "languages", info.Languages)
+			}
+			if s.cfg.OnRestart != nil {
+				s.cfg.OnRestart()
 			}
 			s.setUp(next)
 			s.log.Info("transport plugin restarted", "pid", next.proc.pid())

@@ -1,0 +1,222 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// Admission outcomes: executions that /execute refused before they were
+// queued, counted beside the core.Outcome values of those that were.
+const (
+	outcomeRejected  = "rejected"   // an env-var policy refused (403)
+	outcomeQueueFull = "queue_full" // the context's queue was full (429)
+	outcomeInvalid   = "invalid"    // the request was wrong: body, env key, unknown context or language (4xx)
+	// outcomeUnavailable: the host could not take it (shutting down, a
+	// default context that would not start): 503 and 500.
+	outcomeUnavailable = "unavailable"
+)
+
+// Policy decisions, as kernelhost_policy_decisions_total labels them.
+const (
+	decisionAllow   = "allow"
+	decisionRewrite = "rewrite"
+	decisionReject  = "reject"
+	decisionError   = "error"
+)
+
+// metrics are the host's Prometheus metrics (docs/operating.md lists them),
+// in a registry of their own so that several hosts in one process (tests)
+// do not collide. It is the engine's core.Observer.
+type metrics struct {
+	reg *prometheus.Registry
+
+	executions      *prometheus.CounterVec
+	queueDepth      *prometheus.GaugeVec
+	queueWait       prometheus.Histogram
+	execDuration    prometheus.Histogram
+	streamedBytes   prometheus.Counter
+	policyDecisions *prometheus.CounterVec
+	policyLatency   prometheus.Histogram
+	pluginRestarts  prometheus.Counter
+}
+
+var _ core.Observer = (*metrics)(nil)
+
+// Buckets in seconds. Executions run from a millisecond (1+1) to hours;
+// queue waits are an execution's run at most; policies take microseconds
+// to their 1 s deadline.
+var (
+	durationBuckets = prometheus.ExponentialBuckets(0.001, 4, 12) // 1 ms … ~70 min
+	policyBuckets   = prometheus.ExponentialBuckets(0.00005, 4, 10)
+)
+
+// newMetrics registers every metric. liveContexts is read at each scrape.
+func newMetrics(liveContexts func() int) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kernelhost_executions_total",
+			Help: "Executions by outcome: how accepted ones ended (ok, error, timeout, client_gone, aborted) or why /execute refused one (rejected, queue_full, invalid, unavailable).",
+		}, []string{"outcome"}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kernelhost_queue_depth",
+			Help: "Executions waiting in a context's queue, not counting the one running; no series while none waits.",
+		}, []string{"context_id"}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kernelhost_queue_wait_seconds",
+			Help:    "Time an execution waited in its context's queue before it went to the kernel.",
+			Buckets: durationBuckets,
+		}),
+		execDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kernelhost_execution_duration_seconds",
+			Help:    "Time an execution held its context (env vars set and reset included); executions that never started are not observed.",
+			Buckets: durationBuckets,
+		}),
+		streamedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kernelhost_streamed_bytes_total",
+			Help: "Bytes of NDJSON written to /execute streams.",
+		}),
+		policyDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kernelhost_policy_decisions_total",
+			Help: "Env-var policy decisions: allow, rewrite, reject, error (a module failed).",
+		}, []string{"decision"}),
+		policyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kernelhost_policy_evaluation_seconds",
+			Help:    "Time to evaluate the env-var policies for one execution.",
+			Buckets: policyBuckets,
+		}),
+		pluginRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kernelhost_plugin_restarts_total",
+			Help: "Times the transport plugin was started again after it exited.",
+		}),
+	}
+	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kernelhost_contexts",
+		Help: "Live contexts (each one an interpreter), defaults included.",
+	}, func() float64 { return float64(liveContexts()) })
+	m.reg.MustRegister(m.executions, m.queueDepth, m.queueWait, m.execDuration, m.streamedBytes,
+		m.policyDecisions, m.policyLatency, m.pluginRestarts, live,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every label value exists from the start at 0, so that rate() and
+	// alerts see a series before its first event.
+	for _, o := range []string{string(core.OutcomeOK), string(core.OutcomeError), string(core.OutcomeTimeout),
+		string(core.OutcomeClientGone), string(core.OutcomeAborted),
+		outcomeRejected, outcomeQueueFull, outcomeInvalid, outcomeUnavailable} {
+		m.executions.WithLabelValues(o)
+	}
+	for _, d := range []string{decisionAllow, decisionRewrite, decisionReject, decisionError} {
+		m.policyDecisions.WithLabelValues(d)
+	}
+	return m
+}
+
+// handler serves the registry in the Prometheus text format.
+// serveMetrics is GET /metrics: the Prometheus text format, or the unknown
+// route's 404 when metrics are off (Config.DisableMetrics).
+func (a *api) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if a.metrics == nil {
+		writeRouteError(w, http.StatusNotFound)
+		return
+	}
+	promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+}
+
+// QueueDepth keeps a series only while executions wait: an empty queue
+// has none (read absent as 0). That bounds the series to the contexts with
+// a backlog.
+func (m *metrics) QueueDepth(contextID string, depth int) {
+	if depth == 0 {
+		m.queueDepth.DeleteLabelValues(contextID)
+		return
+	}
+	m.queueDepth.WithLabelValues(contextID).Set(float64(depth))
+}
+
+func (m *metrics) ExecutionStarted(_ string, waited time.Duration) {
+	m.queueWait.Observe(waited.Seconds())
+}
+
+func (m *metrics) ExecutionFinished(_ string, outcome core.Outcome, ran time.Duration) {
+	m.executions.WithLabelValues(string(outcome)).Inc()
+	if ran > 0 {
+		m.execDuration.Observe(ran.Seconds())
+	}
+}
+
+// ContextRemoved drops the context's series: context ids are not reused,
+// and series of dead contexts would grow without bound.
+func (m *metrics) ContextRemoved(contextID string) {
+	m.queueDepth.DeleteLabelValues(contextID)
+}
+
+// The methods the API calls do nothing on a nil *metrics (metrics off).
+
+// refused counts an /execute that was refused before it was queued.
+func (m *metrics) refused(err error) {
+	if m == nil {
+		return
+	}
+	outcome := outcomeUnavailable
+	switch core.KindOf(err) {
+	case core.KindRejected:
+		outcome = outcomeRejected
+	case core.KindQueueFull:
+		outcome = outcomeQueueFull
+	case core.KindInvalid, core.KindNotFound, core.KindTooLarge:
+		outcome = outcomeInvalid
+	}
+	m.executions.WithLabelValues(outcome).Inc()
+}
+
+// invalid counts an /execute whose body the host refused before the engine
+// saw it (malformed JSON, too large, not received in time).
+func (m *metrics) invalid() {
+	if m == nil {
+		return
+	}
+	m.executions.WithLabelValues(outcomeInvalid).Inc()
+}
+
+func (m *metrics) streamed(n int) {
+	if m == nil {
+		return
+	}
+	m.streamedBytes.Add(float64(n))
+}
+
+func (m *metrics) pluginRestarted() { m.pluginRestarts.Inc() }
+
+// observePolicy wraps the host's env-var policy with the decision counter
+// and the latency histogram.
+func (m *metrics) observePolicy(p core.EnvPolicy) core.EnvPolicy {
+	return &observedPolicy{next: p, m: m}
+}
+
+type observedPolicy struct {
+	next core.EnvPolicy
+	m    *metrics
+}
+
+func (p *observedPolicy) Evaluate(ctx context.Context, in core.PolicyInput) (core.PolicyDecision, error) {
+	began := time.Now()
+	d, err := p.next.Evaluate(ctx, in)
+	p.m.policyLatency.Observe(time.Since(began).Seconds())
+	decision := decisionAllow
+	switch {
+	case err != nil:
+		decision = decisionError
+	case len(d.Rejections) > 0:
+		decision = decisionReject
+	case d.EnvVars != nil: // a chain answers nil when no module changed anything
+		decision = decisionRewrite
+	}
+	p.m.policyDecisions.WithLabelValues(decision).Inc()
+	return d, err
+}
