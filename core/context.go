@@ -312,17 +312,17 @@ func (c *Context) run(x *Execution) {
 	} else {
 		c.runUserCode(x)
 	}
-	c.resetEnv(x.env)
+	c.resetEnv(x.ctx, x.env)
 }
 
 // resetEnv puts x's keys back to their global values (or removes them). If the
 // kernel does not confirm it, the kernel is restarted before any other code.
-func (c *Context) resetEnv(env map[string]string) {
+func (c *Context) resetEnv(ctx context.Context, env map[string]string) {
 	c.mu.Lock()
 	globals := c.globals
 	c.mu.Unlock()
 	if err := c.helper(resetEnvCode(c.info.Language, env, globals)); err != nil {
-		c.log.Warn("env reset not confirmed; restarting the kernel before the next execution", "err", err)
+		c.log.WarnContext(ctx, "env reset not confirmed; restarting the kernel before the next execution", "err", err)
 		c.mu.Lock()
 		c.needsRestart = true
 		c.mu.Unlock()
@@ -534,10 +534,10 @@ func (c *Context) runUserCode(x *Execution) {
 		}
 	}()
 	stop := func(why string) {
-		c.log.Info("interrupting", "execution_id", x.id, "why", why)
+		c.log.InfoContext(x.ctx, "interrupting", "execution_id", x.id, "why", why)
 		ictx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
 		if err := k.Interrupt(ictx); err != nil {
-			c.log.Warn("interrupt failed", "err", err)
+			c.log.WarnContext(x.ctx, "interrupt failed", "err", err)
 		}
 		cancel()
 		if graceTimer == nil {
@@ -612,10 +612,10 @@ func (c *Context) runUserCode(x *Execution) {
 		case <-grace:
 			// The code ignored the interrupt: restart so that the context is
 			// free again within a bound (the contract's option B).
-			c.log.Warn("interrupt did not take effect; restarting the kernel", "grace", c.e.cfg.InterruptGrace)
+			c.log.WarnContext(x.ctx, "interrupt did not take effect; restarting the kernel", "grace", c.e.cfg.InterruptGrace)
 			x.end(ErrNameRestarting, fmt.Sprintf("The execution did not stop within %s of an interrupt; the context was restarted", c.e.cfg.InterruptGrace))
 			if err := c.restartKernel(); err != nil {
-				c.log.Error("restart after interrupt failed", "err", err)
+				c.log.ErrorContext(x.ctx, "restart after interrupt failed", "err", err)
 			}
 			return
 		case <-c.ctrl:

@@ -219,7 +219,7 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 	}
 	e.mu.Unlock()
 	go c.loop()
-	e.log.Info("context created", "context_id", c.info.ID, "language", language, "default", isDefault)
+	e.log.InfoContext(ctx, "context created", "context_id", c.info.ID, "language", language, "default", isDefault)
 	return c, nil
 }
 

@@ -100,7 +100,26 @@ func TestRequestLogIDs(t *testing.T) {
 		t.Errorf("a 128-character id was replaced by %q", got)
 	}
 
+	const createID = "client-create-7"
+	if status, _ := h.requestWithID(t, "POST", "/contexts", `{}`, createID); status != 200 {
+		t.Fatalf("POST /contexts: %d", status)
+	}
+	const timeoutID = "client-timeout-8"
+	if status, _ := h.requestWithID(t, "POST", "/execute", `{"code":"import time; time.sleep(30)","timeout":0.2}`, timeoutID); status != 200 {
+		t.Fatalf("POST /execute with a timeout: %d", status)
+	}
+
 	recs := logLines(t, logs.String())
+	// The engine's own lines on behalf of a request carry its id too.
+	for id, msg := range map[string]string{createID: "context created", timeoutID: "interrupting"} {
+		var found bool
+		for _, r := range withRequestID(recs, id) {
+			found = found || r["msg"] == msg
+		}
+		if !found {
+			t.Errorf("no engine line %q with request_id %s in:\n%s", msg, id, logs.String())
+		}
+	}
 	ok := withRequestID(recs, clientID)
 	var served map[string]any
 	for _, r := range ok {
