@@ -39,7 +39,7 @@ type metrics struct {
 
 	executions      *prometheus.CounterVec
 	queueDepth      *prometheus.GaugeVec
-	queueWait       prometheus.Histogram
+	queueWait       *prometheus.HistogramVec
 	execDuration    prometheus.Histogram
 	streamedBytes   prometheus.Counter
 	policyDecisions *prometheus.CounterVec
@@ -69,11 +69,11 @@ func newMetrics(liveContexts func() int) *metrics {
 			Name: "kernelhost_queue_depth",
 			Help: "Executions waiting in a context's queue, not counting the one running; no series while none waits.",
 		}, []string{"context_id"}),
-		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "kernelhost_queue_wait_seconds",
-			Help:    "Time an execution waited in its context's queue before it went to the kernel.",
+			Help:    "Time an execution waited in its context's queue before it went to the kernel, per context.",
 			Buckets: durationBuckets,
-		}),
+		}, []string{"context_id"}),
 		execDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kernelhost_execution_duration_seconds",
 			Help:    "Time an execution held its context (env vars set and reset included); executions that never started are not observed.",
@@ -81,7 +81,7 @@ func newMetrics(liveContexts func() int) *metrics {
 		}),
 		streamedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kernelhost_streamed_bytes_total",
-			Help: "Bytes of NDJSON written to /execute streams.",
+			Help: "Bytes of NDJSON written to execution streams (/execute and re-attached ones).",
 		}),
 		policyDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kernelhost_policy_decisions_total",
@@ -139,8 +139,8 @@ func (m *metrics) QueueDepth(contextID string, depth int) {
 	m.queueDepth.WithLabelValues(contextID).Set(float64(depth))
 }
 
-func (m *metrics) ExecutionStarted(_ string, waited time.Duration) {
-	m.queueWait.Observe(waited.Seconds())
+func (m *metrics) ExecutionStarted(contextID string, waited time.Duration) {
+	m.queueWait.WithLabelValues(contextID).Observe(waited.Seconds())
 }
 
 func (m *metrics) ExecutionFinished(_ string, outcome core.Outcome, ran time.Duration) {
@@ -154,6 +154,7 @@ func (m *metrics) ExecutionFinished(_ string, outcome core.Outcome, ran time.Dur
 // and series of dead contexts would grow without bound.
 func (m *metrics) ContextRemoved(contextID string) {
 	m.queueDepth.DeleteLabelValues(contextID)
+	m.queueWait.DeleteLabelValues(contextID)
 }
 
 // The methods the API calls do nothing on a nil *metrics (metrics off).

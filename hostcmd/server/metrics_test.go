@@ -88,14 +88,18 @@ func (s scrape) value(t *testing.T, name string, labels ...string) float64 {
 	return 0
 }
 
-// histogram is a histogram's sample count and sum.
-func (s scrape) histogram(t *testing.T, name string) (uint64, float64) {
+// histogram is a histogram's sample count and sum over all its series
+// (0 when it has none yet: a per-context histogram before its first sample).
+func (s scrape) histogram(t *testing.T, name string) (count uint64, sum float64) {
 	t.Helper()
-	m := s.metric(name)
-	if m == nil || m.Histogram == nil {
-		t.Fatalf("no histogram %s in the scrape", name)
+	for _, m := range s[name].GetMetric() {
+		if m.Histogram == nil {
+			t.Fatalf("%s is not a histogram", name)
+		}
+		count += m.Histogram.GetSampleCount()
+		sum += m.Histogram.GetSampleSum()
 	}
-	return m.Histogram.GetSampleCount(), m.Histogram.GetSampleSum()
+	return count, sum
 }
 
 // awaitExecutions scrapes until kernelhost_executions_total moved by want
@@ -235,6 +239,9 @@ func TestMetricsMove(t *testing.T) {
 	gone := h.scrapeMetrics(t, nil)
 	if got, was := gone.value(t, "kernelhost_contexts"), before.value(t, "kernelhost_contexts"); got != was {
 		t.Errorf("kernelhost_contexts %v after deleting the context, was %v before it", got, was)
+	}
+	if m := gone.metric("kernelhost_queue_wait_seconds", "context_id", c.ID); m != nil {
+		t.Errorf("queue wait series of the deleted context %s: %v", c.ID, m)
 	}
 	if m := gone.metric("kernelhost_queue_depth", "context_id", c.ID); m != nil {
 		t.Errorf("queue depth series of the deleted context %s: %v", c.ID, m)
