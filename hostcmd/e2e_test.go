@@ -94,7 +94,13 @@ func hostEnv(vars ...string) []string {
 
 func startBinary(t *testing.T, vars ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: exec.Command(kernelhost, "serve"), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
+	return startServe(t, nil, vars...)
+}
+
+// startServe runs `kernelhost serve args...` with the settings vars.
+func startServe(t *testing.T, args []string, vars ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: exec.Command(kernelhost, append([]string{"serve"}, args...)...), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
 	p.cmd.Env = hostEnv(vars...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

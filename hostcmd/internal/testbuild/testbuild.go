@@ -37,8 +37,12 @@ func Kernelhost(out string, buildArgs ...string) error {
 }
 
 // Denylist builds the example Go policy module to out, as `make policies`.
-func Denylist(out string) error {
-	return goBuild([]string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-trimpath", "-o", out, Module+"/plugins/policy/examples/denylist")
+func Denylist(out string) error { return GoPolicy("denylist", out) }
+
+// GoPolicy builds the Go policy module plugins/policy/examples/NAME to out,
+// as `make policies` does.
+func GoPolicy(name, out string) error {
+	return goBuild([]string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-trimpath", "-o", out, Module+"/plugins/policy/examples/"+name)
 }
 
 // ErrNoWat2wasm: wabt is not installed.
