@@ -35,8 +35,9 @@ WAZERO         := $(TOOLS)/wazero
 # nodejs: the official-SDK test; jupyter-server and python3-ipykernel: the
 # Jupyter transport's tests against a real server; r-cran-irkernel: the R
 # kernel (kernel spec "ir") those tests also run; wabt (wat2wasm): the
-# WebAssembly policy modules written in WAT.
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt
+# WebAssembly policy modules written in WAT; curl: the docs' examples
+# (TestDocExamples).
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt curl
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888
@@ -106,6 +107,7 @@ policies:
 	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES=wabt
 	@mkdir -p bin/policies
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/policies/denylist.wasm ./plugins/policy/examples/denylist
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/policies/tzdefault.wasm ./plugins/policy/examples/tzdefault
 	wat2wasm plugins/policy/examples/reserved/reserved.wat -o bin/policies/reserved.wasm
 
 ## generate: the transport plugin protocol's Go code (needs protoc, from

@@ -263,7 +263,7 @@ func runDocExample(t *testing.T, doc, bin string, e *docExample) {
 	}
 	script := e.script
 	if hostAddrRE.MatchString(script) {
-		p := startServe(t, append(e.serve, "-addr", "127.0.0.1:0"), "KERNELHOST_DEFAULT_CWD="+dir)
+		p := startServe(t, dir, append(e.serve, "-addr", "127.0.0.1:0"), "KERNELHOST_DEFAULT_CWD="+dir)
 		addr := p.waitLog("listening")["addr"].(string)
 		p.waitLog("ready")
 		script = hostAddrRE.ReplaceAllString(script, addr)

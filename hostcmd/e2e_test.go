@@ -94,13 +94,15 @@ func hostEnv(vars ...string) []string {
 
 func startBinary(t *testing.T, vars ...string) *proc {
 	t.Helper()
-	return startServe(t, nil, vars...)
+	return startServe(t, "", nil, vars...)
 }
 
-// startServe runs `kernelhost serve args...` with the settings vars.
-func startServe(t *testing.T, args []string, vars ...string) *proc {
+// startServe runs `kernelhost serve args...` in dir ("": the test's) with the
+// settings vars.
+func startServe(t *testing.T, dir string, args []string, vars ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, cmd: exec.Command(kernelhost, append([]string{"serve"}, args...)...), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
+	p.cmd.Dir = dir
 	p.cmd.Env = hostEnv(vars...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
