@@ -60,8 +60,14 @@ func benchCases() []benchCase {
 		// socket: what the socket saves.
 		{"echo-grpc/inprocess", echo, "python", py, pyStream},
 		{"echo-grpc/plugin", launchBenchConfig(Config{Path: self, Env: []string{helperEnv + "=echo"}, GRPCKernelStreams: true}), "python", py, pyStream},
+		// GOMAXPROCS=2 in the plugin: how plugins ran before Serve set 1
+		// (see pluginMaxProcs).
+		{"echo-maxprocs2/inprocess", echo, "python", py, pyStream},
+		{"echo-maxprocs2/plugin", launchBench(self, helperEnv+"=echo", "GOMAXPROCS=2"), "python", py, pyStream},
 		{"subprocess-python/inprocess", sub, "python", py, pyStream},
 		{"subprocess-python/plugin", launchBench(subprocessBin), "python", py, pyStream},
+		{"subprocess-python-maxprocs2/inprocess", sub, "python", py, pyStream},
+		{"subprocess-python-maxprocs2/plugin", launchBench(subprocessBin, "GOMAXPROCS=2"), "python", py, pyStream},
 		{"example-bash/inprocess", ex, "bash", sh, shStream},
 		{"example-bash/plugin", launchBench(exampleBin), "bash", sh, shStream},
 	}
@@ -105,6 +111,33 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
+// contextSwitches is the number of times the threads of pid (0: this
+// process) have been switched out so far, voluntarily or not: on a busy
+// machine each costs a wait for a core, so a round trip's count is most of
+// its latency.
+func contextSwitches(pid int) int {
+	dir := "/proc/self/task"
+	if pid != 0 {
+		dir = "/proc/" + strconv.Itoa(pid) + "/task"
+	}
+	tasks, _ := os.ReadDir(dir)
+	n := 0
+	for _, t := range tasks {
+		st, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread exited
+		}
+		// voluntary_ctxt_switches and nonvoluntary_ctxt_switches
+		for _, l := range strings.Split(string(st), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				c, _ := strconv.Atoi(strings.TrimSpace(v))
+				n += c
+			}
+		}
+	}
+	return n
+}
+
 // execute runs code to its status idle and returns the bytes it streamed.
 func execute(b *testing.B, k core.Kernel, id, code string) int {
 	if err := k.Execute(context.Background(), core.ExecuteRequest{MsgID: id, Code: code}); err != nil {
@@ -127,7 +160,8 @@ func execute(b *testing.B, k core.Kernel, id, code string) int {
 // same transport linked in and behind the plugin boundary, alternating the
 // two in one loop so both see the same machine state. It reports both
 // medians and their difference (what the boundary adds) and both 90th
-// percentiles; ns/op is one pair.
+// percentiles; ns/op is one pair. It also reports the plugin's CPU per trip
+// and each process's context switches per trip.
 func BenchmarkRoundTrip(b *testing.B) {
 	cases := benchCases()
 	for i := 0; i < len(cases); i += 2 {
@@ -141,6 +175,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 			}
 			var din, dpl []time.Duration
 			cpu0 := cpuTime(b, pid)
+			// Over both halves: host-ctxsw/op includes the in-process
+			// trip (next to no switch with echo, some with a subprocess).
+			h0, p0 := contextSwitches(0), contextSwitches(pid)
 			for b.Loop() {
 				t0 := time.Now()
 				execute(b, kin, "rt", in.roundTrip)
@@ -157,6 +194,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.ReportMetric(float64(quantile(din, 0.9).Microseconds()), "inprocess-p90-µs")
 			b.ReportMetric(float64(quantile(dpl, 0.9).Microseconds()), "plugin-p90-µs")
 			b.ReportMetric(float64((cpuTime(b, pid)-cpu0).Microseconds())/float64(len(dpl)), "plugin-cpu-µs/op")
+			b.ReportMetric(float64(contextSwitches(0)-h0)/float64(len(dpl)), "host-ctxsw/op")
+			b.ReportMetric(float64(contextSwitches(pid)-p0)/float64(len(dpl)), "plugin-ctxsw/op")
 		})
 	}
 }

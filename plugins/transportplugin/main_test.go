@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,6 +82,13 @@ func runHelper(mode string) {
 			f, err := os.Create(path)
 			if err == nil && pprof.StartCPUProfile(f) == nil {
 				defer pprof.StopCPUProfile()
+			}
+		}
+		// BENCH_PLUGIN_TRACE=file traces it (go tool trace).
+		if path := os.Getenv("BENCH_PLUGIN_TRACE"); path != "" {
+			f, err := os.Create(path)
+			if err == nil && trace.Start(f) == nil {
+				defer trace.Stop()
 			}
 		}
 		Serve(echoTransport{})
