@@ -26,24 +26,63 @@ func (s *Supervised) StartKernel(ctx context.Context, spec core.KernelSpec) (cor
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartKernelTimeout)
 	defer cancel()
 	what := "start " + spec.Language + " kernel"
-	inst, err := s.current(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+	for {
+		inst, err := s.current(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		k, connLost, err := s.startOn(ctx, inst, spec, what)
+		if err == nil {
+			return k, nil
+		}
+		// A plugin that was killed closes its sockets a moment before it is
+		// seen to exit: a start in between picks the dying instance, whose
+		// kernel socket refuses or drops it. If that is what happened, start
+		// on the next instance instead of failing.
+		if !connLost || !diedUnder(ctx, inst) {
+			return nil, err
+		}
 	}
+}
+
+// dyingWait bounds how long a start that lost its connection waits to learn
+// whether the plugin died under it; a killed process is seen to exit
+// within milliseconds of closing its sockets.
+const dyingWait = 250 * time.Millisecond
+
+// diedUnder reports whether inst's process has died (waiting up to
+// dyingWait for it to be seen exiting).
+func diedUnder(ctx context.Context, inst *instance) bool {
+	t := time.NewTimer(dyingWait)
+	defer t.Stop()
+	select {
+	case <-inst.proc.exited:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return inst.proc.gone()
+}
+
+// startOn starts a kernel on inst; connLost says the connection to the
+// plugin failed (rather than the transport refusing the start).
+func (s *Supervised) startOn(ctx context.Context, inst *instance, spec core.KernelSpec, what string) (_ core.Kernel, connLost bool, _ error) {
 	// The stream outlives ctx: it is the kernel's whole life.
 	sctx, scancel := context.WithCancel(inst.ctx)
 	var stream kernelClientStream
+	var err error
 	if inst.kernelSocket != "" && !s.cfg.GRPCKernelStreams {
 		stream, err = dialKernelSocket(sctx, ctx, inst.kernelSocket, inst.kernelToken)
 		if err != nil {
 			scancel()
-			return nil, fmt.Errorf("%s: connect to the kernel socket of transport plugin %s: %w", what, s.cfg.Name, err)
+			return nil, true, fmt.Errorf("%s: connect to the kernel socket of transport plugin %s: %w", what, s.cfg.Name, err)
 		}
 	} else {
 		stream, err = inst.rpc.Kernel(sctx)
 		if err != nil {
 			scancel()
-			return nil, s.callError(inst, what, 0, err)
+			err = s.callError(inst, what, 0, err)
+			return nil, errors.Is(err, errPluginGone), err
 		}
 	}
 	k := &remoteKernel{
@@ -63,9 +102,9 @@ func (s *Supervised) StartKernel(ctx context.Context, spec core.KernelSpec) (cor
 	if err != nil {
 		// Ending the stream makes the plugin stop the kernel if it started.
 		k.end()
-		return nil, err
+		return nil, errors.Is(err, errPluginGone), err
 	}
-	return k, nil
+	return k, false, nil
 }
 
 // remoteKernel is a kernel living in a plugin process, behind its stream.
