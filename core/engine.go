@@ -56,7 +56,8 @@ type Config struct {
 
 	// ReplayBytes bounds the outputs kept per execution for a client that
 	// re-attaches (Execution.Attach): those already read, and all of them
-	// once no stream is attached. Default 1 MiB.
+	// once no stream is attached. Default 256 KiB (each output counts its
+	// text and about 200 bytes of bookkeeping).
 	ReplayBytes int
 	// ReplayTTL is how long a finished execution, with its buffered outputs,
 	// stays available (to Engine.Execution and Attach). Default 5 minutes. At
@@ -97,7 +98,7 @@ func (c *Config) setDefaults() {
 		c.StartTimeout = 60 * time.Second
 	}
 	if c.ReplayBytes <= 0 {
-		c.ReplayBytes = 1 << 20
+		c.ReplayBytes = 256 << 10
 	}
 	if c.ReplayTTL <= 0 {
 		c.ReplayTTL = 5 * time.Minute

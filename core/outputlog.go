@@ -60,8 +60,14 @@ func newOutputLog(unreadMax, replayMax int) *outputLog {
 	return &outputLog{nextSeq: 1, cursor: 1, unreadMax: unreadMax, replayMax: replayMax}
 }
 
+// entryOverhead is what one kept output costs besides its text: the
+// logEntry itself (about 150 bytes) and the timestamp string. Counting it
+// keeps the byte bounds close to the memory really used, also for the many
+// small outputs of a chatty loop.
+const entryOverhead = 192
+
 func outputSize(o Output) int {
-	n := 64 + len(o.Text) + len(o.Traceback) + len(o.ErrValue)
+	n := entryOverhead + len(o.Text) + len(o.Traceback) + len(o.ErrValue)
 	for k, v := range o.Bundle {
 		n += len(k) + len(v)
 	}
@@ -129,8 +135,16 @@ func (l *outputLog) trimLocked(max int, all bool) {
 		*e = logEntry{} // let the GC have its text
 		l.head++
 	}
-	// Compact once the forgotten prefix is the larger part.
-	if l.head > 64 && l.head > len(l.entries)/2 {
+	live := len(l.entries) - l.head
+	switch {
+	case cap(l.entries) > 1024 && cap(l.entries) > 4*live:
+		// Much smaller than its array (a burst that was read, or trimmed
+		// when the stream left): give the array back, for the time the
+		// execution is kept after its end too.
+		l.entries = append(make([]logEntry, 0, 2*live), l.entries[l.head:]...)
+		l.head = 0
+	case l.head > 64 && l.head > len(l.entries)/2:
+		// Compact once the forgotten prefix is the larger part.
 		n := copy(l.entries, l.entries[l.head:])
 		clear(l.entries[n:])
 		l.entries = l.entries[:n]

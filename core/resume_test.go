@@ -146,7 +146,8 @@ func TestExecutionStateAndRetention(t *testing.T) {
 // The log's bounds and numbering under a random mix of pushes, reads,
 // attaches and detaches.
 func TestOutputLogBoundsAndNumbering(t *testing.T) {
-	const unreadMax, replayMax = 2000, 1000
+	const unreadMax, replayMax = 4000, 2000
+	const maxEntry = entryOverhead + 100 // the newest output is never forgotten
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
 		l := newOutputLog(unreadMax, replayMax)
@@ -184,7 +185,7 @@ func TestOutputLogBoundsAndNumbering(t *testing.T) {
 			l.mu.Lock()
 			read, unread, attached := l.readBytes, l.unread, l.attached != 0
 			l.mu.Unlock()
-			if read > replayMax+200 || (!attached && read+unread > replayMax+200) || unread > unreadMax+replayMax+200 {
+			if read > replayMax+maxEntry || (!attached && read+unread > replayMax+maxEntry) || unread > unreadMax+replayMax+maxEntry {
 				t.Fatalf("round %d: %d read + %d unread bytes kept (attached %v)", round, read, unread, attached)
 			}
 		}

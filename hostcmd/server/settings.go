@@ -174,7 +174,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.IntVar(&c.QueueDepth, "queue-depth", 32, "executions that may wait per context before requests get 429")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	fs.IntVar(&c.MaxOutputBytes, "max-output-bytes", 64<<20, "output buffered per execution for a slow client before it is dropped")
-	fs.IntVar(&c.ReplayBytes, "replay-bytes", 1<<20, "newest output kept per execution for a client that re-attaches (GET /executions/{id}/stream)")
+	fs.IntVar(&c.ReplayBytes, "replay-bytes", 256<<10, "newest output kept per execution for a client that re-attaches (GET /executions/{id}/stream); each output counts its text and about 200 bytes")
 	fs.DurationVar(&c.ReplayTTL, "replay-ttl", 5*time.Minute, "how long a finished execution stays available to GET /executions/{id} and re-attaching")
 	fs.DurationVar(&c.Keepalive, "keepalive", DefaultKeepalive, "silence on an /execute stream before a keepalive line")
 	fs.IntVar(&c.MaxContexts, "max-contexts", DefaultMaxContexts, "live contexts at most (each is an interpreter); beyond it POST /contexts gets 429; 0: no limit")
