@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestObserverSeesEveryOutcomeOnce(t *testing.T) {
 	collect(t, execute(t, e, context.Background(), ExecRequest{Code: "block", Timeout: 10 * time.Millisecond}))
 	got := obs.awaitFinished(t, 3)
 	want := []Outcome{OutcomeOK, OutcomeError, OutcomeTimeout}
-	if !equalOutcomes(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("outcomes = %v, want %v", got, want)
 	}
 
@@ -89,7 +90,7 @@ func TestObserverSeesEveryOutcomeOnce(t *testing.T) {
 	collect(t, running)
 	collect(t, behind)
 	got = obs.awaitFinished(t, 2)
-	if !equalOutcomes(got[4:], []Outcome{OutcomeOK, OutcomeOK}) {
+	if !slices.Equal(got[4:], []Outcome{OutcomeOK, OutcomeOK}) {
 		t.Fatalf("outcomes = %v", got)
 	}
 
@@ -116,7 +117,7 @@ func TestObserverSeesEveryOutcomeOnce(t *testing.T) {
 	if started != 7 { // every execution but the one that left the queue
 		t.Errorf("ExecutionStarted reported %d times, want 7", started)
 	}
-	if peak := maxInt(depths); peak != 2 || depths[len(depths)-1] != 0 {
+	if peak := slices.Max(depths); peak != 2 || depths[len(depths)-1] != 0 {
 		t.Errorf("queue depths %v: want a peak of 2 and 0 at the end", depths)
 	}
 
@@ -131,24 +132,4 @@ func TestObserverSeesEveryOutcomeOnce(t *testing.T) {
 	if len(obs.removed) != 1 || obs.removed[0] != id {
 		t.Errorf("ContextRemoved = %v, want [%s]", obs.removed, id)
 	}
-}
-
-func equalOutcomes(a, b []Outcome) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func maxInt(xs []int) int {
-	m := 0
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }

@@ -159,6 +159,13 @@ func startHost(t testing.TB, configure ...func(*server.Config)) *testHost {
 // do sends one request and returns the status and the whole body.
 func (h *testHost) do(method, path string, body string) (int, string) {
 	h.t.Helper()
+	status, _, text := h.doWith(method, path, body, nil)
+	return status, text
+}
+
+// doWith is do with extra request headers, returning the response's too.
+func (h *testHost) doWith(method, path, body string, headers map[string]string) (int, http.Header, string) {
+	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, h.URL()+path, strings.NewReader(body))
@@ -166,6 +173,9 @@ func (h *testHost) do(method, path string, body string) (int, string) {
 		h.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json") // the SDKs send it everywhere
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)
@@ -175,7 +185,7 @@ func (h *testHost) do(method, path string, body string) (int, string) {
 	if err != nil {
 		h.t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, resp.Header, string(b)
 }
 
 // line is one decoded NDJSON line of an /execute stream.

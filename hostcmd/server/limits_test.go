@@ -3,7 +3,6 @@ package server_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -189,22 +188,8 @@ func TestReadTimeoutDoesNotCutStreams(t *testing.T) {
 // tokenRequest sends a request with the given headers and returns the status.
 func tokenRequest(t *testing.T, h *testHost, method, path, body string, headers map[string]string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, h.URL()+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	status, _, text := h.doWith(method, path, body, headers)
+	return status, text
 }
 
 func TestAccessTokenEveryRoute(t *testing.T) {

@@ -24,25 +24,12 @@ type scrape map[string]*dto.MetricFamily
 // Prometheus text format.
 func (h *testHost) scrapeMetrics(t *testing.T, headers map[string]string) scrape {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", h.URL()+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: status %d", resp.StatusCode)
+	status, _, body := h.doWith("GET", "/metrics", "", headers)
+	if status != http.StatusOK {
+		t.Fatalf("GET /metrics: status %d", status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("GET /metrics: parse: %v", err)
 	}

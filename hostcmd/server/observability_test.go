@@ -47,24 +47,12 @@ func withRequestID(recs []map[string]any, id string) []map[string]any {
 // "") and returns the status and the id the host answered with.
 func (h *testHost) requestWithID(t *testing.T, method, path, body, id string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, h.URL()+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	var headers map[string]string
 	if id != "" {
-		req.Header.Set("X-Request-Id", id)
+		headers = map[string]string{"X-Request-Id": id}
 	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return resp.StatusCode, resp.Header.Get("X-Request-Id")
+	status, header, _ := h.doWith(method, path, body, headers)
+	return status, header.Get("X-Request-Id")
 }
 
 // The log lines of a real execution through the plugin carry its request

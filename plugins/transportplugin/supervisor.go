@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -304,7 +305,7 @@ func (s *Supervised) supervise(inst *instance) {
 				s.log.Error("transport plugin restart failed", "error", err, "next_attempt_in", backoff)
 				continue
 			}
-			if old := s.Info(); info.Name != old.Name || !equalStrings(info.Languages, old.Languages) {
+			if old := s.Info(); info.Name != old.Name || !slices.Equal(info.Languages, old.Languages) {
 				s.log.Warn("restarted transport plugin describes itself differently; keeping the first description",
 					"name", info.Name, "languages", info.Languages)
 			}
@@ -317,18 +318,6 @@ func (s *Supervised) supervise(inst *instance) {
 			break
 		}
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // start launches one plugin process and describes it.
