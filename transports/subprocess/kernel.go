@@ -99,7 +99,13 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 		return fmt.Errorf("subprocess: %s kernel is dead; restart it", k.langName)
 	}
 	if k.lang.interrupt == nil {
-		return k.sigint()
+		if err := k.sigint(); err != nil {
+			return err
+		}
+		if k.lang.resendSigint {
+			k.resendSigint(k.currentID(), sigintResends)
+		}
+		return nil
 	}
 	id := k.currentID()
 	if id == "" || k.p.isGone() {
@@ -135,6 +141,33 @@ const (
 	// interrupt record before it gets SIGINT.
 	nodeSigintGrace = 50 * time.Millisecond
 )
+
+// sigintResends are the delays after an interrupt at which bash gets SIGINT
+// again if the same request still runs. A SIGINT that lands while bash forks
+// a command substitution (`for i in $(seq 600)`) is taken by the child before
+// it resets its traps; the child exits normally, so bash assumes the command
+// handled the signal and runs on (measured: 2-3% of interrupts timed at a
+// loop's start hung; a second SIGINT ended nearly all of them).
+var sigintResends = []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, time.Second}
+
+// resendSigint sends SIGINT again after each of delays while request id is
+// still the current one. Called with mu held.
+func (k *Kernel) resendSigint(id string, delays []time.Duration) {
+	if id == "" || len(delays) == 0 {
+		return
+	}
+	p := k.p
+	time.AfterFunc(delays[0], func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		// Still id under mu: its end has not been reported, and no later
+		// request can have been sent.
+		if !k.closed && k.p == p && !p.isGone() && k.currentID() == id {
+			_ = k.sigint()
+			k.resendSigint(id, delays[1:])
+		}
+	})
+}
 
 // sigint sends SIGINT to the interpreter's process group. Called with mu held.
 func (k *Kernel) sigint() error {

@@ -225,3 +225,27 @@ func TestExecuteDeadKernel(t *testing.T) {
 		t.Errorf("Execute on a dead kernel: %v", err)
 	}
 }
+
+// An interrupt that lands while bash forks the command substitution at a
+// loop's start is taken by the child; bash then runs on unless it gets SIGINT
+// again (sigintResends). The interrupts here are spread over the first
+// 2 ms of the loop, where that window is; without the resends a few percent
+// of them hang.
+func TestBashInterruptAtCommandSubstitution(t *testing.T) {
+	k := startKernel(t, "bash", t.TempDir())
+	const code = "echo start; for i in $(seq 600); do sleep 0.1; done"
+	for i := range 100 {
+		e := tt.Send(t, k, code, false)
+		tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") != "" })
+		for spin := time.Now().Add(time.Duration(i%40) * 50 * time.Microsecond); time.Now().Before(spin); {
+		}
+		if err := k.Interrupt(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// Bounded well under the loop's 60 s: the interrupt took effect.
+		tt.Collect(t, k, e, 5*time.Second, nil)
+		if r := e.Reply(); r.Status != core.ReplyError || r.EName != "KeyboardInterrupt" {
+			t.Fatalf("interrupt %d: reply %+v", i, r)
+		}
+	}
+}

@@ -43,6 +43,9 @@ type language struct {
 	// interrupt, when set, frames an interrupt of request msgID, written on
 	// fd 3 before any SIGINT (see Kernel.Interrupt and driver.js).
 	interrupt func(msgID string) []byte
+	// resendSigint: SIGINT is sent again while the interrupted request still
+	// runs (see sigintResends).
+	resendSigint bool
 }
 
 // New returns a Transport for the interpreters of opts that exist on this
@@ -66,7 +69,7 @@ func New(opts Options) *Transport {
 		t.langs["python"] = language{path: path, args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON}
 	}
 	if path, err := exec.LookPath(opts.Bash); err == nil {
-		t.langs["bash"] = language{path: path, args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash}
+		t.langs["bash"] = language{path: path, args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true}
 	}
 	if path, err := exec.LookPath(opts.Node); err == nil {
 		t.langs["javascript"] = language{path: path, args: []string{"-e", driverNode}, encode: encodeJSON, interrupt: encodeInterrupt}
