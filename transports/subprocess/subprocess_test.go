@@ -226,26 +226,24 @@ func TestExecuteDeadKernel(t *testing.T) {
 	}
 }
 
-// An interrupt that lands while bash forks the command substitution at a
-// loop's start is taken by the child; bash then runs on unless it gets SIGINT
-// again (sigintResends). The interrupts here are spread over the first
-// 2 ms of the loop, where that window is; without the resends a few percent
-// of them hang.
-func TestBashInterruptAtCommandSubstitution(t *testing.T) {
+// Bash gets SIGINT again while an interrupted request still runs
+// (sigintResends): a SIGINT that lands as bash forks a command substitution
+// is taken by the child and bash runs on (about 0.5-3% of interrupts timed
+// within 2 ms of `for i in $(seq 600)` starting, which made the conformance
+// suite's Interrupt case hang in CI; a second SIGINT ends nearly all). The
+// race itself is too rare to test reliably, so this code plays it: its own
+// trap lets the first SIGINT pass and ends the cell at the second, as the
+// driver's trap does.
+func TestBashInterruptIsSentAgain(t *testing.T) {
 	k := startKernel(t, "bash", t.TempDir())
-	const code = "echo start; for i in $(seq 600); do sleep 0.1; done"
-	for i := range 100 {
-		e := tt.Send(t, k, code, false)
-		tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") != "" })
-		for spin := time.Now().Add(time.Duration(i%40) * 50 * time.Microsecond); time.Now().Before(spin); {
-		}
-		if err := k.Interrupt(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		// Bounded well under the loop's 60 s: the interrupt took effect.
-		tt.Collect(t, k, e, 5*time.Second, nil)
-		if r := e.Reply(); r.Status != core.ReplyError || r.EName != "KeyboardInterrupt" {
-			t.Fatalf("interrupt %d: reply %+v", i, r)
-		}
+	const code = `n=0; trap '((++n >= 2)) && { __kh_int=1; return 130; }' INT; echo start; while :; do sleep 0.05; done`
+	e := tt.Send(t, k, code, false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") != "" })
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, 5*time.Second, nil)
+	if r := e.Reply(); r.Status != core.ReplyError || r.EName != "KeyboardInterrupt" {
+		t.Fatalf("reply %+v, want a KeyboardInterrupt error", r)
 	}
 }
