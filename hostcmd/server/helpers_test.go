@@ -414,3 +414,20 @@ func (h *testHost) defaultID(language string) string {
 	h.t.Fatalf("no %s context listed", language)
 	return ""
 }
+
+// requireContextGone checks that every route naming context id answers 404
+// "Context <id> not found", as after a delete.
+func (h *testHost) requireContextGone(id string) {
+	h.t.Helper()
+	notFound := "Context " + id + " not found"
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, id)},
+		{"POST", "/contexts/" + id + "/restart", ""},
+		{"POST", "/contexts/" + id + "/interrupt", ""},
+		{"DELETE", "/contexts/" + id, ""},
+	} {
+		if status, body := h.do(req.method, req.path, req.body); status != 404 || body != notFound {
+			h.t.Errorf("%s %s after delete: %d %q, want 404 %q", req.method, req.path, status, body, notFound)
+		}
+	}
+}

@@ -253,17 +253,7 @@ func TestContextsLifecycle(t *testing.T) {
 		if status, body := h.do("DELETE", "/contexts/"+a.ID, ""); status != 200 || body != "null" {
 			t.Fatalf("delete: %d %q", status, body)
 		}
-		notFound := "Context " + a.ID + " not found"
-		for _, req := range []struct{ method, path, body string }{
-			{"POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, a.ID)},
-			{"POST", "/contexts/" + a.ID + "/restart", ""},
-			{"POST", "/contexts/" + a.ID + "/interrupt", ""},
-			{"DELETE", "/contexts/" + a.ID, ""},
-		} {
-			if status, body := h.do(req.method, req.path, req.body); status != 404 || body != notFound {
-				t.Errorf("%s %s after delete: %d %q, want 404 %q", req.method, req.path, status, body, notFound)
-			}
-		}
+		h.requireContextGone(a.ID)
 		if after := h.contexts(); len(after) != len(listed)-1 || after[len(after)-1] != b {
 			t.Fatalf("listing after delete: %+v", after)
 		}
