@@ -526,15 +526,19 @@ func (c *Context) runUserCode(x *Execution) {
 		deadline = timer.C
 	}
 	// stop interrupts the running code and gives it InterruptGrace to end
-	// before the kernel is restarted; the slot stays held until then.
+	// before the kernel is restarted; the slot stays held until then. Its
+	// caller logs why first: a timed-out client is told before the interrupt
+	// is sent, and the log line must already be there when it is.
 	var graceTimer *time.Timer
 	defer func() {
 		if graceTimer != nil {
 			graceTimer.Stop()
 		}
 	}()
-	stop := func(why string) {
+	logInterrupt := func(why string) {
 		c.log.InfoContext(x.ctx, "interrupting", "execution_id", x.id, "why", why)
+	}
+	stop := func() {
 		ictx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
 		if err := k.Interrupt(ictx); err != nil {
 			c.log.WarnContext(x.ctx, "interrupt failed", "err", err)
@@ -601,14 +605,16 @@ func (c *Context) runUserCode(x *Execution) {
 			if c.e.cfg.DisconnectPolicy == DisconnectContinue {
 				continue
 			}
-			stop("client left mid-execution")
+			logInterrupt("client left mid-execution")
+			stop()
 		case <-deadline:
 			deadline = nil
 			x.timedOut = true
+			logInterrupt("execution timeout")
 			// The client hears at once; the kernel keeps the slot until it has
 			// stopped (or was restarted), so nothing runs behind it early.
 			x.end(ErrNameTimeout, fmt.Sprintf("The execution did not finish within %s; it was interrupted", x.timeout))
-			stop("execution timeout")
+			stop()
 		case <-grace:
 			// The code ignored the interrupt: restart so that the context is
 			// free again within a bound (the contract's option B).
