@@ -106,11 +106,27 @@ func BenchmarkRoundTrip(b *testing.B) {
 
 // BenchmarkRoundTripMetrics measures what the metrics cost on the hot path:
 // `1+1` over HTTP on a host with metrics (the default) and on one without
-// (Config.DisableMetrics), alternating the two in one loop so both see the
-// same machine state. It reports both medians and their difference.
+// (Config.DisableMetrics). It reports both medians and their difference.
 func BenchmarkRoundTripMetrics(b *testing.B) {
-	with := startHost(b)
-	without := startHost(b, func(c *server.Config) { c.DisableMetrics = true })
+	compareRoundTrips(b,
+		"metrics", startHost(b),
+		"no-metrics", startHost(b, func(c *server.Config) { c.DisableMetrics = true }))
+}
+
+// BenchmarkRoundTripPlugin measures what the plugin boundary adds to an
+// execution as a client sees it: `1+1` over HTTP on a host whose subprocess
+// transport runs in a plugin process (as `kernelhost serve` runs it) and on
+// one with the same transport linked in. It reports both medians and their
+// difference.
+func BenchmarkRoundTripPlugin(b *testing.B) {
+	compareRoundTrips(b, "plugin", startHost(b, viaPlugin), "in-process", startHost(b, inProcess))
+}
+
+// compareRoundTrips runs `1+1` over HTTP on hosts a and c, alternating the
+// two in one loop so both see the same machine state, and reports the
+// median of each (NAME-p50-ns) and a's minus c's (added-p50-ns). ns/op is
+// one pair.
+func compareRoundTrips(b *testing.B, aName string, a *testHost, cName string, c *testHost) {
 	body := []byte(`{"code":"1+1"}`)
 	once := func(h *testHost) {
 		resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
@@ -124,33 +140,31 @@ func BenchmarkRoundTripMetrics(b *testing.B) {
 		}
 	}
 	for range 20 {
-		once(with)
-		once(without)
+		once(a)
+		once(c)
 	}
-	withD := make([]time.Duration, 0, b.N)
-	withoutD := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
+	aD := make([]time.Duration, 0, b.N)
+	cD := make([]time.Duration, 0, b.N)
 	timed := func(h *testHost) time.Duration {
 		t0 := time.Now()
 		once(h)
 		return time.Since(t0)
 	}
-	for i := range b.N {
+	for i := 0; b.Loop(); i++ {
 		// Either host goes first every other time: the second of a pair
 		// finds the interpreters' caches warmer.
 		if i%2 == 0 {
-			withoutD = append(withoutD, timed(without))
-			withD = append(withD, timed(with))
+			cD = append(cD, timed(c))
+			aD = append(aD, timed(a))
 		} else {
-			withD = append(withD, timed(with))
-			withoutD = append(withoutD, timed(without))
+			aD = append(aD, timed(a))
+			cD = append(cD, timed(c))
 		}
 	}
-	b.StopTimer()
-	pw, po := median(withD), median(withoutD)
-	b.ReportMetric(float64(pw.Nanoseconds()), "metrics-p50-ns")
-	b.ReportMetric(float64(po.Nanoseconds()), "no-metrics-p50-ns")
-	b.ReportMetric(float64((pw - po).Nanoseconds()), "added-p50-ns")
+	pa, pc := median(aD), median(cD)
+	b.ReportMetric(float64(pa.Nanoseconds()), aName+"-p50-ns")
+	b.ReportMetric(float64(pc.Nanoseconds()), cName+"-p50-ns")
+	b.ReportMetric(float64((pa - pc).Nanoseconds()), "added-p50-ns")
 }
 
 func median(d []time.Duration) time.Duration {

@@ -23,7 +23,13 @@ import (
 // at best with each layer it uses.
 //
 //   - unix: a 64-byte ping-pong on a bare unix socket between two Go
-//     processes (two wake-ups, four syscalls; no gRPC, no TLS).
+//     processes (two wake-ups, four syscalls; no gRPC, no TLS), trips back
+//     to back.
+//   - unix-after-idle: the same with both processes idle for about a
+//     millisecond before each trip, as a plugin is while its interpreter
+//     runs a `1+1`: on a virtual machine a wake-up after an idle stretch
+//     costs far more than one in a tight loop, and that is what an
+//     execution's hops through a plugin pay.
 //   - grpc-bidi and grpc-bidi-tls: one KernelCall out and one KernelFrame
 //     holding the five messages of a `1+1` back, on one long-lived gRPC
 //     bidirectional stream set up by go-plugin exactly as Launch does
@@ -31,7 +37,8 @@ import (
 //     and on. This is protocol v2's round trip minus the kernel, the
 //     batcher and the host's message channel.
 func BenchmarkFloor(b *testing.B) {
-	b.Run("unix", benchFloorUnix)
+	b.Run("unix", func(b *testing.B) { benchFloorUnix(b, 0) })
+	b.Run("unix-after-idle", func(b *testing.B) { benchFloorUnix(b, time.Millisecond) })
 	b.Run("grpc-bidi", func(b *testing.B) { benchFloorGRPC(b, false) })
 	b.Run("grpc-bidi-tls", func(b *testing.B) { benchFloorGRPC(b, true) })
 }
@@ -41,7 +48,9 @@ func reportRoundTrips(b *testing.B, d []time.Duration) {
 	b.ReportMetric(float64(quantile(d, 0.9).Microseconds()), "p90-µs")
 }
 
-func benchFloorUnix(b *testing.B) {
+// benchFloorUnix times ping-pongs with the peer process, each after idle
+// (time.Sleep: both processes sleep, nothing spins).
+func benchFloorUnix(b *testing.B, idle time.Duration) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
@@ -79,6 +88,9 @@ func benchFloorUnix(b *testing.B) {
 	}
 	var d []time.Duration
 	for b.Loop() {
+		if idle > 0 {
+			time.Sleep(idle)
+		}
 		t0 := time.Now()
 		trip()
 		d = append(d, time.Since(t0))
