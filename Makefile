@@ -36,8 +36,9 @@ WAZERO         := $(TOOLS)/wazero
 # Jupyter transport's tests against a real server; r-cran-irkernel: the R
 # kernel (kernel spec "ir") those tests also run; wabt (wat2wasm): the
 # WebAssembly policy modules written in WAT; curl: the docs' examples
-# (TestDocExamples).
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt curl
+# (TestDocExamples); systemd: systemd-analyze, which verifies
+# deploy/kernelhost.service (TestInstall).
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt curl systemd
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -283,6 +285,67 @@ func TestBinary(t *testing.T) {
 			t.Fatalf("the python interpreter (pid %d) outlived the host", pyPID)
 		}
 		time.Sleep(10 * time.Millisecond) // a grandchild: nothing to wait on
+	}
+}
+
+// Under systemd (NOTIFY_SOCKET set, as for a Type=notify unit) the host
+// sends READY=1 once /health answers 200 and STOPPING=1 when it begins to
+// shut down, and the socket's name reaches neither the plugin nor the code.
+func TestSystemdNotify(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	next := func() string {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(90 * time.Second))
+		buf := make([]byte, 4096)
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification: %v", err)
+		}
+		return string(buf[:n])
+	}
+
+	p := startBinary(t, "NOTIFY_SOCKET="+sock, "KERNELHOST_DEFAULT_CWD="+dir)
+	ready := next()
+	pluginPID := int(p.waitLog("transport plugin started")["pid"].(float64))
+	url := "http://" + p.waitLog("listening")["addr"].(string)
+	if want := "READY=1\nSTATUS=serving the API on " + strings.TrimPrefix(url, "http://"); ready != want {
+		t.Fatalf("first notification %q, want %q", ready, want)
+	}
+	resp, err := http.Get(url + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /health after READY=1: %d, want 200", resp.StatusCode)
+	}
+
+	status, body := post(t, url, map[string]any{"code": "import os; print(repr(os.environ.get('NOTIFY_SOCKET')))"})
+	if status != 200 || !strings.Contains(body, `"text":"None\n"`) {
+		t.Errorf("the code sees NOTIFY_SOCKET: %d %q", status, body)
+	}
+	environ, err := os.ReadFile("/proc/" + strconv.Itoa(pluginPID) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(environ, []byte("NOTIFY_SOCKET=")) {
+		t.Error("the transport plugin inherited NOTIFY_SOCKET")
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "STOPPING=1\nSTATUS=shutting down" {
+		t.Fatalf("notification after SIGTERM %q, want STOPPING=1", got)
+	}
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
 	}
 }
 
