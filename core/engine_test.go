@@ -70,6 +70,31 @@ func attach(t *testing.T, x *Execution, after uint64) *Stream {
 	return s
 }
 
+// awaitDetached waits until x's log has no stream attached: a client's
+// leaving detaches its stream from a context.AfterFunc, i.e. a moment later.
+func awaitDetached(t *testing.T, x *Execution) {
+	t.Helper()
+	timeout := time.After(bound)
+	for {
+		l := x.out
+		l.mu.Lock()
+		if l.attached == 0 {
+			l.mu.Unlock()
+			return
+		}
+		if l.changed == nil {
+			l.changed = make(chan struct{})
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatal("the stream of a client that left is still attached")
+		}
+	}
+}
+
 func readAll(t *testing.T, next func(context.Context, []Output) ([]Output, error)) []Output {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
@@ -668,6 +693,9 @@ func TestOutputOfAGoneClientIsBoundedByTheReplayBuffer(t *testing.T) {
 	k := ft.kernel(0)
 	awaitStart(t, k, "block\nmany 1000")
 	leave()
+	// From when the engine has seen the client go, the 1,000 outputs still
+	// to come are bounded by the replay buffer.
+	awaitDetached(t, a)
 	b := execute(t, e, context.Background(), ExecRequest{Code: "print b"})
 	releaseBlock(t, k)
 	collect(t, b) // A has finished on the kernel
