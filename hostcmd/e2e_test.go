@@ -349,6 +349,66 @@ func TestSystemdNotify(t *testing.T) {
 	}
 }
 
+// SIGTERM while the default contexts are still starting is a stop that was
+// asked for: exit status 0, a log line that says so, and nothing left
+// running. (The "python" here never gets ready: it only sleeps.)
+func TestBinarySignalDuringStartUp(t *testing.T) {
+	dir := t.TempDir()
+	python := filepath.Join(dir, "slow-python")
+	if err := os.WriteFile(python, []byte("#!/bin/sh\nsleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, "KERNELHOST_DEFAULT_CWD="+dir, "KERNELHOST_PYTHON="+python)
+	p.waitLog("listening")
+	// The interpreter is running once its process exists: wait for it.
+	var sleeper int
+	for deadline := time.Now().Add(60 * time.Second); sleeper == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow python never started")
+		}
+		sleeper = findProcess(t, python)
+		if sleeper == 0 {
+			time.Sleep(10 * time.Millisecond) // a grandchild: nothing to wait on
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM during start-up, want 0\n%s", code, p.log())
+	}
+	if !strings.Contains(p.log(), "stopped during start-up") || strings.Contains(p.log(), `"level":"ERROR"`) {
+		t.Errorf("log after SIGTERM during start-up:\n%s", p.log())
+	}
+	for deadline := time.Now().Add(5 * time.Second); alive(sleeper); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the starting interpreter (pid %d) outlived the host", sleeper)
+		}
+		time.Sleep(10 * time.Millisecond) // a grandchild: nothing to wait on
+	}
+}
+
+// findProcess is the pid of a live process whose command line contains
+// arg, or 0.
+func findProcess(t *testing.T, arg string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(cmdline, []byte(arg)) && alive(pid) {
+			return pid
+		}
+	}
+	return 0
+}
+
 // Start-up failures exit 1 with a message that says what to do.
 func TestBinaryStartFailures(t *testing.T) {
 	empty := t.TempDir()

@@ -33,6 +33,11 @@ func serve(s Streams, args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	host, err := server.Start(ctx, cfg)
+	if err != nil && ctx.Err() != nil {
+		// SIGINT or SIGTERM while starting: what was asked for, not a failure.
+		cfg.Logger.Info("stopped during start-up", "err", err)
+		return exitOK
+	}
 	if err != nil {
 		cfg.Logger.Error("start failed", "err", err)
 		return exitFail
