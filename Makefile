@@ -53,6 +53,7 @@ FUZZ_TARGETS  := \
 	./hostcmd/server:FuzzExecuteRequest \
 	./transports/jupyter:FuzzDecodeFrame \
 	./plugins/policy:FuzzDecodeOutput \
+	./plugins/policy:FuzzReservedWAT \
 	./core:FuzzAppendLine \
 	./core:FuzzPythonLiteral \
 	./transports/subprocess:FuzzEnvValueRoundTrip \

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -504,4 +506,72 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzReservedWAT checks the WAT example against its specification, written
+// here in Go: it rejects every per-request key whose JSON-escaped form starts
+// with the JSON-escaped prefix (its config, or "KERNELHOST_" when the config
+// is empty), in the input's order, and rewrites nothing. The module scans 8
+// bytes at a time, so the seeds put quotes, backslashes and prefix ends on
+// both sides of 8-byte boundaries. kv is key, value, key, value... separated
+// by NUL.
+func FuzzReservedWAT(f *testing.F) {
+	needWAT(f)
+	configs := []string{"", "MY_", `K"\`, "ABCDEFGH", "ABCDEFGHIJKLMNOPQ", "é_", "\n"}
+	chains := make([]*Chain, len(configs))
+	for i, cfg := range configs {
+		chains[i] = load(f, Options{}, "reserved="+cfg)
+	}
+	for _, s := range []struct {
+		config uint8
+		kv     string
+	}{
+		{0, "KERNELHOST_TOKEN\x00x\x00A\x001\x00KERNELHOST\x00y"},
+		{0, "KERNELHOST_\x00\x00KERNELHOS\x00\"\x00KERNELHOST_\"\\\x00v"},
+		{1, "MY_A\x001\x00MY\x002\x00\"MY_\x003\x00MY_\"q\\\n\x00v\"\\"},
+		{2, "K\"\\X\x00a\x00K\"\x00b\x00K\\\"\x00c"},
+		{3, "ABCDEFG\x00x\x00ABCDEFGH\x00x\x00ABCDEFGHI\x00x\x00ABCDEFGX\x00\"\"\"\"\"\"\"\"\"\"\\\\\\\\"},
+		{4, "ABCDEFGHIJKLMNOP\x00x\x00ABCDEFGHIJKLMNOPQ\x00x\x00ABCDEFGHIJKLMNOPQR\x00\\\"1234567\\\"abcdefgh\\"},
+		{5, "é_x\x00é\x00é\x00_\x00e_\x00x"},
+		{6, "\n\x00nl\x00\nA\x00b\x00\t\x00c\x00\u2028\x00d"},
+		{0, "1234567\"\x00\x0012345678\\\x00\\\\\\\\\\\\\\\\\\\x00\x00abcdefghijklmnopqrstuvwxyz\"\x00KERNELHOST_Z"},
+	} {
+		f.Add(s.config, s.kv)
+	}
+	f.Fuzz(func(t *testing.T, config uint8, kv string) {
+		i := int(config) % len(configs)
+		parts := strings.Split(kv, "\x00")
+		if len(parts) > 32 {
+			parts = parts[:32]
+		}
+		env := map[string]string{}
+		for j := 0; j+1 < len(parts); j += 2 {
+			env[parts[j]] = parts[j+1]
+		}
+		d, err := chains[i].Evaluate(context.Background(), input(env))
+		if err != nil {
+			t.Fatalf("config %q env %q: %v", configs[i], env, err)
+		}
+		prefix := configs[i]
+		if prefix == "" {
+			prefix = "KERNELHOST_"
+		}
+		escaped := func(s string) string { b := appendStr(nil, s); return string(b[1 : len(b)-1]) }
+		var want []string
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			if strings.HasPrefix(escaped(k), escaped(prefix)) {
+				var decoded string // the key as it comes back: invalid UTF-8 is U+FFFD
+				if err := json.Unmarshal(appendStr(nil, k), &decoded); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, decoded)
+			}
+		}
+		if got := rejectedKeys(d); !slices.Equal(got, want) {
+			t.Fatalf("config %q env %q: rejected %q, want %q", configs[i], env, got, want)
+		}
+		if d.EnvVars != nil {
+			t.Fatalf("config %q: rewrote env to %v", configs[i], d.EnvVars)
+		}
+	})
 }

@@ -30,28 +30,62 @@
     (memory.copy (global.get $out) (local.get $src) (local.get $len))
     (global.set $out (i32.add (global.get $out) (local.get $len))))
 
+  ;; The two scanning loops below look at 8 bytes per iteration. Why: to make
+  ;; a deadline stop a looping module, the host's runtime (wazero) checks at
+  ;; every loop iteration and function call whether the call was stopped, and
+  ;; that check costs more than a byte-sized loop body. Reading up to 7 bytes
+  ;; past the data is fine: the memory has room, and those bytes never decide
+  ;; anything.
+
   ;; $eq reports whether the len bytes at a and b are equal.
   (func $eq (param $a i32) (param $b i32) (param $len i32) (result i32)
-    (block $no
-      (loop $next
-        (if (i32.eqz (local.get $len)) (then (return (i32.const 1))))
-        (br_if $no (i32.ne (i32.load8_u (local.get $a)) (i32.load8_u (local.get $b))))
-        (local.set $a (i32.add (local.get $a) (i32.const 1)))
-        (local.set $b (i32.add (local.get $b) (i32.const 1)))
-        (local.set $len (i32.sub (local.get $len) (i32.const 1)))
-        (br $next)))
-    (i32.const 0))
+    (loop $words
+      (if (i32.ge_u (local.get $len) (i32.const 8))
+        (then
+          (if (i64.ne (i64.load (local.get $a)) (i64.load (local.get $b)))
+            (then (return (i32.const 0))))
+          (local.set $a (i32.add (local.get $a) (i32.const 8)))
+          (local.set $b (i32.add (local.get $b) (i32.const 8)))
+          (local.set $len (i32.sub (local.get $len) (i32.const 8)))
+          (br $words))))
+    ;; the last 0-7 bytes: the low len bytes of one more word each
+    ;; (little-endian: the first byte is the lowest)
+    (i64.eqz (i64.and
+      (i64.xor (i64.load (local.get $a)) (i64.load (local.get $b)))
+      (i64.sub (i64.shl (i64.const 1) (i64.extend_i32_u (i32.shl (local.get $len) (i32.const 3))))
+               (i64.const 1)))))
 
-  ;; $str_end returns the position of the closing quote of the JSON string
-  ;; whose first content byte is at p (backslash escapes skip one byte), or -1
-  ;; if the string does not end before end.
+  ;; $zeros sets the high bit of the lowest zero byte of x (and maybe of bytes
+  ;; above it, which $str_end never looks at): the classic
+  ;; (x - 0x0101..01) & ~x & 0x8080..80.
+  (func $zeros (param $x i64) (result i64)
+    (i64.and (i64.and (i64.sub (local.get $x) (i64.const 0x0101010101010101))
+                      (i64.xor (local.get $x) (i64.const -1)))
+             (i64.const 0x8080808080808080)))
+
+;; $str_end returns the position of the closing quote of the JSON string
+  ;; whose first content byte is at p (a backslash escapes the byte after
+  ;; it), or -1 if the string does not end before end.
   (func $str_end (param $p i32) (param $end i32) (result i32)
+    (local $w i64) (local $m i64)
     (loop $next
       (if (i32.ge_u (local.get $p) (local.get $end)) (then (return (i32.const -1))))
+      ;; m marks the quotes (") and backslashes (\) among the next 8 bytes
+      (local.set $w (i64.load (local.get $p)))
+      (local.set $m (i64.or
+        (call $zeros (i64.xor (local.get $w) (i64.const 0x2222222222222222)))
+        (call $zeros (i64.xor (local.get $w) (i64.const 0x5c5c5c5c5c5c5c5c)))))
+      (if (i64.eqz (local.get $m))
+        (then
+          (local.set $p (i32.add (local.get $p) (i32.const 8)))
+          (br $next)))
+      ;; move to the first of them
+      (local.set $p (i32.add (local.get $p)
+        (i32.wrap_i64 (i64.shr_u (i64.ctz (local.get $m)) (i64.const 3)))))
+      (if (i32.ge_u (local.get $p) (local.get $end)) (then (return (i32.const -1))))
       (if (i32.eq (i32.load8_u (local.get $p)) (i32.const 34)) (then (return (local.get $p))))
-      (if (i32.eq (i32.load8_u (local.get $p)) (i32.const 92))
-        (then (local.set $p (i32.add (local.get $p) (i32.const 1)))))
-      (local.set $p (i32.add (local.get $p) (i32.const 1)))
+      ;; a backslash: skip it and the byte it escapes
+      (local.set $p (i32.add (local.get $p) (i32.const 2)))
       (br $next))
     (i32.const -1))
 
