@@ -82,10 +82,7 @@ func awaitDetached(t *testing.T, x *Execution) {
 			l.mu.Unlock()
 			return
 		}
-		if l.changed == nil {
-			l.changed = make(chan struct{})
-		}
-		changed := l.changed
+		changed := l.changedLocked()
 		l.mu.Unlock()
 		select {
 		case <-changed:

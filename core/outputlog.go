@@ -152,6 +152,14 @@ func (l *outputLog) trimLocked(max int, all bool) {
 	}
 }
 
+// changedLocked returns a channel that is closed at the next change.
+func (l *outputLog) changedLocked() <-chan struct{} {
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.changed
+}
+
 func (l *outputLog) wakeLocked() {
 	if l.changed != nil {
 		close(l.changed)
@@ -246,10 +254,7 @@ func (l *outputLog) next(ctx context.Context, gen uint64, dst []Output) ([]Outpu
 			l.mu.Unlock()
 			return dst, io.EOF
 		}
-		if l.changed == nil {
-			l.changed = make(chan struct{})
-		}
-		changed := l.changed
+		changed := l.changedLocked()
 		l.mu.Unlock()
 		select {
 		case <-changed:
