@@ -161,6 +161,60 @@ func releaseBlock(t *testing.T, k *fakeKernel) {
 	}
 }
 
+// The fake kernel's stop_on_error, which TestInvariant3 relies on to catch
+// an engine that pipelines: a request queued while another fails is
+// aborted; one sent after the failure's reply and idle is not.
+func TestFakeKernelStopOnError(t *testing.T) {
+	var ft fakeTransport
+	kern, err := ft.StartKernel(context.Background(), KernelSpec{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kern.(*fakeKernel)
+	t.Cleanup(k.lose)
+	ctx := context.Background()
+	waitIdle := func(id string) (aborted bool) {
+		t.Helper()
+		timeout := time.After(bound)
+		for {
+			select {
+			case m := <-k.Messages():
+				if m.ParentID == id && m.Type == MsgExecuteReply {
+					aborted = m.Status == ReplyAborted
+				}
+				if m.ParentID == id && m.Type == MsgStatus && m.State == StateIdle {
+					return aborted
+				}
+			case <-timeout:
+				t.Fatalf("no idle for %s", id)
+			}
+		}
+	}
+	for _, req := range []ExecuteRequest{{MsgID: "a", Code: "block\nraise"}, {MsgID: "queued", Code: "print q"}} {
+		if err := k.Execute(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitStart(t, k, "block\nraise")
+	releaseBlock(t, k)
+	if waitIdle("a") {
+		t.Fatal("the failing request itself was aborted")
+	}
+	// At once, as the engine sends its env reset after an idle.
+	if err := k.Execute(ctx, ExecuteRequest{MsgID: "after", Code: "print after"}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitIdle("queued") {
+		t.Fatal("the request queued behind the failure was not aborted")
+	}
+	if waitIdle("after") {
+		t.Fatal("a request sent after the failure's idle was aborted")
+	}
+	if maxOut, aborted := k.stats(); maxOut != 2 || aborted != 1 {
+		t.Fatalf("stats: up to %d outstanding, %d aborted; want 2 and 1", maxOut, aborted)
+	}
+}
+
 func TestExecuteStreamsOutputsInOrder(t *testing.T) {
 	e, _ := newTestEngine(t, Config{})
 	outs := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print hi\neprint oops\nresult 2"}))

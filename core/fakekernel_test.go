@@ -216,6 +216,13 @@ func (k *fakeKernel) handle(req ExecuteRequest) {
 		k.mu.Unlock()
 		return
 	}
+	// stop_on_error aborts what was queued when the request failed; taken
+	// now, before the reply goes out, so that what a client sends once it
+	// has seen the reply is not counted as queued behind the failure.
+	var queued []ExecuteRequest
+	if failure != nil {
+		queued = k.takeQueued()
+	}
 	reply := Message{ParentID: p, Type: MsgExecuteReply, Status: ReplyOK, ExecutionCount: count}
 	if failure != nil {
 		if !req.Silent {
@@ -229,13 +236,17 @@ func (k *fakeKernel) handle(req ExecuteRequest) {
 	k.outstanding--
 	k.mu.Unlock()
 	k.emit(gen, Message{ParentID: p, Type: MsgStatus, State: StateIdle})
-	if failure != nil {
-		k.abortQueued(gen)
+	for _, req := range queued {
+		k.emit(gen, Message{ParentID: req.MsgID, Type: MsgStatus, State: StateBusy})
+		k.emit(gen, Message{ParentID: req.MsgID, Type: MsgExecuteReply, Status: ReplyAborted})
+		k.emit(gen, Message{ParentID: req.MsgID, Type: MsgStatus, State: StateIdle})
 	}
 }
 
-// abortQueued is stop_on_error: everything queued behind a failure is aborted.
-func (k *fakeKernel) abortQueued(gen int) {
+// takeQueued is stop_on_error's first half: it takes every request queued
+// behind a failure, counted as aborted; the caller answers them as aborted.
+func (k *fakeKernel) takeQueued() []ExecuteRequest {
+	var queued []ExecuteRequest
 	for {
 		select {
 		case req := <-k.reqs:
@@ -243,11 +254,9 @@ func (k *fakeKernel) abortQueued(gen int) {
 			k.aborted++
 			k.outstanding--
 			k.mu.Unlock()
-			k.emit(gen, Message{ParentID: req.MsgID, Type: MsgStatus, State: StateBusy})
-			k.emit(gen, Message{ParentID: req.MsgID, Type: MsgExecuteReply, Status: ReplyAborted})
-			k.emit(gen, Message{ParentID: req.MsgID, Type: MsgStatus, State: StateIdle})
+			queued = append(queued, req)
 		default:
-			return
+			return queued
 		}
 	}
 }
