@@ -526,9 +526,9 @@ func (c *Context) runUserCode(x *Execution) {
 		deadline = timer.C
 	}
 	// stop interrupts the running code and gives it InterruptGrace to end
-	// before the kernel is restarted; the slot stays held until then. Its
-	// caller logs why first: a timed-out client is told before the interrupt
-	// is sent, and the log line must already be there when it is.
+	// before the kernel is restarted; the slot stays held until then.
+	// Callers log why (logInterrupt) before they end the client's stream, so
+	// that the log has the line by the time the client has the end.
 	var graceTimer *time.Timer
 	defer func() {
 		if graceTimer != nil {
