@@ -565,6 +565,29 @@ func TestBadInputIsRefusedBeforeAnythingRuns(t *testing.T) {
 	}
 }
 
+// A restart's setup request is sent once the context has seen the kernel's
+// restarting status; it must not be handed that same status (CI saw
+// "Failed to set up the context ...: the kernel reported restarting" when
+// the router recorded the event and listed the requests to tell in two
+// steps, and the setup registered in between). Many restarts in a row give
+// that window many chances.
+func TestRestartSetupIsNotToldOfItsOwnRestart(t *testing.T) {
+	e, _ := newTestEngine(t, Config{})
+	ctx := context.Background()
+	info, err := e.CreateContext(ctx, "python", "/tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if err := e.Restart(ctx, info.ID); err != nil {
+			t.Fatalf("restart %d: %v", i, err)
+		}
+	}
+	if got := stdout(collect(t, execute(t, e, ctx, ExecRequest{Code: "cwd", ContextID: info.ID}))); got != "/tmp" {
+		t.Fatalf("cwd after the restarts: %q", got)
+	}
+}
+
 func TestContextsListingAndDefaults(t *testing.T) {
 	e, _ := newTestEngine(t, Config{})
 	ctx := context.Background()

@@ -15,7 +15,7 @@ type router struct {
 	// lost for good.
 	gone chan struct{}
 	// onKernelEvent records kernel-wide states on the context even when no
-	// request is in flight.
+	// request is in flight. It runs with mu held (see broadcast).
 	onKernelEvent func(state string)
 }
 
@@ -35,7 +35,6 @@ func (r *router) run(msgs <-chan Message) {
 	for m := range msgs {
 		if m.ParentID == "" {
 			if m.Type == MsgStatus {
-				r.onKernelEvent(m.State)
 				r.broadcast(m)
 			}
 			continue
@@ -49,8 +48,14 @@ func (r *router) run(msgs <-chan Message) {
 	}
 }
 
+// broadcast records a kernel-wide status on the context and hands it to
+// every request registered at that moment. Both happen under mu, so a
+// request registers either before (and gets the event) or after the context
+// has recorded it: the setup request sent once a restart has been seen must
+// not be told of that same restart.
 func (r *router) broadcast(m Message) {
 	r.mu.Lock()
+	r.onKernelEvent(m.State)
 	routes := make([]*route, 0, len(r.routes))
 	for _, rt := range r.routes {
 		routes = append(routes, rt)
