@@ -79,7 +79,7 @@ policies = "`+filepath.Join(prefix, "share", "kernelhost", "policies", "denylist
 log-format = "json"
 `)
 		pid := startSandbox(t, dir, exe, config, addr)
-		t.Cleanup(func() { stopPID(t, pid) })
+		t.Cleanup(func() { stopPID(t, pid, exe) })
 
 		url := "http://" + addr
 		if status, body := post(t, url, map[string]any{"code": "print(6*7)"}); status != 200 || !strings.Contains(body, `"text":"42\n"`) {
@@ -172,20 +172,34 @@ func startSandbox(t *testing.T, dir, exe, config, addr string) int {
 }
 
 // stopPID sends SIGTERM to a host the script started (not this process's
-// child, so nothing to wait on) and polls until it is gone.
-func stopPID(t *testing.T, pid int) {
+// child, so nothing to wait on) and polls until it is gone. The pid is only
+// a number read from a file: it is signalled only while it is still exe's
+// process, since pids wrap (32768 here) and a stranger, such as another
+// package's interpreter, could have it by then.
+func stopPID(t *testing.T, pid int, exe string) {
 	t.Helper()
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved // /proc/PID/exe names the file, not the link
+	}
+	ours := func() bool {
+		running, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+		return err == nil && running == exe && alive(pid)
+	}
+	if !ours() {
+		t.Errorf("kernelhost (pid %d) was gone before the test stopped it", pid)
+		return
+	}
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Errorf("SIGTERM %d: %v", pid, err)
 		return
 	}
 	deadline := time.Now().Add(40 * time.Second)
-	for alive(pid) {
+	for ours() {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Errorf("kernelhost (pid %d) did not stop within 40 s of SIGTERM", pid)
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // not our child: nothing to wait on
 	}
 }
