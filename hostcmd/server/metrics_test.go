@@ -168,12 +168,9 @@ func TestMetricsMove(t *testing.T) {
 	// A queue of one on a new context: A runs until released, B waits, C is
 	// refused (each of them a rewrite).
 	c := h.createContext(`{}`)
-	release := filepath.Join(t.TempDir(), "release")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a := h.start(ctx, map[string]any{"context_id": c.ID, "code": fmt.Sprintf(
-		"import os, time\nprint('go', flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.005)", release)})
-	a.until("stdout")
+	a, release := startHeld(t, h, ctx, c.ID)
 	aRunning := time.Now()
 	b := h.start(ctx, map[string]any{"context_id": c.ID, "code": "print('b')"})
 	bQueued := time.Now()
@@ -187,7 +184,7 @@ func TestMetricsMove(t *testing.T) {
 	s, n = h.executeBytes(t, fmt.Sprintf(`{"code":"1","context_id":%q}`, c.ID))
 	count(s, n, http.StatusTooManyRequests)
 	released := time.Now()
-	writeFile(t, release, "")
+	release()
 	streamed += readAll(a) + readAll(b)
 
 	after := h.awaitExecutions(t, before, map[string]float64{"ok": 3, "error": 1, "rejected": 1, "invalid": 1, "queue_full": 1})
@@ -235,17 +232,25 @@ func TestMetricsMove(t *testing.T) {
 	}
 }
 
+// startHeld starts python code on context id that holds it until release is
+// called, and returns once the code runs (it has printed).
+func startHeld(t *testing.T, h *testHost, ctx context.Context, id string) (s *stream, release func()) {
+	t.Helper()
+	flag := filepath.Join(t.TempDir(), "release")
+	s = h.start(ctx, map[string]any{"context_id": id, "code": fmt.Sprintf(
+		"import os, time\nprint('go', flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.005)", flag)})
+	s.until("stdout")
+	return s, func() { writeFile(t, flag, "") }
+}
+
 // A queued execution deleted with its context leaves no queue-depth series
 // behind, though the engine reports the drained queue after the removal.
 func TestMetricsQueueSeriesGoneWithContext(t *testing.T) {
 	h := startHost(t)
 	c := h.createContext(`{}`)
-	release := filepath.Join(t.TempDir(), "release")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a := h.start(ctx, map[string]any{"context_id": c.ID, "code": fmt.Sprintf(
-		"import os, time\nprint('go', flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.005)", release)})
-	a.until("stdout")
+	a, _ := startHeld(t, h, ctx, c.ID)
 	b := h.start(ctx, map[string]any{"context_id": c.ID, "code": "1"})
 	if got := h.scrapeMetrics(t, nil).value(t, "kernelhost_queue_depth", "context_id", c.ID); got != 1 {
 		t.Fatalf("queue depth %v, want 1", got)
