@@ -119,9 +119,11 @@ type routeError struct {
 }
 
 // authorize requires the access token, when one is configured, on every
-// route but /health (readiness probes carry no credentials), or only on
-// /execute with ScopeExecute. CORS preflights never carry credentials and
-// are answered by cors before this. The comparison takes constant time.
+// route but /health (readiness probes carry no credentials), or with
+// ScopeExecute only on the execution routes: /execute and /executions/...
+// (an execution's output and its live stream are as private as the code
+// that made them). CORS preflights never carry credentials and are answered
+// by cors before this. The comparison takes constant time.
 //
 // "Authorization: Bearer <token>" works on every route. On /execute,
 // "X-Access-Token: <token>" works too: it is the one credential the official
@@ -134,7 +136,8 @@ func (a *api) authorize(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		isExecute := r.URL.Path == "/execute"
-		if r.URL.Path == "/health" || (a.tokenScope == ScopeExecute && !isExecute) {
+		isExecution := isExecute || strings.HasPrefix(r.URL.Path, "/executions/")
+		if r.URL.Path == "/health" || (a.tokenScope == ScopeExecute && !isExecution) {
 			next.ServeHTTP(w, r)
 			return
 		}

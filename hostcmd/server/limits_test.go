@@ -260,9 +260,24 @@ func TestAccessTokenExecuteScope(t *testing.T) {
 	if status, _ := tokenRequest(t, h, "POST", "/execute", `{"code":"1"}`, nil); status != 401 {
 		t.Fatalf("/execute without a token: %d, want 401", status)
 	}
-	status, body := tokenRequest(t, h, "POST", "/execute", `{"code":"1+1"}`, map[string]string{"X-Access-Token": token})
+	status, hdr, body := h.doWith("POST", "/execute", `{"code":"1+1"}`, map[string]string{"X-Access-Token": token})
 	if status != 200 || mainResult(t, parseStream(t, []byte(body))) != "2" {
 		t.Fatalf("/execute with X-Access-Token: %d %q", status, body)
+	}
+	// Execution data is behind the token too: whoever learns an id must not
+	// read its output or take over its stream (issue 11 item 7).
+	id := hdr.Get("X-Execution-Id")
+	for _, path := range []string{"/executions/" + id, "/executions/" + id + "/stream", "/executions/nope"} {
+		if status, body := tokenRequest(t, h, "GET", path, "", nil); status != 401 {
+			t.Errorf("GET %s without a token in scope execute: %d %q, want 401", path, status, body)
+		}
+		want := 200
+		if strings.HasSuffix(path, "nope") {
+			want = 404
+		}
+		if status, body := tokenRequest(t, h, "GET", path, "", map[string]string{"Authorization": "Bearer " + token}); status != want {
+			t.Errorf("GET %s with the token: %d %q, want %d", path, status, body, want)
+		}
 	}
 }
 

@@ -183,7 +183,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", DefaultReadTimeout, "time a client has to send a request's headers and body (not the response: streams last as long as the code)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "an idle keep-alive connection is closed after this")
 	fs.StringVar(&c.AccessToken, "access-token", "", "if set, clients must send \"Authorization: Bearer <token>\" (prefer the environment variable: flags show in ps); see -access-token-scope")
-	fs.StringVar(&c.AccessTokenScope, "access-token-scope", ScopeAll, "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token, as the official SDKs send it)")
+	fs.StringVar(&c.AccessTokenScope, "access-token-scope", ScopeAll, "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token as the official SDKs send it, and /executions/...)")
 	fs.StringVar(&c.Interpreters.Python, "python", "python3", "Python interpreter")
 	fs.StringVar(&c.Interpreters.Node, "node", "node", "Node.js interpreter (javascript contexts)")
 	fs.StringVar(&c.Interpreters.Bash, "bash", "bash", "bash interpreter")
