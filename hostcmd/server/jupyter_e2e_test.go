@@ -68,6 +68,7 @@ func TestJupyterHost(t *testing.T) {
 		{"DisconnectInterrupts", testJupyterDisconnectInterrupts, true},
 		{"DisconnectContinues", testJupyterDisconnectContinues, false},
 		{"OverlapNeverLeaks", testJupyterOverlap, false},
+		{"TooLarge", testJupyterTooLarge, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, m := range modes {
@@ -125,6 +126,22 @@ func testJupyterBasics(t *testing.T, start func(...func(*server.Config)) *testHo
 	}
 	if got := mainResult(t, h.run(map[string]any{"code": "x"})); got != "41" {
 		t.Fatalf("after an error: x = %q, want 41", got)
+	}
+}
+
+// testJupyterTooLarge: code larger than the Jupyter server's websocket
+// message limit (10 MiB) but within the host's body limit (16 MiB) ends in a
+// CodeTooLarge error, in-process and through the plugin alike (the kind must
+// cross the plugin boundary), and the context keeps working.
+func testJupyterTooLarge(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start()
+	lines := h.run(map[string]any{"code": "x = '" + strings.Repeat("a", 11<<20) + "'"})
+	e := onlyError(t, lines)
+	if e.str("name") != "CodeTooLarge" || !strings.Contains(e.str("value"), "accepts websocket messages of at most") {
+		t.Fatalf("error line %v, want CodeTooLarge with the transport's message", e)
+	}
+	if got := mainResult(t, h.run(map[string]any{"code": "1 + 1"})); got != "2" {
+		t.Fatalf("after the refused request: 1 + 1 = %q", got)
 	}
 }
 

@@ -254,23 +254,6 @@ func (k *remoteKernel) forget(id uint64) {
 	k.mu.Unlock()
 }
 
-// resultError turns a call's result into the error the transport returned,
-// keeping its text and kind.
-func (k *remoteKernel) resultError(what string, timeout time.Duration, r *pb.CallResult) error {
-	code := codes.Unknown
-	switch r.Code {
-	case pb.Code_OK:
-		return nil
-	case pb.Code_INVALID:
-		code = codes.InvalidArgument
-	case pb.Code_DEADLINE_EXCEEDED:
-		code = codes.DeadlineExceeded
-	case pb.Code_CANCELED:
-		code = codes.Canceled
-	}
-	return k.s.callError(k.inst, what, timeout, status.Error(code, string(r.Error)))
-}
-
 var errPluginGone = errors.New("transport plugin process exited")
 
 // endedError explains a call on a kernel whose stream is over.
@@ -325,9 +308,10 @@ func (k *remoteKernel) end() {
 	<-k.pumpDone
 }
 
-// callError turns a failed gRPC call into one clear error: the plugin's own
-// message for transport errors, a deadline message for a hanging plugin, and
-// "process exited" when the plugin died under the call.
+// callError turns a failed gRPC call into one clear error: a deadline message
+// for a hanging plugin, "process exited" when the plugin died under the
+// call, and gRPC's message otherwise. (The transport's own errors come in
+// call results: resultError.)
 func (s *Supervised) callError(inst *instance, what string, timeout time.Duration, err error) error {
 	if errors.Is(err, errPluginGone) {
 		return fmt.Errorf("%s: %w (transport plugin %s)", what, err, s.cfg.Name)
@@ -340,9 +324,6 @@ func (s *Supervised) callError(inst *instance, what string, timeout time.Duratio
 		return fmt.Errorf("%s: transport plugin %s did not answer in time (call deadline %v): %w", what, s.cfg.Name, timeout, context.DeadlineExceeded)
 	case st.Code() == codes.Canceled:
 		return fmt.Errorf("%s: %w", what, context.Canceled)
-	case st.Code() == codes.InvalidArgument:
-		// The transport said the request was wrong (core.KindInvalid).
-		return &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("%s: %s", what, st.Message()), Err: err}
 	}
 	return fmt.Errorf("%s: %s", what, st.Message())
 }

@@ -74,6 +74,8 @@ func runHelper(mode string) {
 		Serve(bigTransport{})
 	case "ctxwait":
 		Serve(ctxWaitTransport{})
+	case "kinds":
+		Serve(kindsTransport{})
 	case "flood":
 		Serve(floodTransport{})
 	case "echo":

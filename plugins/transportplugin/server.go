@@ -567,26 +567,3 @@ func (s *server) shutdownAll(timeout time.Duration) {
 	}
 	wg.Wait()
 }
-
-// result turns a transport's error into a call result that keeps its text,
-// so the host can show the author's message unchanged.
-func result(id uint64, err error) *pb.CallResult {
-	r := &pb.CallResult{Id: id}
-	if err == nil {
-		return r
-	}
-	r.Error = []byte(err.Error())
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		r.Code = pb.Code_DEADLINE_EXCEEDED
-	case errors.Is(err, context.Canceled):
-		r.Code = pb.Code_CANCELED
-	case core.KindOf(err) == core.KindInvalid:
-		// The request was wrong (a cwd that does not exist): the host turns
-		// this back into a KindInvalid error, a client error, not ours.
-		r.Code = pb.Code_INVALID
-	default:
-		r.Code = pb.Code_UNKNOWN
-	}
-	return r
-}

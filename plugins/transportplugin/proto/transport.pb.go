@@ -68,10 +68,11 @@ type Code int32
 
 const (
 	Code_OK Code = 0
-	// Any other error.
+	// Any other error; kind says which.
 	Code_UNKNOWN Code = 1
-	// The request was wrong (core.KindInvalid): a client error, not the
-	// transport's.
+	// The request was wrong (core.KindInvalid). kind says so too; a plugin
+	// still sets this code, and a host still reads it when kind is
+	// KIND_NONE, for peers built before kind was added.
 	Code_INVALID           Code = 2
 	Code_DEADLINE_EXCEEDED Code = 3
 	Code_CANCELED          Code = 4
@@ -120,6 +121,77 @@ func (x Code) Number() protoreflect.EnumNumber {
 // Deprecated: Use Code.Descriptor instead.
 func (Code) EnumDescriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{0}
+}
+
+// ErrorKind has one value for each core.ErrorKind, and KIND_NONE; the one
+// mapping between the two is the kinds table in transportplugin/errors.go.
+type ErrorKind int32
+
+const (
+	// The error is not a *core.Error (or there is no error): the host returns
+	// its text as a plain error.
+	ErrorKind_KIND_NONE        ErrorKind = 0
+	ErrorKind_KIND_INTERNAL    ErrorKind = 1
+	ErrorKind_KIND_INVALID     ErrorKind = 2
+	ErrorKind_KIND_NOT_FOUND   ErrorKind = 3
+	ErrorKind_KIND_QUEUE_FULL  ErrorKind = 4
+	ErrorKind_KIND_REJECTED    ErrorKind = 5
+	ErrorKind_KIND_UNAVAILABLE ErrorKind = 6
+	ErrorKind_KIND_TOO_LARGE   ErrorKind = 7
+	ErrorKind_KIND_GONE        ErrorKind = 8
+)
+
+// Enum value maps for ErrorKind.
+var (
+	ErrorKind_name = map[int32]string{
+		0: "KIND_NONE",
+		1: "KIND_INTERNAL",
+		2: "KIND_INVALID",
+		3: "KIND_NOT_FOUND",
+		4: "KIND_QUEUE_FULL",
+		5: "KIND_REJECTED",
+		6: "KIND_UNAVAILABLE",
+		7: "KIND_TOO_LARGE",
+		8: "KIND_GONE",
+	}
+	ErrorKind_value = map[string]int32{
+		"KIND_NONE":        0,
+		"KIND_INTERNAL":    1,
+		"KIND_INVALID":     2,
+		"KIND_NOT_FOUND":   3,
+		"KIND_QUEUE_FULL":  4,
+		"KIND_REJECTED":    5,
+		"KIND_UNAVAILABLE": 6,
+		"KIND_TOO_LARGE":   7,
+		"KIND_GONE":        8,
+	}
+)
+
+func (x ErrorKind) Enum() *ErrorKind {
+	p := new(ErrorKind)
+	*p = x
+	return p
+}
+
+func (x ErrorKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_transport_proto_enumTypes[1].Descriptor()
+}
+
+func (ErrorKind) Type() protoreflect.EnumType {
+	return &file_transport_proto_enumTypes[1]
+}
+
+func (x ErrorKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorKind.Descriptor instead.
+func (ErrorKind) EnumDescriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{1}
 }
 
 type DescribeRequest struct {
@@ -740,13 +812,17 @@ func (x *KernelFrame) GetEnd() bool {
 	return false
 }
 
-// CallResult ends one call. code is OK or says what kind of error the
-// transport returned; error is its text, unchanged.
+// CallResult ends one call. code says whether the call succeeded, failed or
+// ran out of time; error is the transport's error text, unchanged; kind is
+// its core.ErrorKind, so the host hands its caller an error of the same kind
+// (and the client gets the same status code or error name) as it would with
+// the transport linked in.
 type CallResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Code          Code                   `protobuf:"varint,2,opt,name=code,proto3,enum=kernelhost.transport.v2.Code" json:"code,omitempty"`
 	Error         []byte                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Kind          ErrorKind              `protobuf:"varint,4,opt,name=kind,proto3,enum=kernelhost.transport.v2.ErrorKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +876,13 @@ func (x *CallResult) GetError() []byte {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *CallResult) GetKind() ErrorKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ErrorKind_KIND_NONE
 }
 
 // Message is core.Message. Only the fields of its type are set.
@@ -974,12 +1057,13 @@ const file_transport_proto_rawDesc = "" +
 	"\vKernelFrame\x12<\n" +
 	"\bmessages\x18\x01 \x03(\v2 .kernelhost.transport.v2.MessageR\bmessages\x12=\n" +
 	"\aresults\x18\x02 \x03(\v2#.kernelhost.transport.v2.CallResultR\aresults\x12\x10\n" +
-	"\x03end\x18\x03 \x01(\bR\x03end\"e\n" +
+	"\x03end\x18\x03 \x01(\bR\x03end\"\x9d\x01\n" +
 	"\n" +
 	"CallResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x1d.kernelhost.transport.v2.CodeR\x04code\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\fR\x05error\"\x9c\x03\n" +
+	"\x05error\x18\x03 \x01(\fR\x05error\x126\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\".kernelhost.transport.v2.ErrorKindR\x04kind\"\x9c\x03\n" +
 	"\aMessage\x12\x1b\n" +
 	"\tparent_id\x18\x01 \x01(\tR\bparentId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1c\n" +
@@ -1002,7 +1086,17 @@ const file_transport_proto_rawDesc = "" +
 	"\aUNKNOWN\x10\x01\x12\v\n" +
 	"\aINVALID\x10\x02\x12\x15\n" +
 	"\x11DEADLINE_EXCEEDED\x10\x03\x12\f\n" +
-	"\bCANCELED\x10\x042\xc5\x01\n" +
+	"\bCANCELED\x10\x04*\xb4\x01\n" +
+	"\tErrorKind\x12\r\n" +
+	"\tKIND_NONE\x10\x00\x12\x11\n" +
+	"\rKIND_INTERNAL\x10\x01\x12\x10\n" +
+	"\fKIND_INVALID\x10\x02\x12\x12\n" +
+	"\x0eKIND_NOT_FOUND\x10\x03\x12\x13\n" +
+	"\x0fKIND_QUEUE_FULL\x10\x04\x12\x11\n" +
+	"\rKIND_REJECTED\x10\x05\x12\x14\n" +
+	"\x10KIND_UNAVAILABLE\x10\x06\x12\x12\n" +
+	"\x0eKIND_TOO_LARGE\x10\a\x12\r\n" +
+	"\tKIND_GONE\x10\b2\xc5\x01\n" +
 	"\tTransport\x12_\n" +
 	"\bDescribe\x12(.kernelhost.transport.v2.DescribeRequest\x1a).kernelhost.transport.v2.DescribeResponse\x12W\n" +
 	"\x06Kernel\x12#.kernelhost.transport.v2.KernelCall\x1a$.kernelhost.transport.v2.KernelFrame(\x010\x01BLZJgithub.com/kernelhost/kernelhost/plugins/transportplugin/proto;transportpbb\x06proto3"
@@ -1019,44 +1113,46 @@ func file_transport_proto_rawDescGZIP() []byte {
 	return file_transport_proto_rawDescData
 }
 
-var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_transport_proto_goTypes = []any{
 	(Code)(0),                // 0: kernelhost.transport.v2.Code
-	(*DescribeRequest)(nil),  // 1: kernelhost.transport.v2.DescribeRequest
-	(*DescribeResponse)(nil), // 2: kernelhost.transport.v2.DescribeResponse
-	(*KernelCall)(nil),       // 3: kernelhost.transport.v2.KernelCall
-	(*Start)(nil),            // 4: kernelhost.transport.v2.Start
-	(*Execute)(nil),          // 5: kernelhost.transport.v2.Execute
-	(*Interrupt)(nil),        // 6: kernelhost.transport.v2.Interrupt
-	(*Restart)(nil),          // 7: kernelhost.transport.v2.Restart
-	(*Shutdown)(nil),         // 8: kernelhost.transport.v2.Shutdown
-	(*Cancel)(nil),           // 9: kernelhost.transport.v2.Cancel
-	(*KernelFrame)(nil),      // 10: kernelhost.transport.v2.KernelFrame
-	(*CallResult)(nil),       // 11: kernelhost.transport.v2.CallResult
-	(*Message)(nil),          // 12: kernelhost.transport.v2.Message
-	nil,                      // 13: kernelhost.transport.v2.Message.DataEntry
+	(ErrorKind)(0),           // 1: kernelhost.transport.v2.ErrorKind
+	(*DescribeRequest)(nil),  // 2: kernelhost.transport.v2.DescribeRequest
+	(*DescribeResponse)(nil), // 3: kernelhost.transport.v2.DescribeResponse
+	(*KernelCall)(nil),       // 4: kernelhost.transport.v2.KernelCall
+	(*Start)(nil),            // 5: kernelhost.transport.v2.Start
+	(*Execute)(nil),          // 6: kernelhost.transport.v2.Execute
+	(*Interrupt)(nil),        // 7: kernelhost.transport.v2.Interrupt
+	(*Restart)(nil),          // 8: kernelhost.transport.v2.Restart
+	(*Shutdown)(nil),         // 9: kernelhost.transport.v2.Shutdown
+	(*Cancel)(nil),           // 10: kernelhost.transport.v2.Cancel
+	(*KernelFrame)(nil),      // 11: kernelhost.transport.v2.KernelFrame
+	(*CallResult)(nil),       // 12: kernelhost.transport.v2.CallResult
+	(*Message)(nil),          // 13: kernelhost.transport.v2.Message
+	nil,                      // 14: kernelhost.transport.v2.Message.DataEntry
 }
 var file_transport_proto_depIdxs = []int32{
-	4,  // 0: kernelhost.transport.v2.KernelCall.start:type_name -> kernelhost.transport.v2.Start
-	5,  // 1: kernelhost.transport.v2.KernelCall.execute:type_name -> kernelhost.transport.v2.Execute
-	6,  // 2: kernelhost.transport.v2.KernelCall.interrupt:type_name -> kernelhost.transport.v2.Interrupt
-	7,  // 3: kernelhost.transport.v2.KernelCall.restart:type_name -> kernelhost.transport.v2.Restart
-	8,  // 4: kernelhost.transport.v2.KernelCall.shutdown:type_name -> kernelhost.transport.v2.Shutdown
-	9,  // 5: kernelhost.transport.v2.KernelCall.cancel:type_name -> kernelhost.transport.v2.Cancel
-	12, // 6: kernelhost.transport.v2.KernelFrame.messages:type_name -> kernelhost.transport.v2.Message
-	11, // 7: kernelhost.transport.v2.KernelFrame.results:type_name -> kernelhost.transport.v2.CallResult
+	5,  // 0: kernelhost.transport.v2.KernelCall.start:type_name -> kernelhost.transport.v2.Start
+	6,  // 1: kernelhost.transport.v2.KernelCall.execute:type_name -> kernelhost.transport.v2.Execute
+	7,  // 2: kernelhost.transport.v2.KernelCall.interrupt:type_name -> kernelhost.transport.v2.Interrupt
+	8,  // 3: kernelhost.transport.v2.KernelCall.restart:type_name -> kernelhost.transport.v2.Restart
+	9,  // 4: kernelhost.transport.v2.KernelCall.shutdown:type_name -> kernelhost.transport.v2.Shutdown
+	10, // 5: kernelhost.transport.v2.KernelCall.cancel:type_name -> kernelhost.transport.v2.Cancel
+	13, // 6: kernelhost.transport.v2.KernelFrame.messages:type_name -> kernelhost.transport.v2.Message
+	12, // 7: kernelhost.transport.v2.KernelFrame.results:type_name -> kernelhost.transport.v2.CallResult
 	0,  // 8: kernelhost.transport.v2.CallResult.code:type_name -> kernelhost.transport.v2.Code
-	13, // 9: kernelhost.transport.v2.Message.data:type_name -> kernelhost.transport.v2.Message.DataEntry
-	1,  // 10: kernelhost.transport.v2.Transport.Describe:input_type -> kernelhost.transport.v2.DescribeRequest
-	3,  // 11: kernelhost.transport.v2.Transport.Kernel:input_type -> kernelhost.transport.v2.KernelCall
-	2,  // 12: kernelhost.transport.v2.Transport.Describe:output_type -> kernelhost.transport.v2.DescribeResponse
-	10, // 13: kernelhost.transport.v2.Transport.Kernel:output_type -> kernelhost.transport.v2.KernelFrame
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	1,  // 9: kernelhost.transport.v2.CallResult.kind:type_name -> kernelhost.transport.v2.ErrorKind
+	14, // 10: kernelhost.transport.v2.Message.data:type_name -> kernelhost.transport.v2.Message.DataEntry
+	2,  // 11: kernelhost.transport.v2.Transport.Describe:input_type -> kernelhost.transport.v2.DescribeRequest
+	4,  // 12: kernelhost.transport.v2.Transport.Kernel:input_type -> kernelhost.transport.v2.KernelCall
+	3,  // 13: kernelhost.transport.v2.Transport.Describe:output_type -> kernelhost.transport.v2.DescribeResponse
+	11, // 14: kernelhost.transport.v2.Transport.Kernel:output_type -> kernelhost.transport.v2.KernelFrame
+	13, // [13:15] is the sub-list for method output_type
+	11, // [11:13] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -1077,7 +1173,7 @@ func file_transport_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
