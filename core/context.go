@@ -617,7 +617,7 @@ func (c *Context) runUserCode(x *Execution) {
 			stop()
 		case <-grace:
 			// The code ignored the interrupt: restart so that the context is
-			// free again within a bound (the contract's option B).
+			// free again within a bound (option B of docs/api-contract.md §9.3).
 			c.log.WarnContext(x.ctx, "interrupt did not take effect; restarting the kernel", "grace", c.e.cfg.InterruptGrace)
 			x.end(ErrNameRestarting, fmt.Sprintf("The execution did not stop within %s of an interrupt; the context was restarted", c.e.cfg.InterruptGrace))
 			if err := c.restartKernel(); err != nil {
@@ -637,7 +637,7 @@ func (c *Context) runUserCode(x *Execution) {
 }
 
 // pushError emits an error line unless the execution already has one: each
-// error line fires the SDK's onError, and the contract allows one.
+// error line fires the SDK's onError, and docs/api-contract.md §5.2 allows one.
 func (x *Execution) pushError(name, value, traceback string) {
 	if x.errorSent {
 		return

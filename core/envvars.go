@@ -83,7 +83,7 @@ var languageSnippets = map[string]snippets{
 
 		silentHidesErrors: true,
 	},
-	// Java kernels get JVM system properties, as the contract (§7.3) describes.
+	// Java kernels get JVM system properties, as docs/api-contract.md §7.3 describes.
 	"java": {
 		setEnv:   func(k, v string) string { return "System.setProperty(" + javaString(k) + ", " + javaString(v) + ");" },
 		unsetEnv: func(k string) string { return "System.clearProperty(" + javaString(k) + ");" },

@@ -8,7 +8,7 @@ import (
 
 // FuzzAppendLine: whatever a kernel sends, every line is one line of
 // ASCII-only, valid JSON with a type, and text survives the trip exactly
-// (the contract's §5.1 framing rules).
+// (the framing rules of docs/api-contract.md §5.1).
 func FuzzAppendLine(f *testing.F) {
 	f.Add("hello\n", `{"x": 0.0, "y": null}`, "NameError")
 	f.Add("€ 😀 \u2028\u0085 \x00 \xff", `[1, "é", {"a": [null]}]`, "'quoted'")

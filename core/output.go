@@ -43,7 +43,7 @@ type Output struct {
 	ErrName, ErrValue, Traceback string
 }
 
-// Error names the engine uses for abnormal ends (the contract's §5.4 table).
+// Error names the engine uses for abnormal ends (the table of docs/api-contract.md §5.4).
 const (
 	ErrNameRestarting    = "ContextRestarting"
 	ErrNameAborted       = "ExecutionAborted"
@@ -80,7 +80,7 @@ var mimeFields = map[string]string{
 
 // AppendLine appends o as one NDJSON line, newline included, to dst.
 //
-// The line follows the contract's framing rules: ASCII-only JSON (every
+// The line follows the framing rules of docs/api-contract.md §5.1: ASCII-only JSON (every
 // non-ASCII code point escaped as \uXXXX, surrogate pairs above U+FFFF), raw
 // kernel values (numbers, nulls) passed through unchanged, absent fields
 // omitted, and no blank lines.
@@ -167,7 +167,7 @@ func rawString(raw json.RawMessage) string {
 }
 
 // stripQuotes drops the first and last character of a text/plain value that
-// starts and ends with the same quote (the contract's §5.3).
+// starts and ends with the same quote (docs/api-contract.md §5.3).
 func stripQuotes(s string) string {
 	if len(s) > 0 && (s[0] == '\'' || s[0] == '"') && s[len(s)-1] == s[0] {
 		if len(s) == 1 {

@@ -69,7 +69,7 @@ func (a *api) handler() http.Handler {
 // jsonRouteErrors answers an unknown route (404) and a known path with
 // another method (405, with the mux's Allow header) as FastAPI does, with
 // {"detail": "Not Found"} or {"detail": "Method Not Allowed"}, instead of the
-// mux's plain text: the contract's unknown-route answer. Errors of a route's
+// mux's plain text: the unknown-route answer of docs/api-contract.md §2. Errors of a route's
 // own handler (e.g. 404 "Context x not found") stay as the handler wrote them.
 func jsonRouteErrors(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -127,7 +127,7 @@ type routeError struct {
 //
 // "Authorization: Bearer <token>" works on every route. On /execute,
 // "X-Access-Token: <token>" works too: it is the one credential the official
-// SDKs send (their envd access token, only on /execute; the contract's §1.1),
+// SDKs send (their envd access token, only on /execute; docs/api-contract.md §1.1),
 // so a host whose token is the sandbox's envd token and whose scope is
 // execute serves the SDKs unchanged.
 func (a *api) authorize(next http.Handler) http.Handler {
@@ -299,9 +299,10 @@ func (a *api) invalidExecute(w http.ResponseWriter, msg string) {
 
 // stream writes the outputs next returns as NDJSON, one flush per batch of
 // available outputs, and a keepalive line after a.keepalive of silence.
-// Headers go out at once, before the execution waits for its context (the
-// contract's §4.2). withSeq adds each output's sequence number ("seq"), for
-// clients that may resume the stream (GET /executions/{id}/stream).
+// Headers go out at once, before the execution waits for its context
+// (docs/api-contract.md §4.2). withSeq adds each output's sequence number
+// ("seq"), for clients that may resume the stream (GET
+// /executions/{id}/stream).
 //
 // It returns when the stream ended, the client left, or (takenOver true)
 // another stream attached to the execution.

@@ -209,8 +209,8 @@ func (h *testHost) run(req any) []line {
 	return parseStream(h.t, []byte(text))
 }
 
-// parseStream decodes a finished stream and checks the contract's framing
-// (§5.1): ASCII only, no blank lines, every line a JSON object with a type,
+// parseStream decodes a finished stream and checks the framing
+// rules of docs/api-contract.md §5.1: ASCII only, no blank lines, every line a JSON object with a type,
 // end_of_execution last and only last.
 func parseStream(t testing.TB, raw []byte) []line {
 	t.Helper()

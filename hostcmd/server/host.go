@@ -163,7 +163,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	go func() { h.served <- h.srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String(), "transport", transport.Info().Name, "languages", transport.Info().Languages)
 
-	// The SDKs expect python and javascript defaults (the contract's §8.3);
+	// The SDKs expect python and javascript defaults (docs/api-contract.md §8.3);
 	// a transport without them (e.g. the example bash plugin) gets none.
 	var defaults []string
 	for _, lang := range []string{"python", "javascript"} {

@@ -123,7 +123,7 @@ func TestErrors(t *testing.T) {
 	})
 }
 
-// envValues must round-trip exactly (the contract's §7.4).
+// envValues must round-trip exactly (docs/api-contract.md §7.4).
 var envValues = []string{
 	`single ' quote`, `double " quote`, `back\slash \n \\`, "new\nline", "trailing newline\n\n",
 	"$(echo injected) `echo backtick` ${HOME}", "\ttab\t", "", "non-ASCII: héllo ünïcödé 中文",
