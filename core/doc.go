@@ -6,10 +6,11 @@
 // every execution, the disconnect policy, and the output model that the HTTP host
 // streams as NDJSON.
 //
-// core imports only the standard library and github.com/google/uuid: no net and
-// no os/exec. It builds and its tests run with GOOS=wasip1 GOARCH=wasm. Everything
-// that talks to a real kernel lives behind the Transport and Kernel interfaces,
-// implemented by the packages under transports/ and by the plugin client.
+// core imports only the standard library: no net and no os/exec (its ids come
+// from crypto/rand, not google/uuid, which imports net; see id.go). It builds
+// and its tests run with GOOS=wasip1 GOARCH=wasm. Everything that talks to a
+// real kernel lives behind the Transport and Kernel interfaces, implemented by
+// the packages under transports/ and by the plugin client.
 //
 // The invariants it keeps are written in docs/RATIONALE.md; each has a test in
 // this package that fails when it is broken.

@@ -80,14 +80,14 @@
 // ignore it between requests. Python's driver also interrupts a request that
 // the signal reached before its code started. Node is different: a SIGINT
 // that lands while vm.runInContext (breakOnSigint) swaps node's SIGINT
-// handlers kills node, and the old immediate signal, sent just as a request
-// started or finished its synchronous part, did (the "hang" of
-// TestNodeAwaitAndInterruptAsync: the kernel had died). So for node,
-// Interrupt first writes {"interrupt": msg_id} on fd 3, which ends a request
-// that is awaiting or has not started, and sends SIGINT only if the request
-// still runs 50 ms later: synchronous code (a loop, execSync) by then is deep
-// inside runInContext, away from the swap. Restart and Shutdown SIGKILL the whole group and
-// wait for it. An interpreter that exits on its own (os._exit, bash `exit`,
+// handlers kills node, and a request passes through that swap just as its
+// synchronous part starts or ends, which is when an interrupt of code that
+// awaits or has just started arrives. So for node, Interrupt first writes
+// {"interrupt": msg_id} on fd 3, which ends a request that is awaiting or
+// has not started, and sends SIGINT only if the request still runs 50 ms
+// later: synchronous code (a loop, execSync) by then is deep inside
+// runInContext, away from the swap. Restart and Shutdown SIGKILL the whole
+// group and wait for it. An interpreter that exits on its own (os._exit, bash `exit`,
 // process.exit) is reported as status dead with ParentID "", after its group
 // is killed; Restart starts a fresh one.
 package subprocess

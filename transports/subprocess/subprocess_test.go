@@ -229,8 +229,8 @@ func TestExecuteDeadKernel(t *testing.T) {
 // Bash gets SIGINT again while an interrupted request still runs
 // (sigintResends): a SIGINT that lands as bash forks a command substitution
 // is taken by the child and bash runs on (about 0.5-3% of interrupts timed
-// within 2 ms of `for i in $(seq 600)` starting, which made the conformance
-// suite's Interrupt case hang in CI; a second SIGINT ends nearly all). The
+// within 2 ms of `for i in $(seq 600)` starting; a second SIGINT ends nearly
+// all). The
 // race itself is too rare to test reliably, so this code plays it: its own
 // trap lets the first SIGINT pass and ends the cell at the second, as the
 // driver's trap does.
