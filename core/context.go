@@ -444,7 +444,7 @@ type setupError struct {
 }
 
 func (e *setupError) Error() string {
-	return fmt.Sprintf("Failed to set up the context (working directory %q, global env vars): %v", e.cwd, e.err)
+	return fmt.Sprintf("Failed to set up the context (working directory %s, global env vars): %v", Quote(e.cwd), e.err)
 }
 func (e *setupError) Unwrap() error { return e.err }
 

@@ -203,7 +203,7 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 		_ = k.Shutdown(shutdownCtx)
 		var se *setupError
 		if errors.As(err, &se) {
-			return nil, newError(KindInvalid, fmt.Sprintf("Failed to set working directory %q: %v", cwd, se.err), err)
+			return nil, newError(KindInvalid, fmt.Sprintf("Failed to set working directory %s: %v", Quote(cwd), se.err), err)
 		}
 		return nil, newError(KindInternal, fmt.Sprintf("Failed to create context: %v", err), err)
 	}
@@ -278,7 +278,7 @@ func (e *Engine) Lookup(id string) (*Context, error) {
 			return c, nil
 		}
 	}
-	return nil, newError(KindNotFound, fmt.Sprintf("Context %s not found", id), nil)
+	return nil, newError(KindNotFound, fmt.Sprintf("Context %s not found", ShowID(id)), nil)
 }
 
 // Contexts lists live contexts: the python and javascript defaults first,
@@ -498,7 +498,7 @@ func (e *Engine) Execution(id string) (*Execution, error) {
 	if x, ok := e.executions[id]; ok {
 		return x, nil
 	}
-	return nil, newError(KindNotFound, fmt.Sprintf("Execution %s not found (finished executions are kept for %s)", id, e.cfg.ReplayTTL), nil)
+	return nil, newError(KindNotFound, fmt.Sprintf("Execution %s not found (finished executions are kept for %s)", ShowID(id), e.cfg.ReplayTTL), nil)
 }
 
 func (e *Engine) register(x *Execution) {

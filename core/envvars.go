@@ -18,7 +18,7 @@ func ValidateEnvKey(key string) error {
 		c := key[i]
 		letter := c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
 		if !letter && (i == 0 || c < '0' || c > '9') {
-			return fmt.Errorf("invalid env var name %q: names must match [A-Za-z_][A-Za-z0-9_]*", key)
+			return fmt.Errorf("invalid env var name %s: names must match [A-Za-z_][A-Za-z0-9_]*", Quote(key))
 		}
 	}
 	return nil

@@ -147,7 +147,7 @@ func (a *api) authorize(next http.Handler) http.Handler {
 			return
 		}
 		// The log names the route, never the presented value.
-		a.log.InfoContext(r.Context(), "request refused: missing or wrong access token", "method", r.Method, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
+		a.log.InfoContext(r.Context(), "request refused: missing or wrong access token", "method", r.Method, "path", core.Clip(r.URL.Path), "remote_addr", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="kernelhost"`)
 		writeText(w, http.StatusUnauthorized, "Unauthorized: send the host's access token as \"Authorization: Bearer <token>\" (setting "+EnvVar("access-token")+")")
 	})
@@ -246,7 +246,7 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	env := make(map[string]string, len(req.EnvVars))
 	for k, v := range req.EnvVars {
 		if v == nil {
-			a.invalidExecute(w, fmt.Sprintf("Invalid request body: env_vars[%q] must be a string", k))
+			a.invalidExecute(w, fmt.Sprintf("Invalid request body: env_vars[%s] must be a string", core.Quote(k)))
 			return
 		}
 		env[k] = *v
@@ -477,7 +477,7 @@ func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status >= 500 {
 		level = slog.LevelError
 	}
-	a.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", msg)
+	a.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", core.Clip(r.URL.Path), "status", status, "err", msg)
 	writeText(w, status, msg)
 }
 

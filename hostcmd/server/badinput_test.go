@@ -1,8 +1,11 @@
 package server_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -98,4 +101,54 @@ func TestLenientInput(t *testing.T) {
 		resp.Header.Get("Access-Control-Allow-Headers") != "content-type,e2b-sandbox-id" {
 		t.Fatalf("preflight: %d %v", resp.StatusCode, resp.Header)
 	}
+}
+
+// Strings the client chose (ids, language names, cwds, env keys, query
+// values) reach error bodies and logs clipped and quoted: a 4 MiB language
+// once came back as an 8 MiB body, and a newline in an id could forge a log
+// line (issue 11 item 10).
+func TestClientStringsAreClipped(t *testing.T) {
+	var logs syncBuffer
+	h := startHost(t, func(c *server.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	const forged = "\nlevel=ERROR msg=forged"
+	huge := "x" + forged + strings.Repeat("y", 4<<20)   // inside a body (limit 16 MiB)
+	long := "x" + forged + strings.Repeat("y", 256<<10) // inside a URL (headers up to 1 MB)
+	pathLong := url.PathEscape(long)
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+	}{
+		{"execute language", "POST", "/execute", withCode("language", huge), 400},
+		{"context language", "POST", "/contexts", jsonObject("language", huge), 400},
+		{"context cwd", "POST", "/contexts", jsonObject("cwd", huge), 400},
+		{"execute context_id", "POST", "/execute", withCode("context_id", huge), 404},
+		{"env key", "POST", "/execute", fmt.Sprintf(`{"code":"1","env_vars":{%q:"v"}}`, huge), 400},
+		{"env value null", "POST", "/execute", fmt.Sprintf(`{"code":"1","env_vars":{%q:null}}`, huge), 422},
+		{"restart", "POST", "/contexts/" + pathLong + "/restart", "", 404},
+		{"delete", "DELETE", "/contexts/" + pathLong, "", 404},
+		{"execution", "GET", "/executions/" + pathLong, "", 404},
+		{"execution stream", "GET", "/executions/" + pathLong + "/stream", "", 404},
+		{"after", "GET", "/executions/x/stream?after=" + pathLong, "", 422},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := h.do(tc.method, tc.path, tc.body)
+			if status != tc.status || len(body) > 1024 || strings.Contains(body, forged) || !strings.Contains(body, `"x\n`) {
+				t.Fatalf("%d, %d bytes %.300q, want %d, under 1 KiB, the string quoted", status, len(body), body, tc.status)
+			}
+		})
+	}
+	noError(t, h.run(map[string]any{"code": "1"}))
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if len(l) > 4096 || strings.HasPrefix(l, "level=ERROR msg=forged") {
+			t.Errorf("log line of %d bytes: %.300q", len(l), l)
+		}
+	}
+}
+
+// withCode is an /execute body running "1" with one more string field.
+func withCode(key, value string) string {
+	b, _ := json.Marshal(map[string]string{"code": "1", key: value})
+	return string(b)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // Resumable streams: every execution has an id (the X-Execution-Id header of
@@ -45,7 +47,7 @@ func (a *api) resumeExecution(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			// 422 like every request the API refuses for its shape.
-			writeText(w, http.StatusUnprocessableEntity, fmt.Sprintf("Invalid after=%q: want the sequence number of the last output received (0 or more)", v))
+			writeText(w, http.StatusUnprocessableEntity, fmt.Sprintf("Invalid after=%s: want the sequence number of the last output received (0 or more)", core.Quote(v)))
 			return
 		}
 		after = n

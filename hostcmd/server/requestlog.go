@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // RequestIDHeader carries a request's id, in from the client (when it is a
@@ -41,7 +43,7 @@ func idsOf(ctx context.Context) *requestIDs {
 func setContextID(ctx context.Context, id string) {
 	if ids := idsOf(ctx); ids != nil {
 		ids.mu.Lock()
-		ids.context = id
+		ids.context = core.Clip(id)
 		ids.mu.Unlock()
 	}
 }
@@ -96,7 +98,7 @@ func withRequestLog(log *slog.Logger, next http.Handler) http.Handler {
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		// Debug: a line per request (and per stream) is too much at info for
 		// a host that serves executions all day; failures have their own line.
-		log.DebugContext(ctx, "request served", "method", r.Method, "path", r.URL.Path,
+		log.DebugContext(ctx, "request served", "method", r.Method, "path", core.Clip(r.URL.Path),
 			"status", sw.status(), "duration", time.Since(began).Round(time.Microsecond))
 	})
 }

@@ -105,15 +105,15 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 	if !ok { // the server may have gained a kernel spec since New
 		specs, err := t.c.kernelSpecs(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("start %s kernel: %w", lang, err)
+			return nil, fmt.Errorf("start %s kernel: %w", core.Quote(lang), err)
 		}
 		t.mu.Lock()
 		t.specs = specs
 		t.mu.Unlock()
 		if name, ok = t.kernelName(lang); !ok {
 			// The client asked for something this server cannot run: KindInvalid (400).
-			return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("the Jupyter server has no kernel spec for language %q (it has %s)",
-				lang, strings.Join(t.Info().Languages, ", "))}
+			return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("the Jupyter server has no kernel spec for language %s (it has %s)",
+				core.Quote(lang), strings.Join(t.Info().Languages, ", "))}
 		}
 	}
 	km, err := t.c.createKernel(ctx, name)

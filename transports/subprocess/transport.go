@@ -93,11 +93,11 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 	lang, ok := t.langs[spec.Language]
 	if !ok {
 		// The client asked for something this host cannot run: KindInvalid (400).
-		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: unknown language %q (available: %s)", spec.Language, strings.Join(t.Info().Languages, ", "))}
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: unknown language %s (available: %s)", core.Quote(spec.Language), strings.Join(t.Info().Languages, ", "))}
 	}
 	if fi, err := os.Stat(spec.Cwd); spec.Cwd != "" && (err != nil || !fi.IsDir()) {
 		// The client's mistake, not ours: the API answers 400.
-		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("cwd %q is not an existing directory", spec.Cwd), Err: err}
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("cwd %s is not an existing directory", core.Quote(spec.Cwd)), Err: err}
 	}
 	k := &Kernel{
 		lang:     lang,

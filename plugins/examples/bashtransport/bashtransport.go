@@ -53,13 +53,13 @@ func (t *Transport) Info() core.TransportInfo {
 // StartKernel starts a bash process in spec.Cwd.
 func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	if spec.Language != "bash" {
-		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("example-bash transport: unknown language %q (it only runs bash)", spec.Language)}
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("example-bash transport: unknown language %s (it only runs bash)", core.Quote(spec.Language))}
 	}
 	// A cwd that is not a directory is the caller's mistake, not the
 	// transport's: say so with a KindInvalid error, which the host answers
 	// with 400, instead of failing in fork/exec.
 	if fi, err := os.Stat(spec.Cwd); spec.Cwd != "" && (err != nil || !fi.IsDir()) {
-		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("example-bash transport: cwd %q is not an existing directory", spec.Cwd), Err: err}
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("example-bash transport: cwd %s is not an existing directory", core.Quote(spec.Cwd)), Err: err}
 	}
 	k := &kernel{bash: t.bash, cwd: spec.Cwd, msgs: make(chan core.Message, 64), closing: make(chan struct{})}
 	if err := k.spawn(); err != nil {
