@@ -381,7 +381,7 @@ func (c *Context) restartKernel() error {
 		c.log.Warn("kernel restart failed; starting a new kernel", "err", err)
 		_ = k.Shutdown(ctx)
 	}
-	nk, err := c.e.cfg.Transport.StartKernel(ctx, KernelSpec{Language: KernelLanguage(c.info.Language), Cwd: c.info.Cwd})
+	nk, err := c.e.cfg.Transport.StartKernel(ctx, KernelSpec{Language: c.e.kernelLanguage(c.info.Language), Cwd: c.info.Cwd})
 	if err != nil {
 		return fmt.Errorf("start a new %s kernel: %w", c.info.Language, err)
 	}

@@ -187,7 +187,7 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 	}()
 	startCtx, cancel := context.WithTimeout(ctx, e.cfg.StartTimeout)
 	defer cancel()
-	k, err := e.cfg.Transport.StartKernel(startCtx, KernelSpec{Language: KernelLanguage(language), Cwd: cwd})
+	k, err := e.cfg.Transport.StartKernel(startCtx, KernelSpec{Language: e.kernelLanguage(language), Cwd: cwd})
 	if err != nil {
 		kind := KindInternal
 		if KindOf(err) == KindInvalid { // e.g. the cwd does not exist

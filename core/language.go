@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"sort"
 	"strings"
 )
@@ -23,13 +24,24 @@ func NormalizeLanguage(lang string) string {
 	return lang
 }
 
-// KernelLanguage is the language a kernel is started for: typescript runs on
-// the javascript kernel (in its own context).
+// KernelLanguage is the language a kernel is started for on a transport that
+// does not run lang itself: typescript runs on the javascript kernel (in its
+// own context), as Jupyter's javascript kernels take typescript.
 func KernelLanguage(lang string) string {
 	if lang == "typescript" {
 		return "javascript"
 	}
 	return lang
+}
+
+// kernelLanguage is the language the engine asks its transport for: lang
+// itself if the transport lists it (the subprocess transport compiles
+// typescript), else KernelLanguage(lang).
+func (e *Engine) kernelLanguage(lang string) string {
+	if slices.Contains(e.cfg.Transport.Info().Languages, lang) {
+		return lang
+	}
+	return KernelLanguage(lang)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

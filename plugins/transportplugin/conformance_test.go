@@ -46,6 +46,13 @@ func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.JavaScript)
 }
 
+func TestConformanceSubprocessPluginTypeScript(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not on PATH")
+	}
+	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.TypeScript)
+}
+
 func TestConformanceExamplePlugin(t *testing.T) {
 	transporttest.Run(t, pluginTransport(exampleBin), transporttest.Bash)
 }

@@ -1,6 +1,7 @@
 package subprocess
 
 import (
+	"os"
 	"os/exec"
 	"testing"
 
@@ -23,8 +24,22 @@ func TestConformanceBash(t *testing.T) {
 }
 
 func TestConformanceJavaScript(t *testing.T) {
+	needNode(t)
+	transporttest.Run(t, newTransport, transporttest.JavaScript)
+}
+
+func TestConformanceTypeScript(t *testing.T) {
+	needNode(t)
+	transporttest.Run(t, newTransport, transporttest.TypeScript)
+}
+
+// needNode skips a test without node, except under CI, where it fails.
+func needNode(t *testing.T) {
+	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("node is not on PATH: %v", err)
+		}
 		t.Skip("node is not on PATH")
 	}
-	transporttest.Run(t, newTransport, transporttest.JavaScript)
 }

@@ -135,12 +135,6 @@ func TestPythonInterruptLongPrint(t *testing.T) {
 	}
 }
 
-func needNode(t *testing.T) {
-	if _, ok := New(Options{}).langs["javascript"]; !ok {
-		t.Skip("node is not on PATH")
-	}
-}
-
 // console.log, console.error and process.stdout/stderr.write keep their
 // order, stdout against stderr included.
 func TestNodeStreamsInOrder(t *testing.T) {

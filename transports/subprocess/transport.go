@@ -72,7 +72,10 @@ func New(opts Options) *Transport {
 		t.langs["bash"] = language{path: path, args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true}
 	}
 	if path, err := exec.LookPath(opts.Node); err == nil {
-		t.langs["javascript"] = language{path: path, args: []string{"-e", driverNode}, encode: encodeJSON, interrupt: encodeInterrupt}
+		// typescript runs on the same driver: the host compiles each cell
+		// (see jscell.go), so node is all either needs.
+		t.langs["javascript"] = language{path: path, args: []string{"-e", driverNode}, encode: encodeJavaScript, interrupt: encodeInterrupt}
+		t.langs["typescript"] = language{path: path, args: []string{"-e", driverNode}, encode: encodeTypeScript, interrupt: encodeInterrupt}
 	}
 	return t
 }
@@ -119,10 +122,31 @@ type jsonRequest struct {
 	MsgID  string `json:"msg_id"`
 	Code   string `json:"code"`
 	Silent bool   `json:"silent,omitempty"`
+
+	// For driver.js (see jsCell).
+	Imports   string     `json:"imports,omitempty"`
+	SourceMap string     `json:"source_map,omitempty"`
+	Error     *cellError `json:"compile_error,omitempty"`
 }
 
 func encodeJSON(req core.ExecuteRequest) ([]byte, error) {
 	b, err := json.Marshal(jsonRequest{MsgID: req.MsgID, Code: req.Code, Silent: req.Silent})
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+func encodeJavaScript(req core.ExecuteRequest) ([]byte, error) {
+	return encodeCell(req, prepareJavaScript(req.Code))
+}
+
+func encodeTypeScript(req core.ExecuteRequest) ([]byte, error) {
+	return encodeCell(req, prepareTypeScript(req.Code))
+}
+
+func encodeCell(req core.ExecuteRequest, c jsCell) ([]byte, error) {
+	b, err := json.Marshal(jsonRequest{MsgID: req.MsgID, Code: c.code, Silent: req.Silent, Imports: c.imports, SourceMap: c.sourceMap, Error: c.err})
 	if err != nil {
 		return nil, err
 	}

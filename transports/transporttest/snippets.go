@@ -113,3 +113,27 @@ var JavaScript = LanguageSnippets{
 	},
 	PrintCwd: "process.stdout.write(process.cwd())",
 }
+
+// TypeScript is the suite's snippets for a TypeScript kernel: JavaScript's,
+// each with type syntax, so a kernel that ran them as plain JavaScript
+// would fail.
+var TypeScript = LanguageSnippets{
+	Language:          "typescript",
+	Result:            "(1 + 1) as number",
+	ResultText:        "2",
+	StdoutCode:        "console.log('out' as string)",
+	StderrCode:        "console.error('err' as string)",
+	PrintThenSleep:    "console.log('start' as string); await new Promise<void>((r) => setTimeout(r, 1500))",
+	PrintSleepSeconds: 1.5,
+	ErrorCode:         "function f(msg: string): never { throw new TypeError(msg) }\nf('boom')",
+	ErrorName:         "TypeError",
+	ErrorValue:        "boom",
+	SetState:          "var kh_state: number = 41",
+	GetState:          "(kh_state as number) + 1",
+	Sleep:             "console.log('start'); { const end: number = Date.now() + 60000; while (Date.now() < end) {} }",
+	Exit:              "process.exit(1 as number)",
+	PrintEnv: func(key string) string {
+		return "process.stdout.write((process.env['" + key + "'] as string | undefined) ?? '<unset>')"
+	},
+	PrintCwd: "process.stdout.write(process.cwd() as string)",
+}

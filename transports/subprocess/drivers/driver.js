@@ -8,6 +8,12 @@
 // writes keeps its order; child processes write to fd 1/2, which the host
 // forwards. The host may also send {"interrupt": msg_id} on fd 3 (see
 // onInterrupt).
+//
+// The same driver runs typescript: the host compiles each cell to
+// javascript (transports/subprocess/jscell.go) and sends, besides the code,
+// "imports" (code run first that binds the cell's ES module imports as
+// globals), "source_map" (to report errors at the cell's own lines) or
+// "compile_error" (the cell did not compile; nothing runs).
 'use strict';
 const fs = require('fs');
 const net = require('net');
@@ -15,6 +21,7 @@ const vm = require('vm');
 const util = require('util');
 const Module = require('module');
 const path = require('path');
+const { SourceMap } = require('module');
 
 const REQ_FD = 3;
 const MSG_FD = 4;
@@ -106,6 +113,20 @@ for (const name of Object.getOwnPropertyNames(globalThis)) {
 const context = vm.createContext(sandbox);
 vm.runInContext('globalThis.global = globalThis', context);
 
+// import() in a cell (and the imports the host rewrote) loads modules as
+// the main script would, resolved from the current directory. Node 20
+// marks this loader experimental and warns once, into the user's first
+// import's output: that one warning is dropped.
+const importLoader = vm.constants && vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER;
+const emitWarning = process.emitWarning;
+process.emitWarning = function (warning, ...rest) {
+  if (String(warning && warning.message !== undefined ? warning.message : warning).startsWith('vm.USE_MAIN_CONTEXT_DEFAULT_LOADER')) return;
+  return emitWarning.call(this, warning, ...rest);
+};
+function newScript(code, options) {
+  return new vm.Script(code, importLoader ? { ...options, importModuleDynamically: importLoader } : options);
+}
+
 // Without a listener SIGINT would kill node between requests. During
 // synchronous code breakOnSigint interrupts the script instead; while a
 // Promise is awaited the interrupt rejects it.
@@ -131,15 +152,16 @@ process.on('SIGINT', () => {
 function compile(code, filename) {
   const attempts = [
     code,
-    // Top-level await: an expression first (its value is the result), then a
+    // Top-level await: an expression first (its value is the result; a
+    // final semicolon, as compiled typescript has, is no obstacle), then a
     // statement list (no result; its declarations stay local to the cell).
-    `(async () => (\n${code}\n))()`,
+    `(async () => (\n${code.replace(/;\s*$/, '')}\n))()`,
     `(async () => {\n${code}\n})()`,
   ];
   let firstErr;
   for (let i = 0; i < attempts.length; i++) {
     try {
-      return { script: new vm.Script(attempts[i], { filename, lineOffset: i === 0 ? 0 : -1 }), wrapped: i > 0 };
+      return { script: newScript(attempts[i], { filename, lineOffset: i === 0 ? 0 : -1 }), wrapped: i > 0 };
     } catch (e) {
       if (firstErr === undefined) firstErr = e;
       if (!(e instanceof SyntaxError) || !/await/.test(code)) break;
@@ -153,11 +175,50 @@ function isDriverFrame(line) {
     (line.includes('node:vm') || line.includes('node:internal') || line.includes(__filename) || line.includes('[eval]'));
 }
 
-function errorFields(e) {
+// compileError is the error of a cell the host could not compile, in the
+// form V8 gives a SyntaxError: the place, the line, a caret, the message.
+function compileError(ce, filename) {
+  const e = new SyntaxError(ce.message);
+  const text = ce.line_text || '';
+  const caret = ' '.repeat(Buffer.from(text).subarray(0, ce.column || 0).toString().length) + '^';
+  e.stack = (ce.line ? `${filename}:${ce.line}\n${text}\n${caret}\n\n` : '') + `${ce.name}: ${ce.message}`;
+  e.name = ce.name;
+  return e;
+}
+
+// mapTraceback rewrites the positions in the traceback of a compiled cell
+// (filename:line:column, and the line and caret V8 puts before a
+// SyntaxError) to the cell as written, through its source map.
+function mapTraceback(lines, filename, map) {
+  const at = (line, column) => {
+    const e = map.findEntry(line - 1, column - 1);
+    return e && e.originalLine !== undefined ? e : null;
+  };
+  const name = filename.replace(/[[\]]/g, '\\$&');
+  const frame = new RegExp(name + ':(\\d+):(\\d+)', 'g');
+  lines = lines.map((line) => line.replace(frame, (m, l, c) => {
+    const e = at(+l, +c);
+    return e ? `${filename}:${e.originalLine + 1}:${e.originalColumn + 1}` : m;
+  }));
+  const head = new RegExp('^' + name + ':(\\d+)$').exec(lines[0]);
+  if (head && lines.length > 2 && /^ *\^+$/.test(lines[2])) {
+    const e = at(+head[1], lines[2].indexOf('^') + 1);
+    const source = map.payload.sourcesContent && map.payload.sourcesContent[0];
+    if (e && typeof source === 'string') {
+      lines[0] = `${filename}:${e.originalLine + 1}`;
+      lines[1] = source.split('\n')[e.originalLine] || '';
+      lines[2] = ' '.repeat(e.originalColumn) + '^';
+    }
+  }
+  return lines;
+}
+
+function errorFields(e, mapped) {
   if (e && typeof e === 'object' && 'stack' in e) {
     const name = e.name || (e.constructor && e.constructor.name) || 'Error';
     // Drop the driver's and node's vm frames: the user sees only their cell.
-    const traceback = String(e.stack).split('\n').filter((line) => !isDriverFrame(line));
+    let traceback = String(e.stack).split('\n').filter((line) => !isDriverFrame(line));
+    if (mapped) traceback = mapTraceback(traceback, mapped.filename, mapped.map);
     return { ename: String(name), evalue: String(e.message ?? ''), traceback };
   }
   return { ename: 'Error', evalue: util.inspect(e), traceback: ['Uncaught ' + util.inspect(e)] };
@@ -174,28 +235,41 @@ async function execute(req) {
   }
   emit(...opening);
   const reply = { type: 'execute_reply', parent_id: msgId, status: 'ok', execution_count: count };
+  const filename = `Cell In[${count}]`;
+  let mapped = null; // the source map of the code, once the imports ran
   try {
     if (interrupted === msgId) throw interruptError();
-    const { script, wrapped } = compile(req.code || '', `Cell In[${count}]`);
+    if (req.compile_error) throw compileError(req.compile_error, filename);
+    if (req.imports) {
+      const imports = newScript(`(async () => {\n${req.imports}\n})()`, { filename, lineOffset: -1 });
+      await settled(imports.runInContext(context, { breakOnSigint: true, displayErrors: false }));
+    }
+    if (req.source_map) mapped = { filename, map: new SourceMap(JSON.parse(req.source_map)) };
+    const { script, wrapped } = compile(req.code || '', filename);
     let value = script.runInContext(context, { breakOnSigint: true, displayErrors: false });
     if (value && typeof value.then === 'function' && (wrapped || /await/.test(req.code || ''))) {
-      value = await new Promise((resolve, reject) => {
-        pending = { reject };
-        value.then(resolve, reject);
-      }).finally(() => { pending = null; });
+      value = await settled(value);
     }
     if (value !== undefined && !silent) {
       const text = typeof value === 'string' ? util.inspect(value) : util.inspect(value, { colors: false });
       emit({ type: 'execute_result', parent_id: msgId, execution_count: count, data: { 'text/plain': text } });
     }
   } catch (e) {
-    const f = errorFields(e);
+    const f = errorFields(e, mapped);
     emit({ type: 'error', parent_id: msgId, ...f });
     Object.assign(reply, { status: 'error' }, f);
   }
   emit(reply);
   emit({ type: 'status', parent_id: msgId, state: 'idle' });
   parent = '';
+}
+
+// settled awaits promise; an interrupt rejects it at once (see onInterrupt).
+function settled(promise) {
+  return new Promise((resolve, reject) => {
+    pending = { reject };
+    promise.then(resolve, reject);
+  }).finally(() => { pending = null; });
 }
 
 // Requests are run one after another, never overlapping.
