@@ -61,7 +61,8 @@ type Options struct {
 	Timeout time.Duration
 	// StartTimeout bounds instantiating a module (its _initialize), and
 	// waiting for a free instance. Default 10s: a Go module's start takes
-	// milliseconds, but under -race on 2 busy cores 2s was once overrun.
+	// milliseconds, but on a saturated machine (-race, two busy cores) it can
+	// take seconds.
 	StartTimeout time.Duration
 	// MemoryLimitPages caps each instance's memory, in 64 KiB pages.
 	// Default 512 (32 MiB).
