@@ -457,7 +457,8 @@ func (c *Context) helper(code string) error {
 	defer r.unregister(msgID)
 	ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
 	defer cancel()
-	if err := k.Execute(ctx, ExecuteRequest{MsgID: msgID, Code: code, Silent: helperSilent(c.info.Language)}); err != nil {
+	req := ExecuteRequest{MsgID: msgID, Code: helperCode(c.info.Language, code), Silent: helperSilent(c.info.Language)}
+	if err := k.Execute(ctx, req); err != nil {
 		return err
 	}
 	var reply *Message

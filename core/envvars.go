@@ -54,12 +54,30 @@ type snippets struct {
 	setEnv   func(key, value string) string
 	unsetEnv func(key string) string
 	chdir    func(path string) string
+	// saveAndSet, when set, applies an execution's env vars after keeping,
+	// inside the kernel, the value each one shadows; restore puts those
+	// values back byte for byte (an inherited PATH, a global). A key whose
+	// kept value is missing (the kernel lost it) is removed, so a request's
+	// value never outlives its request. Languages without them reset each
+	// key to its global value or remove it.
+	saveAndSet func(keys []string, env map[string]string) string
+	restore    func(keys []string) string
+	// helperMark is a comment line that starts every helper request, so
+	// that the subprocess drivers run it apart from user code, with
+	// references they took at start-up (see driver.py, driver.js). Other
+	// kernels read a comment.
+	helperMark string
 	// silentHidesErrors: the language's kernel answers "ok" to a failing
 	// silent request (IRkernel does, with no output), so helpers must be sent
 	// as normal requests for the engine to learn that a cwd or env snippet
 	// failed. Their output is dropped either way; the cost is that they count
 	// as executions on such kernels.
 	silentHidesErrors bool
+}
+
+// helperCode marks code as a helper request of the engine's own.
+func helperCode(language, code string) string {
+	return languageSnippets[language].helperMark + code
 }
 
 // helperSilent says whether the engine's helper requests may be silent on a
@@ -70,9 +88,14 @@ func helperSilent(language string) bool {
 
 var languageSnippets = map[string]snippets{
 	"python": {
-		setEnv:   func(k, v string) string { return "__import__('os').environ[" + pyString(k) + "] = " + pyString(v) },
-		unsetEnv: func(k string) string { return "__import__('os').environ.pop(" + pyString(k) + ", None)" },
-		chdir:    func(p string) string { return "__import__('os').chdir(" + pyString(p) + ")" },
+		setEnv: func(k, v string) string {
+			return "__import__('os').environ.__setitem__(" + pyString(k) + ", " + pyString(v) + ")"
+		},
+		unsetEnv:   func(k string) string { return "__import__('os').environ.pop(" + pyString(k) + ", None)" },
+		chdir:      func(p string) string { return "__import__('os').chdir(" + pyString(p) + ")" },
+		saveAndSet: pySaveAndSet,
+		restore:    pyRestore,
+		helperMark: "# kernelhost helper\n",
 	},
 	"javascript": jsSnippets,
 	"typescript": jsSnippets,
@@ -90,16 +113,114 @@ var languageSnippets = map[string]snippets{
 		chdir:    func(p string) string { return `System.setProperty("user.dir", ` + javaString(p) + ");" },
 	},
 	"bash": {
-		setEnv:   func(k, v string) string { return "export " + k + "=" + shString(v) },
-		unsetEnv: func(k string) string { return "unset " + k },
-		chdir:    func(p string) string { return "cd -- " + shString(p) },
+		setEnv:     func(k, v string) string { return "\\export " + k + "=" + shString(v) },
+		unsetEnv:   func(k string) string { return "\\unset -v " + k },
+		chdir:      func(p string) string { return "cd -- " + shString(p) },
+		saveAndSet: bashSaveAndSet,
+		restore:    bashRestore,
 	},
 }
 
 var jsSnippets = snippets{
-	setEnv:   func(k, v string) string { return "process.env[" + jsString(k) + "] = " + jsString(v) + ";" },
-	unsetEnv: func(k string) string { return "delete process.env[" + jsString(k) + "];" },
-	chdir:    func(p string) string { return "process.chdir(" + jsString(p) + ");" },
+	setEnv:     func(k, v string) string { return "process.env[" + jsString(k) + "] = " + jsString(v) + ";" },
+	unsetEnv:   func(k string) string { return "delete process.env[" + jsString(k) + "];" },
+	chdir:      func(p string) string { return "process.chdir(" + jsString(p) + ");" },
+	saveAndSet: jsSaveAndSet,
+	restore:    jsRestore,
+	helperMark: "// kernelhost helper\n",
+}
+
+// The python snippets are one expression each, whatever the number of keys
+// (one dict or tuple literal), so their cost is linear in the keys: the old
+// statement per key made IPython and the compiler do far more per line. The
+// kept values live in the sys module's namespace, not the user's; the
+// subprocess driver runs helper requests with the os and sys it took at
+// start-up, so user code that replaced __import__ or os.environ does not
+// redirect them.
+func pySaveAndSet(keys []string, env map[string]string) string {
+	var b strings.Builder
+	b.WriteString("(lambda e, s, n: (s.__setitem__('_kh_env_saved', {k: e.get(k) for k in n}), [e.__setitem__(k, v) for k, v in n.items()]))(__import__('os').environ, __import__('sys').__dict__, {")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(pyString(k) + ": " + pyString(env[k]))
+	}
+	b.WriteString("})")
+	return b.String()
+}
+
+func pyRestore(keys []string) string {
+	var b strings.Builder
+	b.WriteString("(lambda e, s, ks: [e.__setitem__(k, s[k]) if s.get(k) is not None else e.pop(k, None) for k in ks])(__import__('os').environ, __import__('sys').__dict__.pop('_kh_env_saved', None) or {}, (")
+	for _, k := range keys {
+		b.WriteString(pyString(k) + ",")
+	}
+	b.WriteString("))")
+	return b.String()
+}
+
+// The javascript snippets keep the shadowed values on the process object
+// (the subprocess driver gives helper requests the process.env it took at
+// start-up).
+func jsSaveAndSet(keys []string, env map[string]string) string {
+	var b strings.Builder
+	b.WriteString("((e, n) => { const s = {}; for (const k of Object.keys(n)) { if (Object.prototype.hasOwnProperty.call(e, k)) s[k] = e[k]; e[k] = n[k]; } process.__khEnvSaved = s; })(process.env, {")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(jsString(k) + ": " + jsString(env[k]))
+	}
+	b.WriteString("});")
+	return b.String()
+}
+
+func jsRestore(keys []string) string {
+	var b strings.Builder
+	b.WriteString("((e, s, ks) => { for (const k of ks) { if (Object.prototype.hasOwnProperty.call(s, k)) e[k] = s[k]; else delete e[k]; } })(process.env, process.__khEnvSaved || {}, [")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(jsString(k))
+	}
+	b.WriteString("]); delete process.__khEnvSaved;")
+	return b.String()
+}
+
+// The bash snippets run in POSIX mode, entered by assigning POSIXLY_CORRECT
+// (an assignment, which no function or alias can stand in for): there the
+// special builtins export and unset are found before functions, and the
+// backslash keeps aliases out, so user code that defined `unset() { :; }`
+// cannot turn the reset into a no-op. If POSIX mode cannot be entered (the
+// user made POSIXLY_CORRECT readonly), the snippet does nothing and fails.
+// The user's own POSIX setting is put back at the end. A key's shadowed value
+// is kept in __kh_saved_<key>: "x" plus the value if it was exported, "s"
+// plus the value if it was a shell variable only, empty if it was unset.
+func bashPosix(body string) string {
+	return "__kh_pc=${POSIXLY_CORRECT+x}${POSIXLY_CORRECT-}; POSIXLY_CORRECT=y\n" +
+		"if [[ -o posix ]]; then\n" + body +
+		"if [[ $__kh_pc == x* ]]; then POSIXLY_CORRECT=${__kh_pc:1}; else \\unset -v POSIXLY_CORRECT; fi; \\unset -v __kh_pc\n" +
+		"else [[ -o posix ]]; fi"
+}
+
+func bashSaveAndSet(keys []string, env map[string]string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		s := "__kh_saved_" + k
+		fmt.Fprintf(&b, "if [[ ! -v %[1]s ]]; then %[2]s=; elif [[ ${%[1]s@a} == *x* ]]; then %[2]s=x$%[1]s; else %[2]s=s$%[1]s; fi; \\export %[1]s=%[3]s\n", k, s, shString(env[k]))
+	}
+	return bashPosix(b.String())
+}
+
+func bashRestore(keys []string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		s := "__kh_saved_" + k
+		fmt.Fprintf(&b, "case ${%[2]s-} in x*) \\export %[1]s=\"${%[2]s:1}\";; s*) %[1]s=${%[2]s:1}; \\export -n %[1]s;; *) \\unset -v %[1]s;; esac; \\unset -v %[2]s\n", k, s)
+	}
+	return bashPosix(b.String())
 }
 
 // SupportsEnv reports whether the engine can set env vars and cwd on kernels of
@@ -126,22 +247,32 @@ func setupCode(language, cwd string, globals map[string]string) string {
 	return strings.Join(lines, "\n")
 }
 
-// setEnvCode applies one execution's env vars.
+// setEnvCode applies one execution's env vars, keeping the values they shadow
+// where the language can (see snippets.saveAndSet).
 func setEnvCode(language string, env map[string]string) string {
 	s := languageSnippets[language]
+	keys := sortedKeys(env)
+	if s.saveAndSet != nil {
+		return s.saveAndSet(keys, env)
+	}
 	lines := make([]string, 0, len(env))
-	for _, k := range sortedKeys(env) {
+	for _, k := range keys {
 		lines = append(lines, s.setEnv(k, env[k]))
 	}
 	return strings.Join(lines, "\n")
 }
 
-// resetEnvCode undoes setEnvCode: each key goes back to its global value, or is
-// removed when there is none.
+// resetEnvCode undoes setEnvCode: each key gets back the value it shadowed;
+// in languages that cannot keep it, its global value, or it is removed when
+// there is none.
 func resetEnvCode(language string, env, globals map[string]string) string {
 	s := languageSnippets[language]
+	keys := sortedKeys(env)
+	if s.restore != nil {
+		return s.restore(keys)
+	}
 	lines := make([]string, 0, len(env))
-	for _, k := range sortedKeys(env) {
+	for _, k := range keys {
 		if g, ok := globals[k]; ok {
 			lines = append(lines, s.setEnv(k, g))
 		} else {

@@ -71,6 +71,7 @@ type fakeKernel struct {
 	mu             sync.Mutex
 	gen            int // bumped by Restart: older requests emit nothing more
 	env            map[string]string
+	saved          map[string]*string // values shadowed by the running request's env vars (nil: was unset)
 	cwd            string
 	count          int
 	dead           bool
@@ -327,10 +328,71 @@ func (k *fakeKernel) runCommands(gen int, p, code string, kill chan struct{}) *M
 }
 
 var (
-	setEnvRe   = regexp.MustCompile(`^__import__\('os'\)\.environ\[('(?:[^'\\]|\\.)*')\] = ('(?:[^'\\]|\\.)*')$`)
+	setEnvRe   = regexp.MustCompile(`^__import__\('os'\)\.environ\.__setitem__\(('(?:[^'\\]|\\.)*'), ('(?:[^'\\]|\\.)*')\)$`)
 	unsetEnvRe = regexp.MustCompile(`^__import__\('os'\)\.environ\.pop\(('(?:[^'\\]|\\.)*'), None\)$`)
 	chdirRe    = regexp.MustCompile(`^__import__\('os'\)\.chdir\(('(?:[^'\\]|\\.)*')\)$`)
 )
+
+// The fixed starts of pySaveAndSet's and pyRestore's expressions; the
+// literals follow.
+const (
+	saveAndSetPrefix = "(lambda e, s, n: (s.__setitem__('_kh_env_saved', {k: e.get(k) for k in n}), [e.__setitem__(k, v) for k, v in n.items()]))(__import__('os').environ, __import__('sys').__dict__, {"
+	restorePrefix    = "(lambda e, s, ks: [e.__setitem__(k, s[k]) if s.get(k) is not None else e.pop(k, None) for k in ks])(__import__('os').environ, __import__('sys').__dict__.pop('_kh_env_saved', None) or {}, ("
+)
+
+var pyLiteralRe = regexp.MustCompile(`'(?:[^'\\]|\\.)*'`)
+
+// pyLiterals decodes every string literal in s, in order.
+func pyLiterals(s string) ([]string, error) {
+	var out []string
+	for _, lit := range pyLiteralRe.FindAllString(s, -1) {
+		v, err := decodePyString(lit)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// saveAndSet applies pySaveAndSet's dict of keys and values (rest holds its literals).
+func (k *fakeKernel) saveAndSet(rest string) error {
+	lits, err := pyLiterals(rest)
+	if err != nil || len(lits)%2 != 0 {
+		return fmt.Errorf("bad save-and-set snippet %q: %v", rest, err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.saved = map[string]*string{}
+	for i := 0; i < len(lits); i += 2 {
+		if v, ok := k.env[lits[i]]; ok {
+			k.saved[lits[i]] = &v
+		} else {
+			k.saved[lits[i]] = nil
+		}
+		k.env[lits[i]] = lits[i+1]
+	}
+	return nil
+}
+
+// restore applies pyRestore's tuple of keys (rest holds its literals).
+func (k *fakeKernel) restore(rest string) error {
+	keys, err := pyLiterals(rest)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, key := range keys {
+		if v := k.saved[key]; v != nil {
+			k.env[key] = *v
+		} else {
+			delete(k.env, key)
+		}
+	}
+	k.saved = nil
+	return nil
+}
 
 // runSnippet applies the engine's python helper code; anything else fails, as
 // a syntax error would in Python.
@@ -338,7 +400,11 @@ func (k *fakeKernel) runSnippet(code string) *Message {
 	for _, line := range strings.Split(code, "\n") {
 		var err error
 		switch m := (struct{ set, unset, cd []string }{setEnvRe.FindStringSubmatch(line), unsetEnvRe.FindStringSubmatch(line), chdirRe.FindStringSubmatch(line)}); {
-		case line == "":
+		case line == "" || line == "# kernelhost helper":
+		case strings.HasPrefix(line, saveAndSetPrefix):
+			err = k.saveAndSet(strings.TrimPrefix(line, saveAndSetPrefix))
+		case strings.HasPrefix(line, restorePrefix):
+			err = k.restore(strings.TrimPrefix(line, restorePrefix))
 		case m.set != nil:
 			var key, val string
 			if key, err = decodePyString(m.set[1]); err == nil {

@@ -90,13 +90,13 @@ func TestPythonLiteralsRoundTrip(t *testing.T) {
 func TestSnippetsEncodeNeverSplice(t *testing.T) {
 	v := "a'b\"c\\d\ne$(x)😀"
 	for lang, want := range map[string]string{
-		"bash":       `export K='a'\''b"c\d` + "\n" + `e$(x)😀'`,
+		"bash":       `\export K='a'\''b"c\d` + "\n" + `e$(x)😀'`,
 		"javascript": `process.env["K"] = "a'b\"c\\d\ne$(x)😀";`,
 		"r":          `Sys.setenv("K" = "a'b\"c\\d\ne$(x)\U{0001f600}")`,
 		"java":       `System.setProperty("K", "a'b\"c\\d\ne$(x)😀");`,
-		"python":     `__import__('os').environ['K'] = 'a\'b"c\\d\ne$(x)😀'`,
+		"python":     `__import__('os').environ.__setitem__('K', 'a\'b"c\\d\ne$(x)😀')`,
 	} {
-		if got := setEnvCode(lang, map[string]string{"K": v}); got != want {
+		if got := languageSnippets[lang].setEnv("K", v); got != want {
 			t.Errorf("%s:\n got  %s\n want %s", lang, got, want)
 		}
 	}

@@ -22,6 +22,7 @@ func init() {
 		Case{"EngineEnvVarsExact", testEngineEnvVarsExact},
 		Case{"EngineCwdExact", testEngineCwdExact},
 		Case{"EngineEnvResetAfterOverlap", testEngineEnvResetAfterOverlap},
+		Case{"EngineEnvRestoresShadowed", testEngineEnvRestoresShadowed},
 		Case{"EngineErrorDoesNotAbortQueued", testEngineErrorDoesNotAbortQueued},
 		Case{"EngineDisconnectFreesContext", testEngineDisconnectFreesContext},
 	)
@@ -175,6 +176,38 @@ func testEngineEnvResetAfterOverlap(t *testing.T, s *Suite) {
 		EngineCollect(t, a)
 		if got := EngineStdout(t, EngineCollect(t, b)); got != "<unset>" {
 			t.Fatalf("B saw A's secret: %q", got)
+		}
+	}
+}
+
+// A request's env var that shadows one the kernel inherited (PATH) or a
+// global gives the earlier value back afterwards, byte for byte, instead of
+// removing it.
+func testEngineEnvRestoresShadowed(t *testing.T, s *Suite) {
+	ctx := ctxT(t, StartTimeout)
+	if s.Lang.PrintEnv == nil || !core.SupportsEnv(s.Lang.Language) {
+		t.Skip("no env snippets for this language")
+	}
+	global := "global\n'value' ü"
+	e := newEngine(t, s, core.Config{GlobalEnv: func(context.Context) (map[string]string, error) {
+		return map[string]string{"KH_GLOBAL": global}, nil
+	}})
+	print := func(key string, env map[string]string) string {
+		return EngineStdout(t, EngineRun(t, e, ctx, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv(key), EnvVars: env}))
+	}
+	path := print("PATH", nil)
+	if path == "<unset>" || path == "" {
+		t.Fatalf("the kernel has no PATH to shadow (%q)", path)
+	}
+	for key, before := range map[string]string{"PATH": path, "KH_GLOBAL": global} {
+		if got := print(key, map[string]string{key: "/nonexistent", "KH_OTHER": "x"}); got != "/nonexistent" {
+			t.Fatalf("%s during the request = %q", key, got)
+		}
+		if got := print(key, nil); got != before {
+			t.Errorf("%s after a request shadowed it = %q, want %q", key, got, before)
+		}
+		if got := print("KH_OTHER", nil); got != "<unset>" {
+			t.Errorf("KH_OTHER after its request = %q, want <unset>", got)
 		}
 	}
 }

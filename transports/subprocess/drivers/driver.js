@@ -224,6 +224,16 @@ function errorFields(e, mapped) {
   return { ename: 'Error', evalue: util.inspect(e), traceback: ['Uncaught ' + util.inspect(e)] };
 }
 
+// The engine's helper requests (cwd, env set and reset: silent, and marked by
+// their first line, HELPER_MARK) run in a context of their own, with the
+// process.env and process.chdir the driver took at start-up: user code that
+// replaced them, or Object, cannot turn an env reset into a no-op that
+// reports success.
+const HELPER_MARK = '// kernelhost helper\n';
+const helperContext = vm.createContext({
+  process: { env: process.env, chdir: process.chdir.bind(process) },
+});
+
 async function execute(req) {
   const msgId = req.msg_id || '';
   const silent = !!req.silent;
@@ -245,8 +255,9 @@ async function execute(req) {
       await settled(imports.runInContext(context, { breakOnSigint: true, displayErrors: false }));
     }
     if (req.source_map) mapped = { filename, map: new SourceMap(JSON.parse(req.source_map)) };
+    const helper = silent && (req.code || '').startsWith(HELPER_MARK);
     const { script, wrapped } = compile(req.code || '', filename);
-    let value = script.runInContext(context, { breakOnSigint: true, displayErrors: false });
+    let value = script.runInContext(helper ? helperContext : context, { breakOnSigint: true, displayErrors: false });
     if (value && typeof value.then === 'function' && (wrapped || /await/.test(req.code || ''))) {
       value = await settled(value);
     }

@@ -318,6 +318,43 @@ def _run(code, filename):
     return value
 
 
+# The engine's helper requests (cwd, env set and reset: silent, and marked by
+# their first line, HELPER_MARK) run apart from user code, with the builtins, os and sys the driver took at start-up: user
+# code that replaced builtins.__import__, os.environ or sys.modules cannot
+# turn an env reset into a no-op that reports success.
+# os.environ's own methods are taken too, bound, since user code can patch
+# its class.
+def _env_get(key, default=None, _getitem=os.environ.__getitem__):
+    try:
+        return _getitem(key)
+    except KeyError:
+        return default
+
+
+def _env_pop(key, default=None, _getitem=os.environ.__getitem__, _delitem=os.environ.__delitem__):
+    try:
+        value = _getitem(key)
+    except KeyError:
+        return default
+    _delitem(key)
+    return value
+
+
+_helper_environ = types.SimpleNamespace(get=_env_get, pop=_env_pop, __setitem__=os.environ.__setitem__)
+_helper_modules = {
+    "os": types.SimpleNamespace(environ=_helper_environ, chdir=os.chdir),
+    "sys": types.SimpleNamespace(),
+}
+_helper_builtins = dict(builtins.__dict__, __import__=lambda name, *args, **kwargs: _helper_modules[name])
+
+
+HELPER_MARK = "# kernelhost helper\n"
+
+
+def _run_helper(code):
+    exec(compile(code, "<silent>", "exec"), {"__builtins__": _helper_builtins})
+
+
 def _has_await(node):
     return any(isinstance(n, ast.Await) for n in ast.walk(node))
 
@@ -357,7 +394,10 @@ def _execute(req):
         try:
             if _early_int:
                 raise KeyboardInterrupt
-            value = _run(code, filename)
+            if silent and code.startswith(HELPER_MARK):
+                value = _run_helper(code)
+            else:
+                value = _run(code, filename)
         finally:
             _running = False
         if value is not None and not silent:

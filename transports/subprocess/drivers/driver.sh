@@ -37,8 +37,20 @@ while :; do
 		printf '{"type":"status","state":"busy"}\n' >&4
 	fi
 	# The protocol fds are closed for the cell: children must not hold them.
-	source /dev/fd/5 5<<<"${__kh_rec:1}" 3<&- 4>&-
-	__kh_st=$?
+	if [[ $__kh_silent != 1 ]]; then
+		source /dev/fd/5 5<<<"${__kh_rec:1}" 3<&- 4>&-
+		__kh_st=$?
+	else
+		# The engine's helpers (cwd, env set and reset) run in POSIX mode,
+		# entered by an assignment: there `.` is found before any function
+		# user code defined (`source() { :; }` cannot skip a reset), and the
+		# backslash keeps aliases out. The user's own setting comes back.
+		__kh_dpc=${POSIXLY_CORRECT+x}${POSIXLY_CORRECT-}
+		POSIXLY_CORRECT=y
+		\. /dev/fd/5 5<<<"${__kh_rec:1}" 3<&- 4>&-
+		__kh_st=$?
+		if [[ $__kh_dpc == x* ]]; then POSIXLY_CORRECT=${__kh_dpc:1}; else \unset -v POSIXLY_CORRECT; fi
+	fi
 	if [[ -n $__kh_int ]]; then
 		__kh_int=
 		printf '{"type":"error","ename":"KeyboardInterrupt","evalue":"interrupted","traceback":["KeyboardInterrupt: interrupted"]}\n' >&4

@@ -1,0 +1,77 @@
+package subprocess
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+func newEnvEngine(t *testing.T) *core.Engine {
+	t.Helper()
+	e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("engine Close: %v", err)
+		}
+	})
+	return e
+}
+
+// Code a request leaves in its context must not turn the engine's env reset
+// into a no-op: each request below redefines what the reset snippets would
+// naively call, while its secret is set; the next request must not see the
+// secret, and PATH, which the request shadowed, must come back.
+func TestEnvResetCannotBeRedefined(t *testing.T) {
+	for _, tc := range []struct {
+		lang     transporttest.LanguageSnippets
+		redefine string
+	}{
+		{transporttest.Bash, "unset() { :; }; export() { :; }; builtin() { :; }; command() { :; }; .() { :; }; eval() { :; }\n" +
+			"shopt -s expand_aliases; alias unset=: export=:"},
+		{transporttest.Python, "import builtins, types\n_real_import = builtins.__import__\n" +
+			"_fake = types.SimpleNamespace(environ={}, chdir=lambda p: None)\n" +
+			"builtins.__import__ = lambda name, *a, **k: _fake if name == 'os' and not a and not k else _real_import(name, *a, **k)\n" +
+			"import os\nos.environ.__class__.pop = lambda self, *a: None\nos.environ.__class__.update = lambda self, *a, **k: None"},
+		{transporttest.JavaScript, "process.env = new Proxy(process.env, { set: () => true, deleteProperty: () => true });\n" +
+			"Object.prototype.hasOwnProperty = () => false;"},
+	} {
+		t.Run(tc.lang.Language, func(t *testing.T) {
+			if tc.lang.Language == "javascript" {
+				if _, err := exec.LookPath("node"); err != nil {
+					t.Skip("node is not on PATH")
+				}
+			}
+			e := newEnvEngine(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			print := func(key string, env map[string]string) string {
+				return transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, core.ExecRequest{Language: tc.lang.Language, Code: tc.lang.PrintEnv(key), EnvVars: env}))
+			}
+			path := print("PATH", nil)
+			transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, core.ExecRequest{
+				Language: tc.lang.Language, Code: tc.lang.PrintEnv("KH_SECRET") + "\n" + tc.redefine,
+				EnvVars: map[string]string{"KH_SECRET": "s3cret", "PATH": "/nonexistent"},
+			}))
+			for i := 0; i < 2; i++ { // the second time with the redefinitions in force at the set
+				if got := print("KH_SECRET", nil); got != "<unset>" {
+					t.Fatalf("a later request saw the secret: %q", got)
+				}
+				if got := print("PATH", nil); got != path {
+					t.Fatalf("PATH after the request = %q, want %q", got, path)
+				}
+				if got := print("KH_SECRET", map[string]string{"KH_SECRET": "again"}); got != "again" {
+					t.Fatalf("KH_SECRET during a request = %q", got)
+				}
+			}
+		})
+	}
+}
