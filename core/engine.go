@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path"
 	"sync"
 	"time"
 )
@@ -167,6 +168,11 @@ func (e *Engine) CreateContext(ctx context.Context, language, cwd string) (Conte
 }
 
 func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefault bool) (*Context, error) {
+	// A relative cwd would be relative to wherever the kernel happens to
+	// start (the host's own directory for local interpreters): refused.
+	if cwd != "" && !path.IsAbs(cwd) {
+		return nil, newError(KindInvalid, fmt.Sprintf("Invalid cwd %s: want an absolute path", Quote(cwd)), nil)
+	}
 	if cwd == "" {
 		cwd = e.cfg.DefaultCwd
 	}
@@ -372,15 +378,24 @@ func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, erro
 	if err := validateEnv(req.EnvVars); err != nil {
 		return nil, newError(KindInvalid, err.Error(), err)
 	}
+	// The code is checked against the language before a default context is
+	// started for it: a refused request leaves the contexts as they were.
 	var c *Context
 	var err error
+	language := NormalizeLanguage(req.Language)
 	if req.ContextID != "" {
-		c, err = e.Lookup(req.ContextID)
-	} else {
-		c, err = e.DefaultContext(ctx, req.Language)
+		if c, err = e.Lookup(req.ContextID); err != nil {
+			return nil, err
+		}
+		language = c.info.Language
 	}
-	if err != nil {
-		return nil, err
+	if err := validateCode(language, req.Code); err != nil {
+		return nil, newError(KindInvalid, err.Error(), err)
+	}
+	if c == nil {
+		if c, err = e.DefaultContext(ctx, language); err != nil {
+			return nil, err
+		}
 	}
 	env := req.EnvVars
 	if len(env) > 0 && !SupportsEnv(c.info.Language) {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"slices"
 	"sort"
 	"strings"
@@ -22,6 +23,17 @@ func NormalizeLanguage(lang string) string {
 		return "bash"
 	}
 	return lang
+}
+
+// validateCode refuses code that a language cannot hold whatever runs it:
+// bash reads its input as C strings, so a NUL byte would cut the code short
+// (python and javascript report a NUL themselves, as a syntax error or as
+// part of a string literal).
+func validateCode(language, code string) error {
+	if language == "bash" && strings.IndexByte(code, 0) >= 0 {
+		return errors.New("bash code cannot contain a NUL byte")
+	}
+	return nil
 }
 
 // KernelLanguage is the language a kernel is started for on a transport that

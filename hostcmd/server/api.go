@@ -228,6 +228,11 @@ type executeRequest struct {
 // maxTimeoutSeconds keeps a timeout inside time.Duration (about 292 years).
 const maxTimeoutSeconds = float64(math.MaxInt64/int64(time.Second)) - 1
 
+// minTimeoutSeconds is the shortest timeout taken: a smaller positive one
+// (1e-12) would round to a zero Duration, which means "none", the opposite
+// of what was asked; and no execution finishes in less anyway.
+const minTimeoutSeconds = 0.001
+
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.readBody(w, r)
 	if !ok {
@@ -253,8 +258,8 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	var timeout time.Duration
 	if req.Timeout != nil {
-		if t := *req.Timeout; t < 0 || t > maxTimeoutSeconds {
-			a.invalidExecute(w, fmt.Sprintf(`Invalid request body: "timeout" must be a number of seconds from 0 to %.0f`, maxTimeoutSeconds))
+		if t := *req.Timeout; t != 0 && (t < minTimeoutSeconds || t > maxTimeoutSeconds) {
+			a.invalidExecute(w, fmt.Sprintf(`Invalid request body: "timeout" must be 0 (the host's) or a number of seconds from %g to %.0f`, minTimeoutSeconds, maxTimeoutSeconds))
 			return
 		}
 		timeout = time.Duration(*req.Timeout * float64(time.Second))

@@ -43,6 +43,11 @@ func TestBadInput(t *testing.T) {
 		{"malformed context body", "POST", "/contexts", `{"language":`, 422, "malformed JSON"},
 		{"context cwd not a string", "POST", "/contexts", `{"cwd":1}`, 422, "cwd"},
 		{"context cwd not a directory", "POST", "/contexts", `{"cwd":"/no/such/kh-dir"}`, 400, "not an existing directory"},
+		// Relative to what? Not the host's working directory (issue 11 item 11).
+		{"context cwd relative", "POST", "/contexts", `{"cwd":"../../../../etc"}`, 400, "absolute"},
+		{"context cwd dot", "POST", "/contexts", `{"cwd":"."}`, 400, "absolute"},
+		// bash cannot hold a NUL in its code; it was a 200 with a WebSocketError line.
+		{"NUL in bash code", "POST", "/execute", `{"code":"echo a\u0000b","language":"bash"}`, 400, "NUL"},
 		{"unknown route", "GET", "/nope", "", 404, `{"detail":"Not Found"}`},
 		{"wrong method", "GET", "/execute", "", 405, `{"detail":"Method Not Allowed"}`},
 		{"restart unknown", "POST", "/contexts/nope/restart", "", 404, "Context nope not found"},

@@ -86,6 +86,10 @@ func TestExecutionTimeoutInvalid(t *testing.T) {
 		`{"code":"1","timeout":true}`,
 		`{"code":"1","timeout":1e300}`,
 		`{"code":"1","timeout":1e400}`,
+		// Below a millisecond a timeout would round to nothing (1e-12 once
+		// meant no timeout at all): refused rather than read as "none".
+		`{"code":"1","timeout":1e-12}`,
+		`{"code":"1","timeout":0.0009}`,
 	} {
 		status, text := h.do("POST", "/execute", body)
 		if status != http.StatusUnprocessableEntity || !strings.Contains(text, "timeout") {
