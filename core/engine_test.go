@@ -566,11 +566,12 @@ func TestBadInputIsRefusedBeforeAnythingRuns(t *testing.T) {
 }
 
 // A restart's setup request is sent once the context has seen the kernel's
-// restarting status; it must not be handed that same status (CI saw
-// "Failed to set up the context ...: the kernel reported restarting" when
-// the router recorded the event and listed the requests to tell in two
-// steps, and the setup registered in between). Many restarts in a row give
-// that window many chances.
+// restarting status; it must not be handed that same status, which would
+// fail the restart ("Failed to set up the context ...: the kernel reported
+// restarting"). router.broadcast records the event and lists the requests
+// to tell in one step for this reason: a setup request registering between
+// two such steps would be told. Many restarts in a row give any such gap
+// many chances to show.
 func TestRestartSetupIsNotToldOfItsOwnRestart(t *testing.T) {
 	e, _ := newTestEngine(t, Config{})
 	ctx := context.Background()
