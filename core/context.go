@@ -305,14 +305,42 @@ func (c *Context) run(x *Execution) {
 	}
 	// Once the set snippet was sent, some values may be on the kernel whatever
 	// its reply says: the reset always runs, before the next execution's code
-	// (invariant 2).
+	// (invariant 2), unless that interpreter is gone or about to be.
+	c.mu.Lock()
+	restarts := c.restarts
+	c.mu.Unlock()
 	err := c.helper(setEnvCode(c.info.Language, x.env))
 	if err != nil {
 		x.end(ErrNameEnvVars, "Failed to set env vars: "+err.Error())
 	} else {
 		c.runUserCode(x)
 	}
+	if c.resetIsMoot(restarts) {
+		return
+	}
 	c.resetEnv(x.ctx, x.env)
+}
+
+// resetIsMoot says whether the interpreter that got an execution's env vars
+// (when the router had seen restarts restarting events) will never run
+// other code, so that resetting them would only wait on it:
+//   - it restarted since: the fresh interpreter never had them (and the
+//     reset would remove what it inherited);
+//   - a restart or delete is waiting: it replaces the interpreter before
+//     anything else runs, and the interpreter may still be busy with the
+//     code the control op cut short, so a reset would wait HelperTimeout
+//     for it. needsRestart makes sure, should the control op fail.
+func (c *Context) resetIsMoot(restarts int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.restarts != restarts {
+		return true
+	}
+	if len(c.control) > 0 {
+		c.needsRestart = true
+		return true
+	}
+	return false
 }
 
 // resetEnv puts x's keys back to their global values (or removes them). If the

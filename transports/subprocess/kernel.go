@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +27,9 @@ type Kernel struct {
 	mu     sync.Mutex // serialises Execute's write, Interrupt, Restart and Shutdown; guards p and closed
 	p      *proc      // the current interpreter; nil after a failed restart
 	closed bool
+	// live is p, readable without mu: Restart and Shutdown use it to cut
+	// short a write that holds mu (see cutWrites).
+	live atomic.Pointer[proc]
 
 	curMu   sync.Mutex
 	current string // msg_id of the running request, "" when none
@@ -182,6 +186,7 @@ func (k *Kernel) sigint() error {
 // Restart implements core.Kernel: it kills the interpreter's process group,
 // emits status restarting and starts a fresh interpreter.
 func (k *Kernel) Restart(ctx context.Context) error {
+	k.cutWrites()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -189,7 +194,7 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	}
 	if k.p != nil {
 		k.p.kill()
-		k.p = nil
+		k.setProc(nil)
 	}
 	k.setCurrent("")
 	// The old pump has ended, so nothing of an earlier request follows this.
@@ -204,14 +209,32 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subprocess: restart: %w", err)
 	}
-	k.p = p
+	k.setProc(p)
 	return nil
+}
+
+// setProc makes p the current interpreter. Called with mu held.
+func (k *Kernel) setProc(p *proc) {
+	k.p = p
+	k.live.Store(p)
+}
+
+// cutWrites closes the request pipe of the current interpreter, which is
+// about to be killed, without waiting for mu: an Execute blocked writing a
+// large request to an interpreter that does not read (it is busy) holds mu
+// until its deadline, up to the engine's helper timeout, and Restart and
+// Shutdown would wait that long. The write fails at once instead.
+func (k *Kernel) cutWrites() {
+	if p := k.live.Load(); p != nil {
+		_ = p.reqW.Close()
+	}
 }
 
 // Shutdown implements core.Kernel: it kills the process group, waits for it
 // and its goroutines, and closes Messages. It is safe to call more than once.
 func (k *Kernel) Shutdown(ctx context.Context) error {
 	k.quitOnce.Do(func() { close(k.quit) })
+	k.cutWrites()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -220,7 +243,7 @@ func (k *Kernel) Shutdown(ctx context.Context) error {
 	k.closed = true
 	if k.p != nil {
 		k.p.kill()
-		k.p = nil
+		k.setProc(nil)
 	}
 	close(k.msgs)
 	return nil

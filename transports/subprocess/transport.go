@@ -114,7 +114,7 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 	if err != nil {
 		return nil, err
 	}
-	k.p = p
+	k.setProc(p)
 	return k, nil
 }
 
