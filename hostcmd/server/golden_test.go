@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/hostcmd/server"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/ndjson/*.ndjson from this run")
@@ -53,14 +54,21 @@ var goldenCases = []struct {
 }
 
 // TestNDJSONGolden runs goldenCases through a host on the subprocess
-// transport and compares the normalised streams (normaliseStream) with the
-// golden files. After an intended change to the stream, rewrite them with
+// transport, linked in and through its plugin (one golden file serves both:
+// the boundary must not change a byte), and compares the normalised streams
+// (normaliseStream) with the golden files. After an intended change to the
+// stream, rewrite them with
 //
 //	go test ./hostcmd/server/ -run TestNDJSONGolden -update
 //
 // and review the diff: it is the change a client sees.
 func TestNDJSONGolden(t *testing.T) {
-	h := startHost(t)
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		testNDJSONGolden(t, start())
+	})
+}
+
+func testNDJSONGolden(t *testing.T, h *testHost) {
 	for _, tc := range goldenCases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := h.createContext(`{"language":"` + tc.language + `"}`)
@@ -90,7 +98,7 @@ func TestNDJSONGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(path)
 			if err != nil {
-				t.Fatalf("%v (go test -run 'TestNDJSONGolden/%s' -update writes it)", err, tc.name)
+				t.Fatalf("%v (go test ./hostcmd/server/ -run TestNDJSONGolden -update writes it)", err)
 			}
 			if !bytes.Equal(got, want) {
 				t.Errorf("stream differs from %s (-update rewrites it; review the diff)\ngot:\n%s\nwant:\n%s", path, got, want)
