@@ -17,5 +17,7 @@
 // of messages and call results the other (server.go is the plugin's end,
 // kernel.go the host's), carried on the plugin's kernel socket (socket.go:
 // length-prefixed frames on a unix socket, the fast path) or on a gRPC
-// stream (Config.GRPCKernelStreams, or a plugin without the socket).
+// stream (Config.GRPCKernelStreams, or a plugin without the socket). A
+// transport's error crosses as its text and its core.ErrorKind (errors.go),
+// so the host's caller sees the same kind as with the transport linked in.
 package transportplugin
