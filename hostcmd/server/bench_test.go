@@ -128,31 +128,40 @@ func BenchmarkRoundTripPlugin(b *testing.B) {
 // one pair.
 func compareRoundTrips(b *testing.B, aName string, a *testHost, cName string, c *testHost) {
 	body := []byte(`{"code":"1+1"}`)
-	once := func(h *testHost) {
-		resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || !bytes.Contains(out, []byte(`"text":"2"`)) {
-			b.Fatalf("host: %v %q", err, out)
-		}
+	compareRuns(b, aName, func() { postExpect(b, a, body, `"text":"2"`) }, cName, func() { postExpect(b, c, body, `"text":"2"`) })
+}
+
+// postExpect runs body's /execute on h and fails unless the stream holds want.
+func postExpect(b *testing.B, h *testHost, body []byte, want string) {
+	resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
 	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Contains(out, []byte(want)) {
+		b.Fatalf("host: %v %q, want %s", err, out, want)
+	}
+}
+
+// compareRuns times a and c alternately (either first every other time)
+// after a warm-up, and reports the median of each (NAME-p50-ns) and a's
+// minus c's (added-p50-ns). ns/op is one pair.
+func compareRuns(b *testing.B, aName string, a func(), cName string, c func()) {
 	for range 20 {
-		once(a)
-		once(c)
+		a()
+		c()
 	}
 	aD := make([]time.Duration, 0, b.N)
 	cD := make([]time.Duration, 0, b.N)
-	timed := func(h *testHost) time.Duration {
+	timed := func(run func()) time.Duration {
 		t0 := time.Now()
-		once(h)
+		run()
 		return time.Since(t0)
 	}
 	for i := 0; b.Loop(); i++ {
-		// Either host goes first every other time: the second of a pair
-		// finds the interpreters' caches warmer.
+		// Either goes first every other time: the second of a pair finds
+		// the interpreters' caches warmer.
 		if i%2 == 0 {
 			cD = append(cD, timed(c))
 			aD = append(aD, timed(a))
@@ -165,6 +174,27 @@ func compareRoundTrips(b *testing.B, aName string, a *testHost, cName string, c 
 	b.ReportMetric(float64(pa.Nanoseconds()), aName+"-p50-ns")
 	b.ReportMetric(float64(pc.Nanoseconds()), cName+"-p50-ns")
 	b.ReportMetric(float64((pa - pc).Nanoseconds()), "added-p50-ns")
+}
+
+// BenchmarkRoundTripTypeScript measures what a typescript cell costs over
+// javascript as a client sees it, on one host: `1+1` in each language, and
+// a typed cell against the same cell written in javascript. typescript's
+// extra is the host's esbuild transform and the source map sent along.
+func BenchmarkRoundTripTypeScript(b *testing.B) {
+	h := startHost(b)
+	for _, c := range []struct{ name, ts, js, want string }{
+		{"1+1", "1+1", "1+1", `"text":"2"`},
+		{"typed-cell",
+			"interface P { x: number; y: number }\nfunction norm(p: P): number {\n  return Math.sqrt(p.x * p.x + p.y * p.y)\n}\nvar p: P = { x: 3, y: 4 }\nnorm(p)",
+			"function norm(p) {\n  return Math.sqrt(p.x * p.x + p.y * p.y)\n}\nvar p = { x: 3, y: 4 }\nnorm(p)",
+			`"text":"5"`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			ts, _ := json.Marshal(map[string]string{"code": c.ts, "language": "typescript"})
+			js, _ := json.Marshal(map[string]string{"code": c.js, "language": "javascript"})
+			compareRuns(b, "typescript", func() { postExpect(b, h, ts, c.want) }, "javascript", func() { postExpect(b, h, js, c.want) })
+		})
+	}
 }
 
 func median(d []time.Duration) time.Duration {

@@ -70,6 +70,9 @@ func kernelRoundTrip(b *testing.B, k *Kernel, id, code string) {
 		b.Fatal(err)
 	}
 	for m := range k.Messages() {
+		if m.Type == core.MsgError && m.ParentID == id {
+			b.Fatalf("%s failed: %s: %s", code, m.EName, m.EValue)
+		}
 		if m.Type == core.MsgStatus && m.State == core.StateIdle && m.ParentID == id {
 			return
 		}
@@ -145,4 +148,87 @@ func BenchmarkStream200kLines(b *testing.B) {
 		}
 	}
 	b.SetBytes(int64(want))
+}
+
+// typedCell is a typical typescript cell: an interface, a typed function, a
+// generic, a call. typedCellJS is the same without types.
+const (
+	typedCell = "interface Point { x: number; y: number }\n" +
+		"function norm(p: Point): number {\n  return Math.sqrt(p.x * p.x + p.y * p.y)\n}\n" +
+		"function first<T>(xs: T[]): T | undefined {\n  return xs[0]\n}\n" +
+		"var pts: Point[] = [{ x: 3, y: 4 }, { x: 1, y: 1 }]\n" +
+		"norm(first(pts) as Point)"
+	typedCellJS = "function norm(p) {\n  return Math.sqrt(p.x * p.x + p.y * p.y)\n}\n" +
+		"function first(xs) {\n  return xs[0]\n}\n" +
+		"var pts = [{ x: 3, y: 4 }, { x: 1, y: 1 }]\n" +
+		"norm(first(pts))"
+)
+
+// BenchmarkPrepareCell is the host's work on a javascript or typescript
+// cell before it is sent (see jscell.go): esbuild's transform and the
+// module-syntax rewrite. ns/op is one cell.
+func BenchmarkPrepareCell(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		prepare func(string) jsCell
+		code    string
+	}{
+		{"javascript-1+1", prepareJavaScript, "1+1"},
+		{"javascript-imports", prepareJavaScript, "import { readFileSync } from 'fs'\nimport * as path from 'node:path'\ntypeof readFileSync + path.sep"},
+		{"typescript-1+1", prepareTypeScript, "1+1"},
+		{"typescript-typed-cell", prepareTypeScript, typedCell},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if got := c.prepare(c.code); got.err != nil {
+					b.Fatal(got.err.Message)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNodeRoundTrip runs a cell through a javascript and a typescript
+// Kernel, alternating the two in one loop so both see the same machine
+// state, and reports both medians and what typescript adds (the transform,
+// the source map sent along): `1+1` in both, and a typed cell against the
+// same cell written in javascript. ns/op is one pair.
+func BenchmarkNodeRoundTrip(b *testing.B) {
+	if _, ok := New(Options{}).langs["javascript"]; !ok {
+		b.Skip("node is not on PATH")
+	}
+	for _, c := range []struct{ name, js, ts string }{
+		{"1+1", "1+1", "1+1"},
+		{"typed-cell", typedCellJS, typedCell},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			js := startKernel(b, "javascript", b.TempDir())
+			ts := startKernel(b, "typescript", b.TempDir())
+			for i := range 20 { // warm up
+				kernelRoundTrip(b, js, "w"+strconv.Itoa(i), c.js)
+				kernelRoundTrip(b, ts, "w"+strconv.Itoa(i), c.ts)
+			}
+			var jsD, tsD []time.Duration
+			timed := func(k *Kernel, id, code string) time.Duration {
+				t0 := time.Now()
+				kernelRoundTrip(b, k, id, code)
+				return time.Since(t0)
+			}
+			for i := 0; b.Loop(); i++ {
+				id := "b" + strconv.Itoa(i)
+				if i%2 == 0 { // either goes first every other time
+					jsD = append(jsD, timed(js, id, c.js))
+					tsD = append(tsD, timed(ts, id, c.ts))
+				} else {
+					tsD = append(tsD, timed(ts, id, c.ts))
+					jsD = append(jsD, timed(js, id, c.js))
+				}
+			}
+			pj, pt := quantile(jsD, 0.5), quantile(tsD, 0.5)
+			b.ReportMetric(float64(pj.Microseconds()), "javascript-p50-µs")
+			b.ReportMetric(float64(pt.Microseconds()), "typescript-p50-µs")
+			b.ReportMetric(float64((pt - pj).Microseconds()), "added-p50-µs")
+		})
+	}
 }
