@@ -12,7 +12,9 @@
 //   - fd 3, requests (host → driver): for python and javascript one JSON line
 //     {"msg_id": "...", "code": "...", "silent": false} per request, and for
 //     javascript also {"interrupt": "<msg_id>"} (see Signals); for bash one
-//     NUL-terminated record, "0" or "1" (silent) followed by the code.
+//     NUL-terminated record, "0" or "1" (silent) followed by the code. A
+//     javascript request may also carry "imports", "source_map" or
+//     "compile_error" (see TypeScript and ES modules).
 //   - fd 4, messages (driver → host): one JSON core.Message per line. The
 //     first line is {"type":"kh_ready"}. A line may also hold a JSON array of
 //     messages; an empty line is skipped. For every request the driver
@@ -72,6 +74,19 @@
 // up to the status idle line. BenchmarkRoundTrip in this package does
 // exactly that over pipes, alternating with the same request through the
 // Kernel, and reports both medians.
+//
+// # TypeScript and ES modules
+//
+// typescript runs on driver.js too. The host compiles each typescript cell
+// with esbuild's Go API (in-process: no tool beyond node at run time) and
+// rewrites the static imports and exports of javascript and typescript cells,
+// which a script cannot contain (jscell.go): imports become JS that the
+// driver runs first ("imports": import() through node's loader, the names
+// bound as globals of the context), export is dropped. The transform's source
+// map ("source_map") lets the driver report errors at the cell's own lines; a
+// cell esbuild rejects arrives as "compile_error" and fails as a SyntaxError
+// at its line. A javascript cell without the words import and export is sent
+// as written.
 //
 // # Signals and process groups
 //

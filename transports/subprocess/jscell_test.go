@@ -153,6 +153,7 @@ func TestRewriteModuleSyntax(t *testing.T) {
 		unchanged     bool   // the cell runs exactly as written
 		typescript    bool
 		compileErrors bool
+		errLine       int // the compile error's line, if not 0
 	}{
 		{code: "1+1", unchanged: true},
 		{code: "await import('fs')", unchanged: true},
@@ -171,6 +172,10 @@ func TestRewriteModuleSyntax(t *testing.T) {
 		{code: "const x = 1\nexport { x as y }\nexport * from 'm'", contains: "const x = 1;\n                  \n                  \n"},
 		{code: "import type { T } from 'm'\nimport { type U, v } from 'm'\nexport type W = T", typescript: true, imports: `({ v: globalThis.v } = await import("m"));`},
 		{code: "let x: number = (", typescript: true, compileErrors: true},
+		// Forms esbuild parses that the rewrite does not know: an error at
+		// the cell's line, not a wrong binding.
+		{code: "1\nimport defer * as ns from 'm'", compileErrors: true, errLine: 2},
+		{code: "import source x from 'm'", compileErrors: true, errLine: 1},
 	} {
 		prepare := prepareJavaScript
 		if c.typescript {
@@ -180,6 +185,10 @@ func TestRewriteModuleSyntax(t *testing.T) {
 		switch {
 		case (got.err != nil) != c.compileErrors:
 			t.Errorf("%q: compile error %+v", c.code, got.err)
+		case c.compileErrors:
+			if c.errLine != 0 && got.err.Line != c.errLine {
+				t.Errorf("%q: error at line %d, want %d: %+v", c.code, got.err.Line, c.errLine, got.err)
+			}
 		case c.unchanged && (got.code != c.code || got.imports != "" || got.sourceMap != ""):
 			t.Errorf("%q: changed to %q (imports %q)", c.code, got.code, got.imports)
 		case got.imports != c.imports:

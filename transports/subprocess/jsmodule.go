@@ -116,18 +116,25 @@ func parseImport(s *stmtScanner) (string, error) {
 		return "", err
 	}
 	if t.kind != 's' {
-		if t.kind == 'n' { // the default import
+		if t.kind == 'n' { // the default import, then `,` or from
 			bindings = append(bindings, "default: globalThis."+t.text)
 			if t, err = s.next(); err != nil {
 				return "", err
 			}
-			if t.kind == ',' {
-				t, err = s.next()
+			switch {
+			case t.kind == ',':
+				if t, err = s.next(); err != nil {
+					return "", err
+				}
+				if t.kind != '*' && t.kind != '{' {
+					return "", fmt.Errorf("unexpected %s", t.text)
+				}
+			case t.kind != 'n' || t.text != "from":
+				// e.g. import defer * as ns, import source x
+				return "", fmt.Errorf("unexpected %s", t.text)
 			}
 		}
 		switch {
-		case err != nil:
-			return "", err
 		case t.kind == '*':
 			if _, err := s.expect('n', "as"); err != nil {
 				return "", err
