@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -48,7 +49,10 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.AccessTokenScope != ScopeAll && cfg.AccessTokenScope != ScopeExecute {
 		return nil, fmt.Errorf("access token scope %q: want %s or %s", cfg.AccessTokenScope, ScopeAll, ScopeExecute)
 	}
-	cwd := resolveDefaultCwd(cfg.DefaultCwd, log)
+	cwd, err := resolveDefaultCwd(cfg.DefaultCwd, cfg.Workspace, log)
+	if err != nil {
+		return nil, err
+	}
 
 	// Until the Host owns them (its Shutdown closes them), a failure closes
 	// what was started here.
@@ -58,7 +62,6 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		engine *core.Engine
 		met    *metrics
 		owned  bool
-		err    error
 	)
 	if !cfg.DisableMetrics {
 		// engine is set before the server serves, so before any scrape.
@@ -299,18 +302,42 @@ func withDefaults(c Config) Config {
 	return c
 }
 
-// resolveDefaultCwd keeps the configured default cwd when it is a directory,
-// and otherwise falls back to the host's own working directory: outside an
-// E2B sandbox /home/user usually does not exist.
-func resolveDefaultCwd(cwd string, log *slog.Logger) string {
+// resolveDefaultCwd keeps the configured default cwd when it is a
+// directory (made absolute), and otherwise uses the workspace (default
+// DefaultWorkspace()), creating it: outside an E2B sandbox /home/user usually
+// does not exist, and the host's own working directory (for make run, the
+// repository) is no place for user code's files.
+func resolveDefaultCwd(cwd, workspace string, log *slog.Logger) (string, error) {
 	if fi, err := os.Stat(cwd); err == nil && fi.IsDir() {
-		return cwd
+		return filepath.Abs(cwd)
 	}
-	wd, err := os.Getwd()
+	if workspace == "" {
+		workspace = DefaultWorkspace()
+	}
+	if workspace == "" {
+		return "", fmt.Errorf("the default cwd %s is not a directory, and there is no workspace to use instead: neither XDG_DATA_HOME nor HOME is set; set %s or %s", cwd, EnvVar("default-cwd"), EnvVar("workspace"))
+	}
+	ws, err := filepath.Abs(workspace)
 	if err != nil {
-		log.Warn("default cwd does not exist and the host's working directory is unknown; keeping it", "default_cwd", cwd, "err", err)
-		return cwd
+		return "", fmt.Errorf("workspace %s: %w", workspace, err)
 	}
-	log.Info("default cwd does not exist; using the host's working directory", "configured", cwd, "default_cwd", wd)
-	return wd
+	// 0700: the files of user code are nobody else's business.
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		return "", fmt.Errorf("create the workspace (setting %s): %w", EnvVar("workspace"), err)
+	}
+	log.Info("the default cwd is not a directory; contexts start in the workspace", "configured", cwd, "default_cwd", ws)
+	return ws, nil
+}
+
+// DefaultWorkspace is the workspace when the setting is empty:
+// $XDG_DATA_HOME/kernelhost/workspace, else ~/.local/share/kernelhost/workspace
+// (the XDG base directory default), "" without either variable.
+func DefaultWorkspace() string {
+	if data := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(data) {
+		return filepath.Join(data, "kernelhost", "workspace")
+	}
+	if home := os.Getenv("HOME"); home != "" {
+		return filepath.Join(home, ".local", "share", "kernelhost", "workspace")
+	}
+	return ""
 }

@@ -386,3 +386,52 @@ func TestJavaScript(t *testing.T) {
 		}
 	})
 }
+
+// Without the default cwd (/home/user outside a sandbox) contexts start in a
+// workspace directory of their own, created if missing and listed by GET
+// /contexts, never in the host's own working directory (for make run, the
+// repository: a cell saving kh-workspace-test.png left it there; issue 11 item 12).
+func TestWorkspaceWhenDefaultCwdIsMissing(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		workspace string // the setting; "" is the default under XDG_DATA_HOME
+	}{
+		{"configured", filepath.Join(t.TempDir(), "a", "ws")},
+		{"default", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.workspace
+			if want == "" {
+				data := t.TempDir()
+				t.Setenv("XDG_DATA_HOME", data)
+				want = filepath.Join(data, "kernelhost", "workspace")
+			}
+			h := startHost(t, func(c *server.Config) {
+				c.DefaultCwd = filepath.Join(t.TempDir(), "no-such-home")
+				c.Workspace = tc.workspace
+			})
+			for _, c := range h.contexts() {
+				if c.Cwd != want {
+					t.Errorf("GET /contexts: %s context in %q, want the workspace %s (the host's own directory is %s)", c.Language, c.Cwd, want, wd)
+				}
+			}
+			if got := stdout(h.run(map[string]any{"code": "import os; open('kh-workspace-test.png', 'w').close(); print(os.getcwd())"})); got != want+"\n" {
+				t.Fatalf("python cwd %q, want %s", got, want)
+			}
+			if _, err := os.Stat(filepath.Join(want, "kh-workspace-test.png")); err != nil {
+				t.Fatalf("the file is not in the workspace: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(wd, "kh-workspace-test.png")); err == nil {
+				os.Remove(filepath.Join(wd, "kh-workspace-test.png"))
+				t.Fatalf("the file landed in the host's working directory %s", wd)
+			}
+			if fi, err := os.Stat(want); err != nil || fi.Mode().Perm() != 0o700 {
+				t.Fatalf("workspace %s: %v, mode %v, want a 0700 directory", want, err, fi.Mode())
+			}
+		})
+	}
+}

@@ -22,8 +22,12 @@ const EnvPrefix = "KERNELHOST_"
 
 // Config is the host's configuration. Zero values get the defaults of Load.
 type Config struct {
-	Addr             string            // listen address
-	DefaultCwd       string            // cwd of contexts created without one
+	Addr       string // listen address
+	DefaultCwd string // cwd of contexts created without one
+	// Workspace is where contexts start when DefaultCwd is not a directory
+	// (outside an E2B sandbox /home/user rarely is); created if missing,
+	// never the host's own working directory. "": DefaultWorkspace().
+	Workspace        string
 	GlobalEnv        map[string]string // env vars every context gets
 	DisconnectPolicy core.DisconnectPolicy
 	InterruptGrace   time.Duration
@@ -166,7 +170,8 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	)
 	fs.String(ConfigFlag, "", "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it")
 	fs.StringVar(&c.Addr, "addr", DefaultAddr, "listen address (host:port)")
-	fs.StringVar(&c.DefaultCwd, "default-cwd", DefaultCwd, "working directory of contexts created without one; falls back to the host's working directory when it does not exist")
+	fs.StringVar(&c.DefaultCwd, "default-cwd", DefaultCwd, "working directory of contexts created without one; when it is not a directory, the workspace")
+	fs.StringVar(&c.Workspace, "workspace", "", "directory contexts start in when default-cwd is not a directory, created (0700) if missing; empty: $XDG_DATA_HOME/kernelhost/workspace, else ~/.local/share/kernelhost/workspace")
 	fs.StringVar(&envFile, "env-file", "", "path of a JSON object of global env vars every context gets")
 	fs.StringVar(&envInline, "env", "", "JSON object of global env vars every context gets (wins over -env-file for the same key)")
 	fs.StringVar(&policy, "disconnect-policy", string(core.DisconnectInterrupt), "what happens to running code when its client leaves: interrupt or continue")
