@@ -33,6 +33,11 @@ var goldenCases = []struct {
 		{"code": "'quotes are stripped'"},
 		{"code": "{'list': [1, 2.0, None], 'text': 'caf\\u00e9'}"},
 	}},
+	{"python-display", "python", []map[string]any{
+		// A display_data and a main result, their MIME bundles flattened into
+		// fields; the JSON value keeps the kernel's spelling (0.0, null).
+		{"code": "class Point:\n    def __repr__(self): return 'Point(0.0, 1)'\n    def _repr_html_(self): return '<b>Point</b>'\n    def _repr_json_(self): return {'x': 0.0, 'y': 1, 'tag': None}\n\ndisplay(Point())\nPoint()"},
+	}},
 	{"python-error", "python", []map[string]any{
 		{"code": "print('before')\n1 / 0\nprint('never')"},
 		{"code": "undefined_name"},
