@@ -124,11 +124,13 @@ run: build plugins
 
 ## run-jupyter: serve on the Jupyter transport: starts a Jupyter Server on
 ## 127.0.0.1:$(JUPYTER_PORT) (own root dir, generated token, IOPub rate
-## limits off, as jupytertest does), waits for it, runs the host against it
-## and stops the server when the host exits.
+## limits off, and the python3 kernel spec of deploy/jupyter/kernels with
+## unbounded IOPub queues, as jupytertest does), waits for it, runs the host
+## against it and stops the server when the host exits.
 run-jupyter: build plugins deps-jupyter
 	@set -eu; \
-	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root"; \
+	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root" "$(JUPYTER_DIR)/data"; \
+	cp -r deploy/jupyter/kernels "$(JUPYTER_DIR)/data/"; \
 	token=$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n'); \
 	root=""; [ "$$(id -u)" = 0 ] && root="--allow-root"; \
 	JUPYTER_CONFIG_DIR="$(JUPYTER_DIR)/config" JUPYTER_DATA_DIR="$(JUPYTER_DIR)/data" \
@@ -136,7 +138,8 @@ run-jupyter: build plugins deps-jupyter
 	PYDEVD_DISABLE_FILE_VALIDATION=1 \
 	jupyter-server --no-browser --ip=127.0.0.1 --port=$(JUPYTER_PORT) --port-retries=0 \
 		--ServerApp.token="$$token" --ServerApp.root_dir="$(JUPYTER_DIR)/root" \
-		--ServerApp.iopub_msg_rate_limit=0 --ServerApp.iopub_data_rate_limit=0 $$root \
+		--ServerApp.iopub_msg_rate_limit=0 --ServerApp.iopub_data_rate_limit=0 \
+		--ServerApp.limit_rate=False $$root \
 		>"$(JUPYTER_DIR)/server.log" 2>&1 & \
 	server=$$!; \
 	trap 'kill $$server 2>/dev/null; wait $$server 2>/dev/null || true' EXIT INT TERM; \

@@ -608,6 +608,9 @@ func (c *Context) runUserCode(x *Execution) {
 					ts = now()
 				}
 				x.out.push(Output{Type: t, Text: m.Text, Timestamp: ts})
+				if m.Lost > 0 {
+					c.e.cfg.Observer.MessagesLost(c.info.ID, m.Lost)
+				}
 			case MsgExecuteResult, MsgDisplayData:
 				x.out.push(Output{Type: OutResult, Bundle: m.Data, IsMainResult: m.Type == MsgExecuteResult})
 			case MsgError:

@@ -129,6 +129,10 @@ type Message struct {
 
 	Name string `json:"name,omitempty"` // stream name: "stdout" or "stderr"
 	Text string `json:"text,omitempty"` // stream text
+	// Lost, on a stream message that announces it, is how many messages of
+	// the request the transport knows were lost before they reached it (for
+	// kernelhost_kernel_messages_lost_total).
+	Lost int `json:"lost,omitempty"`
 
 	// Data is a MIME bundle, each value kept as the raw JSON the kernel sent so
 	// numbers and nulls pass through unchanged.

@@ -36,6 +36,9 @@ type Observer interface {
 	ExecutionFinished(contextID string, outcome Outcome, ran time.Duration)
 	// ContextRemoved: the context is gone; nothing more is reported for it.
 	ContextRemoved(contextID string)
+	// MessagesLost: the transport announced n messages of an execution of
+	// the context as lost on their way from the kernel (Message.Lost).
+	MessagesLost(contextID string, n int)
 }
 
 type nopObserver struct{}
@@ -44,3 +47,4 @@ func (nopObserver) QueueDepth(string, int)                           {}
 func (nopObserver) ExecutionStarted(string, time.Duration)           {}
 func (nopObserver) ExecutionFinished(string, Outcome, time.Duration) {}
 func (nopObserver) ContextRemoved(string)                            {}
+func (nopObserver) MessagesLost(string, int)                         {}

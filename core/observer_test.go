@@ -47,6 +47,8 @@ func (o *recordingObserver) ContextRemoved(id string) {
 	o.mu.Unlock()
 }
 
+func (o *recordingObserver) MessagesLost(string, int) {}
+
 // awaitFinished waits for n more ExecutionFinished reports and returns all outcomes so far.
 func (o *recordingObserver) awaitFinished(t *testing.T, n int) []Outcome {
 	t.Helper()

@@ -417,3 +417,35 @@ func (s *stream) stdoutLine() string {
 	}
 	return b.String()
 }
+
+// Kernel messages lost on the way (the kernel's IOPub queue overflowed) are
+// announced on the execution's stderr and counted in /metrics, through the
+// plugin as a host runs it.
+func TestJupyterLostMessagesAnnouncedAndCounted(t *testing.T) {
+	srv := jupytertest.Start(t)
+	if err := srv.UseOverflowingPython(); err != nil {
+		t.Fatal(err)
+	}
+	h := startHost(t, jupyterViaPlugin(srv))
+	lines := h.run(map[string]any{"code": "from IPython.display import display\nfor i in range(3000):\n    display(i)"})
+	results := 0
+	var notice string
+	for _, l := range lines {
+		switch l.typ() {
+		case "result":
+			results++
+		case "stderr":
+			notice += l.str("text")
+		}
+	}
+	var lost int
+	if _, err := fmt.Sscanf(notice[strings.Index(notice, "(")+1:], "%d missing", &lost); err != nil || !strings.HasPrefix(notice, "kernelhost: messages of this execution were lost") {
+		t.Fatalf("%d of 3000 results; stderr %q, want the lost-messages notice", results, notice)
+	}
+	if lost < 3000-results {
+		t.Errorf("notice says %d lost, %d results did not arrive", lost, 3000-results)
+	}
+	if got := h.scrapeMetrics(t, nil).value(t, "kernelhost_kernel_messages_lost_total"); got != float64(lost) {
+		t.Errorf("kernelhost_kernel_messages_lost_total = %v, want %d", got, lost)
+	}
+}

@@ -45,6 +45,7 @@ type metrics struct {
 	policyDecisions *prometheus.CounterVec
 	policyLatency   prometheus.Histogram
 	pluginRestarts  prometheus.Counter
+	messagesLost    prometheus.Counter
 }
 
 var _ core.Observer = (*metrics)(nil)
@@ -96,13 +97,17 @@ func newMetrics(liveContexts func() int) *metrics {
 			Name: "kernelhost_plugin_restarts_total",
 			Help: "Times the transport plugin was started again after it exited.",
 		}),
+		messagesLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kernelhost_kernel_messages_lost_total",
+			Help: "Kernel messages the transport knows were lost on their way to it (a Jupyter kernel's IOPub queue overflowed); each loss is also announced on the execution's stderr.",
+		}),
 	}
 	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kernelhost_contexts",
 		Help: "Live contexts (each one an interpreter), defaults included.",
 	}, func() float64 { return float64(liveContexts()) })
 	m.reg.MustRegister(m.executions, m.queueDepth, m.queueWait, m.execDuration, m.streamedBytes,
-		m.policyDecisions, m.policyLatency, m.pluginRestarts, live,
+		m.policyDecisions, m.policyLatency, m.pluginRestarts, m.messagesLost, live,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every label value exists from the start at 0, so that rate() and
 	// alerts see a series before its first event.
@@ -156,6 +161,8 @@ func (m *metrics) ContextRemoved(contextID string) {
 	m.queueDepth.DeleteLabelValues(contextID)
 	m.queueWait.DeleteLabelValues(contextID)
 }
+
+func (m *metrics) MessagesLost(_ string, n int) { m.messagesLost.Add(float64(n)) }
 
 // The methods the API calls do nothing on a nil *metrics (metrics off).
 

@@ -79,6 +79,7 @@ func messageToPB(m core.Message) *pb.Message {
 		Evalue:         []byte(m.EValue),
 		Status:         m.Status,
 		State:          m.State,
+		Lost:           int64(m.Lost),
 	}
 	if m.Data != nil {
 		out.Data = make(map[string][]byte, len(m.Data))
@@ -107,6 +108,7 @@ func messageFromPB(m *pb.Message) core.Message {
 		EValue:         string(m.Evalue),
 		Status:         m.Status,
 		State:          m.State,
+		Lost:           int(m.Lost),
 	}
 	if m.Data != nil {
 		out.Data = make(map[string]json.RawMessage, len(m.Data))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,9 +28,16 @@ const (
 
 // liveRequest is the progress of a request this client sent.
 type liveRequest struct {
+	id    string        // its msg_id
 	idle  bool          // its status idle was forwarded
 	reply *core.Message // its execute_reply, held until idle arrives
 	probe *time.Timer   // sends an idle probe while the reply is held
+
+	// The range of the kernel's message counter its messages carried, under
+	// prefix (see counterLog); numbered once one was seen.
+	numbered    bool
+	prefix      string
+	first, last uint64
 }
 
 // idleProbeDelay is how long a reply waits for its idle before the kernel is
@@ -61,6 +69,7 @@ type kernel struct {
 	closed   bool          // msgs is closed; guarded by emitSem
 	liveMu   sync.Mutex
 	live     map[string]*liveRequest  // requests sent since the last restart/disconnect, by msg_id
+	counters counterLog               // the kernel's message counter while requests are live
 	probes   map[string]string        // idle probe msg_id → request msg_id
 	nudges   map[string]chan struct{} // nudge msg_id → closed when its first IOPub message arrives
 	ready    chan struct{}            // closed while IOPub is known to flow (guarded by mu)
@@ -133,7 +142,7 @@ func (k *kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		return tooLarge(len(frame), max)
 	}
 	k.liveMu.Lock()
-	k.live[req.MsgID] = &liveRequest{}
+	k.live[req.MsgID] = &liveRequest{id: req.MsgID}
 	k.liveMu.Unlock()
 	if err := c.write(ctx, binaryFrame, frame); err != nil {
 		k.liveMu.Lock()
@@ -367,14 +376,19 @@ func (k *kernel) serve(c *conn) {
 		}
 		_ = extend("")
 		m, err := decodeFrame(c.v1, typ == websocket.BinaryMessage, frame)
-		if err != nil || (m.Channel != "iopub" && m.Channel != "shell") {
-			continue // not ours to use (control, stdin) or not a kernel message
+		if err != nil {
+			continue // not a kernel message
 		}
-		msg, ok, err := toMessage(m)
-		if err != nil || !ok {
+		var msg core.Message
+		mapped := false
+		if m.Channel == "iopub" || m.Channel == "shell" { // control and stdin are not ours to use
+			msg, mapped, _ = toMessage(m)
+		}
+		if mapped && k.lose != nil && k.lose(msg) {
 			continue
 		}
-		if k.lose != nil && k.lose(msg) {
+		k.noteCounter(m) // every message counts, those we do not forward too
+		if !mapped {
 			continue
 		}
 		if !k.forward(msg) {
@@ -438,8 +452,10 @@ func (k *kernel) forward(msg core.Message) bool {
 			if req := k.live[target]; req != nil && req.reply != nil && !req.idle {
 				req.probe.Stop()
 				delete(k.live, target)
+				// Its idle is lost, and whatever the counter says besides.
+				lost := 1 + k.counters.lost(req)
 				out = []core.Message{
-					{ParentID: target, Type: core.MsgStream, Name: "stderr", Text: lostMessagesLine, Timestamp: msg.Timestamp},
+					lostNotice(target, msg.Timestamp, lost),
 					*req.reply,
 					{ParentID: target, Type: core.MsgStatus, State: core.StateIdle, Timestamp: msg.Timestamp},
 				}
@@ -455,11 +471,11 @@ func (k *kernel) forward(msg core.Message) bool {
 		req.probe = time.AfterFunc(idleProbeDelay, func() { k.probeIdle(id) })
 	case msg.Type == core.MsgExecuteReply:
 		delete(k.live, msg.ParentID)
-		out = []core.Message{msg}
+		out = append(k.lostNotices(req, msg.Timestamp), msg)
 	case msg.Type == core.MsgStatus && msg.State == core.StateIdle && req.reply != nil:
 		req.probe.Stop()
 		delete(k.live, msg.ParentID)
-		out = []core.Message{*req.reply, msg}
+		out = append(k.lostNotices(req, msg.Timestamp), *req.reply, msg)
 	case msg.Type == core.MsgStatus && msg.State == core.StateIdle:
 		req.idle = true
 		out = []core.Message{msg}
@@ -502,7 +518,35 @@ func (k *kernel) forgetAll() {
 	}
 	clear(k.live)
 	clear(k.probes)
+	k.counters.reset()
 	k.liveMu.Unlock()
+}
+
+// noteCounter records the message counter of a message from the kernel while
+// requests are live (see counterLog).
+func (k *kernel) noteCounter(m inMsg) {
+	k.liveMu.Lock()
+	defer k.liveMu.Unlock()
+	if len(k.live) == 0 {
+		k.counters.reset()
+		return
+	}
+	parent := m.Parent.MsgID
+	ours := k.live[parent]
+	foreign := ""
+	if ours == nil && m.Header.MsgType == "status" && parent != "" && !strings.HasPrefix(parent, auxPrefix) {
+		foreign = parent // another client's request: its reply went to that client
+	}
+	k.counters.note(m.Header.MsgID, ours, foreign)
+}
+
+// lostNotices is the notice for req's lost messages, if the counter shows
+// any, to go out before its reply. The caller holds liveMu.
+func (k *kernel) lostNotices(req *liveRequest, ts string) []core.Message {
+	if n := k.counters.lost(req); n > 0 {
+		return []core.Message{lostNotice(req.id, ts, n)}
+	}
+	return nil
 }
 
 // probeIdle sends a kernel_info_request to learn whether the idle of request
@@ -518,7 +562,7 @@ func (k *kernel) probeIdle(target string) {
 		k.liveMu.Unlock()
 		return
 	}
-	id := "kernelhost-probe-" + uuid.NewString()
+	id := auxPrefix + "probe-" + uuid.NewString()
 	k.probes[id] = target
 	req.probe = time.AfterFunc(idleProbeDelay, func() { k.probeIdle(target) })
 	k.liveMu.Unlock()
@@ -599,6 +643,10 @@ func (k *kernel) reconnect() (*conn, error) {
 	}
 }
 
+// auxPrefix starts the msg_ids of the requests the transport sends of its
+// own accord (idle probes, nudges).
+const auxPrefix = "kernelhost-"
+
 // nudgeInterval is how often a nudge repeats its kernel_info_request until
 // one of them is seen on IOPub.
 const nudgeInterval = 200 * time.Millisecond
@@ -617,7 +665,7 @@ func (k *kernel) nudge(ctx context.Context) error {
 		k.liveMu.Unlock()
 	}()
 	for {
-		id := "kernelhost-nudge-" + uuid.NewString()
+		id := auxPrefix + "nudge-" + uuid.NewString()
 		seen := make(chan struct{})
 		k.liveMu.Lock()
 		k.nudges[id] = seen

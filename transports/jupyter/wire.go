@@ -215,10 +215,16 @@ var rateLimitNotices = []string{"IOPub message rate exceeded", "IOPub data rate 
 const droppedOutputLine = "kernelhost: the Jupyter server dropped output of this execution " +
 	"(its IOPub rate limit was exceeded); the output below is incomplete.\n"
 
-// lostMessagesLine is what the client sees when the kernel's IOPub messages
-// were lost on the way (a full ZeroMQ queue drops them without a word).
-const lostMessagesLine = "kernelhost: messages of this execution were lost between the kernel and " +
-	"the Jupyter server (its IOPub queue overflowed); the output is incomplete.\n"
+// lostNotice is the stderr line that tells request parent that n of its
+// messages were lost between the kernel and the server (a full ZeroMQ queue
+// drops them without a word); Lost carries n to the host's metrics.
+func lostNotice(parent, ts string, n int) core.Message {
+	return core.Message{
+		ParentID: parent, Type: core.MsgStream, Name: "stderr", Timestamp: ts, Lost: n,
+		Text: fmt.Sprintf("kernelhost: messages of this execution were lost between the kernel and "+
+			"the Jupyter server (%d missing; its IOPub queue overflowed); the output is incomplete.\n", n),
+	}
+}
 
 // toMessage maps a kernel message to a core.Message. ok is false for message
 // types the core does not use.

@@ -895,12 +895,14 @@ type Message struct {
 	Name           string                 `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
 	Text           []byte                 `protobuf:"bytes,6,opt,name=text,proto3" json:"text,omitempty"`
 	// MIME bundle: each value is the raw JSON the kernel sent.
-	Data          map[string][]byte `protobuf:"bytes,7,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Ename         []byte            `protobuf:"bytes,8,opt,name=ename,proto3" json:"ename,omitempty"`
-	Evalue        []byte            `protobuf:"bytes,9,opt,name=evalue,proto3" json:"evalue,omitempty"`
-	Traceback     [][]byte          `protobuf:"bytes,10,rep,name=traceback,proto3" json:"traceback,omitempty"`
-	Status        string            `protobuf:"bytes,11,opt,name=status,proto3" json:"status,omitempty"`
-	State         string            `protobuf:"bytes,12,opt,name=state,proto3" json:"state,omitempty"`
+	Data      map[string][]byte `protobuf:"bytes,7,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Ename     []byte            `protobuf:"bytes,8,opt,name=ename,proto3" json:"ename,omitempty"`
+	Evalue    []byte            `protobuf:"bytes,9,opt,name=evalue,proto3" json:"evalue,omitempty"`
+	Traceback [][]byte          `protobuf:"bytes,10,rep,name=traceback,proto3" json:"traceback,omitempty"`
+	Status    string            `protobuf:"bytes,11,opt,name=status,proto3" json:"status,omitempty"`
+	State     string            `protobuf:"bytes,12,opt,name=state,proto3" json:"state,omitempty"`
+	// Messages the transport knows were lost (core.Message.Lost).
+	Lost          int64 `protobuf:"varint,13,opt,name=lost,proto3" json:"lost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1019,6 +1021,13 @@ func (x *Message) GetState() string {
 	return ""
 }
 
+func (x *Message) GetLost() int64 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
 var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
@@ -1063,7 +1072,7 @@ const file_transport_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x1d.kernelhost.transport.v2.CodeR\x04code\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\fR\x05error\x126\n" +
-	"\x04kind\x18\x04 \x01(\x0e2\".kernelhost.transport.v2.ErrorKindR\x04kind\"\x9c\x03\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\".kernelhost.transport.v2.ErrorKindR\x04kind\"\xb0\x03\n" +
 	"\aMessage\x12\x1b\n" +
 	"\tparent_id\x18\x01 \x01(\tR\bparentId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1c\n" +
@@ -1077,7 +1086,8 @@ const file_transport_proto_rawDesc = "" +
 	"\ttraceback\x18\n" +
 	" \x03(\fR\ttraceback\x12\x16\n" +
 	"\x06status\x18\v \x01(\tR\x06status\x12\x14\n" +
-	"\x05state\x18\f \x01(\tR\x05state\x1a7\n" +
+	"\x05state\x18\f \x01(\tR\x05state\x12\x12\n" +
+	"\x04lost\x18\r \x01(\x03R\x04lost\x1a7\n" +
 	"\tDataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01*M\n" +

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	jupyterdeploy "github.com/kernelhost/kernelhost/deploy/jupyter"
 )
 
 // StartTimeout bounds how long Start waits for the server to answer.
@@ -33,6 +35,7 @@ type Server struct {
 	URL     string // base URL, ending in "/"
 	Token   string
 	RootDir string
+	DataDir string // its JUPYTER_DATA_DIR (kernel specs in kernels/)
 
 	mu     sync.Mutex
 	stderr strings.Builder
@@ -70,37 +73,51 @@ func Args(port int, token, root string) []string {
 	return args
 }
 
-// kernelLauncher starts ipykernel with unlimited ZeroMQ send queues. With the
-// default of 1,000 messages, a server that falls behind a fast kernel (a
-// loaded machine) loses IOPub messages between the two without a word; with
-// no limit they wait in the kernel's memory until the server reads them.
-const kernelLauncher = `import zmq
-_init = zmq.Context.__init__
-def _init_unlimited(self, *args, **kwargs):
-    _init(self, *args, **kwargs)
-    self.setsockopt(zmq.SNDHWM, 0)
-zmq.Context.__init__ = _init_unlimited
-from ipykernel import kernelapp
-kernelapp.launch_new_instance()
-`
+// WriteKernelSpec writes the kernel specs of deploy/jupyter/kernels into
+// dataDir/kernels (a JUPYTER_DATA_DIR, which the server searches before the
+// system's): "python3" is the system's ipykernel on /usr/bin/python3 with
+// unbounded IOPub queues, as `make run-jupyter` installs it too.
+func WriteKernelSpec(dataDir string) error { return jupyterdeploy.WriteKernelSpecs(dataDir) }
 
-// WriteKernelSpec writes the "python3" kernel spec into dataDir/kernels (a
-// JUPYTER_DATA_DIR, which the server searches before the system's): the
-// system's ipykernel on /usr/bin/python3, with unlimited IOPub queues.
-func WriteKernelSpec(dataDir string) error {
-	dir := filepath.Join(dataDir, "kernels", "python3")
+// AddKernelSpec writes a kernel spec called name into the server's data dir;
+// the server sees it at its next kernel start or spec listing. argv is the
+// spec's command line ({connection_file} and {resource_dir} are substituted
+// by the server).
+func (s *Server) AddKernelSpec(name, language string, argv []string) error {
+	dir := filepath.Join(s.DataDir, "kernels", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	spec, err := json.MarshalIndent(map[string]any{
-		"argv":         []string{"/usr/bin/python3", "-c", kernelLauncher, "-f", "{connection_file}"},
-		"display_name": "Python 3 (ipykernel, unlimited IOPub queue)",
-		"language":     "python",
+		"argv":         argv,
+		"display_name": name,
+		"language":     language,
 	}, "", "  ")
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "kernel.json"), spec, 0o644)
+}
+
+// overflowingLauncher is ipykernel with a 1-message IOPub queue and a small
+// socket buffer: a burst of messages overflows it at once, and ZeroMQ drops
+// what does not fit, as it does with the default queue on a loaded machine.
+const overflowingLauncher = `import zmq
+_init = zmq.Context.__init__
+def _init_tiny(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    self.setsockopt(zmq.SNDHWM, 1)
+    self.setsockopt(zmq.SNDBUF, 4096)
+zmq.Context.__init__ = _init_tiny
+from ipykernel import kernelapp
+kernelapp.launch_new_instance()
+`
+
+// UseOverflowingPython makes the server's python3 kernel spec one whose
+// IOPub queue overflows (see overflowingLauncher), for tests of lost
+// messages. Kernels started before keep theirs.
+func (s *Server) UseOverflowingPython() error {
+	return s.AddKernelSpec("python3", "python", []string{"/usr/bin/python3", "-c", overflowingLauncher, "-f", "{connection_file}"})
 }
 
 // Binary finds the server: jupyter-server, or "jupyter server".
@@ -149,17 +166,18 @@ func Start(tb testing.TB, extra ...string) *Server {
 		URL:     fmt.Sprintf("http://127.0.0.1:%d/", port),
 		Token:   hex.EncodeToString(tok),
 		RootDir: root,
+		DataDir: filepath.Join(dir, "data"),
 	}
 
 	args := append(pre, override(Args(port, s.Token, root), extra)...)
-	if err := WriteKernelSpec(filepath.Join(dir, "data")); err != nil {
+	if err := WriteKernelSpec(s.DataDir); err != nil {
 		tb.Fatal(err)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(),
 		"JUPYTER_CONFIG_DIR="+filepath.Join(dir, "config"),
-		"JUPYTER_DATA_DIR="+filepath.Join(dir, "data"),
+		"JUPYTER_DATA_DIR="+s.DataDir,
 		"JUPYTER_RUNTIME_DIR="+filepath.Join(dir, "runtime"),
 		"IPYTHONDIR="+filepath.Join(dir, "ipython"),
 		"PYDEVD_DISABLE_FILE_VALIDATION=1",
