@@ -37,8 +37,9 @@ WAZERO         := $(TOOLS)/wazero
 # kernel (kernel spec "ir") those tests also run; wabt (wat2wasm): the
 # WebAssembly policy modules written in WAT; curl: the docs' examples
 # (TestDocExamples); systemd: systemd-analyze, which verifies
-# deploy/kernelhost.service (TestInstall).
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt curl systemd
+# deploy/kernelhost.service (TestInstall); python3-notebook: what Kernel
+# Gateway 2.5.2 (../shared/third_party, run by the gateway tests) runs on.
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt curl systemd python3-notebook
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888

@@ -12,3 +12,6 @@ func RouteTable() []string {
 
 // MaxTimeoutSeconds is the largest "timeout" an /execute body may give.
 const MaxTimeoutSeconds = maxTimeoutSeconds
+
+// PluginEnv is the environment the host adds for its transport plugin.
+var PluginEnv = pluginEnv

@@ -95,6 +95,9 @@ type Config struct {
 // leave the plugin's own defaults.
 type Jupyter struct {
 	URL, Token string
+	// KernelEnv is the "env" of every kernel-start request (Enterprise
+	// Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, …).
+	KernelEnv map[string]string
 }
 
 // Interpreters are the interpreter executables the subprocess transport runs.
@@ -167,6 +170,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		c                           Config
 		envFile, envInline          string
 		policy, logFormat, logLevel string
+		jupyterKernelEnv            string
 	)
 	fs.String(ConfigFlag, "", "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it")
 	fs.StringVar(&c.Addr, "addr", DefaultAddr, "listen address (host:port)")
@@ -196,6 +200,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&c.PluginDir, "plugin-dir", DefaultPluginDir(), "directory of the transport plugins (make plugins builds them into bin/plugins)")
 	fs.StringVar(&c.Jupyter.URL, "jupyter-url", "", "jupyter transport: the Jupyter Server's base URL (plugin default http://127.0.0.1:8888/)")
 	fs.StringVar(&c.Jupyter.Token, "jupyter-token", "", "jupyter transport: the server's token (prefer the environment variable: flags show in ps)")
+	fs.StringVar(&jupyterKernelEnv, "jupyter-kernel-env", "", "jupyter transport: JSON object sent as the \"env\" of every kernel-start request: Enterprise Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, KERNEL_LAUNCH_TIMEOUT and other KERNEL_* values (Kernel Gateway passes KERNEL_* into the kernel's environment)")
 	fs.StringVar(&c.Policies, "policies", "", "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -213,6 +218,9 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		return Config{}, err
 	}
 	if c.GlobalEnv, err = loadGlobalEnv(envFile, envInline); err != nil {
+		return Config{}, err
+	}
+	if c.Jupyter.KernelEnv, err = parseEnvObject("jupyter-kernel-env", jupyterKernelEnv); err != nil {
 		return Config{}, err
 	}
 	if c.MaxBodyBytes <= 0 {
@@ -296,17 +304,28 @@ func loadGlobalEnv(file, inline string) (map[string]string, error) {
 			return nil, fmt.Errorf("global env file %s: want a JSON object of strings: %w", file, err)
 		}
 	}
-	if inline != "" {
-		var m map[string]string
-		if err := json.Unmarshal([]byte(inline), &m); err != nil {
-			// The value may hold secrets: name the setting, not the text.
-			return nil, fmt.Errorf("%s: want a JSON object of strings: %w", EnvVar("env"), err)
-		}
-		for k, v := range m {
-			env[k] = v
-		}
+	m, err := parseEnvObject("env", inline)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range m {
+		env[k] = v
 	}
 	return env, nil
+}
+
+// parseEnvObject parses the JSON object of strings of setting flagName; an
+// empty value is nil.
+func parseEnvObject(flagName, value string) (map[string]string, error) {
+	if value == "" {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(value), &m); err != nil {
+		// The value may hold secrets: name the setting, not the text.
+		return nil, fmt.Errorf("%s: want a JSON object of strings: %w", EnvVar(flagName), err)
+	}
+	return m, nil
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

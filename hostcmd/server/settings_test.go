@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.TransportName != "subprocess" || c.PluginDir != filepath.Join(filepath.Dir(exe), "plugins") || c.Policies != "" || c.Jupyter != (server.Jupyter{}) {
+	if c.TransportName != "subprocess" || c.PluginDir != filepath.Join(filepath.Dir(exe), "plugins") || c.Policies != "" || c.Jupyter.URL != "" || c.Jupyter.Token != "" || c.Jupyter.KernelEnv != nil {
 		t.Fatalf("transport defaults: %q in %q, policies %q, jupyter %+v", c.TransportName, c.PluginDir, c.Policies, c.Jupyter)
 	}
 }
@@ -40,6 +41,7 @@ func TestLoadTransportAndPolicies(t *testing.T) {
 		"KERNELHOST_PLUGIN_DIR":              "/opt/kh/plugins",
 		"KERNELHOST_JUPYTER_URL":             "http://127.0.0.1:8888/",
 		"KERNELHOST_JUPYTER_TOKEN":           "tok",
+		"KERNELHOST_JUPYTER_KERNEL_ENV":      `{"KERNEL_USERNAME":"alice","KERNEL_NAMESPACE":"team-a"}`,
 		"KERNELHOST_POLICIES":                "/a.wasm,/b.wasm",
 		"KERNELHOST_POLICY_CONFIG_DENYLIST":  "{}",
 		"KERNELHOST_POLICY_CONFIG_UNSET_ONE": "",
@@ -53,6 +55,13 @@ func TestLoadTransportAndPolicies(t *testing.T) {
 	}
 	if c.Jupyter.Token != "flag" {
 		t.Fatalf("token %q: the flag must win", c.Jupyter.Token)
+	}
+	if len(c.Jupyter.KernelEnv) != 2 || c.Jupyter.KernelEnv["KERNEL_USERNAME"] != "alice" || c.Jupyter.KernelEnv["KERNEL_NAMESPACE"] != "team-a" {
+		t.Fatalf("jupyter kernel env %v", c.Jupyter.KernelEnv)
+	}
+	// The plugin gets it in its environment, as JSON.
+	if got := server.PluginEnv(c); !slices.Contains(got, `KERNELHOST_JUPYTER_KERNEL_ENV={"KERNEL_NAMESPACE":"team-a","KERNEL_USERNAME":"alice"}`) {
+		t.Fatalf("plugin env %q", got)
 	}
 	if v, ok := c.LookupEnv("KERNELHOST_POLICY_CONFIG_DENYLIST"); !ok || v != "{}" {
 		t.Fatalf("LookupEnv: %q %v", v, ok)
@@ -101,6 +110,7 @@ func TestLoadErrors(t *testing.T) {
 		"bad policy":      {env: map[string]string{"KERNELHOST_DISCONNECT_POLICY": "nope"}, want: "disconnect policy"},
 		"bad int":         {env: map[string]string{"KERNELHOST_QUEUE_DEPTH": "x"}, want: "KERNELHOST_QUEUE_DEPTH"},
 		"bad env json":    {env: map[string]string{"KERNELHOST_ENV": `{"A":1}`}, want: "KERNELHOST_ENV"},
+		"bad kernel env":  {args: []string{"-jupyter-kernel-env", `["KERNEL_USERNAME"]`}, want: "KERNELHOST_JUPYTER_KERNEL_ENV: want a JSON object"},
 		"missing file":    {args: []string{"-env-file", "/does/not/exist"}, want: "global env file"},
 		"bad log level":   {args: []string{"-log-level", "loud"}, want: "log level"},
 		"bad body limit":  {args: []string{"-max-body-bytes", "0"}, want: "max-body-bytes"},

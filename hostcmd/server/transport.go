@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -69,5 +70,9 @@ func pluginEnv(cfg Config) []string {
 	add("bash", cfg.Interpreters.Bash)
 	add("jupyter-url", cfg.Jupyter.URL)
 	add("jupyter-token", cfg.Jupyter.Token)
+	if cfg.Jupyter.KernelEnv != nil {
+		b, _ := json.Marshal(cfg.Jupyter.KernelEnv) // a map of strings always marshals
+		add("jupyter-kernel-env", string(b))
+	}
 	return env
 }

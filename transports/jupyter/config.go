@@ -26,6 +26,13 @@ type Config struct {
 	Token string
 	// TLSClientConfig is used for https and wss; nil uses Go's defaults.
 	TLSClientConfig *tls.Config
+	// KernelEnv is sent as "env" in every kernel-start request (POST
+	// api/kernels). Enterprise Gateway reads KERNEL_USERNAME (its
+	// authorization), KERNEL_NAMESPACE, KERNEL_LAUNCH_TIMEOUT and other
+	// KERNEL_* values from it; Kernel Gateway passes KERNEL_* (and the names
+	// its env_whitelist allows) into the kernel's environment; Jupyter Server
+	// 1.x ignores it. Nil sends no "env".
+	KernelEnv map[string]string
 	// KernelNames maps a language to a kernel spec name, overriding the
 	// lookup by the specs' language field.
 	KernelNames map[string]string

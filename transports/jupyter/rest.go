@@ -142,9 +142,15 @@ type kernelModel struct {
 	Name string `json:"name"`
 }
 
+// startRequest is the body of POST api/kernels.
+type startRequest struct {
+	Name string            `json:"name"`
+	Env  map[string]string `json:"env,omitempty"`
+}
+
 func (c *client) createKernel(ctx context.Context, name string) (kernelModel, error) {
 	var k kernelModel
-	err := c.do(ctx, http.MethodPost, "api/kernels", map[string]string{"name": name}, &k)
+	err := c.do(ctx, http.MethodPost, "api/kernels", startRequest{Name: name, Env: c.cfg.KernelEnv}, &k)
 	if err == nil && k.ID == "" {
 		err = errors.New("jupyter POST api/kernels: answer has no kernel id")
 	}

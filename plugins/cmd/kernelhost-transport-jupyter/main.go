@@ -1,8 +1,10 @@
 // Command kernelhost-transport-jupyter is the Jupyter transport as a plugin.
-// It talks to the Jupyter Server (or Kernel Gateway) at KERNELHOST_JUPYTER_URL
-// (default http://127.0.0.1:8888/) with KERNELHOST_JUPYTER_TOKEN; the host
-// passes its environment to the plugin. If the server cannot be reached the
-// plugin exits with the reason on stderr, which the host reports at start-up.
+// It talks to the Jupyter Server (or Kernel Gateway, Enterprise Gateway) at
+// KERNELHOST_JUPYTER_URL (default http://127.0.0.1:8888/) with the
+// KERNELHOST_JUPYTER_* settings in its environment (config.go), which the
+// host passes from its own jupyter-* settings. If the settings are wrong or
+// the server cannot be reached the plugin exits with the reason on stderr,
+// which the host reports at start-up.
 package main
 
 import (
@@ -15,15 +17,16 @@ import (
 )
 
 func main() {
-	url := os.Getenv("KERNELHOST_JUPYTER_URL")
-	if url == "" {
-		url = "http://127.0.0.1:8888/"
+	s, err := readSettings(os.Getenv)
+	if err != nil {
+		transportplugin.Logger().Error("cannot start the jupyter transport", "error", err)
+		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t, err := jupyter.New(ctx, jupyter.Config{URL: url, Token: os.Getenv("KERNELHOST_JUPYTER_TOKEN")})
+	t, err := jupyter.New(ctx, jupyter.Config{URL: s.URL, Token: s.Token, KernelEnv: s.KernelEnv})
 	cancel()
 	if err != nil {
-		transportplugin.Logger().Error("cannot start the jupyter transport", "url", url, "error", err)
+		transportplugin.Logger().Error("cannot start the jupyter transport", "url", s.URL, "error", err)
 		os.Exit(1)
 	}
 	defer t.Close()

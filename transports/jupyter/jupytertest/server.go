@@ -1,6 +1,7 @@
-// Package jupytertest starts a real Jupyter Server for tests: on a free
-// loopback port, with its own temporary root, config, data and runtime dirs,
-// token auth, and the IOPub rate limits disabled so no output is dropped.
+// Package jupytertest starts a real Jupyter Server (or Kernel Gateway) for
+// tests: on a free loopback port, with its own temporary root, config, data
+// and runtime dirs, token auth, and the IOPub rate limits disabled so no
+// output is dropped.
 package jupytertest
 
 import (
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +38,7 @@ type Server struct {
 	Token   string
 	RootDir string
 	DataDir string // its JUPYTER_DATA_DIR (kernel specs in kernels/)
+	dir     string // holds the above and its other Jupyter dirs
 
 	mu     sync.Mutex
 	stderr strings.Builder
@@ -151,6 +154,58 @@ func Start(tb testing.TB, extra ...string) *Server {
 	if err != nil {
 		missing(tb, "%v", err)
 	}
+	s, port := newServer(tb)
+	args := append(pre, override(Args(port, s.Token, s.RootDir), extra)...)
+	s.launch(tb, "jupyter server", exec.Command(bin, args...), "is running at")
+	return s
+}
+
+// KernelGatewayDir is where the unmodified Kernel Gateway 2.5.2 the tests run
+// lives, relative to the repository's root (see ../shared/third_party/README.md).
+const KernelGatewayDir = "../shared/third_party/kernel_gateway-2.5.2"
+
+// KernelGatewayArgs returns Kernel Gateway's command-line arguments (after
+// "-m kernel_gateway") for a gateway on port; the token goes in its
+// environment (KG_AUTH_TOKEN).
+func KernelGatewayArgs(port int) []string {
+	return []string{
+		"--KernelGatewayApp.ip=127.0.0.1",
+		"--KernelGatewayApp.port=" + strconv.Itoa(port),
+		"--KernelGatewayApp.port_retries=0",
+	}
+}
+
+// StartKernelGateway starts Jupyter Kernel Gateway 2.5.2 (pure Python, on
+// Debian's jupyter-server, notebook and ipykernel under /usr/bin/python3)
+// with the same kernel specs, token auth and dirs as Start, and stops it in
+// tb.Cleanup. extra arguments (e.g. the MappingKernelManager's culling) are
+// added to KernelGatewayArgs, replacing those they set again.
+func StartKernelGateway(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	dir := filepath.Join(repoRoot(), filepath.FromSlash(KernelGatewayDir))
+	if _, err := os.Stat(filepath.Join(dir, "kernel_gateway", "__init__.py")); err != nil {
+		missing(tb, "Kernel Gateway 2.5.2 is not at %s (it is ../shared/third_party beside the repository)", dir)
+	}
+	const python = "/usr/bin/python3"
+	if out, err := exec.Command(python, "-c", "import notebook, jupyter_client, ipykernel").CombinedOutput(); err != nil {
+		missing(tb, "Kernel Gateway needs Debian's python3-notebook and python3-ipykernel (apt-get install python3-notebook python3-ipykernel): %v\n%s", err, out)
+	}
+	s, port := newServer(tb)
+	cmd := exec.Command(python, append([]string{"-m", "kernel_gateway"}, override(KernelGatewayArgs(port), extra)...)...)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "KG_AUTH_TOKEN="+s.Token)
+	s.launch(tb, "kernel gateway", cmd, "is available at")
+	return s
+}
+
+// repoRoot is the repository's root, found from this file's path.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// newServer makes the dirs, port and token of a server to launch.
+func newServer(tb testing.TB) (*Server, int) {
+	tb.Helper()
 	dir := tb.TempDir()
 	root := filepath.Join(dir, "root")
 	if err := os.Mkdir(root, 0o755); err != nil {
@@ -167,19 +222,28 @@ func Start(tb testing.TB, extra ...string) *Server {
 		Token:   hex.EncodeToString(tok),
 		RootDir: root,
 		DataDir: filepath.Join(dir, "data"),
+		dir:     dir,
 	}
-
-	args := append(pre, override(Args(port, s.Token, root), extra)...)
 	if err := WriteKernelSpec(s.DataDir); err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(),
-		"JUPYTER_CONFIG_DIR="+filepath.Join(dir, "config"),
+	return s, port
+}
+
+// launch runs cmd as the server s (its own process group and Jupyter dirs),
+// waits until its log has ready, checks that it has a Python kernel spec,
+// and stops it in tb.Cleanup.
+func (s *Server) launch(tb testing.TB, what string, cmd *exec.Cmd, ready string) {
+	tb.Helper()
+	cmd.Dir = s.RootDir
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env,
+		"JUPYTER_CONFIG_DIR="+filepath.Join(s.dir, "config"),
 		"JUPYTER_DATA_DIR="+s.DataDir,
-		"JUPYTER_RUNTIME_DIR="+filepath.Join(dir, "runtime"),
-		"IPYTHONDIR="+filepath.Join(dir, "ipython"),
+		"JUPYTER_RUNTIME_DIR="+filepath.Join(s.dir, "runtime"),
+		"IPYTHONDIR="+filepath.Join(s.dir, "ipython"),
 		"PYDEVD_DISABLE_FILE_VALIDATION=1",
 	)
 	// Its own process group, so cleanup also reaches the kernels it started.
@@ -193,7 +257,7 @@ func Start(tb testing.TB, extra ...string) *Server {
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
-		tb.Fatalf("start %s: %v", bin, err)
+		tb.Fatalf("start %s: %v", what, err)
 	}
 	pw.Close()
 
@@ -209,7 +273,7 @@ func Start(tb testing.TB, extra ...string) *Server {
 			s.mu.Lock()
 			s.stderr.WriteString(line + "\n")
 			s.mu.Unlock()
-			if !announced && strings.Contains(line, "is running at") {
+			if !announced && strings.Contains(line, ready) {
 				announced = true
 				close(running)
 			}
@@ -222,7 +286,7 @@ func Start(tb testing.TB, extra ...string) *Server {
 	tb.Cleanup(func() {
 		stop(cmd, exited, pr, logDone)
 		if tb.Failed() {
-			tb.Logf("jupyter server log:\n%s", s.Log())
+			tb.Logf("%s log:\n%s", what, s.Log())
 		}
 	})
 
@@ -230,12 +294,11 @@ func Start(tb testing.TB, extra ...string) *Server {
 	case <-running:
 	case err := <-exited:
 		exited <- err // for cleanup
-		tb.Fatalf("jupyter server exited before it was ready: %v\n%s", err, s.Log())
+		tb.Fatalf("%s exited before it was ready: %v\n%s", what, err, s.Log())
 	case <-time.After(StartTimeout):
-		tb.Fatalf("jupyter server not ready after %v\n%s", StartTimeout, s.Log())
+		tb.Fatalf("%s not ready after %v\n%s", what, StartTimeout, s.Log())
 	}
 	s.checkPython(tb)
-	return s
 }
 
 // checkPython makes sure the server answers with the token and has a Python

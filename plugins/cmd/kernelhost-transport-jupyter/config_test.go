@@ -1,0 +1,29 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func getenv(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestReadSettings(t *testing.T) {
+	s, err := readSettings(getenv(nil))
+	if err != nil || s.URL != defaultURL || s.Token != "" || s.KernelEnv != nil {
+		t.Fatalf("defaults: %+v %v", s, err)
+	}
+	s, err = readSettings(getenv(map[string]string{
+		envURL:       "https://gateway.example/prefix/",
+		envToken:     "tok",
+		envKernelEnv: `{"KERNEL_USERNAME":"alice"}`,
+	}))
+	if err != nil || s.URL != "https://gateway.example/prefix/" || s.Token != "tok" || len(s.KernelEnv) != 1 || s.KernelEnv["KERNEL_USERNAME"] != "alice" {
+		t.Fatalf("settings: %+v %v", s, err)
+	}
+	_, err = readSettings(getenv(map[string]string{envKernelEnv: `{"KERNEL_USERNAME":1,"SECRET":"hunter2"}`}))
+	if err == nil || !strings.Contains(err.Error(), envKernelEnv) || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("bad kernel env: %v, want an error naming the variable, not the value", err)
+	}
+}

@@ -1,0 +1,131 @@
+package jupyter
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// Enterprise Gateway cannot run here (it launches kernels on Kubernetes,
+// YARN or Docker), so its behaviours at the HTTP level are played by
+// fakeEG, a real HTTP server on loopback: the REST answers of EG 3.x with
+// its default authorization (403 without KERNEL_USERNAME in the start
+// request's env) and, when startDelay is set, a start POST that blocks as
+// EG's does while a remote kernel comes up. Its kernels have no websocket
+// (404), which is enough for the protocol-level cases it serves.
+type fakeEG struct {
+	*httptest.Server
+	startDelay time.Duration
+
+	mu      sync.Mutex
+	starts  []startRequest // bodies of POST api/kernels
+	deleted []string       // kernel ids of DELETE api/kernels/{id}
+	created []string
+}
+
+func startFakeEG(t *testing.T, startDelay time.Duration) *fakeEG {
+	eg := &fakeEG{startDelay: startDelay}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": "3.2.3"})
+	})
+	mux.HandleFunc("GET /api/kernelspecs", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"default": "python_kubernetes", "kernelspecs": map[string]any{
+			"python_kubernetes": map[string]any{"name": "python_kubernetes", "spec": map[string]string{"language": "python", "display_name": "Python on Kubernetes"}},
+		}})
+	})
+	mux.HandleFunc("POST /api/kernels", func(w http.ResponseWriter, r *http.Request) {
+		var req startRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"message": err.Error()})
+			return
+		}
+		eg.mu.Lock()
+		eg.starts = append(eg.starts, req)
+		id := "kernel-" + string(rune('a'+len(eg.starts)-1))
+		eg.mu.Unlock()
+		if req.Env["KERNEL_USERNAME"] == "" {
+			// EG's message, word for word (authorized_users unset, root not allowed).
+			writeJSON(w, http.StatusForbidden, map[string]string{"message": "User 'root' is not authorized to start kernel '" + req.Name +
+				"'. Ensure KERNEL_USERNAME is set to an appropriate value and retry the request."})
+			return
+		}
+		time.Sleep(eg.startDelay) // EG answers once the remote kernel is up, whoever waits
+		eg.mu.Lock()
+		eg.created = append(eg.created, id)
+		eg.mu.Unlock()
+		writeJSON(w, http.StatusCreated, map[string]string{"id": id, "name": req.Name})
+	})
+	mux.HandleFunc("DELETE /api/kernels/{id}", func(w http.ResponseWriter, r *http.Request) {
+		eg.mu.Lock()
+		eg.deleted = append(eg.deleted, r.PathValue("id"))
+		eg.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	eg.Server = httptest.NewServer(mux)
+	t.Cleanup(eg.Close)
+	return eg
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (eg *fakeEG) transport(t *testing.T, mod func(*Config)) *Transport {
+	t.Helper()
+	cfg := Config{URL: eg.URL + "/"}
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+// Enterprise Gateway's default authorization refuses a start request
+// without KERNEL_USERNAME; the error says so, and the configured KernelEnv
+// is what gets the request through.
+func TestEnterpriseGatewayNeedsKernelUsername(t *testing.T) {
+	eg := startFakeEG(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	_, err := eg.transport(t, nil).StartKernel(ctx, core.KernelSpec{Language: "python"})
+	if err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "Ensure KERNEL_USERNAME is set") {
+		t.Fatalf("start without KERNEL_USERNAME: %v, want EG's 403", err)
+	}
+
+	env := map[string]string{"KERNEL_USERNAME": "alice", "KERNEL_NAMESPACE": "team-a", "KERNEL_LAUNCH_TIMEOUT": "120"}
+	_, err = eg.transport(t, func(c *Config) { c.KernelEnv = env }).StartKernel(ctx, core.KernelSpec{Language: "python"})
+	// The fake's kernels have no websocket: the start gets past the POST
+	// and fails at the connection, and the kernel is deleted.
+	if err == nil || strings.Contains(err.Error(), "403") {
+		t.Fatalf("start with KERNEL_USERNAME: %v, want a connection error", err)
+	}
+	eg.mu.Lock()
+	defer eg.mu.Unlock()
+	if len(eg.starts) != 2 || eg.starts[1].Name != "python_kubernetes" || len(eg.starts[1].Env) != 3 ||
+		eg.starts[1].Env["KERNEL_USERNAME"] != "alice" || eg.starts[1].Env["KERNEL_LAUNCH_TIMEOUT"] != "120" {
+		t.Errorf("start requests %+v", eg.starts)
+	}
+	if eg.starts[0].Env != nil {
+		t.Errorf("without KernelEnv the request had env %v", eg.starts[0].Env)
+	}
+	if len(eg.deleted) != 1 || eg.deleted[0] != eg.created[0] {
+		t.Errorf("created %v, deleted %v: the unreachable kernel must be deleted", eg.created, eg.deleted)
+	}
+}
