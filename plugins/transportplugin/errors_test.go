@@ -187,3 +187,24 @@ type kindsKernel struct{ stubKernel }
 func (k *kindsKernel) Execute(_ context.Context, req core.ExecuteRequest) error {
 	return kindsError(req.Code)
 }
+
+// Peers built before CallResult.kind: a plugin still sets Code INVALID for a
+// KindInvalid error, for an older host, and a host still reads Code INVALID
+// without a kind, from an older plugin, as KindInvalid.
+func TestKindInvalidWithoutKindField(t *testing.T) {
+	r := result(1, &core.Error{Kind: core.KindInvalid, Msg: "no such cwd"})
+	if r.Code != pb.Code_INVALID || r.Kind != pb.ErrorKind_KIND_INVALID {
+		t.Errorf("KindInvalid error -> code %v, kind %v; want INVALID, KIND_INVALID", r.Code, r.Kind)
+	}
+	old := &pb.CallResult{Id: 1, Code: pb.Code_INVALID, Error: []byte("no such cwd")}
+	err := (&remoteKernel{}).resultError("start python kernel", time.Second, old)
+	if core.KindOf(err) != core.KindInvalid || err.Error() != "start python kernel: no such cwd" {
+		t.Errorf("Code INVALID without kind -> %v (kind %v), want a KindInvalid error", err, core.KindOf(err))
+	}
+	plain := &pb.CallResult{Id: 1, Code: pb.Code_UNKNOWN, Error: []byte("boom")}
+	err = (&remoteKernel{}).resultError("execute on python kernel", time.Second, plain)
+	var ce *core.Error
+	if errors.As(err, &ce) || err.Error() != "execute on python kernel: boom" {
+		t.Errorf("a plain error -> %#v, want plain text", err)
+	}
+}
