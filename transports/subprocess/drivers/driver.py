@@ -15,6 +15,7 @@ import inspect
 import json
 import linecache
 import os
+import re
 import signal
 import sys
 import termios
@@ -200,13 +201,27 @@ def _kh_print(*args, sep=" ", end="\n", file=None, flush=False):
 
 builtins.print = _kh_print
 
-# Rich display: IPython's DisplayFormatter where it is importable, repr otherwise.
-try:
-    from IPython.core.formatters import DisplayFormatter
+# Rich display and IPython's cell semantics, loaded when first needed.
+#
+# A plain cell (valid Python, no trailing ';') runs as before without
+# IPython: importing it costs ~0.4 s and ~35 MB, which an idle context must
+# not pay. The driver creates one InteractiveShell (IPython's own machinery,
+# without ZMQ) the first time a cell needs it: a cell that does not compile
+# as Python (`!cmd`, `%magic`, `%%cell_magic`, `x?`, ...: IPython's input
+# transformers turn it into Python), a trailing ';', a result or display()
+# of something other than a builtin scalar (IPython's DisplayFormatter
+# formats it), user code importing IPython (its display() and get_ipython()
+# must find this shell) or matplotlib.pyplot (the inline backend). From then
+# on every result and display goes through shell.display_formatter, so
+# formatters registered on get_ipython().display_formatter take effect.
+# Cells still run through the driver's own _run, not shell.run_cell: the
+# ordering, interrupt and error handling below stay one path for both.
+_shell_obj = None  # the InteractiveShell once created
+_no_shell = None  # why IPython could not be loaded, once it could not
+_creating_shell = False
 
-    _formatter = DisplayFormatter()
-except Exception:  # no IPython: plain repr and the _repr_*_ methods
-    _formatter = None
+# Exact types whose IPython text/plain is their repr: formatted without IPython.
+_PLAIN_TYPES = frozenset((int, float, complex, bool, str, bytes))
 
 _REPR_METHODS = (
     ("text/html", "_repr_html_"),
@@ -221,22 +236,124 @@ _REPR_METHODS = (
 )
 
 
-def _bundle(obj):
-    if _formatter is not None:
-        data, _ = _formatter.format(obj)
-    else:
-        data = {"text/plain": repr(obj)}
-        for mime, name in _REPR_METHODS:
-            method = getattr(obj, name, None)
-            if callable(method) and not isinstance(obj, type):
-                try:
-                    value = method()
-                except Exception:
-                    continue
-                if isinstance(value, tuple):
-                    value = value[0]
-                if value is not None:
-                    data[mime] = value
+def _shell():
+    """The InteractiveShell, created on first use; None where IPython is missing."""
+    global _shell_obj, _no_shell, _creating_shell
+    if _shell_obj is not None or _no_shell is not None or _creating_shell:
+        return _shell_obj
+    _creating_shell = True
+    try:
+        _shell_obj = _create_shell()
+    except Exception as exc:  # not installed, or broken: run cells without it
+        _no_shell = exc
+    finally:
+        _creating_shell = False
+    return _shell_obj
+
+
+def _create_shell():
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets import Type
+    from traitlets.config import Config
+
+    class Publisher(DisplayPublisher):
+        """display(), IPython's and the inline backend's: a message on fd 4, at once."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            kind = "update_display_data" if update else "display_data"
+            _emit({"type": kind, "parent_id": _parent, "data": _json_bundle(data)})
+
+        def clear_output(self, wait=False):
+            pass  # the wire contract has no clear_output
+
+    class Shell(InteractiveShell):
+        display_pub_class = Type(Publisher)
+        # `!cmd`, %pip, %conda: the command writes to fd 1/2 itself, streamed
+        # live by the host, stdout apart from stderr, and after the prints
+        # before it (the audit hook). IPython's default, system_piped, reads
+        # it through a pty (pexpect) and merges stderr into stdout.
+        system = InteractiveShell.system_raw
+
+        def enable_gui(self, gui=None):
+            if gui not in (None, "inline"):
+                from IPython.core.error import UsageError
+
+                raise UsageError("no GUI event loop in a kernelhost context: use %matplotlib inline")
+
+    config = Config()
+    # One history per context, kept in memory: contexts would otherwise share
+    # (and lock) one sqlite file in ~/.ipython.
+    config.HistoryManager.hist_file = ":memory:"
+    config.InteractiveShell.colors = "NoColor"
+    shell = Shell.instance(config=config, user_module=_main_module)
+    shell.execution_count = _count
+    return shell
+
+
+def _get_ipython():
+    """get_ipython() before the shell exists: it creates it."""
+    return _shell()
+
+
+builtins.get_ipython = _get_ipython
+
+
+class _AfterImport:
+    """A sys.meta_path finder that runs a callback once a module has loaded.
+
+    It finds nothing itself: for a watched name it asks the finders after it,
+    and wraps the loader's exec_module of the spec they return. Other names
+    cost one dict lookup, and the finder leaves sys.meta_path once nothing is
+    watched.
+    """
+
+    def __init__(self, callbacks):
+        self._callbacks = callbacks
+
+    def find_spec(self, name, path, target=None):
+        callback = self._callbacks.pop(name, None)
+        if callback is None:
+            return None
+        if not self._callbacks:
+            sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = getattr(spec.loader, "exec_module", None)
+        if exec_module is not None:
+
+            def exec_then_callback(module):
+                exec_module(module)
+                callback()
+
+            spec.loader.exec_module = exec_then_callback
+        return spec
+
+
+def _on_ipython_import():
+    # User code imported IPython: its display() and get_ipython() need the shell.
+    _shell()
+
+
+def _on_pyplot_import():
+    # matplotlib's inline backend, as ipykernel sets it up: plt.show() displays
+    # the figures as image/png, and post_execute shows the ones still open at
+    # the end of the cell, then closes them. An MPLBACKEND the user set wins.
+    shell = None if os.environ.get("MPLBACKEND") else _shell()
+    if shell is not None:
+        shell.enable_matplotlib("inline")
+
+
+sys.meta_path.insert(0, _AfterImport({"IPython": _on_ipython_import, "matplotlib.pyplot": _on_pyplot_import}))
+
+
+def _json_bundle(data):
+    # Binary values (a png a formatter returned as bytes) go out as base64.
     out = {}
     for mime, value in data.items():
         if isinstance(value, (bytes, bytearray)):
@@ -245,8 +362,34 @@ def _bundle(obj):
     return out
 
 
+def _bundle(obj):
+    if _shell_obj is None and type(obj) in _PLAIN_TYPES:
+        return {"text/plain": repr(obj)}
+    shell = _shell()
+    if shell is not None:
+        data, _ = shell.display_formatter.format(obj)
+        return _json_bundle(data)
+    data = {"text/plain": repr(obj)}
+    for mime, name in _REPR_METHODS:
+        method = getattr(obj, name, None)
+        if callable(method) and not isinstance(obj, type):
+            try:
+                value = method()
+            except Exception:
+                continue
+            if isinstance(value, tuple):
+                value = value[0]
+            if value is not None:
+                data[mime] = value
+    return _json_bundle(data)
+
+
 def display(*objs, raw=False, **kwargs):
-    """Show each object as a rich display_data message."""
+    """Show each object as a rich display_data message (IPython's display() where it is installed)."""
+    if _shell() is not None:
+        from IPython.display import display as ipython_display
+
+        return ipython_display(*objs, raw=raw, **kwargs)
     for obj in objs:
         data = obj if raw else _bundle(obj)
         if data:
@@ -254,14 +397,6 @@ def display(*objs, raw=False, **kwargs):
 
 
 builtins.display = display
-try:  # code that imports IPython's display() gets ours
-    import IPython.display as _ipd
-    import IPython.core.display_functions as _ipdf
-
-    _ipd.display = display
-    _ipdf.display = display
-except Exception:
-    pass
 
 
 def _on_sigint(signum, frame):
@@ -301,9 +436,22 @@ def _await(value):
 _FLAGS = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
 
 
-def _run(code, filename):
-    """Run a cell: statements, then the trailing expression, whose value it returns."""
-    tree = ast.parse(code, filename=filename, mode="exec")
+def _run(code, filename, silent):
+    """Run a cell: statements, then the trailing expression, whose value it
+    returns (None where a trailing ';' hides it)."""
+    source, tree = _parse(code, filename)
+    # Tracebacks show the lines that ran, read from here.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    quiet = _may_end_with_semicolon(source) and _shell() is not None
+    shell = _shell_obj
+    if shell is not None and not silent:
+        # What IPython's run_cell does around the code that matters here:
+        # In/_i and the ';' check read the history, and pre_execute and
+        # post_execute (see _execute) are the events extensions hook into.
+        shell.execution_count = _count
+        shell.history_manager.store_inputs(_count, source, code)
+        quiet = quiet and shell.displayhook.quiet()
+        shell.events.trigger("pre_execute")
     expr = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         expr = ast.Expression(tree.body.pop().value)
@@ -315,7 +463,68 @@ def _run(code, filename):
     value = eval(compile(expr, filename, "eval", flags=_FLAGS), _ns)
     if inspect.iscoroutine(value) and _has_await(expr):
         value = _await(value)
-    return value
+    return None if quiet else value
+
+
+def _parse(code, filename):
+    """The cell as Python source and its tree: dedented, or where it is not
+    Python (`!cmd`, `%magic`, ...), turned into Python by IPython's input
+    transformers."""
+    source = _dedent(code)
+    try:
+        return source, ast.parse(source, filename=filename, mode="exec")
+    except SyntaxError:
+        shell = _shell()
+        if shell is None:
+            _check_needs_ipython(source)
+            raise
+    source = shell.transform_cell(code)
+    return source, ast.parse(source, filename=filename, mode="exec")
+
+
+def _dedent(code):
+    """Remove the first line's indentation from every line that has it.
+
+    A cell cut from an indented block runs as IPython runs it (its
+    leading_indent transformer does the same), with or without IPython.
+    Blank lines stay, so line numbers are the user's.
+    """
+    if not code[:1].isspace():
+        return code  # most cells: one check
+    lines = code.splitlines(True)
+    first = next((line for line in lines if line.strip()), "")
+    indent = first[: len(first) - len(first.lstrip(" \t"))]
+    if not indent:
+        return code
+    return "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
+
+
+def _may_end_with_semicolon(source):
+    # A cheap look at the last line with code; IPython's displayhook.quiet()
+    # decides (a ';' in a string or comment does not count).
+    for line in reversed(source.splitlines()):
+        line = line.strip()
+        if line and not line.startswith("#"):
+            return ";" in line
+    return False
+
+
+# A line IPython would run: `!cmd`, `%magic`, `%%cell_magic`, `x = !cmd`.
+_IPYTHON_LINE = re.compile(r"^[ \t]*(?:[!%]|[\w.]+[ \t]*=[ \t]*[!%])", re.MULTILINE)
+
+
+def _check_needs_ipython(source):
+    """Without IPython, a cell with IPython syntax fails saying what to install."""
+    match = _IPYTHON_LINE.search(source)
+    if match is None:
+        return
+    line = source.count("\n", 0, match.start()) + 1
+    raise ModuleNotFoundError(
+        "line %d is IPython syntax (!command or %%magic), which needs IPython, and %s cannot import it (%s): "
+        "install it (Debian: apt-get install python3-ipython; pip: pip install ipython) "
+        "or point KERNELHOST_PYTHON at a Python that has it" % (line, sys.executable, _no_shell),
+        name="IPython",
+    ) from None
 
 
 # The engine's helper requests (cwd, env set and reset: silent, and marked by
@@ -385,10 +594,13 @@ def _execute(req):
         opening.append({"type": "execute_input", "parent_id": msg_id, "execution_count": _count})
     _emit(*opening)
     filename = "Cell In[%d]" % _count if not silent else "<silent>"
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     reply = {"type": "execute_reply", "parent_id": msg_id, "status": "ok", "execution_count": _count}
     # The closing messages go out in one write: one wake-up of the host.
     closing = []
+    # With the shell, post_execute runs after the cell: the inline backend
+    # shows the figures still open then, after the result and the error,
+    # as in IPython, so those go out first.
+    post_execute = _shell_obj is not None and not silent
     try:
         _running = True
         try:
@@ -397,23 +609,56 @@ def _execute(req):
             if silent and code.startswith(HELPER_MARK):
                 value = _run_helper(code)
             else:
-                value = _run(code, filename)
+                value = _run(code, filename, silent)
+            post_execute = _shell_obj is not None and not silent  # the cell may have created it
+            if value is not None and not silent:
+                result = {"type": "execute_result", "parent_id": msg_id, "execution_count": _count, "data": _bundle(value)}
+                _remember_result(value)
+                if post_execute:
+                    _emit(result)
+                else:
+                    closing.append(result)
+            if post_execute:
+                post_execute = False
+                _shell_obj.events.trigger("post_execute")
         finally:
             _running = False
-        if value is not None and not silent:
-            builtins._ = value
-            closing.append({"type": "execute_result", "parent_id": msg_id, "execution_count": _count, "data": _bundle(value)})
     except BaseException as exc:  # KeyboardInterrupt and SystemExit included: the kernel lives on
         _running = False
         ename = type(exc).__name__
         evalue = str(exc)
         tb = _traceback(type(exc), exc, exc.__traceback__, filename)
-        closing.append({"type": "error", "parent_id": msg_id, "ename": ename, "evalue": evalue, "traceback": tb})
+        error = {"type": "error", "parent_id": msg_id, "ename": ename, "evalue": evalue, "traceback": tb}
         reply.update(status="error", ename=ename, evalue=evalue, traceback=tb)
+        post_execute = post_execute or (_shell_obj is not None and not silent)
+        if post_execute:
+            _emit(error)
+            _post_execute_after_error()
+        else:
+            closing.append(error)
     closing.append(reply)
     closing.append({"type": "status", "parent_id": msg_id, "state": "idle"})
     _emit(*closing)
     _parent = ""
+
+
+def _remember_result(value):
+    # _ (and with the shell __, ___, _N and Out[N], as IPython keeps them).
+    if _shell_obj is not None:
+        _shell_obj.displayhook.update_user_ns(value)
+    else:
+        builtins._ = value
+
+
+def _post_execute_after_error():
+    global _running
+    _running = True
+    try:
+        _shell_obj.events.trigger("post_execute")
+    except BaseException:
+        pass  # the cell already failed; an interrupt here ends only the callbacks
+    finally:
+        _running = False
 
 
 _count = 0

@@ -1,0 +1,259 @@
+package subprocess
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/core"
+	tt "github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+// debianPython has Debian's python3-ipython and python3-matplotlib, which
+// `make test` installs; python3 on PATH may be another interpreter.
+const debianPython = "/usr/bin/python3"
+
+// needIPython returns debianPython, skipping the test where it lacks IPython
+// or matplotlib, or failing it under CI, where `make test` installed them.
+func needIPython(t *testing.T) string {
+	t.Helper()
+	if out, err := exec.Command(debianPython, "-c", "import IPython, matplotlib").CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s has no IPython or matplotlib (make test installs python3-ipython python3-matplotlib): %v %s", debianPython, err, out)
+		}
+		t.Skipf("%s has no IPython or matplotlib: %v", debianPython, err)
+	}
+	return debianPython
+}
+
+// pythonWithoutIPython is debianPython without site-packages (-S): the
+// standard library only, as on a machine without python3-ipython.
+func pythonWithoutIPython(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(debianPython); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	path := filepath.Join(t.TempDir(), "python-no-site")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\nexec "+debianPython+" -S \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func startPython(t *testing.T, python string) *Kernel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+	defer cancel()
+	k, err := New(Options{Python: python}).StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: t.TempDir()})
+	if err != nil {
+		t.Fatalf("StartKernel(%s): %v", python, err)
+	}
+	t.Cleanup(func() { k.Shutdown(context.Background()) })
+	return k.(*Kernel)
+}
+
+// execOK runs code and fails the test unless it ends with status ok.
+func execOK(t *testing.T, k *Kernel, code string) *tt.Execution {
+	t.Helper()
+	e := tt.Exec(t, k, code, false)
+	if r := e.Reply(); r.Status != core.ReplyOK {
+		t.Fatalf("%q: reply %+v:%s", code, r, e)
+	}
+	return e
+}
+
+func results(e *tt.Execution) []string {
+	var out []string
+	for _, m := range e.OfType(core.MsgExecuteResult) {
+		out = append(out, tt.TextPlain(m.Message))
+	}
+	return out
+}
+
+// The conformance suite, on an interpreter with IPython and matplotlib.
+func TestConformancePythonIPython(t *testing.T) {
+	python := needIPython(t)
+	tt.Run(t, func(t *testing.T) core.Transport { return New(Options{Python: python}) }, tt.Python)
+}
+
+// A cell cut from an indented block runs, with and without IPython.
+func TestPythonIndentedCell(t *testing.T) {
+	for name, python := range map[string]string{"ipython": needIPython(t), "no-ipython": pythonWithoutIPython(t)} {
+		t.Run(name, func(t *testing.T) {
+			k := startPython(t, python)
+			if got := execOK(t, k, "\n    x = 40\n    print(x + 2)\n").Stream("stdout"); got != "42\n" {
+				t.Fatalf("stdout = %q, want 42", got)
+			}
+			e := execOK(t, k, "    def f():\n        return 'in'\n    f()")
+			if r := results(e); len(r) != 1 || r[0] != "'in'" {
+				t.Fatalf("results %q", r)
+			}
+		})
+	}
+}
+
+// Plain cells do not load IPython: an idle context stays small.
+func TestPythonPlainCellsDoNotLoadIPython(t *testing.T) {
+	k := startPython(t, needIPython(t))
+	for _, code := range []string{"x = 1", "print(x)", "x + 1", "'s' * 2", "\n  y = 2", "import matplotlib"} {
+		execOK(t, k, code)
+	}
+	e := execOK(t, k, "import sys\nprint('IPython' in sys.modules, 'matplotlib.pyplot' in sys.modules)")
+	if got := e.Stream("stdout"); got != "False False\n" {
+		t.Fatalf("IPython or pyplot loaded by plain cells: %q", got)
+	}
+}
+
+// `!cmd` runs in a shell; its output arrives between the prints around it,
+// live: the first line arrives while the command still runs, and an
+// interrupt ends it.
+func TestIPythonShellCommand(t *testing.T) {
+	k := startPython(t, needIPython(t))
+	checkTrace(t, execOK(t, k, "print('a')\n!echo b; echo c >&2\nprint('d')\nfiles = !printf 'x\\ny\\n'\nfiles"),
+		"stdout:a\nstdout:b\nstderr:c\nstdout:d\nresult:['x', 'y']\n")
+	if got := execOK(t, k, "    v = 'indented'\n    !echo $v").Stream("stdout"); got != "indented\n" {
+		t.Fatalf("stdout = %q", got)
+	}
+
+	e := tt.Send(t, k, "!echo started; sleep 60; echo never", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return strings.Contains(e.Stream("stdout"), "started") })
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+	if strings.Contains(e.Stream("stdout"), "never") {
+		t.Fatalf("the command ran on after the interrupt:%s", e)
+	}
+	// IPython reports the interrupted command on stderr and goes on, as
+	// ipykernel does; _exit_code says the signal.
+	if got := results(execOK(t, k, "_exit_code")); len(got) != 1 || got[0] != "-2" {
+		t.Fatalf("_exit_code = %q, want -2", got)
+	}
+}
+
+// Line and cell magics run through IPython's magics.
+func TestIPythonMagics(t *testing.T) {
+	k := startPython(t, needIPython(t))
+	execOK(t, k, "%env KH_MAGIC=1")
+	if got := results(execOK(t, k, "import os\nos.environ['KH_MAGIC']")); len(got) != 1 || got[0] != "'1'" {
+		t.Fatalf("after %%env: %q", got)
+	}
+	dir := t.TempDir()
+	execOK(t, k, "%cd "+dir)
+	if got := results(execOK(t, k, "os.getcwd()")); len(got) != 1 || got[0] != fmt.Sprintf("%q", dir) && got[0] != "'"+dir+"'" {
+		t.Fatalf("after %%cd: %q, want %q", got, dir)
+	}
+	e := execOK(t, k, "%time 20 + 22")
+	if r := results(e); len(r) != 1 || r[0] != "42" || !strings.Contains(e.Stream("stdout"), "Wall time") {
+		t.Fatalf("%%time:%s", e)
+	}
+	checkTrace(t, execOK(t, k, "%%bash\necho from bash\necho err >&2"), "stdout:from bash\nstderr:err\n")
+	if got := execOK(t, k, "%pip --version").Stream("stdout"); !strings.HasPrefix(got, "pip ") {
+		t.Fatalf("%%pip --version: stdout %q", got)
+	}
+}
+
+// A trailing ';' hides the result, as in IPython; one in a string or
+// before a comment is read as IPython reads it.
+func TestIPythonSemicolon(t *testing.T) {
+	k := startPython(t, needIPython(t))
+	for code, want := range map[string]int{"1+1;": 0, "1+1;  # quiet": 0, "1+1": 1, "'a;'": 1, "x = 1; x": 1, "x;\n\n# done\n": 0} {
+		if got := len(results(execOK(t, k, code))); got != want {
+			t.Errorf("%q gave %d results, want %d", code, got, want)
+		}
+	}
+}
+
+// A traceback names the cell and the user's line, also where IPython
+// turned the cell into Python.
+func TestIPythonTraceback(t *testing.T) {
+	k := startPython(t, needIPython(t))
+	e := tt.Exec(t, k, "x = 1\n!true\ny = x / 0", false)
+	r := e.Reply()
+	if r.EName != "ZeroDivisionError" {
+		t.Fatalf("reply %+v", r)
+	}
+	tb := strings.Join(r.Traceback, "\n")
+	if !strings.Contains(tb, "Cell In[") || !strings.Contains(tb, "line 3") || !strings.Contains(tb, "y = x / 0") {
+		t.Fatalf("traceback does not name the line:\n%s", tb)
+	}
+}
+
+// matplotlib inline: plt.show() displays the figure as image/png where it is
+// called, a figure still open at the end of the cell is displayed then and
+// closed.
+func TestIPythonInlineFigures(t *testing.T) {
+	k := startPython(t, needIPython(t))
+	e := execOK(t, k, "import matplotlib.pyplot as plt\nprint('before')\nplt.plot([1, 2])\nplt.show()\nprint('after')")
+	checkTrace(t, e, "stdout:before\ndisplay:<Figure size 640x480 with 1 Axes>\nstdout:after\n")
+	checkPNG(t, e.OfType(core.MsgDisplayData)[0].Message)
+
+	e = execOK(t, k, "fig = plt.figure()\nplt.plot([3, 1])\n'done'")
+	checkTrace(t, e, "result:'done'\ndisplay:<Figure size 640x480 with 1 Axes>\n")
+	checkPNG(t, e.OfType(core.MsgDisplayData)[0].Message)
+	if got := results(execOK(t, k, "plt.get_fignums()")); len(got) != 1 || got[0] != "[]" {
+		t.Fatalf("figures left open: %q", got)
+	}
+	if got := execOK(t, k, "plt.plot([1]);"); len(results(got)) != 0 || len(got.OfType(core.MsgDisplayData)) != 1 {
+		t.Fatalf("plt.plot(...); gave:%s", got)
+	}
+}
+
+func checkPNG(t *testing.T, m core.Message) {
+	t.Helper()
+	var b64 string
+	if err := json.Unmarshal(m.Data["image/png"], &b64); err != nil {
+		t.Fatalf("image/png: %v", err)
+	}
+	png, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+		t.Fatalf("image/png is not a base64 png (%v): %.40q", err, b64)
+	}
+}
+
+// Formatters registered on get_ipython().display_formatter (as a silent
+// setup execution does) format results and displays.
+func TestIPythonDisplayFormatter(t *testing.T) {
+	k := startPython(t, needIPython(t))
+	setup := "class Point:\n    pass\nget_ipython().display_formatter.formatters['text/html'].for_type(Point, lambda p: '<b>point</b>')"
+	if r := tt.Exec(t, k, setup, true).Reply(); r.Status != core.ReplyOK {
+		t.Fatalf("setup: %+v", r)
+	}
+	e := execOK(t, k, "display(Point())\nPoint()")
+	for _, m := range append(e.OfType(core.MsgDisplayData), e.OfType(core.MsgExecuteResult)...) {
+		var html string
+		if err := json.Unmarshal(m.Data["text/html"], &html); err != nil || html != "<b>point</b>" {
+			t.Errorf("%s text/html = %s", m.Type, m.Data["text/html"])
+		}
+	}
+	if n := len(e.OfType(core.MsgDisplayData)) + len(e.OfType(core.MsgExecuteResult)); n != 2 {
+		t.Fatalf("%d outputs, want a display and a result:%s", n, e)
+	}
+}
+
+// Without IPython a plain cell runs as before, and a magic or `!` line fails
+// with an error that says what to install.
+func TestPythonWithoutIPython(t *testing.T) {
+	k := startPython(t, pythonWithoutIPython(t))
+	for _, code := range []string{"!echo hi", "x = 1\n%time x", "%%bash\necho hi"} {
+		r := tt.Exec(t, k, code, false).Reply()
+		if r.EName != "ModuleNotFoundError" || !strings.Contains(r.EValue, "python3-ipython") {
+			t.Errorf("%q: reply %+v, want ModuleNotFoundError naming python3-ipython", code, r)
+		}
+	}
+	if got := results(execOK(t, k, "[1, 2]")); len(got) != 1 || got[0] != "[1, 2]" {
+		t.Fatalf("results %q", got)
+	}
+	if r := tt.Exec(t, k, "print(1", false).Reply(); r.EName != "SyntaxError" {
+		t.Fatalf("a plain syntax error: %+v", r)
+	}
+}
