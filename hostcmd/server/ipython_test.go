@@ -1,0 +1,95 @@
+package server_test
+
+import (
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+)
+
+// ipythonPython is Debian's python3, which has python3-ipython and
+// python3-matplotlib (`make test` installs them); python3 on PATH may be
+// another interpreter. It skips the test where they are missing, and fails
+// it under CI.
+func ipythonPython(t *testing.T) func(*server.Config) {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if out, err := exec.Command(python, "-c", "import IPython, matplotlib").CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s has no IPython or matplotlib (make test installs python3-ipython python3-matplotlib): %v %s", python, err, out)
+		}
+		t.Skipf("%s has no IPython or matplotlib: %v", python, err)
+	}
+	return func(c *server.Config) {
+		c.Interpreters.Python = python // the plugin's
+		if c.Transport != nil {
+			c.Transport = subprocess.New(subprocess.Options{Python: python})
+		}
+	}
+}
+
+// Every row of issue 13's table, over HTTP: the cells an agent sends as
+// upstream (IPython in Jupyter) runs them.
+func TestIPythonCellsOverHTTP(t *testing.T) {
+	usePython := ipythonPython(t)
+	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+		h := start(usePython)
+		run := func(code string) []line {
+			t.Helper()
+			return h.run(map[string]any{"code": code})
+		}
+
+		// Indented: dedented as IPython does.
+		lines := run("\n    x = 40\n    print(x + 2)\n")
+		noError(t, lines)
+		if got := stdout(lines); got != "42\n" {
+			t.Errorf("indented cell: stdout %q", got)
+		}
+
+		// !cmd, %env, %pip, %%bash.
+		if got := stdout(run("!echo hi")); got != "hi\n" {
+			t.Errorf("!echo hi: stdout %q", got)
+		}
+		noError(t, run("%env KH_IPYTHON=1"))
+		if got := mainResult(t, run("import os\nos.environ['KH_IPYTHON']")); got != "1" {
+			t.Errorf("after %%env: %s", got)
+		}
+		if got := stdout(run("%pip --version")); !strings.HasPrefix(got, "pip ") {
+			t.Errorf("%%pip --version: stdout %q", got)
+		}
+		if got := stdout(run("%%bash\necho from bash")); got != "from bash\n" {
+			t.Errorf("%%%%bash: stdout %q", got)
+		}
+
+		// A trailing ';' hides the result.
+		lines = run("1+1;")
+		noError(t, lines)
+		if r := ofType(lines, "result"); len(r) != 0 {
+			t.Errorf("1+1; gave results %v", r)
+		}
+
+		// plt.show() and a figure left open: display_data with image/png.
+		for _, code := range []string{
+			"import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()",
+			"plt.figure()\nplt.plot([3, 1]);",
+		} {
+			lines = run(code)
+			noError(t, lines)
+			results := ofType(lines, "result")
+			if len(results) != 1 || results[0]["is_main_result"] == true {
+				t.Fatalf("%q: want one display, got %v", code, results)
+			}
+			png, err := base64.StdEncoding.DecodeString(results[0].str("png"))
+			if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+				t.Errorf("%q: png is not a png (%v)", code, err)
+			}
+		}
+		if got := mainResult(t, run("plt.get_fignums()")); got != "[]" {
+			t.Errorf("figures left open: %s", got)
+		}
+	})
+}
