@@ -53,14 +53,17 @@ func TestMain(m *testing.M) {
 // plugin. Without node or node_modules the test skips, except under CI, where
 // it fails: `make test` installs both (and jupyter-server).
 func TestOfficialSDK(t *testing.T) {
+	python, env := pickPython(t)
 	for _, mode := range []struct {
 		name string
 		set  func(*server.Config)
 	}{
-		{"in-process", func(c *server.Config) { c.Transport = subprocess.New(subprocess.Options{}) }},
-		{"plugin", func(c *server.Config) { c.PluginDir = pluginDir; c.TransportName = "subprocess" }},
+		{"in-process", func(c *server.Config) { c.Transport = subprocess.New(subprocess.Options{Python: python}) }},
+		{"plugin", func(c *server.Config) {
+			c.PluginDir, c.TransportName, c.Interpreters.Python = pluginDir, "subprocess", python
+		}},
 	} {
-		t.Run(mode.name, func(t *testing.T) { testOfficialSDK(t, mode.set) })
+		t.Run(mode.name, func(t *testing.T) { testOfficialSDK(t, mode.set, env...) })
 	}
 	t.Run("jupyter", func(t *testing.T) {
 		srv := jupytertest.Start(t)
@@ -82,6 +85,27 @@ func TestOfficialSDK(t *testing.T) {
 			}, "KH_SDK_NO_JS=1")
 		})
 	})
+}
+
+// pickPython picks the subprocess transport's Python as `make run` does:
+// KERNELHOST_PYTHON, else python3 on PATH where it has IPython and
+// matplotlib, else Debian's /usr/bin/python3 where it has them
+// (python3-ipython, python3-matplotlib). Where none has them it returns
+// python3 and KH_SDK_NO_IPYTHON=1, which skips sdk-ipython.test.mjs, except
+// under CI, where `make test` installed them and it fails.
+func pickPython(t *testing.T) (string, []string) {
+	if python := os.Getenv("KERNELHOST_PYTHON"); python != "" {
+		return python, nil
+	}
+	for _, python := range []string{"python3", "/usr/bin/python3"} {
+		if exec.Command(python, "-c", "import IPython, matplotlib").Run() == nil {
+			return python, nil
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no Python with IPython and matplotlib (make test installs python3-ipython python3-matplotlib)")
+	}
+	return "python3", []string{"KH_SDK_NO_IPYTHON=1"}
 }
 
 func testOfficialSDK(t *testing.T, configure func(*server.Config), env ...string) {
