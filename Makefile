@@ -38,8 +38,10 @@ WAZERO         := $(TOOLS)/wazero
 # WebAssembly policy modules written in WAT; curl: the docs' examples
 # (TestDocExamples); systemd: systemd-analyze, which verifies
 # deploy/kernelhost.service (TestInstall); python3-notebook: what Kernel
-# Gateway 2.5.2 (../shared/third_party, run by the gateway tests) runs on.
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt curl systemd python3-notebook
+# Gateway 2.5.2 (../shared/third_party, run by the gateway tests) runs on;
+# python3-ipython and python3-matplotlib: IPython cell semantics and inline
+# figures in the subprocess python driver (its tests run /usr/bin/python3).
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt curl systemd python3-notebook python3-ipython python3-matplotlib
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888
@@ -121,7 +123,19 @@ generate:
 
 ## run: build and serve (settings: KERNELHOST_* env vars or ARGS)
 run: build plugins
-	./bin/kernelhost serve $(ARGS)
+	@python="$${KERNELHOST_PYTHON:-$$($(PICK_PYTHON))}"; \
+	echo "python contexts run $$python (set KERNELHOST_PYTHON to choose another)"; \
+	KERNELHOST_PYTHON="$$python" exec ./bin/kernelhost serve $(ARGS)
+
+# The Python `make run` gives the subprocess transport unless KERNELHOST_PYTHON
+# says: python3 on PATH where it has IPython and matplotlib (cells then run
+# with IPython's semantics and plots show inline), else Debian's
+# /usr/bin/python3 where it has them (python3-ipython python3-matplotlib;
+# python3 on PATH may be a pyenv or venv one without them), else python3.
+# hostcmd/sdktest picks the same way (pickPython).
+PICK_PYTHON = for p in python3 /usr/bin/python3; do \
+	$$p -c 'import IPython, matplotlib' 2>/dev/null && { command -v $$p; exit 0; }; \
+	done; echo python3
 
 ## run-jupyter: serve on the Jupyter transport: starts a Jupyter Server on
 ## 127.0.0.1:$(JUPYTER_PORT) (own root dir, generated token, IOPub rate

@@ -88,6 +88,37 @@
 // at its line. A javascript cell without the words import and export is sent
 // as written.
 //
+// # IPython cell semantics (python)
+//
+// The python driver runs cells as IPython does where the interpreter can
+// import IPython, through IPython's own machinery (one InteractiveShell,
+// without ZMQ), loaded only when a cell needs it (docs/RATIONALE.md says
+// why): a cell indented as a whole is dedented (with or without IPython);
+// a cell that does not compile as Python (`!cmd`, `x = !cmd`, `%magic`,
+// `%%cell_magic`, `x?`) is turned into Python by the shell's input
+// transformers; a trailing ';' hides the result (displayhook.quiet); results
+// and display() are formatted by shell.display_formatter once the shell
+// exists (builtin scalars by its text/plain formatter alone unless another
+// formatter claims their type) and written as display_data by the driver's
+// DisplayPublisher; importing matplotlib.pyplot turns on the inline
+// backend, so plt.show() writes a display_data with image/png where it is
+// called and the post_execute event, after each cell, shows the figures
+// still open, then closes them. get_ipython() (a builtin, and IPython's own
+// once user code imports IPython) creates the shell: a kernel environment
+// registers its formatters on get_ipython().display_formatter, and they
+// apply to every result and display after.
+//
+// The ordering guarantees above hold for all of it: the cell runs through
+// the same code, prints, displays and the result go through fd 4, and
+// `!cmd`, %pip and %%bash start children, whose output reaches fd 1/2 after
+// the prints before them (`!cmd` uses IPython's system_raw, not the pty of
+// its default system_piped, so stdout and stderr stay apart). An
+// interrupted `!cmd` ends the command; as in IPython, the cell goes on with
+// _exit_code -2. Without IPython, a `!`/`%` line fails with a
+// ModuleNotFoundError naming python3-ipython and KERNELHOST_PYTHON. The
+// tests run /usr/bin/python3, which has Debian's python3-ipython and
+// python3-matplotlib (python3 on PATH may be another interpreter).
+//
 // # Signals and process groups
 //
 // Each interpreter leads its own process group (Setpgid) and gets SIGKILL when

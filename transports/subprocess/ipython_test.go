@@ -156,6 +156,11 @@ func TestIPythonMagics(t *testing.T) {
 	if r := results(e); len(r) != 1 || r[0] != "42" || !strings.Contains(e.Stream("stdout"), "Wall time") {
 		t.Fatalf("%%time:%s", e)
 	}
+	// A float's text comes from IPython's text/plain formatter, which %precision sets.
+	execOK(t, k, "%precision 2")
+	if got := results(execOK(t, k, "3.14159")); len(got) != 1 || got[0] != "3.14" {
+		t.Fatalf("after %%precision 2: %q", got)
+	}
 	checkTrace(t, execOK(t, k, "%%bash\necho from bash\necho err >&2"), "stdout:from bash\nstderr:err\n")
 	if got := execOK(t, k, "%pip --version").Stream("stdout"); !strings.HasPrefix(got, "pip ") {
 		t.Fatalf("%%pip --version: stdout %q", got)
@@ -237,6 +242,12 @@ func TestIPythonDisplayFormatter(t *testing.T) {
 	}
 	if n := len(e.OfType(core.MsgDisplayData)) + len(e.OfType(core.MsgExecuteResult)); n != 2 {
 		t.Fatalf("%d outputs, want a display and a result:%s", n, e)
+	}
+	// One registered for a builtin scalar applies too.
+	execOK(t, k, "get_ipython().display_formatter.formatters['text/html'].for_type(int, lambda i: '<i>%d</i>' % i)")
+	var html string
+	if r := execOK(t, k, "7").OfType(core.MsgExecuteResult); len(r) != 1 || json.Unmarshal(r[0].Data["text/html"], &html) != nil || html != "<i>7</i>" {
+		t.Fatalf("int formatter not applied: %+v", r)
 	}
 }
 
