@@ -54,6 +54,14 @@ type Config struct {
 	InterruptGrace   time.Duration    // default 5s: after that an ignored interrupt becomes a restart
 	HelperTimeout    time.Duration    // bound on the engine's own requests (cwd, env); default 30s
 	StartTimeout     time.Duration    // bound on starting or restarting a kernel; default 60s
+	// MaxEnvVars and MaxEnvBytes bound one execution's env vars: their
+	// number, and the bytes of their names and values together (after the
+	// policy's rewrite too). Past them the request is refused (KindInvalid):
+	// every key costs the kernel work in the set and reset snippets, and
+	// putenv in the interpreter's C library is linear in the size of the
+	// environment. Defaults 1,000 and 1 MiB.
+	MaxEnvVars  int
+	MaxEnvBytes int
 
 	// ReplayBytes bounds the outputs kept per execution for a client that
 	// re-attaches (Execution.Attach): those already read, and all of them
@@ -97,6 +105,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 60 * time.Second
+	}
+	if c.MaxEnvVars <= 0 {
+		c.MaxEnvVars = 1000
+	}
+	if c.MaxEnvBytes <= 0 {
+		c.MaxEnvBytes = 1 << 20
 	}
 	if c.ReplayBytes <= 0 {
 		c.ReplayBytes = 256 << 10
@@ -378,6 +392,9 @@ func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, erro
 	if err := validateEnv(req.EnvVars); err != nil {
 		return nil, newError(KindInvalid, err.Error(), err)
 	}
+	if err := e.checkEnvSize(req.EnvVars); err != nil {
+		return nil, newError(KindInvalid, err.Error(), err)
+	}
 	// The code is checked against the language before a default context is
 	// started for it: a refused request leaves the contexts as they were.
 	var c *Context
@@ -462,6 +479,9 @@ func (e *Engine) applyPolicy(ctx context.Context, c *Context, req ExecRequest) (
 	}
 	if err := validateEnv(env); err != nil {
 		return nil, newError(KindRejected, "Env var policy answered an invalid env var: "+err.Error(), err)
+	}
+	if err := e.checkEnvSize(env); err != nil {
+		return nil, newError(KindRejected, "Env var policy answered too many env vars: "+err.Error(), err)
 	}
 	if len(env) > 0 && !SupportsEnv(c.info.Language) {
 		return nil, newError(KindInvalid, fmt.Sprintf("env_vars are not supported for language %q", c.info.Language), nil)

@@ -47,6 +47,21 @@ func validateEnv(env map[string]string) error {
 	return nil
 }
 
+// checkEnvSize refuses env vars beyond Config.MaxEnvVars and MaxEnvBytes.
+func (e *Engine) checkEnvSize(env map[string]string) error {
+	if n, limit := len(env), e.cfg.MaxEnvVars; n > limit {
+		return fmt.Errorf("env_vars has %d entries; this host accepts at most %d per execution", n, limit)
+	}
+	size := 0
+	for k, v := range env {
+		size += len(k) + len(v)
+	}
+	if limit := e.cfg.MaxEnvBytes; size > limit {
+		return fmt.Errorf("env_vars take %d bytes (names and values); this host accepts at most %d per execution", size, limit)
+	}
+	return nil
+}
+
 // snippets generates the helper code the engine runs on a kernel of one
 // language. Keys are always valid names (ValidateEnvKey) and every value is
 // encoded as a literal of the language, never spliced (invariant 7).
@@ -195,31 +210,60 @@ func jsRestore(keys []string) string {
 // backslash keeps aliases out, so user code that defined `unset() { :; }`
 // cannot turn the reset into a no-op. If POSIX mode cannot be entered (the
 // user made POSIXLY_CORRECT readonly), the snippet does nothing and fails.
-// The user's own POSIX setting is put back at the end. A key's shadowed value
-// is kept in __kh_saved_<key>: "x" plus the value if it was exported, "s"
-// plus the value if it was a shell variable only, empty if it was unset.
+// The user's own POSIX setting is put back at the end.
+//
+// The keys (and values) are array literals walked by one loop, so a key
+// costs its name and value and a few bytes: the driver reads a request from
+// its pipe a byte at a time. The value the i-th key shadows is kept in
+// __kh_sv[i]: "x" plus the value if it was exported, "s" plus the value if
+// it was a shell variable only, empty if it was unset; the reset walks the
+// same sorted keys.
 func bashPosix(body string) string {
 	return "__kh_pc=${POSIXLY_CORRECT+x}${POSIXLY_CORRECT-}; POSIXLY_CORRECT=y\n" +
 		"if [[ -o posix ]]; then\n" + body +
-		"if [[ $__kh_pc == x* ]]; then POSIXLY_CORRECT=${__kh_pc:1}; else \\unset -v POSIXLY_CORRECT; fi; \\unset -v __kh_pc\n" +
+		"if [[ $__kh_pc == x* ]]; then POSIXLY_CORRECT=${__kh_pc:1}; else \\unset -v POSIXLY_CORRECT; fi; \\unset -v __kh_pc __kh_k __kh_i __kh_keys __kh_vals\n" +
 		"else [[ -o posix ]]; fi"
 }
 
-func bashSaveAndSet(keys []string, env map[string]string) string {
-	var b strings.Builder
-	for _, k := range keys {
-		s := "__kh_saved_" + k
-		fmt.Fprintf(&b, "if [[ ! -v %[1]s ]]; then %[2]s=; elif [[ ${%[1]s@a} == *x* ]]; then %[2]s=x$%[1]s; else %[2]s=s$%[1]s; fi; \\export %[1]s=%[3]s\n", k, s, shString(env[k]))
+// bashWords writes words as the elements of a bash array literal.
+func bashWords(b *strings.Builder, words []string, quote bool) {
+	b.WriteByte('(')
+	for i, w := range words {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if quote {
+			w = shString(w)
+		}
+		b.WriteString(w)
 	}
+	b.WriteByte(')')
+}
+
+func bashSaveAndSet(keys []string, env map[string]string) string {
+	values := make([]string, len(keys))
+	for i, k := range keys {
+		values[i] = env[k]
+	}
+	var b strings.Builder
+	b.WriteString("__kh_keys=")
+	bashWords(&b, keys, false)
+	b.WriteString("; __kh_vals=")
+	bashWords(&b, values, true)
+	b.WriteString("; __kh_sv=()\n" +
+		"for ((__kh_i = 0; __kh_i < ${#__kh_keys[@]}; __kh_i++)); do __kh_k=${__kh_keys[__kh_i]}; " +
+		"if [[ ! -v $__kh_k ]]; then __kh_sv[__kh_i]=; elif [[ ${!__kh_k@a} == *x* ]]; then __kh_sv[__kh_i]=x${!__kh_k}; else __kh_sv[__kh_i]=s${!__kh_k}; fi; " +
+		"\\export \"$__kh_k=${__kh_vals[__kh_i]}\"; done\n")
 	return bashPosix(b.String())
 }
 
 func bashRestore(keys []string) string {
 	var b strings.Builder
-	for _, k := range keys {
-		s := "__kh_saved_" + k
-		fmt.Fprintf(&b, "case ${%[2]s-} in x*) \\export %[1]s=\"${%[2]s:1}\";; s*) %[1]s=${%[2]s:1}; \\export -n %[1]s;; *) \\unset -v %[1]s;; esac; \\unset -v %[2]s\n", k, s)
-	}
+	b.WriteString("__kh_keys=")
+	bashWords(&b, keys, false)
+	b.WriteString("\n" +
+		"for ((__kh_i = 0; __kh_i < ${#__kh_keys[@]}; __kh_i++)); do __kh_k=${__kh_keys[__kh_i]}; " +
+		"case ${__kh_sv[__kh_i]-} in x*) \\export \"$__kh_k=${__kh_sv[__kh_i]:1}\";; s*) \\export \"$__kh_k=${__kh_sv[__kh_i]:1}\"; \\export -n \"$__kh_k\";; *) \\unset -v \"$__kh_k\";; esac; done; \\unset -v __kh_sv\n")
 	return bashPosix(b.String())
 }
 

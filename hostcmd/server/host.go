@@ -123,6 +123,8 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		InterruptGrace:   cfg.InterruptGrace,
 		MaxContexts:      max(cfg.MaxContexts, 0), // the engine's 0 is "no limit"
 		ExecutionTimeout: cfg.ExecutionTimeout,
+		MaxEnvVars:       cfg.MaxEnvVars,
+		MaxEnvBytes:      cfg.MaxEnvBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the engine: %w", err)
@@ -277,6 +279,12 @@ func withDefaults(c Config) Config {
 	}
 	if c.MaxContexts == 0 {
 		c.MaxContexts = DefaultMaxContexts
+	}
+	if c.MaxEnvVars <= 0 {
+		c.MaxEnvVars = DefaultMaxEnvVars
+	}
+	if c.MaxEnvBytes <= 0 {
+		c.MaxEnvBytes = DefaultMaxEnvBytes
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout

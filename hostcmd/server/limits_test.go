@@ -438,3 +438,33 @@ func TestUnknownLanguageIs400(t *testing.T) {
 		t.Fatalf("after the refusals: %q", got)
 	}
 }
+
+// env_vars past -max-env-vars or -max-env-bytes are refused with a 400 that
+// names the limit, before anything runs; at the limit they are applied.
+func TestEnvVarLimits(t *testing.T) {
+	h := startHost(t, func(c *server.Config) { c.MaxEnvVars = 3; c.MaxEnvBytes = 64 })
+	body := func(env map[string]string) string {
+		b, err := json.Marshal(map[string]any{"code": "import os\nprint(sorted(k for k in os.environ if k.startswith('KH_')))", "env_vars": env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"count": {map[string]string{"KH_A": "1", "KH_B": "2", "KH_C": "3", "KH_D": "4"}, "env_vars has 4 entries; this host accepts at most 3 per execution"},
+		"bytes": {map[string]string{"KH_A": strings.Repeat("x", 61)}, "env_vars take 65 bytes (names and values); this host accepts at most 64 per execution"},
+	} {
+		status, got := h.do("POST", "/execute", body(tc.env))
+		if status != http.StatusBadRequest || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %d %q, want 400 with %q", name, status, got, tc.want)
+		}
+	}
+	lines := h.run(map[string]any{"code": "import os\nprint(sorted(k for k in os.environ if k.startswith('KH_')))", "env_vars": map[string]string{"KH_A": strings.Repeat("x", 52), "KH_B": "", "KH_C": ""}})
+	noError(t, lines)
+	if got := stdout(lines); got != "['KH_A', 'KH_B', 'KH_C']\n" {
+		t.Errorf("at the limit: stdout %q", got)
+	}
+}

@@ -32,8 +32,12 @@ type Config struct {
 	DisconnectPolicy core.DisconnectPolicy
 	InterruptGrace   time.Duration
 	QueueDepth       int
-	MaxBodyBytes     int64
-	MaxOutputBytes   int
+	// MaxEnvVars and MaxEnvBytes bound one execution's env_vars: their
+	// number and the bytes of their names and values (400 past them).
+	MaxEnvVars     int
+	MaxEnvBytes    int
+	MaxBodyBytes   int64
+	MaxOutputBytes int
 	// ReplayBytes and ReplayTTL bound what is kept of an execution for a
 	// client that re-attaches (GET /executions/{id}/stream): its newest
 	// outputs up to ReplayBytes, for ReplayTTL after it ended.
@@ -113,6 +117,8 @@ const (
 	DefaultKeepalive    = 5 * time.Second
 	DefaultTransport    = "subprocess"
 	DefaultMaxContexts  = 64
+	DefaultMaxEnvVars   = 1000
+	DefaultMaxEnvBytes  = 1 << 20
 
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 60 * time.Second
@@ -181,6 +187,8 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&policy, "disconnect-policy", string(core.DisconnectInterrupt), "what happens to running code when its client leaves: interrupt or continue")
 	fs.DurationVar(&c.InterruptGrace, "interrupt-grace", 5*time.Second, "after an interrupt that was ignored this long, the context is restarted")
 	fs.IntVar(&c.QueueDepth, "queue-depth", 32, "executions that may wait per context before requests get 429")
+	fs.IntVar(&c.MaxEnvVars, "max-env-vars", DefaultMaxEnvVars, "env_vars one execution may set (400 above): each costs the interpreter a setenv, linear in its environment's size")
+	fs.IntVar(&c.MaxEnvBytes, "max-env-bytes", DefaultMaxEnvBytes, "bytes of one execution's env_vars, names and values together (400 above)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	fs.IntVar(&c.MaxOutputBytes, "max-output-bytes", 64<<20, "output buffered per execution for a slow client before it is dropped")
 	fs.IntVar(&c.ReplayBytes, "replay-bytes", 256<<10, "newest output kept per execution for a client that re-attaches (GET /executions/{id}/stream); each output counts its text and about 200 bytes")
@@ -276,6 +284,14 @@ func checkLimits(c Config) error {
 	}
 	if c.MaxContexts < 0 {
 		return fmt.Errorf("%s must not be negative, got %d", EnvVar("max-contexts"), c.MaxContexts)
+	}
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{{"max-env-vars", c.MaxEnvVars}, {"max-env-bytes", c.MaxEnvBytes}} {
+		if l.v <= 0 {
+			return fmt.Errorf("%s must be positive, got %d", EnvVar(l.flag), l.v)
+		}
 	}
 	// A token with surrounding spaces never matches what a client's header
 	// parser hands over. The message does not echo the token.
