@@ -34,14 +34,15 @@ WAZERO         := $(TOOLS)/wazero
 # Debian packages the tests need; each is installed only when missing.
 # nodejs: the official-SDK test; jupyter-server and python3-ipykernel: the
 # Jupyter transport's tests against a real server; r-cran-irkernel: the R
-# kernel (kernel spec "ir") those tests also run; wabt (wat2wasm): the
+# kernel (kernel spec "ir") those tests also run; r-base-core: the subprocess
+# transport's r contexts (Rscript); wabt (wat2wasm): the
 # WebAssembly policy modules written in WAT; curl: the docs' examples
 # (TestDocExamples); systemd: systemd-analyze, which verifies
 # deploy/kernelhost.service (TestInstall); python3-notebook: what Kernel
 # Gateway 2.5.2 (../shared/third_party, run by the gateway tests) runs on;
 # python3-ipython and python3-matplotlib: IPython cell semantics and inline
 # figures in the subprocess python driver (its tests run /usr/bin/python3).
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel wabt curl systemd python3-notebook python3-ipython python3-matplotlib
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core wabt curl systemd python3-notebook python3-ipython python3-matplotlib
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888

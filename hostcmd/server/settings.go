@@ -106,7 +106,7 @@ type Jupyter struct {
 
 // Interpreters are the interpreter executables the subprocess transport runs.
 type Interpreters struct {
-	Python, Node, Bash string
+	Python, Node, Bash, R string
 }
 
 // Defaults.
@@ -204,6 +204,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&c.Interpreters.Python, "python", "python3", "Python interpreter")
 	fs.StringVar(&c.Interpreters.Node, "node", "node", "Node.js interpreter (javascript contexts)")
 	fs.StringVar(&c.Interpreters.Bash, "bash", "bash", "bash interpreter")
+	fs.StringVar(&c.Interpreters.R, "rscript", "Rscript", "R's Rscript (r contexts; Debian r-base-core)")
 	fs.StringVar(&c.TransportName, "transport", DefaultTransport, "transport plugin: subprocess (local interpreters), jupyter, or NAME for PLUGIN_DIR/kernelhost-transport-NAME")
 	fs.StringVar(&c.PluginDir, "plugin-dir", DefaultPluginDir(), "directory of the transport plugins (make plugins builds them into bin/plugins)")
 	fs.StringVar(&c.Jupyter.URL, "jupyter-url", "", "jupyter transport: the Jupyter Server's base URL (plugin default http://127.0.0.1:8888/)")

@@ -68,6 +68,7 @@ func pluginEnv(cfg Config) []string {
 	add("python", cfg.Interpreters.Python)
 	add("node", cfg.Interpreters.Node)
 	add("bash", cfg.Interpreters.Bash)
+	add("rscript", cfg.Interpreters.R)
 	add("jupyter-url", cfg.Jupyter.URL)
 	add("jupyter-token", cfg.Jupyter.Token)
 	if cfg.Jupyter.KernelEnv != nil {

@@ -16,28 +16,7 @@ import (
 // setwd with rString literals) on a real R kernel: every value of
 // transporttest.EnvValues must come back byte for byte, a cwd with quotes and
 // non-ASCII must be entered, and both must be reset after the execution.
-var rSnippets = transporttest.LanguageSnippets{
-	Language:   "r",
-	Result:     "1+1",
-	ResultText: "[1] 2",
-	StdoutCode: `cat("out\n")`,
-	StderrCode: `cat("err\n", file = stderr())`,
-	// IRkernel sends the output of each top-level expression when it ends,
-	// so "start" is out before the sleep begins.
-	PrintThenSleep:    "cat(\"start\\n\")\nSys.sleep(1.5)",
-	PrintSleepSeconds: 1.5,
-	ErrorCode:         `f <- function() stop("boom"); f()`,
-	ErrorValue:        "boom",
-	SetState:          "kh_state <- 41",
-	GetState:          `cat(kh_state + 1, "\n", sep = "")`,
-	Sleep:             "cat(\"start\\n\")\nSys.sleep(60)",
-	// quit() is IRkernel's own shutdown; a dying interpreter is SIGKILL.
-	Exit: "tools::pskill(Sys.getpid(), tools::SIGKILL)",
-	PrintEnv: func(key string) string {
-		return "cat(Sys.getenv('" + key + "', unset = '<unset>'))"
-	},
-	PrintCwd: "cat(getwd())",
-}
+var rSnippets = transporttest.R
 
 // rSkipped are the suite's cases not run on R, with the reason, so that
 // `go test -v` shows it. Most IRkernel 1.3.2 fails by design of the kernel,

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,4 +232,64 @@ func BenchmarkNodeRoundTrip(b *testing.B) {
 			b.ReportMetric(float64((pt - pj).Microseconds()), "added-p50-µs")
 		})
 	}
+}
+
+// BenchmarkKernelStart starts a kernel of each installed language, runs
+// its first cell (jshell compiles its first snippet slowly), and reports the
+// median time to ready ("start-ms"), to the end of the first cell
+// ("first-cell-ms") and the resident memory of the whole process group once
+// idle ("idle-rss-MB"). ns/op is one start, cell and shutdown.
+func BenchmarkKernelStart(b *testing.B) {
+	firstCell := map[string]string{"python": "1+1", "bash": "true", "javascript": "1+1", "r": "1+1", "java": "1+1"}
+	tr := New(Options{})
+	for _, lang := range tr.Info().Languages {
+		b.Run(lang, func(b *testing.B) {
+			var starts, cells []time.Duration
+			var rss []float64
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				k, err := tr.StartKernel(context.Background(), core.KernelSpec{Language: lang, Cwd: b.TempDir()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				starts = append(starts, time.Since(t0))
+				kernelRoundTrip(b, k.(*Kernel), "first", firstCell[lang])
+				cells = append(cells, time.Since(t0))
+				rss = append(rss, groupRSSMB(k.(*Kernel).Pid()))
+				k.Shutdown(context.Background())
+				for range k.Messages() {
+				}
+			}
+			slices.Sort(rss)
+			b.ReportMetric(float64(quantile(starts, 0.5))/1e6, "start-ms")
+			b.ReportMetric(float64(quantile(cells, 0.5))/1e6, "first-cell-ms")
+			b.ReportMetric(rss[len(rss)/2], "idle-rss-MB")
+		})
+	}
+}
+
+// groupRSSMB sums VmRSS over the processes of process group pgid.
+func groupRSSMB(pgid int) float64 {
+	entries, _ := os.ReadDir("/proc")
+	var kB int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err != nil || g != pgid {
+			continue
+		}
+		status, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range bytes.Split(status, []byte("\n")) {
+			if v, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
+				n, _ := strconv.Atoi(string(bytes.Fields(v)[0]))
+				kB += n
+			}
+		}
+	}
+	return float64(kB) / 1024
 }

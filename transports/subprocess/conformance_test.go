@@ -36,10 +36,22 @@ func TestConformanceTypeScript(t *testing.T) {
 // needNode skips a test without node, except under CI, where it fails.
 func needNode(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
+	needInterpreter(t, "node", "nodejs")
+}
+
+// needInterpreter skips t when the interpreter is not installed, or fails it
+// under CI, where `make test` installs it (from debianPackage).
+func needInterpreter(t testing.TB, name, debianPackage string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("node is not on PATH: %v", err)
+			t.Fatalf("%s is not installed (Debian package %s; make deps installs it)", name, debianPackage)
 		}
-		t.Skip("node is not on PATH")
+		t.Skipf("%s is not installed (Debian package %s)", name, debianPackage)
 	}
+}
+
+func TestConformanceR(t *testing.T) {
+	needInterpreter(t, "Rscript", "r-base-core")
+	transporttest.Run(t, newTransport, transporttest.R)
 }

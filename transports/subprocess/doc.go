@@ -1,20 +1,23 @@
 // Package subprocess is kernelhost's default transport: each kernel is one
-// long-lived local interpreter process (python3, bash or node), started in the
+// long-lived local interpreter process (python3, bash, node or Rscript), started in the
 // context's cwd and kept for the context's lifetime, so state persists across
 // executions.
 //
 // # Driver protocol
 //
 // The interpreter runs a small driver program (drivers/driver.py, driver.sh,
-// driver.js, embedded in the binary and passed with -c/-e) and talks to the
-// host over two extra pipes, leaving fd 1 and 2 to the interpreter:
+// driver.js, driver.R, embedded in the binary and passed with -c/-e, or for
+// R in the environment) and talks to the host over two extra pipes, leaving
+// fd 1 and 2 to the interpreter:
 //
 //   - fd 3, requests (host → driver): for python and javascript one JSON line
 //     {"msg_id": "...", "code": "...", "silent": false} per request, and for
 //     javascript also {"interrupt": "<msg_id>"} (see Signals); for bash one
-//     NUL-terminated record, "0" or "1" (silent) followed by the code. A
-//     javascript request may also carry "imports", "source_map" or
-//     "compile_error" (see TypeScript and ES modules).
+//     NUL-terminated record, "0" or "1" (silent) followed by the code; for R
+//     (no JSON parser in base R) a header line "<silent 0|1> <code bytes>
+//     <msg_id>" followed by the code. A javascript request may also carry
+//     "imports", "source_map" or "compile_error" (see TypeScript and ES
+//     modules).
 //   - fd 4, messages (driver → host): one JSON core.Message per line. The
 //     first line is {"type":"kh_ready"}. A line may also hold a JSON array of
 //     messages; an empty line is skipped. For every request the driver
@@ -26,7 +29,8 @@
 //     per write call, at once; the host merges those it reads together.
 //   - fd 1 and 2 carry what is written to them directly: child processes
 //     (os.system, subprocess, child_process with stdio inherited), C code,
-//     and all of bash's output. The host forwards each read as a stream
+//     and all of bash's and R's printed output (print, cat, message,
+//     warnings; R writes them unbuffered). The host forwards each read as a stream
 //     message of the running request (writes that come faster than the
 //     host reads may arrive merged, as Jupyter kernels merge them too).
 //
@@ -123,7 +127,10 @@
 //
 // Each interpreter leads its own process group (Setpgid) and gets SIGKILL when
 // the host dies (Pdeathsig). Interrupt sends SIGINT to the group; the drivers
-// ignore it between requests. Python's driver also interrupts a request that
+// ignore it between requests. R cannot ignore it: one that lands while R
+// reads fd 3 stays pending, and driver.R drops it once the request is read,
+// before the code starts; like bash, R gets SIGINT again while the
+// interrupted request still runs (sigintResends). Python's driver also interrupts a request that
 // the signal reached before its code started. Node is different: a SIGINT
 // that lands while vm.runInContext (breakOnSigint) swaps node's SIGINT
 // handlers kills node, and a request passes through that swap just as its

@@ -10,4 +10,15 @@ var (
 	driverBash string
 	//go:embed drivers/driver.js
 	driverNode string
+	// driverR is passed in the environment (rDriverEnv), not with -e: R
+	// refuses -e arguments over 10,000 bytes.
+	//go:embed drivers/driver.R
+	driverR string
 )
+
+// rDriverEnv names the variable that carries driverR to Rscript; the driver
+// unsets it first thing, so user code and its children do not see it.
+const rDriverEnv = "KH_R_DRIVER"
+
+// rDriverArgs run driverR from the environment.
+var rDriverArgs = []string{"--no-save", "--no-restore", "-e", `eval(parse(text = Sys.getenv("` + rDriverEnv + `")))`}

@@ -18,9 +18,9 @@ const Version = "0.1.0"
 
 // Options configures a Transport. The zero value is ready to use.
 type Options struct {
-	// Python, Bash and Node are the interpreters, as paths or names looked up
-	// on PATH. Defaults: "python3", "bash", "node".
-	Python, Bash, Node string
+	// Python, Bash, Node and R are the interpreters, as paths or names
+	// looked up on PATH. Defaults: "python3", "bash", "node", "Rscript".
+	Python, Bash, Node, R string
 	// Env holds extra "KEY=value" entries appended to the host's environment
 	// for every interpreter.
 	Env []string
@@ -30,6 +30,9 @@ type Options struct {
 type Transport struct {
 	env   []string
 	langs map[string]language // by normalised language name, only those found
+	// missing explains each known language whose interpreter was not found:
+	// what was looked for and the Debian package that provides it.
+	missing map[string]string
 }
 
 var _ core.Transport = (*Transport)(nil)
@@ -60,24 +63,38 @@ func New(opts Options) *Transport {
 	if opts.Node == "" {
 		opts.Node = "node"
 	}
+	if opts.R == "" {
+		opts.R = "Rscript"
+	}
 	t := &Transport{
-		env:   append(os.Environ(), opts.Env...),
-		langs: map[string]language{},
+		env:     append(os.Environ(), opts.Env...),
+		langs:   map[string]language{},
+		missing: map[string]string{},
 	}
-	if path, err := exec.LookPath(opts.Python); err == nil {
-		// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
-		t.langs["python"] = language{path: path, args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON}
-	}
-	if path, err := exec.LookPath(opts.Bash); err == nil {
-		t.langs["bash"] = language{path: path, args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true}
-	}
-	if path, err := exec.LookPath(opts.Node); err == nil {
-		// typescript runs on the same driver: the host compiles each cell
-		// (see jscell.go), so node is all either needs.
-		t.langs["javascript"] = language{path: path, args: []string{"-e", driverNode}, encode: encodeJavaScript, interrupt: encodeInterrupt}
-		t.langs["typescript"] = language{path: path, args: []string{"-e", driverNode}, encode: encodeTypeScript, interrupt: encodeInterrupt}
-	}
+	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
+	t.add("python", opts.Python, "python3", language{args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON})
+	t.add("bash", opts.Bash, "bash", language{args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true})
+	// typescript runs on the same driver: the host compiles each cell (see
+	// jscell.go), so node is all either needs.
+	t.add("javascript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeJavaScript, interrupt: encodeInterrupt})
+	t.add("typescript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeTypeScript, interrupt: encodeInterrupt})
+	// R keeps a SIGINT that lands while it reads fd 3 pending and the driver
+	// drops it once the request is read (see driver.R): the resends cover an
+	// interrupt sent just before the code started.
+	t.add("r", opts.R, "r-base-core", language{args: rDriverArgs, env: []string{rDriverEnv + "=" + driverR}, encode: encodeHeader, resendSigint: true})
 	return t
+}
+
+// add registers lang when its interpreter is found, and otherwise notes
+// which Debian package would provide it.
+func (t *Transport) add(name, interpreter, debianPackage string, lang language) {
+	path, err := exec.LookPath(interpreter)
+	if err != nil {
+		t.missing[name] = fmt.Sprintf("its interpreter %q is not installed here (Debian: apt-get install %s)", interpreter, debianPackage)
+		return
+	}
+	lang.path = path
+	t.langs[name] = lang
 }
 
 // Info implements core.Transport.
@@ -94,6 +111,9 @@ func (t *Transport) Info() core.TransportInfo {
 // spec.Cwd and returns once its driver reported ready.
 func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	lang, ok := t.langs[spec.Language]
+	if why, missing := t.missing[spec.Language]; !ok && missing {
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: language %s is not available: %s", core.Quote(spec.Language), why)}
+	}
 	if !ok {
 		// The client asked for something this host cannot run: KindInvalid (400).
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: unknown language %s (available: %s)", core.Quote(spec.Language), strings.Join(t.Info().Languages, ", "))}
@@ -158,6 +178,20 @@ func encodeInterrupt(msgID string) []byte {
 		Interrupt string `json:"interrupt"`
 	}{msgID}) // a struct of one string always marshals
 	return append(b, '\n')
+}
+
+// encodeHeader frames a request for the drivers without a JSON parser (R):
+// a header line "<silent 0|1> <code length in bytes> <msg_id>", then the code.
+func encodeHeader(req core.ExecuteRequest) ([]byte, error) {
+	if strings.ContainsAny(req.MsgID, "\n\r") {
+		return nil, errors.New("msg_id cannot contain a line break")
+	}
+	silent := 0
+	if req.Silent {
+		silent = 1
+	}
+	header := fmt.Sprintf("%d %d %s\n", silent, len(req.Code), req.MsgID)
+	return append([]byte(header), req.Code...), nil
 }
 
 func encodeBash(req core.ExecuteRequest) ([]byte, error) {

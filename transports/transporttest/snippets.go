@@ -137,3 +137,28 @@ var TypeScript = LanguageSnippets{
 	},
 	PrintCwd: "process.stdout.write(process.cwd() as string)",
 }
+
+// R is the suite's snippets for an R kernel: the subprocess transport's
+// driver and Jupyter's IRkernel alike. A value's text is R's printed form.
+var R = LanguageSnippets{
+	Language:   "r",
+	Result:     "1+1",
+	ResultText: "[1] 2",
+	StdoutCode: `cat("out\n")`,
+	StderrCode: `cat("err\n", file = stderr())`,
+	// IRkernel sends the output of each top-level expression when it ends,
+	// so "start" is out before the sleep begins.
+	PrintThenSleep:    "cat(\"start\\n\")\nSys.sleep(1.5)",
+	PrintSleepSeconds: 1.5,
+	ErrorCode:         `f <- function() stop("boom"); f()`,
+	ErrorValue:        "boom",
+	SetState:          "kh_state <- 41",
+	GetState:          `cat(kh_state + 1, "\n", sep = "")`,
+	Sleep:             "cat(\"start\\n\")\nSys.sleep(60)",
+	// quit() is IRkernel's own shutdown; a dying interpreter is SIGKILL.
+	Exit: "tools::pskill(Sys.getpid(), tools::SIGKILL)",
+	PrintEnv: func(key string) string {
+		return "cat(Sys.getenv('" + key + "', unset = '<unset>'))"
+	},
+	PrintCwd: "cat(getwd())",
+}

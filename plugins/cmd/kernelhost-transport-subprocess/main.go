@@ -1,7 +1,7 @@
 // Command kernelhost-transport-subprocess is the subprocess transport (local
-// python, bash and node interpreters) as a plugin. The interpreters are taken
-// from KERNELHOST_PYTHON, KERNELHOST_BASH and KERNELHOST_NODE, or found on
-// PATH.
+// python, bash, node and R interpreters) as a plugin. The interpreters are
+// taken from KERNELHOST_PYTHON, KERNELHOST_BASH, KERNELHOST_NODE and
+// KERNELHOST_RSCRIPT, or found on PATH.
 package main
 
 import (
@@ -16,5 +16,6 @@ func main() {
 		Python: os.Getenv("KERNELHOST_PYTHON"),
 		Bash:   os.Getenv("KERNELHOST_BASH"),
 		Node:   os.Getenv("KERNELHOST_NODE"),
+		R:      os.Getenv("KERNELHOST_RSCRIPT"),
 	}))
 }
