@@ -74,15 +74,16 @@ func TestOfficialSDK(t *testing.T) {
 			t.Fatalf("jupyter transport: %v", err)
 		}
 		t.Cleanup(tr.Close)
-		// ipykernel only: no javascript default context (KH_SDK_NO_JS).
+		// ipykernel only: no javascript default context (KH_SDK_NO_JS), and
+		// no r or java either (KH_SDK_TRANSPORT: sdk-rjava.test.mjs).
 		t.Run("in-process", func(t *testing.T) {
-			testOfficialSDK(t, func(c *server.Config) { c.Transport = tr }, "KH_SDK_NO_JS=1")
+			testOfficialSDK(t, func(c *server.Config) { c.Transport = tr }, "KH_SDK_NO_JS=1", "KH_SDK_TRANSPORT=jupyter")
 		})
 		t.Run("plugin", func(t *testing.T) {
 			testOfficialSDK(t, func(c *server.Config) {
 				c.PluginDir, c.TransportName = pluginDir, "jupyter"
 				c.Jupyter = server.Jupyter{URL: srv.URL, Token: srv.Token}
-			}, "KH_SDK_NO_JS=1")
+			}, "KH_SDK_NO_JS=1", "KH_SDK_TRANSPORT=jupyter")
 		})
 	})
 }
