@@ -115,9 +115,12 @@ var languageSnippets = map[string]snippets{
 	"javascript": jsSnippets,
 	"typescript": jsSnippets,
 	"r": {
-		setEnv:   func(k, v string) string { return "Sys.setenv(" + rString(k) + " = " + rString(v) + ")" },
-		unsetEnv: func(k string) string { return "Sys.unsetenv(" + rString(k) + ")" },
-		chdir:    func(p string) string { return "setwd(" + rString(p) + ")" },
+		setEnv:     func(k, v string) string { return "Sys.setenv(" + rString(k) + " = " + rString(v) + ")" },
+		unsetEnv:   func(k string) string { return "Sys.unsetenv(" + rString(k) + ")" },
+		chdir:      func(p string) string { return "setwd(" + rString(p) + ")" },
+		saveAndSet: rSaveAndSet,
+		restore:    rRestore,
+		helperMark: "# kernelhost helper\n",
 
 		silentHidesErrors: true,
 	},
@@ -202,6 +205,45 @@ func jsRestore(keys []string) string {
 	}
 	b.WriteString("]); delete process.__khEnvSaved;")
 	return b.String()
+}
+
+// The R snippets keep the shadowed values (NA: unset) in .kh_env_saved.
+// The subprocess driver runs helper requests in an environment of its own
+// whose parent is base, so user code that redefined Sys.setenv, `[[` or
+// exists in the global environment does not redirect them, and
+// .kh_env_saved stays out of the user's sight; on IRkernel it is a hidden
+// variable of the global environment.
+func rSaveAndSet(keys []string, env map[string]string) string {
+	var b strings.Builder
+	b.WriteString(".kh_env_saved <- Sys.getenv(" + rVector(keys) + ", unset = NA, names = TRUE)\nSys.setenv(")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(rString(k) + " = " + rString(env[k]))
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+func rRestore(keys []string) string {
+	return "local({\n" +
+		"  saved <- get0(\".kh_env_saved\", ifnotfound = NULL)\n" +
+		"  for (k in " + rVector(keys) + ") {\n" +
+		"    v <- if (k %in% names(saved)) saved[[k]] else NA_character_\n" +
+		"    if (is.na(v)) Sys.unsetenv(k) else do.call(Sys.setenv, structure(list(v), names = k))\n" +
+		"  }\n" +
+		"})\n" +
+		"if (exists(\".kh_env_saved\", inherits = FALSE)) rm(\".kh_env_saved\")"
+}
+
+// rVector is the R character vector of keys.
+func rVector(keys []string) string {
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
+		quoted[i] = rString(k)
+	}
+	return "c(" + strings.Join(quoted, ", ") + ")"
 }
 
 // The bash snippets run in POSIX mode, entered by assigning POSIXLY_CORRECT

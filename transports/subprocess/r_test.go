@@ -137,3 +137,34 @@ func TestMissingInterpreterNamesPackage(t *testing.T) {
 		}
 	}
 }
+
+// The engine's env helpers run apart from user code on R (driver.R's
+// helper_env): code that redefined Sys.setenv and Sys.unsetenv in the
+// global environment neither keeps a request's var from arriving nor from
+// being removed, and the helpers take no execution counts.
+func TestREnvHelpersResistRedefinition(t *testing.T) {
+	needInterpreter(t, "Rscript", "r-base-core")
+	e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	ctx := context.Background()
+	run := func(code string, env map[string]string) (stdout string, count int) {
+		outs := tt.EngineRun(t, e, ctx, core.ExecRequest{Language: "r", Code: code, EnvVars: env})
+		for _, o := range outs {
+			if o.Type == core.OutNumberOfExecutions {
+				count = o.ExecutionCount
+			}
+		}
+		return tt.EngineStdout(t, outs), count
+	}
+	_, first := run("Sys.setenv <- function(...) invisible(TRUE)\nSys.unsetenv <- function(...) invisible(TRUE)\nSys.getenv <- function(...) \"fake\"", nil)
+	const show = `cat(base::Sys.getenv("KH_R", unset = "<unset>"))`
+	if got, n := run(show, map[string]string{"KH_R": "set ü"}); got != "set ü" || n != first+1 {
+		t.Errorf("during the request KH_R = %q (count %d, want %d)", got, n, first+1)
+	}
+	if got, n := run(show, nil); got != "<unset>" || n != first+2 {
+		t.Errorf("after the request KH_R = %q (count %d, want %d)", got, n, first+2)
+	}
+}

@@ -136,17 +136,27 @@ local({
     list(silent = parts[2] == "1", msg_id = parts[4], code = code)
   }
 
-  # run_cell evaluates code in the global environment, one top-level
+  # The engine's helper requests (cwd, env set and restore; see
+  # core/envvars.go) start with this line. They run in helper_env, whose
+  # parent is base: user code that redefined Sys.setenv or `[[` in the
+  # global environment cannot redirect them, and what they keep
+  # (.kh_env_saved) stays out of the user's sight. They run as silent
+  # requests whatever the host asked (core sends them non-silent on R for
+  # IRkernel's sake): no execution count, no execute_input.
+  helper_mark <- "# kernelhost helper\n"
+  helper_env <- new.env(parent = baseenv())
+
+  # run_cell evaluates code in envir (the global environment, or helper_env), one top-level
   # expression at a time, and returns the last one's withVisible(). Earlier
   # visible values go out at once as displays. user_depth is the frame depth
   # user code starts below, for warnings and tracebacks.
   user_depth <- NA_integer_
-  run_cell <- function(code, msg_id, silent) {
+  run_cell <- function(code, msg_id, silent, envir) {
     exprs <- parse(text = code, keep.source = FALSE, srcfile = NULL)
     last <- list(value = NULL, visible = FALSE)
     for (i in seq_along(exprs)) {
       user_depth <<- sys.nframe() + 3L # withVisible, eval and its frame
-      last <- withVisible(eval(exprs[[i]], envir = globalenv()))
+      last <- withVisible(eval(exprs[[i]], envir = envir))
       user_depth <<- NA_integer_
       if (last$visible && i < length(exprs) && !silent) {
         emit(list(type = "display_data", parent_id = msg_id, data = bundle(last$value)))
@@ -189,6 +199,11 @@ local({
 
   execute <- function(req) {
     msg_id <- req$msg_id
+    envir <- globalenv()
+    if (startsWith(req$code, helper_mark)) {
+      req$silent <- TRUE
+      envir <- helper_env
+    }
     if (req$silent) {
       emit(list(type = "status", parent_id = msg_id, state = "busy"))
     } else {
@@ -199,7 +214,7 @@ local({
     calls <- list()
     outcome <- tryCatch(
       allowInterrupts(withCallingHandlers(
-        list(ok = run_cell(req$code, msg_id, req$silent)),
+        list(ok = run_cell(req$code, msg_id, req$silent, envir)),
         warning = warn,
         error = function(e) calls <<- user_calls()
       )),
