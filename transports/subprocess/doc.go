@@ -118,7 +118,9 @@
 // the prints before them (`!cmd` uses IPython's system_raw, not the pty of
 // its default system_piped, so stdout and stderr stay apart). An
 // interrupted `!cmd` ends the command; as in IPython, the cell goes on with
-// _exit_code -2. Without IPython, a `!`/`%` line fails with a
+// _exit_code -2. An error a magic catches and shows (%time 1/0) or an event
+// callback raises is an error message, as ipykernel sends it, and the cell
+// goes on. Without IPython, a `!`/`%` line fails with a
 // ModuleNotFoundError naming python3-ipython and KERNELHOST_PYTHON. The
 // tests run /usr/bin/python3, which has Debian's python3-ipython and
 // python3-matplotlib (python3 on PATH may be another interpreter).

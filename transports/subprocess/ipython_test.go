@@ -156,6 +156,10 @@ func TestIPythonMagics(t *testing.T) {
 	if r := results(e); len(r) != 1 || r[0] != "42" || !strings.Contains(e.Stream("stdout"), "Wall time") {
 		t.Fatalf("%%time:%s", e)
 	}
+	// An error the magic catches and shows is an error message, as ipykernel sends it.
+	if errs := tt.Exec(t, k, "%time 1/0", false).OfType(core.MsgError); len(errs) != 1 || errs[0].EName != "ZeroDivisionError" {
+		t.Fatalf("%%time 1/0: errors %+v", errs)
+	}
 	// A float's text comes from IPython's text/plain formatter, which %precision sets.
 	execOK(t, k, "%precision 2")
 	if got := results(execOK(t, k, "3.14159")); len(got) != 1 || got[0] != "3.14" {

@@ -275,6 +275,11 @@ def _create_shell():
         # it through a pty (pexpect) and merges stderr into stdout.
         system = InteractiveShell.system_raw
 
+        def _showtraceback(self, etype, evalue, stb):
+            # An error a magic (%time 1/0) or an event callback caught and
+            # showed: an error message, as ipykernel sends it; the cell goes on.
+            _emit({"type": "error", "parent_id": _parent, "ename": etype.__name__, "evalue": str(evalue), "traceback": stb})
+
         def enable_gui(self, gui=None):
             if gui not in (None, "inline"):
                 from IPython.core.error import UsageError
