@@ -99,8 +99,8 @@
 // without ZMQ), loaded only when a cell needs it (docs/RATIONALE.md says
 // why): a cell indented as a whole is dedented (with or without IPython);
 // a cell that does not compile as Python (`!cmd`, `x = !cmd`, `%magic`,
-// `%%cell_magic`, `x?`) is turned into Python by the shell's input
-// transformers; a trailing ';' hides the result (displayhook.quiet); results
+// `%%cell_magic`, `x?`), or is one unbound name (`pwd`, `ls`: automagic),
+// is turned into Python by the shell's input transformers; a trailing ';' hides the result (displayhook.quiet); results
 // and display() are formatted by shell.display_formatter once the shell
 // exists (builtin scalars by its text/plain formatter alone unless another
 // formatter claims their type) and written as display_data by the driver's

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,8 +148,25 @@ func TestIPythonMagics(t *testing.T) {
 	}
 	dir := t.TempDir()
 	execOK(t, k, "%cd "+dir)
-	if got := results(execOK(t, k, "os.getcwd()")); len(got) != 1 || got[0] != fmt.Sprintf("%q", dir) && got[0] != "'"+dir+"'" {
+	if got := results(execOK(t, k, "os.getcwd()")); len(got) != 1 || got[0] != "'"+dir+"'" {
 		t.Fatalf("after %%cd: %q, want %q", got, dir)
+	}
+	// A lone name IPython knows as a magic or alias runs as one (automagic);
+	// a bound name stays a name.
+	if got := results(execOK(t, k, "pwd")); len(got) != 1 || got[0] != "'"+dir+"'" {
+		t.Fatalf("pwd: %q, want %q", got, dir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "listed.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := execOK(t, k, "ls").Stream("stdout"); !strings.Contains(got, "listed.txt") {
+		t.Fatalf("ls: stdout %q", got)
+	}
+	if got := results(execOK(t, k, "ls = 3\nls")); len(got) != 1 || got[0] != "3" {
+		t.Fatalf("a bound ls: %q", got)
+	}
+	if r := tt.Exec(t, k, "no_such_name_xyz", false).Reply(); r.EName != "NameError" {
+		t.Fatalf("an unbound name: %+v", r)
 	}
 	e := execOK(t, k, "%time 20 + 22")
 	if r := results(e); len(r) != 1 || r[0] != "42" || !strings.Contains(e.Stream("stdout"), "Wall time") {

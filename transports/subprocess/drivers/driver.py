@@ -499,14 +499,25 @@ def _parse(code, filename):
     transformers."""
     source = _dedent(code)
     try:
-        return source, ast.parse(source, filename=filename, mode="exec")
+        tree = ast.parse(source, filename=filename, mode="exec")
+        if not _unbound_name(tree) or _shell() is None:
+            return source, tree
+        # A lone unbound name (`pwd`, `ls`): IPython's automagic may run it.
     except SyntaxError:
-        shell = _shell()
-        if shell is None:
+        if _shell() is None:
             _check_needs_ipython(source)
             raise
-    source = shell.transform_cell(code)
+    source = _shell_obj.transform_cell(code)
     return source, ast.parse(source, filename=filename, mode="exec")
+
+
+def _unbound_name(tree):
+    """Whether the cell is one name, bound nowhere: IPython reads `pwd` as %pwd."""
+    body = tree.body
+    if len(body) != 1 or not isinstance(body[0], ast.Expr) or not isinstance(body[0].value, ast.Name):
+        return False
+    name = body[0].value.id
+    return name not in _ns and not hasattr(builtins, name)
 
 
 def _dedent(code):
