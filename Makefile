@@ -41,8 +41,10 @@ WAZERO         := $(TOOLS)/wazero
 # deploy/kernelhost.service (TestInstall); python3-notebook: what Kernel
 # Gateway 2.5.2 (../shared/third_party, run by the gateway tests) runs on;
 # python3-ipython and python3-matplotlib: IPython cell semantics and inline
-# figures in the subprocess python driver (its tests run /usr/bin/python3).
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core wabt curl systemd python3-notebook python3-ipython python3-matplotlib
+# figures in the subprocess python driver (its tests run /usr/bin/python3);
+# python3-pandas and python3-pil, with matplotlib: the charts, data and images
+# of the python environment (kernelenv; its tests run /usr/bin/python3 too).
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888
@@ -237,9 +239,10 @@ deps-npm: $(SDKTEST)/node_modules/.package-lock.json
 $(SDKTEST)/node_modules/.package-lock.json: $(SDKTEST)/package.json $(SDKTEST)/package-lock.json
 	cd $(SDKTEST) && npm ci --no-audit --no-fund
 
-## bench: host vs direct-kernel round trip, and a 200,000-line stream
+## bench: host vs direct-kernel round trip, a 200,000-line stream, and the
+## python environment (a plain cell with and without it, a 10,000-point chart)
 bench:
-	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -count=1 ./hostcmd/server/
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -count=1 ./hostcmd/server/ ./kernelenv/
 
 ## vet: gofmt check and go vet
 vet:

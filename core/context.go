@@ -437,9 +437,9 @@ func (c *Context) awaitRestartEvent(ctx context.Context, before int, events chan
 	}
 }
 
-// setup applies the cwd and the global env vars. It always sends a request,
-// even an empty one, which also serves as a barrier behind the kernel's
-// earlier events.
+// setup applies the kernel setup (Config.KernelSetup), the cwd and the global
+// env vars. It always sends a request, even an empty one, which also serves
+// as a barrier behind the kernel's earlier events.
 func (c *Context) setup(ctx context.Context) error {
 	var globals map[string]string
 	if c.e.cfg.GlobalEnv != nil {
@@ -456,7 +456,13 @@ func (c *Context) setup(ctx context.Context) error {
 			globals[k] = v
 		}
 	}
-	if err := c.helper(setupCode(c.info.Language, c.info.Cwd, globals)); err != nil {
+	code := setupCode(c.info.Language, c.info.Cwd, globals)
+	if c.e.cfg.KernelSetup != nil {
+		if env := c.e.cfg.KernelSetup(c.info.Language); env != "" {
+			code = env + "\n" + code
+		}
+	}
+	if err := c.helper(code); err != nil {
 		return &setupError{cwd: c.info.Cwd, err: err}
 	}
 	c.mu.Lock()

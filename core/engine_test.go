@@ -793,3 +793,42 @@ func TestOutputOfAGoneClientIsBoundedByTheReplayBuffer(t *testing.T) {
 		t.Fatalf("re-attached from %d: got %d outputs ending %+v, want the newest up to %d", first, len(outs), outs[len(outs)-1], last)
 	}
 }
+
+// Config.KernelSetup's code runs on every new kernel of its language, in the
+// setup request, and again after a restart (a new interpreter), before the
+// global env vars: a global of the same name wins.
+func TestKernelSetupRunsOnStartAndRestart(t *testing.T) {
+	var languages []string
+	var mu sync.Mutex
+	e, _ := newTestEngine(t, Config{
+		KernelSetup: func(language string) string {
+			mu.Lock()
+			languages = append(languages, language)
+			mu.Unlock()
+			return "__import__('os').environ['KH_SETUP'] = 'setup'\n__import__('os').environ['KH_BOTH'] = 'setup'"
+		},
+		GlobalEnv: func(context.Context) (map[string]string, error) { return map[string]string{"KH_BOTH": "global"}, nil },
+	})
+	ctx := context.Background()
+	info, err := e.CreateContext(ctx, "python", "/tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		got := stdout(collect(t, execute(t, e, ctx, ExecRequest{Code: "getenv KH_SETUP\ngetenv KH_BOTH", ContextID: info.ID})))
+		if want := "KH_SETUP=setupKH_BOTH=global"; got != want {
+			t.Fatalf("%s: the kernel has %q, want %q", when, got, want)
+		}
+	}
+	check("after start")
+	if err := e.Restart(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	check("after restart")
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(languages, " ") != "python python" {
+		t.Fatalf("KernelSetup called for %q, want python on start and on restart", languages)
+	}
+}

@@ -15,3 +15,12 @@ const MaxTimeoutSeconds = maxTimeoutSeconds
 
 // PluginEnv is the environment the host adds for its transport plugin.
 var PluginEnv = pluginEnv
+
+// WithoutKernelEnv makes the hosts started until restore is called apply no
+// kernel environment (kernelenv), for benchmarks that compare the two. Not
+// for parallel tests: it swaps a package variable.
+func WithoutKernelEnv() (restore func()) {
+	saved := kernelSetup
+	kernelSetup = nil
+	return func() { kernelSetup = saved }
+}

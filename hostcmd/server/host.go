@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/kernelenv"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin"
 )
 
@@ -35,6 +36,12 @@ type Host struct {
 	pprof    *pprofServer // nil without Config.PprofAddr
 	shutdown atomic.Bool
 }
+
+// kernelSetup is the kernel environment the engine applies to every new
+// kernel (charts, data, images for python: package kernelenv). A variable
+// only so that a benchmark can start a host without it, side by side.
+var kernelSetup = kernelenv.Setup
+
 
 // Start loads the policies, launches the transport plugin (unless
 // cfg.Transport is set), listens on cfg.Addr, starts serving and creates the
@@ -115,6 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		Logger:           log,
 		DefaultCwd:       cwd,
 		GlobalEnv:        func(context.Context) (map[string]string, error) { return globals, nil },
+		KernelSetup:      kernelSetup,
 		QueueDepth:       cfg.QueueDepth,
 		MaxOutputBytes:   cfg.MaxOutputBytes,
 		ReplayBytes:      cfg.ReplayBytes,

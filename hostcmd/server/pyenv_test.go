@@ -1,0 +1,158 @@
+package server_test
+
+import (
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+)
+
+// Charts, data and images over HTTP: kernelhost's python kernel environment
+// (package kernelenv), which the host applies to every new python kernel, on
+// the subprocess transport (the driver on Debian's python) and on Jupyter
+// (ipykernel, whose kernels the test does not change). The official SDK's
+// view of the same is hostcmd/sdktest/sdk-charts.test.mjs.
+
+// debianPython has matplotlib, pandas and PIL (python3-matplotlib,
+// python3-pandas, python3-pil: `make test` installs them); pyenv's python3 on
+// PATH does not see them.
+const debianPython = "/usr/bin/python3"
+
+// requirePlotting fails (under CI) or skips the test when debianPython lacks
+// the packages the kernel environment serves.
+func requirePlotting(tb testing.TB) {
+	tb.Helper()
+	out, err := exec.Command(debianPython, "-c", "import IPython, matplotlib, pandas, PIL").CombinedOutput()
+	if err == nil {
+		return
+	}
+	msg := "needs " + debianPython + " with IPython, matplotlib, pandas and PIL (make test installs them): " + err.Error() + ": " + string(out)
+	if os.Getenv("CI") != "" {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
+}
+
+// onDebianPython runs the subprocess transport, linked in, on debianPython.
+func onDebianPython(c *server.Config) {
+	c.Transport = subprocess.New(subprocess.Options{Python: debianPython})
+}
+
+func TestPythonResults(t *testing.T) {
+	requirePlotting(t)
+	t.Run("subprocess", func(t *testing.T) { testPythonResults(t, startHost(t, onDebianPython)) })
+	t.Run("jupyter", func(t *testing.T) {
+		srv := jupytertest.Start(t)
+		testPythonResults(t, startHost(t, jupyterInProcess(t, srv)))
+	})
+}
+
+const lineOverDates = `import datetime
+import matplotlib.pyplot as plt
+days = [datetime.datetime(2024, 3, 1) + datetime.timedelta(days=i) for i in range(5)]
+plt.plot(days, [1.5, 2, 2.5, 3, 3.5], label='load')
+plt.title('Load')
+plt.ylabel('Load (kW)')
+plt.show()`
+
+func testPythonResults(t *testing.T, h *testHost) {
+	chart := func(t *testing.T, lines []line) map[string]any {
+		t.Helper()
+		noError(t, lines)
+		results := ofType(lines, "result")
+		if len(results) != 1 {
+			t.Fatalf("want one result (the figure), got %v", results)
+		}
+		r := results[0]
+		if png, err := base64.StdEncoding.DecodeString(r.str("png")); err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+			t.Fatalf("no png beside the chart (%v): %v", err, r)
+		}
+		c, ok := r["chart"].(map[string]any)
+		if !ok {
+			t.Fatalf("no chart in %v", r)
+		}
+		return c
+	}
+	checkLine := func(t *testing.T, c map[string]any) {
+		t.Helper()
+		el := c["elements"].([]any)[0].(map[string]any)
+		first := el["points"].([]any)[0].([]any)
+		if c["type"] != "line" || c["title"] != "Load" || c["x_scale"] != "datetime" || c["y_unit"] != "kW" || c["x_unit"] != nil ||
+			el["label"] != "load" || first[0] != "2024-03-01T00:00:00" || first[1] != 1.5 {
+			t.Fatalf("line chart %v", c)
+		}
+	}
+	t.Run("LineOverDates", func(t *testing.T) { checkLine(t, chart(t, h.run(map[string]any{"code": lineOverDates}))) })
+
+	t.Run("DataFrame", func(t *testing.T) {
+		lines := h.run(map[string]any{"code": "import pandas as pd\npd.DataFrame({'n': [1, 2], 's': ['a', None]})"})
+		noError(t, lines)
+		r := ofType(lines, "result")[0]
+		data, _ := r["data"].(map[string]any)
+		n, _ := data["n"].([]any)
+		s, _ := data["s"].([]any)
+		if len(n) != 2 || n[0] != float64(1) || len(s) != 2 || s[0] != "a" || s[1] != nil || !strings.Contains(r.str("html"), "<table") {
+			t.Fatalf("DataFrame result %v", r)
+		}
+	})
+
+	t.Run("Images", func(t *testing.T) {
+		lines := h.run(map[string]any{"code": "from PIL import Image\nimg = Image.new('L', (3, 2))\nimg.show()\nimg"})
+		noError(t, lines)
+		results := ofType(lines, "result")
+		if len(results) != 2 || results[0]["is_main_result"] != false || results[1]["is_main_result"] != true {
+			t.Fatalf("want the shown image and the main result, got %v", results)
+		}
+		for _, r := range results {
+			if png, err := base64.StdEncoding.DecodeString(r.str("png")); err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+				t.Fatalf("not a png (%v): %v", err, r)
+			}
+		}
+	})
+
+	t.Run("JSON", func(t *testing.T) {
+		lines := h.run(map[string]any{"code": "{'a': [1, None]}"})
+		noError(t, lines)
+		j, _ := ofType(lines, "result")[0]["json"].(map[string]any)
+		if a, _ := j["a"].([]any); len(a) != 2 || a[0] != float64(1) || a[1] != nil {
+			t.Fatalf("json %v", j)
+		}
+	})
+
+	// A cell that does not plot gets what it got without the environment.
+	t.Run("PlainCell", func(t *testing.T) {
+		lines := h.run(map[string]any{"code": "print('hi')\n6 * 7"})
+		if got := mainResult(t, lines); got != "42" || stdout(lines) != "hi\n" {
+			t.Fatalf("plain cell: result %q, stdout %q", got, stdout(lines))
+		}
+		if r := ofType(lines, "result")[0]; len(r) != 4 { // type, text, extra, is_main_result
+			t.Fatalf("plain result has more than its text: %v", r)
+		}
+	})
+
+	// A restarted kernel is a new interpreter: the environment is applied again.
+	t.Run("AfterRestart", func(t *testing.T) {
+		id := h.defaultID("python")
+		if status, body := h.do("POST", "/contexts/"+id+"/restart", ""); status != 200 {
+			t.Fatalf("restart: %d %s", status, body)
+		}
+		checkLine(t, chart(t, h.run(map[string]any{"code": lineOverDates})))
+	})
+}
+
+// BenchmarkPythonEnvPlainCell measures what the kernel environment costs a
+// cell that does not plot: `1+1` over HTTP on a host that applies it and on
+// one that does not, both on Debian's python through the subprocess driver,
+// alternating in one loop. It reports both medians and their difference.
+func BenchmarkPythonEnvPlainCell(b *testing.B) {
+	requirePlotting(b)
+	restore := server.WithoutKernelEnv()
+	without := startHost(b, onDebianPython)
+	restore()
+	compareRoundTrips(b, "python-env", startHost(b, onDebianPython), "no-env", without)
+}

@@ -1,0 +1,172 @@
+package kernelenv_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/kernelenv"
+)
+
+// debianPython has IPython, matplotlib, pandas and PIL (python3-ipython,
+// python3-matplotlib, python3-pandas, python3-pil: `make test` installs them).
+const debianPython = "/usr/bin/python3"
+
+// runPython runs code in a fresh Debian python and returns its stdout. The
+// test fails (under CI) or skips (elsewhere) when that python or one of the
+// packages is missing.
+func runPython(t testing.TB, code string) string {
+	t.Helper()
+	check := exec.Command(debianPython, "-c", "import IPython, matplotlib, pandas, PIL")
+	if out, err := check.CombinedOutput(); err != nil {
+		msg := "needs " + debianPython + " with IPython, matplotlib, pandas and PIL (make test installs them): " + err.Error() + ": " + string(out)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	cmd := exec.Command(debianPython, "-c", code)
+	cmd.Env = append(os.Environ(), "MPLBACKEND=agg")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python: %v\nstderr:\n%s", err, stderr.String())
+	}
+	return string(out)
+}
+
+func TestSetupIsForPythonOnly(t *testing.T) {
+	for _, lang := range []string{"javascript", "typescript", "r", "java", "bash", ""} {
+		if code := kernelenv.Setup(lang); code != "" {
+			t.Errorf("Setup(%q) = %q, want nothing", lang, code)
+		}
+	}
+	if kernelenv.Setup("python") == "" {
+		t.Fatal("Setup(python) is empty")
+	}
+}
+
+// The setup code runs again on a kernel that already has it (the engine
+// applies it on every setup request, and a kernel can be set up twice):
+// nothing is registered twice, nothing lands in the user's globals, and none
+// of matplotlib, pandas, PIL is imported by it.
+func TestPythonSetupIsIdempotentLazyAndClean(t *testing.T) {
+	setup := kernelenv.Setup("python")
+	out := runPython(t, `
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+before = set(shell.user_ns)
+for _ in range(3):
+    shell.run_cell(`+strconv.Quote(setup)+`, silent=True)
+hooks = [f for f in sys.meta_path if type(f).__name__ == '_ImportHook']
+print(json.dumps({
+    "hooks": len(hooks),
+    "leaked": sorted(set(shell.user_ns) - before),
+    "imported": sorted(m for m in ('matplotlib', 'pandas', 'PIL', 'numpy') if m in sys.modules),
+    "formatters": sorted(k for k in shell.display_formatter.formatters if k.startswith('e2b/')),
+}))
+`)
+	var got struct {
+		Hooks      int
+		Leaked     []string
+		Imported   []string
+		Formatters []string
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	if got.Hooks != 1 || len(got.Leaked) != 0 || len(got.Imported) != 0 || strings.Join(got.Formatters, " ") != "e2b/chart e2b/data" {
+		t.Fatalf("after three setups: %+v; want one import hook, no new globals, nothing imported, the e2b/chart and e2b/data formatters", got)
+	}
+}
+
+// A kernel that already has formatters of its own for e2b/chart and
+// application/json (E2B's startup scripts add such) keeps them: ours are not
+// added beside or over them, and a figure gets one chart, theirs.
+func TestPythonSetupKeepsExistingFormatters(t *testing.T) {
+	out := runPython(t, `
+import json
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.formatters import BaseFormatter, JSONFormatter
+from traitlets import ObjectName
+shell = InteractiveShell.instance()
+class TheirChart(BaseFormatter):
+    format_type = 'e2b/chart'
+    print_method = ObjectName('_their_chart_')
+    _return_type = (dict,)
+    def __call__(self, obj):
+        return {'theirs': True} if type(obj).__name__ == 'Figure' else None
+class TheirJSON(JSONFormatter):
+    pass
+forms = shell.display_formatter.formatters
+forms['e2b/chart'] = TheirChart(parent=shell.display_formatter)
+forms['application/json'] = TheirJSON(parent=shell.display_formatter)
+shell.run_cell(`+strconv.Quote(kernelenv.Setup("python"))+`, silent=True)
+import matplotlib.pyplot as plt
+fig = plt.figure(); plt.plot([1, 2], [3, 4])
+data, _ = shell.display_formatter.format(fig)
+print(json.dumps({"chart": data.get('e2b/chart'), "json": 'application/json' in shell.display_formatter.format({'a': 1})[0]}))
+`)
+	if strings.TrimSpace(out) != `{"chart": {"theirs": true}, "json": false}` {
+		t.Fatalf("got %s, want their chart and no JSON for a dict from their formatter", out)
+	}
+}
+
+// chartTimings extracts the chart of a figure with one 10,000-point line n
+// times in a Debian python and returns the median wall and CPU time of one
+// extraction, in milliseconds (CPU time is what a loaded machine disturbs
+// least).
+func chartTimings(t testing.TB, n int) (wallMS, cpuMS float64) {
+	out := runPython(t, `
+import json, statistics, sys, time
+exec(compile(`+strconv.Quote(kernelenv.PythonSource())+`, '<kernelhost python env>', 'exec'), {'__name__': '_kernelhost_env'})
+env = sys.modules['_kernelhost_env']
+import matplotlib.pyplot as plt
+import numpy as np
+x = np.linspace(0, 100, 10000)
+fig = plt.figure()
+plt.plot(x, np.sin(x), label='sin')
+plt.xlabel('Time (s)')
+chart = env.figure_chart(fig)
+assert chart['type'] == 'line' and len(chart['elements'][0]['points']) == 10000, chart['type']
+wall, cpu = [], []
+for _ in range(`+strconv.Itoa(n)+`):
+    w, c = time.perf_counter(), time.process_time()
+    env.figure_chart(fig)
+    wall.append(time.perf_counter() - w)
+    cpu.append(time.process_time() - c)
+print(json.dumps([statistics.median(wall) * 1000, statistics.median(cpu) * 1000]))
+`)
+	var ms [2]float64
+	if err := json.Unmarshal([]byte(out), &ms); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	return ms[0], ms[1]
+}
+
+// The chart of a 10,000-point line is extracted within 50 ms (CPU time,
+// median of 15: the machine running the tests may be loaded).
+func TestChartOf10kPointLineWithin50ms(t *testing.T) {
+	wall, cpu := chartTimings(t, 15)
+	t.Logf("chart of a 10,000-point line: median %.1f ms wall, %.1f ms CPU", wall, cpu)
+	if cpu > 50 {
+		t.Fatalf("chart extraction took %.1f ms CPU (median), want <= 50", cpu)
+	}
+}
+
+// BenchmarkChart10kLine reports the median time to extract the chart of a
+// 10,000-point line (chart-p50-ms, chart-cpu-p50-ms); one op is b.N
+// extractions in one python process.
+func BenchmarkChart10kLine(b *testing.B) {
+	var wall, cpu float64
+	for b.Loop() {
+		wall, cpu = chartTimings(b, 50)
+	}
+	b.ReportMetric(wall, "chart-p50-ms")
+	b.ReportMetric(cpu, "chart-cpu-p50-ms")
+}

@@ -1,0 +1,573 @@
+# kernelhost's python kernel environment.
+#
+# The host runs this once in every new python kernel (the subprocess driver
+# and Jupyter kernels alike) as part of the context's silent setup request,
+# in a namespace of its own, so the user's globals stay clean. It teaches the
+# kernel's IPython display formatter what the E2B SDKs read from a result:
+#
+#   e2b/chart         a matplotlib Figure as structured chart data (the SDK's
+#                     LineChart, ScatterChart, BarChart, PieChart,
+#                     BoxAndWhiskerChart, SuperChart), beside its image/png
+#   e2b/data          a pandas DataFrame as {column: [values]}, beside its html
+#   application/json  dicts and lists
+#
+# and makes PIL's Image.show() and, on a kernel without IPython's shell,
+# matplotlib's plt.show() display what they show.
+#
+# Nothing here imports matplotlib, pandas or PIL: the formatters are
+# registered by type name (IPython looks them up when it first meets such an
+# object) and the two show() patches wait for their module's import (an
+# import hook). A missing package or a chart this code cannot read never
+# breaks a cell: the chart is left out, the rest of the result stays.
+#
+# Running it again is harmless: the module registers itself in sys.modules,
+# and it adds a formatter only for a MIME type nobody handles yet, so E2B's
+# own startup scripts, where a kernel has them, keep theirs.
+import builtins
+import json
+import math
+import re
+import sys
+
+_NAME = "_kernelhost_env"
+CHART_MIME = "e2b/chart"
+DATA_MIME = "e2b/data"
+
+
+# --- matplotlib figure -> e2b/chart ------------------------------------------
+
+
+def figure_chart(fig):
+    """The chart of a Figure: one axes' chart, or a superchart of several."""
+    axes = [ax for ax in fig.get_axes() if ax.get_visible() and getattr(ax, "_colorbar", None) is None]
+    if not axes:
+        return None
+    if len(axes) == 1:
+        return axes_chart(axes[0])
+    return {"type": "superchart", "title": _suptitle(fig), "elements": [axes_chart(ax) for ax in axes]}
+
+
+def _suptitle(fig):
+    text = fig.get_suptitle() if hasattr(fig, "get_suptitle") else getattr(fig, "_suptitle", None)
+    if text is not None and not isinstance(text, str):
+        text = text.get_text()
+    return text or None
+
+
+def axes_chart(ax):
+    """The chart of one Axes, by what it holds: wedges make a pie, boxes a box
+    and whisker chart, bar containers a bar chart, lines a line chart
+    (markers only: a scatter), collections of points a scatter."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.container import BarContainer
+    from matplotlib.patches import Wedge
+
+    wedges = [p for p in ax.patches if isinstance(p, Wedge)]
+    if wedges:
+        return _pie_chart(ax, wedges)
+    boxes = _box_chart(ax)
+    if boxes is not None:
+        return boxes
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    if bars:
+        return _bar_chart(ax, bars)
+    lines = [line for line in ax.get_lines() if line.get_visible() and len(line.get_xydata())]
+    if lines:
+        markers_only = all(line.get_linestyle() in ("None", " ", "") for line in lines)
+        return _point_chart(ax, "scatter" if markers_only else "line", lines, lambda line: line.get_xydata())
+    points = [c for c in ax.collections if isinstance(c, PathCollection) and len(c.get_offsets())]
+    if points:
+        return _point_chart(ax, "scatter", points, lambda c: c.get_offsets())
+    return {"type": "unknown", "title": _title(ax), "elements": []}
+
+
+def _title(ax):
+    return ax.get_title() or ax.get_title("left") or ax.get_title("right") or None
+
+
+_UNIT = re.compile(r"\(([^()]*)\)\s*$")
+
+
+def _labelled(ax, chart):
+    """Add the axis labels, and the units a trailing "(unit)" in them names."""
+    for name, label in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())):
+        unit = _UNIT.search(label)
+        chart[name + "_label"] = label or None
+        chart[name + "_unit"] = unit.group(1).strip() if unit else None
+    return chart
+
+
+def _series_label(artist):
+    label = artist.get_label()
+    # matplotlib names unlabelled artists "_child0", "_container1", ...
+    return "" if not isinstance(label, str) or label.startswith("_") else label
+
+
+def _is_datetime(axis):
+    from matplotlib import dates
+
+    return isinstance(axis.get_major_formatter(), (dates.DateFormatter, dates.AutoDateFormatter, dates.ConciseDateFormatter)) or isinstance(
+        axis.get_major_locator(), dates.DateLocator
+    )
+
+
+def _is_categorical(axis):
+    from matplotlib import category
+
+    return isinstance(axis.get_units(), category.UnitData)
+
+
+def _scale(axis):
+    if _is_datetime(axis):
+        return "datetime"
+    if _is_categorical(axis):
+        return "categorical"
+    return axis.get_scale()
+
+
+def _values(axis, scale, numbers):
+    """Axis values as the chart shows them: ISO strings on a datetime axis,
+    category names on a categorical one, numbers (null for NaN) elsewhere."""
+    if scale == "datetime":
+        return _iso_dates(numbers)
+    if scale == "categorical":
+        return axis.get_major_formatter().format_ticks(numbers)
+    return _finite(numbers)
+
+
+def _finite(numbers):
+    values = numbers.tolist() if hasattr(numbers, "tolist") else [float(v) for v in numbers]
+    # JSON has no NaN or infinity (the driver's json.dumps would write an
+    # invalid token): a gap in a line becomes null.
+    if not all(map(math.isfinite, values)):
+        values = [v if math.isfinite(v) else None for v in values]
+    return values
+
+
+def _iso_dates(numbers):
+    """matplotlib date numbers (days since its epoch) as ISO 8601 strings,
+    vectorised with numpy: a 10,000-point line must stay cheap."""
+    import numpy as np
+    from matplotlib import dates
+
+    days = np.asarray(numbers, dtype=float)
+    finite = np.isfinite(days)
+    micros = np.where(finite, np.round(days * 86400e6), 0).astype("int64")
+    stamps = np.datetime64(dates.get_epoch(), "us") + micros.astype("timedelta64[us]")
+    # Whole seconds unless the data has finer ones: "2024-01-01T00:00:00".
+    unit = "s" if not (micros % 1000000).any() else "us"
+    text = np.datetime_as_string(stamps, unit=unit).tolist()
+    if not finite.all():
+        text = [t if ok else None for t, ok in zip(text, finite.tolist())]
+    return text
+
+
+def _ticks(axis, scale):
+    """The major ticks inside the view, and their labels as matplotlib formats them."""
+    low, high = sorted(axis.get_view_interval())
+    slack = (high - low) * 1e-9
+    locs = [loc for loc in axis.get_majorticklocs() if low - slack <= loc <= high + slack]
+    labels = axis.get_major_formatter().format_ticks(locs) if locs else []
+    return _values(axis, scale, locs), [_plain(str(label)) for label in labels]
+
+
+_MATHDEFAULT = re.compile(r"\\mathdefault\{(.*)\}")
+
+
+def _plain(label):
+    """A tick label without matplotlib's mathtext markup, as a reader sees
+    it: "$\\mathdefault{10^{2}}$" (a log axis) -> "10^2"."""
+    if len(label) < 2 or label[0] != "$" or label[-1] != "$":
+        return label
+    label = _MATHDEFAULT.sub(r"\1", label[1:-1])
+    return label.replace("\\times", "\u00d7").replace("{", "").replace("}", "")
+
+
+def _point_chart(ax, kind, artists, xy_of):
+    chart = {"type": kind, "title": _title(ax)}
+    _labelled(ax, chart)
+    scales = {}
+    for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+        scale = scales[name] = _scale(axis)
+        chart[name + "_scale"] = scale
+        chart[name + "_ticks"], chart[name + "_tick_labels"] = _ticks(axis, scale)
+    numeric = scales["x"] not in _NAMED_SCALES and scales["y"] not in _NAMED_SCALES
+    elements = []
+    for artist in artists:
+        xy = xy_of(artist)
+        if numeric and _all_finite(xy):
+            points = xy.tolist()  # in C: the cost of a long line is here
+        else:
+            xs = _values(ax.xaxis, scales["x"], xy[:, 0])
+            ys = _values(ax.yaxis, scales["y"], xy[:, 1])
+            points = list(map(list, zip(xs, ys)))
+        elements.append({"label": _series_label(artist), "points": points})
+    chart["elements"] = elements
+    return chart
+
+
+_NAMED_SCALES = ("datetime", "categorical")  # values shown as strings, not numbers
+
+
+def _all_finite(array):
+    import numpy as np
+
+    return bool(np.isfinite(array).all())
+
+
+def _position_label(axis, position):
+    """The name of a position on an axis: its category, the label of the tick
+    it sits on (grouped bars sit within half a tick of it), or the number."""
+    if _is_categorical(axis):
+        return axis.get_major_formatter().format_ticks([position])[0]
+    locs = list(axis.get_majorticklocs())
+    if locs:
+        nearest = min(range(len(locs)), key=lambda i: abs(locs[i] - position))
+        spacing = min((abs(b - a) for a, b in zip(locs, locs[1:])), default=float("inf"))
+        if abs(locs[nearest] - position) < spacing / 2:
+            label = axis.get_major_formatter().format_ticks(locs)[nearest]
+            if label:
+                return str(label)
+    if _is_datetime(axis):
+        return _iso_dates([position])[0]
+    return "%g" % position
+
+
+def _bar_chart(ax, containers):
+    chart = {"type": "bar", "title": _title(ax)}
+    _labelled(ax, chart)
+    elements = []
+    for container in containers:
+        horizontal = getattr(container, "orientation", None) == "horizontal"
+        axis = ax.yaxis if horizontal else ax.xaxis
+        group = _series_label(container)
+        for bar in container.patches:
+            if horizontal:
+                position, value = bar.get_y() + bar.get_height() / 2, bar.get_width()
+            else:
+                position, value = bar.get_x() + bar.get_width() / 2, bar.get_height()
+            elements.append({"label": _position_label(axis, position), "value": _finite([value])[0], "group": group})
+    chart["elements"] = elements
+    return chart
+
+
+def _pie_chart(ax, wedges):
+    elements = []
+    for wedge in wedges:
+        elements.append({"label": _series_label(wedge), "angle": float(abs(wedge.theta2 - wedge.theta1)), "radius": float(wedge.r)})
+    return {"type": "pie", "title": _title(ax), "elements": elements}
+
+
+def _box_chart(ax):
+    """A box and whisker chart if the axes holds boxplot()'s artists: boxes
+    (closed rectangles, or patches with patch_artist=True) with a median line
+    across and a whisker on each end; None otherwise."""
+    from matplotlib.patches import PathPatch
+
+    lines = [line for line in ax.get_lines() if line.get_visible()]
+    shapes = [line.get_xydata() for line in lines]
+    shapes += [p.get_path().vertices for p in ax.patches if isinstance(p, PathPatch)]
+    boxes = [_rectangle(xy) for xy in shapes]
+    boxes = [b for b in boxes if b is not None]
+    if not boxes:
+        return None
+    segments = [xy for xy in (line.get_xydata() for line in lines) if len(xy) == 2]
+    fliers = [line.get_xydata() for line in lines if line.get_linestyle() in ("None", " ", "") and len(line.get_xydata())]
+    for vertical in (True, False):
+        elements = [_box_element(ax, box, segments, fliers, vertical) for box in boxes]
+        if elements and all(e is not None for e in elements):
+            chart = {"type": "box_and_whisker", "title": _title(ax)}
+            _labelled(ax, chart)
+            chart["elements"] = elements
+            return chart
+    return None
+
+
+def _rectangle(xy):
+    """(x0, x1, y0, y1) if xy traces an axis-aligned rectangle, else None."""
+    if len(xy) not in (5, 6):
+        return None
+    xs, ys = sorted(set(xy[:, 0].tolist())), sorted(set(xy[:, 1].tolist()))
+    if len(xs) != 2 or len(ys) != 2 or tuple(xy[0]) != tuple(xy[4]):
+        return None
+    return xs[0], xs[1], ys[0], ys[1]
+
+
+def _box_element(ax, box, segments, fliers, vertical):
+    # Work in (across, along) coordinates: across the box's width, along its values.
+    i, j = (0, 1) if vertical else (1, 0)
+    lo_across, hi_across = box[0:2] if vertical else box[2:4]
+    q1, q3 = box[2:4] if vertical else box[0:2]
+    center = (lo_across + hi_across) / 2
+    median = low = high = None
+    for seg in segments:
+        a0, a1, v0, v1 = seg[0][i], seg[1][i], seg[0][j], seg[1][j]
+        if v0 == v1 and lo_across - 1e-9 <= min(a0, a1) and max(a0, a1) <= hi_across + 1e-9 and q1 <= v0 <= q3 and a0 != a1:
+            if median is None:
+                median = v0
+        elif a0 == a1 and abs(a0 - center) < 1e-9 and v0 != v1:
+            end = v1 if abs(v0 - q1) < 1e-9 or abs(v0 - q3) < 1e-9 else v0
+            if end <= q1:
+                low = end
+            elif end >= q3:
+                high = end
+    if median is None or low is None or high is None:
+        return None
+    outliers = []
+    for xy in fliers:
+        if all(abs(v - center) < 1e-9 for v in xy[:, i].tolist()):
+            outliers.extend(_finite(xy[:, j]))
+    axis = ax.xaxis if vertical else ax.yaxis
+    return {
+        "label": _position_label(axis, center),
+        "min": float(low),
+        "first_quartile": float(q1),
+        "median": float(median),
+        "third_quartile": float(q3),
+        "max": float(high),
+        "outliers": outliers,
+    }
+
+
+def _figure_png(fig):
+    from io import BytesIO
+
+    buf = BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+# --- pandas DataFrame -> e2b/data ---------------------------------------------
+
+
+def dataframe_data(df):
+    """A DataFrame as {column: [values]}, with the JSON pandas writes itself
+    (dates as ISO strings, NaN as null)."""
+    split = json.loads(df.to_json(orient="split", date_format="iso", default_handler=str))
+    columns = [str(c) for c in split["columns"]]
+    rows = split["data"]
+    return {name: [row[k] for row in rows] for k, name in enumerate(columns)}
+
+
+# --- dicts and lists -> application/json --------------------------------------
+
+
+def json_value(obj):
+    """obj as JSON, if it is plain JSON data; None (no application/json) otherwise."""
+    try:
+        return json.loads(json.dumps(obj, allow_nan=False))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+# --- registration --------------------------------------------------------------
+
+
+def _quietly(fn):
+    """A formatter function that gives nothing, silently, where it fails: a
+    chart this code cannot read must not cost the user their png or text."""
+
+    def format_quietly(obj):
+        try:
+            return fn(obj)
+        except Exception:
+            return None
+
+    format_quietly.__name__ = fn.__name__
+    return format_quietly
+
+
+def _display_formatter():
+    """The kernel's DisplayFormatter and shell: the IPython shell's where there
+    is one (ipykernel, a driver running cells in IPython), else the one the
+    subprocess driver formats its results with (display.formatter)."""
+    try:
+        from IPython import get_ipython
+    except Exception:
+        return None, None
+    shell = get_ipython()
+    if shell is not None:
+        return shell.display_formatter, shell
+    return getattr(getattr(builtins, "display", None), "formatter", None), None
+
+
+def _add_formatter(display_formatter, mime, module, name, fn):
+    """Add a formatter for a MIME type of E2B's, unless one is there already.
+
+    It knows its type by name, so nothing is imported for it, and not as a
+    registered printer: matplotlib's inline backend removes every
+    formatter's printers for Figure when it sets up (select_figure_formats).
+    Printers users register, and _repr_e2b_chart_/_repr_e2b_data_ methods,
+    come first."""
+    if mime in display_formatter.formatters:
+        return
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import ObjectName
+
+    fn = _quietly(fn)
+
+    class Formatter(BaseFormatter):
+        format_type = mime
+        print_method = ObjectName("_repr_" + mime.replace("/", "_") + "_")
+        _return_type = (dict,)
+
+        def __call__(self, obj):
+            value = super().__call__(obj)
+            if value is None and self.enabled and _is_instance_by_name(obj, module, name):
+                value = fn(obj)
+            return value
+
+    display_formatter.formatters[mime] = Formatter(parent=display_formatter)
+
+
+def _is_instance_by_name(obj, module, name):
+    return any(cls.__name__ == name and cls.__module__ == module for cls in type(obj).__mro__)
+
+
+def _register(display_formatter):
+    from IPython.core.formatters import JSONFormatter
+
+    forms = display_formatter.formatters
+    _add_formatter(display_formatter, CHART_MIME, "matplotlib.figure", "Figure", figure_chart)
+    _add_formatter(display_formatter, DATA_MIME, "pandas.core.frame", "DataFrame", dataframe_data)
+    png = forms.get("image/png")
+    if png is not None and not _has_printer(png, "matplotlib.figure", "Figure"):
+        # ipykernel's inline backend registers its own; a kernel on Agg has none.
+        png.for_type_by_name("matplotlib.figure", "Figure", _quietly(_figure_png))
+    json_formatter = forms.get("application/json")
+    # Only IPython's own: a replaced one (E2B's) already handles dicts its way.
+    if type(json_formatter) is JSONFormatter:
+        for cls in (dict, list):
+            if not _has_printer(json_formatter, "builtins", cls.__name__):
+                json_formatter.for_type(cls, _quietly(json_value))
+
+
+def _has_printer(formatter, module, name):
+    if (module, name) in formatter.deferred_printers:
+        return True
+    cls = getattr(sys.modules.get(module), name, None)
+    return cls is not None and cls in formatter.type_printers
+
+
+# --- show() ----------------------------------------------------------------------
+
+
+def _display(obj):
+    from IPython.display import display
+
+    display(obj)
+
+
+def _patch_pil(image_module):
+    """Image.show() displays the image (as png) instead of opening a viewer."""
+    if getattr(image_module.Image.show, "_kernelhost", False):
+        return
+
+    def show(self, title=None, **options):
+        _display(self)
+
+    show._kernelhost = True
+    image_module.Image.show = show
+
+
+def _patch_pyplot(pyplot):
+    """On a kernel with no IPython shell (the subprocess driver without it),
+    and so no inline backend, plt.show() on Agg would only warn: make it
+    display the open figures and close them, as the inline backend does."""
+    _, shell = _display_formatter()
+    if shell is not None or getattr(pyplot.show, "_kernelhost", False):
+        return
+    import matplotlib
+
+    if matplotlib.get_backend().lower() != "agg":
+        return
+
+    def show(*args, **kwargs):
+        try:
+            for num in pyplot.get_fignums():
+                _display(pyplot.figure(num))
+        finally:
+            pyplot.close("all")
+
+    show._kernelhost = True
+    pyplot.show = show
+
+
+_ON_IMPORT = {"PIL.Image": _patch_pil, "matplotlib.pyplot": _patch_pyplot}
+
+
+class _ImportHook:
+    """A meta path finder that runs a patch once a watched module has loaded.
+
+    It finds nothing itself: for a watched name it asks the finders after it
+    and wraps the loader's exec_module; every other import costs one dict
+    lookup."""
+
+    def find_spec(self, name, path=None, target=None):
+        patch = _ON_IMPORT.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_then_patch(module):
+            exec_module(module)
+            try:
+                patch(module)
+            except Exception:
+                pass
+
+        spec.loader = _Loader(loader, exec_then_patch)
+        return spec
+
+
+class _Loader:
+    def __init__(self, loader, exec_module):
+        self._loader = loader
+        self.exec_module = exec_module
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def __getattr__(self, name):  # get_resource_reader, is_package, ...
+        return getattr(self._loader, name)
+
+
+def install():
+    display_formatter, _ = _display_formatter()
+    if display_formatter is not None:
+        _register(display_formatter)
+    if not any(isinstance(f, _ImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ImportHook())
+    for name, patch in _ON_IMPORT.items():
+        if name in sys.modules:  # imported before us, by a startup script
+            try:
+                patch(sys.modules[name])
+            except Exception:
+                pass
+
+
+def _as_module():
+    import types
+
+    module = types.ModuleType(_NAME, "kernelhost's python kernel environment")
+    module.__dict__.update(globals())
+    return module
+
+
+if _NAME not in sys.modules:
+    sys.modules[_NAME] = _as_module()
+    try:
+        install()
+    except Exception:  # the environment is an extra: a kernel without it still runs cells
+        pass
