@@ -160,13 +160,11 @@ func TestChartOf10kPointLineWithin50ms(t *testing.T) {
 }
 
 // BenchmarkChart10kLine reports the median time to extract the chart of a
-// 10,000-point line (chart-p50-ms, chart-cpu-p50-ms); one op is b.N
-// extractions in one python process.
+// 10,000-point line (chart-p50-ms, chart-cpu-p50-ms), over at least 50
+// extractions in one python process; ns/op includes that process's start,
+// read the metrics.
 func BenchmarkChart10kLine(b *testing.B) {
-	var wall, cpu float64
-	for b.Loop() {
-		wall, cpu = chartTimings(b, 50)
-	}
+	wall, cpu := chartTimings(b, max(b.N, 50))
 	b.ReportMetric(wall, "chart-p50-ms")
 	b.ReportMetric(cpu, "chart-cpu-p50-ms")
 }

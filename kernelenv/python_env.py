@@ -405,17 +405,22 @@ def _add_formatter(display_formatter, mime, module, name, fn):
     from traitlets import ObjectName
 
     fn = _quietly(fn)
+    method = "_repr_" + mime.replace("/", "_") + "_"
 
     class Formatter(BaseFormatter):
         format_type = mime
-        print_method = ObjectName("_repr_" + mime.replace("/", "_") + "_")
+        print_method = ObjectName(method)
         _return_type = (dict,)
 
         def __call__(self, obj):
-            value = super().__call__(obj)
-            if value is None and self.enabled and _is_instance_by_name(obj, module, name):
-                value = fn(obj)
-            return value
+            # Every displayed value passes here: the common case (not ours,
+            # nothing registered, no such method) must cost next to nothing.
+            if _is_instance_by_name(obj, module, name):
+                value = super().__call__(obj)
+                return fn(obj) if value is None and self.enabled else value
+            if self.type_printers or self.deferred_printers or getattr(type(obj), method, None) is not None:
+                return super().__call__(obj)
+            return None
 
     display_formatter.formatters[mime] = Formatter(parent=display_formatter)
 
