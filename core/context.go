@@ -456,13 +456,17 @@ func (c *Context) setup(ctx context.Context) error {
 			globals[k] = v
 		}
 	}
-	code := setupCode(c.info.Language, c.info.Cwd, globals)
 	if c.e.cfg.KernelSetup != nil {
-		if env := c.e.cfg.KernelSetup(c.info.Language); env != "" {
-			code = env + "\n" + code
+		// A request of its own, not a helper: the subprocess drivers run
+		// helpers apart from user code, with stand-ins for os and sys,
+		// and the kernel environment must reach the interpreter's own.
+		if code := c.e.cfg.KernelSetup(c.info.Language); code != "" {
+			if err := c.silentRequest(code); err != nil {
+				return &setupError{cwd: c.info.Cwd, err: fmt.Errorf("kernel setup: %w", err)}
+			}
 		}
 	}
-	if err := c.helper(code); err != nil {
+	if err := c.helper(setupCode(c.info.Language, c.info.Cwd, globals)); err != nil {
 		return &setupError{cwd: c.info.Cwd, err: err}
 	}
 	c.mu.Lock()
@@ -485,13 +489,20 @@ func (e *setupError) Unwrap() error { return e.err }
 // helper runs one silent request of the engine's own (cwd, env set/reset) and
 // waits, bounded by Config.HelperTimeout, for the kernel to finish it.
 func (c *Context) helper(code string) error {
+	return c.silentRequest(helperCode(c.info.Language, code))
+}
+
+// silentRequest runs code as a request of the engine's own (silent where
+// the language allows, see helperSilent) and waits, bounded by
+// Config.HelperTimeout, for the kernel to finish it.
+func (c *Context) silentRequest(code string) error {
 	k, r := c.current()
 	msgID := newID()
 	rt := r.register(msgID)
 	defer r.unregister(msgID)
 	ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
 	defer cancel()
-	req := ExecuteRequest{MsgID: msgID, Code: helperCode(c.info.Language, code), Silent: helperSilent(c.info.Language)}
+	req := ExecuteRequest{MsgID: msgID, Code: code, Silent: helperSilent(c.info.Language)}
 	if err := k.Execute(ctx, req); err != nil {
 		return err
 	}

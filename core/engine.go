@@ -43,9 +43,9 @@ type Config struct {
 	GlobalEnv func(ctx context.Context) (map[string]string, error)
 	// KernelSetup, if set, returns code to run in every new kernel of a
 	// language (a NormalizeLanguage name; "" for none), on start and after
-	// each restart, in the same silent request as the cwd and env vars and
-	// before them: the host's kernel environment (package kernelenv). It
-	// must not fail: a failing setup request fails the context.
+	// each restart, as a silent request of its own just before the cwd and
+	// env vars are applied: the host's kernel environment (package
+	// kernelenv). It must not fail: a failing setup fails the context.
 	KernelSetup func(language string) string
 	// Policy, if set, decides on every execution's env vars before it is queued.
 	Policy EnvPolicy

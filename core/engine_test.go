@@ -794,9 +794,9 @@ func TestOutputOfAGoneClientIsBoundedByTheReplayBuffer(t *testing.T) {
 	}
 }
 
-// Config.KernelSetup's code runs on every new kernel of its language, in the
-// setup request, and again after a restart (a new interpreter), before the
-// global env vars: a global of the same name wins.
+// Config.KernelSetup's code runs on every new kernel of its language, as a
+// silent request of its own, and again after a restart (a new interpreter),
+// before the global env vars: a global of the same name wins.
 func TestKernelSetupRunsOnStartAndRestart(t *testing.T) {
 	var languages []string
 	var mu sync.Mutex
@@ -805,7 +805,7 @@ func TestKernelSetupRunsOnStartAndRestart(t *testing.T) {
 			mu.Lock()
 			languages = append(languages, language)
 			mu.Unlock()
-			return "__import__('os').environ['KH_SETUP'] = 'setup'\n__import__('os').environ['KH_BOTH'] = 'setup'"
+			return "__import__('os').environ.__setitem__('KH_SETUP', 'setup')\n__import__('os').environ.__setitem__('KH_BOTH', 'setup')"
 		},
 		GlobalEnv: func(context.Context) (map[string]string, error) { return map[string]string{"KH_BOTH": "global"}, nil },
 	})

@@ -42,7 +42,6 @@ type Host struct {
 // only so that a benchmark can start a host without it, side by side.
 var kernelSetup = kernelenv.Setup
 
-
 // Start loads the policies, launches the transport plugin (unless
 // cfg.Transport is set), listens on cfg.Addr, starts serving and creates the
 // default contexts (python and javascript, those the transport has). /health
