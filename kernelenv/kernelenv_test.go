@@ -168,3 +168,23 @@ func BenchmarkChart10kLine(b *testing.B) {
 	b.ReportMetric(wall, "chart-p50-ms")
 	b.ReportMetric(cpu, "chart-cpu-p50-ms")
 }
+
+// A shell made after the environment was applied (a driver that loads
+// IPython only when a cell needs it) gets the formatters too, and applying
+// the environment imports no IPython.
+func TestPythonShellMadeLaterGetsTheFormatters(t *testing.T) {
+	out := runPython(t, `
+import json, sys
+exec(compile(`+strconv.Quote(kernelenv.Setup("python"))+`, '<setup>', 'exec'), {})
+ipython_after_setup = 'IPython' in sys.modules
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+import matplotlib.pyplot as plt
+fig = plt.figure(); plt.plot([1, 2], [3, 4])
+data, _ = shell.display_formatter.format(fig)
+print(json.dumps({"ipython_after_setup": ipython_after_setup, "chart": data.get('e2b/chart', {}).get('type')}))
+`)
+	if strings.TrimSpace(out) != `{"ipython_after_setup": false, "chart": "line"}` {
+		t.Fatalf("got %s, want no IPython import by the setup and a line chart from the later shell", out)
+	}
+}

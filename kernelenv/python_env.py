@@ -14,11 +14,12 @@
 # and makes PIL's Image.show() and, on a kernel without IPython's shell,
 # matplotlib's plt.show() display what they show.
 #
-# Nothing here imports matplotlib, pandas or PIL: the formatters are
-# registered by type name (IPython looks them up when it first meets such an
-# object) and the two show() patches wait for their module's import (an
-# import hook). A missing package or a chart this code cannot read never
-# breaks a cell: the chart is left out, the rest of the result stays.
+# Nothing here imports matplotlib, pandas, PIL or IPython: the formatters
+# know their types by name, and what needs a module waits for its import (an
+# import hook): the two show() patches, and the formatters of an IPython
+# shell made later (a driver that loads IPython only when a cell needs it).
+# A missing package or a chart this code cannot read never breaks a cell:
+# the chart is left out, the rest of the result stays.
 #
 # Running it again is harmless: the module registers itself in sys.modules,
 # and it adds a formatter only for a MIME type nobody handles yet, so E2B's
@@ -380,12 +381,12 @@ def _quietly(fn):
 def _display_formatter():
     """The kernel's DisplayFormatter and shell: the IPython shell's where there
     is one (ipykernel, a driver running cells in IPython), else the one the
-    subprocess driver formats its results with (display.formatter)."""
-    try:
-        from IPython import get_ipython
-    except Exception:
-        return None, None
-    shell = get_ipython()
+    subprocess driver formats its results with (display.formatter), else
+    none yet. IPython is not imported here: a driver that loads it only when
+    a cell needs it keeps that; its shell gets the formatters when it is
+    made (_patch_shell_class)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
     if shell is not None:
         return shell.display_formatter, shell
     return getattr(getattr(builtins, "display", None), "formatter", None), None
@@ -498,7 +499,31 @@ def _patch_pyplot(pyplot):
     pyplot.show = show
 
 
-_ON_IMPORT = {"PIL.Image": _patch_pil, "matplotlib.pyplot": _patch_pyplot}
+def _patch_shell_class(interactiveshell):
+    """Every IPython shell made from now on gets the formatters as it sets up
+    its display formatter: a driver that makes its shell only when a cell
+    needs one (after this environment was applied) included."""
+    shell_class = interactiveshell.InteractiveShell
+    init = shell_class.init_display_formatter
+    if getattr(init, "_kernelhost", False):
+        return
+
+    def init_display_formatter(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        try:
+            _register(self.display_formatter)
+        except Exception:
+            pass
+
+    init_display_formatter._kernelhost = True
+    shell_class.init_display_formatter = init_display_formatter
+
+
+_ON_IMPORT = {
+    "PIL.Image": _patch_pil,
+    "matplotlib.pyplot": _patch_pyplot,
+    "IPython.core.interactiveshell": _patch_shell_class,
+}
 
 
 class _ImportHook:
