@@ -90,21 +90,23 @@ func TestOfficialSDK(t *testing.T) {
 
 // pickPython picks the subprocess transport's Python as `make run` does:
 // KERNELHOST_PYTHON, else python3 on PATH where it has IPython and
-// matplotlib, else Debian's /usr/bin/python3 where it has them
-// (python3-ipython, python3-matplotlib). Where none has them it returns
-// python3 and KH_SDK_NO_IPYTHON=1, which skips sdk-ipython.test.mjs, except
-// under CI, where `make test` installed them and it fails.
+// matplotlib (and pandas and PIL, for sdk-charts.test.mjs), else Debian's
+// /usr/bin/python3 where it has them (python3-ipython, python3-matplotlib,
+// python3-pandas, python3-pil). Where none has them it returns python3 and
+// KH_SDK_NO_IPYTHON=1, which skips sdk-ipython.test.mjs and
+// sdk-charts.test.mjs, except under CI, where `make test` installed them
+// and it fails.
 func pickPython(t *testing.T) (string, []string) {
 	if python := os.Getenv("KERNELHOST_PYTHON"); python != "" {
 		return python, nil
 	}
 	for _, python := range []string{"python3", "/usr/bin/python3"} {
-		if exec.Command(python, "-c", "import IPython, matplotlib").Run() == nil {
+		if exec.Command(python, "-c", "import IPython, matplotlib, pandas, PIL").Run() == nil {
 			return python, nil
 		}
 	}
 	if os.Getenv("CI") != "" {
-		t.Fatal("no Python with IPython and matplotlib (make test installs python3-ipython python3-matplotlib)")
+		t.Fatal("no Python with IPython, matplotlib, pandas and PIL (make test installs python3-ipython python3-matplotlib python3-pandas python3-pil)")
 	}
 	return "python3", []string{"KH_SDK_NO_IPYTHON=1"}
 }
