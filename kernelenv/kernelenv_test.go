@@ -188,3 +188,25 @@ print(json.dumps({"ipython_after_setup": ipython_after_setup, "chart": data.get(
 		t.Fatalf("got %s, want no IPython import by the setup and a line chart from the later shell", out)
 	}
 }
+
+// A figure whose chart cannot be read loses only its chart, silently: the
+// other formats stay and nothing is printed.
+func TestPythonUnreadableChartIsLeftOut(t *testing.T) {
+	out := runPython(t, `
+import contextlib, io, json
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_cell(`+strconv.Quote(kernelenv.Setup("python"))+`, silent=True)
+from matplotlib.figure import Figure
+class Odd(Figure):
+    def get_axes(self):
+        raise RuntimeError('unreadable')
+err = io.StringIO()
+with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
+    data, _ = shell.display_formatter.format(Odd())
+print(json.dumps({"formats": sorted(data), "printed": err.getvalue()}))
+`)
+	if strings.TrimSpace(out) != `{"formats": ["image/png", "text/plain"], "printed": ""}` {
+		t.Fatalf("got %s, want the png and text without a chart, and nothing printed", out)
+	}
+}
