@@ -190,6 +190,7 @@ func post(t *testing.T, url string, req map[string]any) (int, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, _ := http.NewRequestWithContext(ctx, "POST", url+"/execute", strings.NewReader(string(b)))
+	r.Header.Set("Content-Type", "application/json")
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Do(r)

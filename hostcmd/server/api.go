@@ -30,6 +30,7 @@ type api struct {
 	token        []byte      // Config.AccessToken; empty: no check
 	tokenScope   string      // ScopeAll or ScopeExecute
 	metrics      *metrics    // nil: no /metrics (Config.DisableMetrics)
+	browser      *browserGuard
 }
 
 // route is one entry of the API's route table: an HTTP method, a ServeMux
@@ -55,7 +56,8 @@ var routes = []route{
 	{"GET", "/openapi.json", (*api).openAPI},
 }
 
-// handler returns the API's routes behind CORS and the access token.
+// handler returns the API's routes behind the Host and Origin checks
+// (browser.go) and the access token.
 func (a *api) handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range routes {
@@ -63,7 +65,7 @@ func (a *api) handler() http.Handler {
 			rt.handle(a, w, r)
 		})
 	}
-	return withRequestLog(a.log, cors(a.authorize(jsonRouteErrors(mux))))
+	return withRequestLog(a.log, a.browser.wrap(a.authorize(jsonRouteErrors(mux))))
 }
 
 // jsonRouteErrors answers an unknown route (404) and a known path with
@@ -169,32 +171,6 @@ func bearer(h string) string {
 	return strings.TrimSpace(cred)
 }
 
-// cors allows every origin, method and header and answers preflights, as
-// upstream does: browser builds of the JS SDK send custom headers.
-func cors(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		origin := r.Header.Get("Origin")
-		if origin == "" {
-			h.Set("Access-Control-Allow-Origin", "*")
-		} else {
-			h.Set("Access-Control-Allow-Origin", origin)
-			h.Set("Access-Control-Allow-Credentials", "true")
-			h.Add("Vary", "Origin")
-		}
-		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-			h.Set("Access-Control-Allow-Methods", "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT")
-			if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
-				h.Set("Access-Control-Allow-Headers", req)
-			}
-			h.Set("Access-Control-Max-Age", "600")
-			w.WriteHeader(http.StatusOK)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 func (a *api) health(w http.ResponseWriter, r *http.Request) {
 	if !a.ready.Load() {
 		writeText(w, http.StatusServiceUnavailable, "Starting: the default contexts are not ready yet")
@@ -234,6 +210,10 @@ const maxTimeoutSeconds = float64(math.MaxInt64/int64(time.Second)) - 1
 const minTimeoutSeconds = 0.001
 
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
+	if !requireJSON(w, r) {
+		a.metrics.invalid()
+		return
+	}
 	body, ok := a.readBody(w, r)
 	if !ok {
 		a.metrics.invalid()

@@ -69,9 +69,10 @@ func TestBadInput(t *testing.T) {
 }
 
 // What the SDKs send must be accepted: empty strings for absent fields,
-// unknown fields and query parameters, JSON content type on bodiless routes.
+// unknown fields and query parameters, JSON content type on bodiless routes,
+// and (a browser build, from an allowed origin) CORS preflights.
 func TestLenientInput(t *testing.T) {
-	h := startHost(t)
+	h := startHost(t, func(c *server.Config) { c.AllowedOrigins = []string{"http://example.test"} })
 	for _, body := range []string{
 		`{"code":"1+1","context_id":"","language":""}`,
 		`{"code":"1+1","context_id":null,"language":null,"env_vars":null}`,

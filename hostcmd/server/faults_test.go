@@ -576,6 +576,7 @@ func TestFaultClientsDisconnect(t *testing.T) {
 			defer cancel()
 			body := fmt.Sprintf(`{"code":"import time\nfor i in range(30):\n    print(i, flush=True)\n    time.sleep(0.005)","context_id":%q}`, ids[i%len(ids)])
 			req, _ := http.NewRequestWithContext(ctx, "POST", h.URL()+"/execute", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := h.client.Do(req)
 			if err != nil {
 				return // dropped before the answer
@@ -635,6 +636,7 @@ func TestFaultSlowReader(t *testing.T) {
 	code := fmt.Sprintf("import sys\nline = 'x' * 1023 + '\\n'\nfor i in range(100 * 1024):\n    sys.stdout.write(line)\nsys.stdout.flush()\nopen(%q, 'w').close()", done)
 	body := fmt.Sprintf(`{"code":%q}`, code)
 	req, _ := http.NewRequestWithContext(ctx, "POST", h.URL()+"/execute", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := h.client.Do(req)
 	if err != nil {
 		t.Fatal(err)

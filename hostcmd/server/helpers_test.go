@@ -174,6 +174,10 @@ func (h *testHost) doWith(method, path, body string, headers map[string]string) 
 	}
 	req.Header.Set("Content-Type", "application/json") // the SDKs send it everywhere
 	for k, v := range headers {
+		if k == "Host" {
+			req.Host = v // net/http sends req.Host, never a Host header of the map
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := h.client.Do(req)
@@ -266,6 +270,7 @@ func (h *testHost) start(ctx context.Context, req any) *stream {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	r.Header.Set("Content-Type", "application/json")
 	resp, err := h.client.Do(r)
 	if err != nil {
 		h.t.Fatalf("POST /execute: %v", err)

@@ -142,7 +142,8 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	a := &api{engine: engine, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
-		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met}
+		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
+		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, log)}
 	var pprof *pprofServer
 	if cfg.PprofAddr != "" {
 		if pprof, err = startPprof(cfg.PprofAddr, log); err != nil {
@@ -304,6 +305,9 @@ func withDefaults(c Config) Config {
 	}
 	if c.AccessTokenScope == "" {
 		c.AccessTokenScope = ScopeAll
+	}
+	if c.AllowedHosts == nil {
+		c.AllowedHosts = DefaultAllowedHosts
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -198,7 +198,7 @@ func tokenRequest(t *testing.T, h *testHost, method, path, body string, headers 
 
 func TestAccessTokenEveryRoute(t *testing.T) {
 	const token = "s3cret-host-token"
-	h := startHost(t, func(c *server.Config) { c.AccessToken = token })
+	h := startHost(t, func(c *server.Config) { c.AccessToken = token; c.AllowedOrigins = []string{"http://a.test"} })
 	good := map[string]string{"Authorization": "Bearer " + token}
 	for _, tc := range []struct {
 		name    string
@@ -242,7 +242,7 @@ func TestAccessTokenEveryRoute(t *testing.T) {
 	if status, _ := tokenRequest(t, h, "POST", "/execute", `{"code":"1+1"}`, map[string]string{"X-Access-Token": "nope"}); status != 401 {
 		t.Fatalf("/execute with a wrong X-Access-Token: %d, want 401", status)
 	}
-	// Readiness probes and CORS preflights carry no credentials.
+	// Readiness probes and CORS preflights (from an allowed origin) carry no credentials.
 	if status, _ := tokenRequest(t, h, "GET", "/health", "", nil); status != 200 {
 		t.Fatalf("/health without a token: %d, want 200", status)
 	}
@@ -396,6 +396,13 @@ func TestLoadLimits(t *testing.T) {
 		c.ReadTimeout != 60*time.Second || c.IdleTimeout != 640*time.Second || c.AccessToken != "" || c.AccessTokenScope != "all" {
 		t.Fatalf("defaults: %+v", c)
 	}
+	if fmt.Sprint(c.AllowedHosts) != "[*.e2b.app *.e2b.dev]" || len(c.AllowedOrigins) != 0 {
+		t.Fatalf("default allowed hosts %q, origins %q", c.AllowedHosts, c.AllowedOrigins)
+	}
+	c, err = server.Load("kernelhost", []string{"-allowed-origins", " https://a.test, http://b.test:3000 "}, env(map[string]string{"KERNELHOST_ALLOWED_HOSTS": "kh.test,*.s.test"}), io.Discard)
+	if err != nil || fmt.Sprint(c.AllowedHosts) != "[kh.test *.s.test]" || fmt.Sprint(c.AllowedOrigins) != "[https://a.test http://b.test:3000]" {
+		t.Fatalf("allowed hosts %q, origins %q: %v", c.AllowedHosts, c.AllowedOrigins, err)
+	}
 	c, err = server.Load("kernelhost", []string{"-max-contexts", "0", "-execution-timeout", "90s"}, env(map[string]string{
 		"KERNELHOST_ACCESS_TOKEN":       "t0k",
 		"KERNELHOST_ACCESS_TOKEN_SCOPE": "execute",
@@ -414,6 +421,10 @@ func TestLoadLimits(t *testing.T) {
 		{"-idle-timeout", "-5s"},
 		{"-access-token-scope", "some"},
 		{"-access-token", " padded"},
+		{"-allowed-hosts", "http://kh.test"},
+		{"-allowed-hosts", "kh.test:8080"},
+		{"-allowed-origins", "app.test"},
+		{"-allowed-origins", "https://app.test/path"},
 	} {
 		_, err := server.Load("kernelhost", args, env(nil), io.Discard)
 		if err == nil {

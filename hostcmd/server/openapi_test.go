@@ -135,6 +135,11 @@ Rich()`
 			c.exchange(t, call{"POST", tc.path, tc.body, nil, tc.status})
 		})
 	}
+	// The browser checks (browser.go): a form-typed body, a foreign Origin.
+	c.exchange(t, call{"POST", "/execute", `{"code":"1"}`, http.Header{"Content-Type": {"text/plain"}}, 415})
+	for _, r := range [][2]string{{"POST", "/execute"}, {"GET", "/contexts"}, {"POST", "/contexts"}, {"DELETE", "/contexts/nope"}} {
+		c.exchange(t, call{r[0], r[1], `{"code":"1"}`, http.Header{"Origin": {"http://evil.test"}}, 403})
+	}
 
 	t.Run("contexts", func(t *testing.T) {
 		c.exchange(t, call{"GET", "/contexts", "", nil, 200})
@@ -324,7 +329,7 @@ func (c *conformance) send(t testing.TB, ctx context.Context, tc call) (*http.Re
 //   - the response (status, headers, body, and each line of an NDJSON
 //     stream) matches the documented response of its status;
 //   - the document refuses the request exactly when the host refused it for
-//     its shape or credentials (422, 401), and accepts every other.
+//     its shape or credentials (422, 415, 401), and accepts every other.
 //
 // It returns the body and, for a stream, its lines.
 func (c *conformance) exchange(t testing.TB, tc call) ([]byte, []line) {
@@ -337,7 +342,8 @@ func (c *conformance) exchange(t testing.TB, tc call) ([]byte, []line) {
 	// The validator reads a request of its own: the first body is spent.
 	in := c.requestInput(t, c.newRequest(t, ctx, tc))
 	reqErr := openapi3filter.ValidateRequest(ctx, in)
-	refused := resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusUnprocessableEntity
+	refused := resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusUnprocessableEntity ||
+		resp.StatusCode == http.StatusUnsupportedMediaType
 	switch {
 	case refused && reqErr == nil:
 		t.Errorf("%s %s %.200s: the host refused it (%d) but docs/openapi.json accepts it", tc.method, tc.path, tc.body, resp.StatusCode)

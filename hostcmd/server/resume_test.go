@@ -26,6 +26,7 @@ func (h *testHost) open(ctx context.Context, method, path, body string) (*stream
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	r.Header.Set("Content-Type", "application/json")
 	resp, err := h.client.Do(r)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)

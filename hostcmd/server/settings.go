@@ -61,8 +61,16 @@ type Config struct {
 	// route but /health) or ScopeExecute (only /execute, where the official
 	// SDKs can present it as X-Access-Token). Default ScopeAll.
 	AccessTokenScope string
-	Interpreters     Interpreters
-	Logger           *slog.Logger
+	// AllowedHosts are the names a request's Host may be besides loopback
+	// names and addresses: "name", "*.suffix" or "*" (any; the check is
+	// off). nil: DefaultAllowedHosts. A DNS-rebinding page is refused.
+	AllowedHosts []string
+	// AllowedOrigins are the browser origins ("https://app.example.com")
+	// that get CORS; a request with another Origin (not the host's own) is
+	// refused. "*": every origin. Empty: no CORS.
+	AllowedOrigins []string
+	Interpreters   Interpreters
+	Logger         *slog.Logger
 
 	// TransportName picks the transport plugin: the executable
 	// PluginDir/kernelhost-transport-<TransportName>. Default "subprocess".
@@ -173,10 +181,11 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	// usage goes to stderr for -help only.
 	fs.SetOutput(io.Discard)
 	var (
-		c                           Config
-		envFile, envInline          string
-		policy, logFormat, logLevel string
-		jupyterKernelEnv            string
+		c                            Config
+		envFile, envInline           string
+		policy, logFormat, logLevel  string
+		jupyterKernelEnv             string
+		allowedHosts, allowedOrigins string
 	)
 	fs.String(ConfigFlag, "", "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it")
 	fs.StringVar(&c.Addr, "addr", DefaultAddr, "listen address (host:port)")
@@ -201,6 +210,8 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "an idle keep-alive connection is closed after this")
 	fs.StringVar(&c.AccessToken, "access-token", "", "if set, clients must send \"Authorization: Bearer <token>\" (prefer the environment variable: flags show in ps); see -access-token-scope")
 	fs.StringVar(&c.AccessTokenScope, "access-token-scope", ScopeAll, "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token as the official SDKs send it, and /executions/...)")
+	fs.StringVar(&allowedHosts, "allowed-hosts", strings.Join(DefaultAllowedHosts, ","), "host names a request's Host header may name besides loopback names and addresses (DNS-rebinding protection), separated by commas: name, *.suffix, or * for any")
+	fs.StringVar(&allowedOrigins, "allowed-origins", "", "browser origins allowed to call the API, with CORS (scheme://host[:port], separated by commas, or * for any); a request from another origin is refused; empty: no CORS")
 	fs.StringVar(&c.Interpreters.Python, "python", "python3", "Python interpreter")
 	fs.StringVar(&c.Interpreters.Node, "node", "node", "Node.js interpreter (javascript contexts)")
 	fs.StringVar(&c.Interpreters.Bash, "bash", "bash", "bash interpreter")
@@ -234,6 +245,16 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	}
 	if c.MaxBodyBytes <= 0 {
 		return Config{}, fmt.Errorf("max-body-bytes must be positive, got %d", c.MaxBodyBytes)
+	}
+	c.AllowedHosts, c.AllowedOrigins = parseList(allowedHosts), parseList(allowedOrigins)
+	if c.AllowedHosts == nil {
+		c.AllowedHosts = []string{} // only loopback names and addresses
+	}
+	if err := checkAllowedHosts(c.AllowedHosts); err != nil {
+		return Config{}, err
+	}
+	if err := checkAllowedOrigins(c.AllowedOrigins); err != nil {
+		return Config{}, err
 	}
 	if err := checkTransportName(c.TransportName); err != nil {
 		return Config{}, err
