@@ -131,13 +131,14 @@ run: build plugins
 	KERNELHOST_PYTHON="$$python" exec ./bin/kernelhost serve $(ARGS)
 
 # The Python `make run` gives the subprocess transport unless KERNELHOST_PYTHON
-# says: python3 on PATH where it has IPython and matplotlib (cells then run
-# with IPython's semantics and plots show inline), else Debian's
-# /usr/bin/python3 where it has them (python3-ipython python3-matplotlib;
+# says: python3 on PATH where it has IPython, matplotlib, pandas and PIL
+# (cells then run with IPython's semantics, plots show inline, and the kernel
+# environment's charts and data apply), else Debian's /usr/bin/python3 where
+# it has them (python3-ipython python3-matplotlib python3-pandas python3-pil;
 # python3 on PATH may be a pyenv or venv one without them), else python3.
 # hostcmd/sdktest picks the same way (pickPython).
 PICK_PYTHON = for p in python3 /usr/bin/python3; do \
-	$$p -c 'import IPython, matplotlib' 2>/dev/null && { command -v $$p; exit 0; }; \
+	$$p -c 'import IPython, matplotlib, pandas, PIL' 2>/dev/null && { command -v $$p; exit 0; }; \
 	done; echo python3
 
 ## run-jupyter: serve on the Jupyter transport: starts a Jupyter Server on
