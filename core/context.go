@@ -462,7 +462,8 @@ func (c *Context) setup(ctx context.Context) error {
 		// and the kernel environment must reach the interpreter's own.
 		if code := c.e.cfg.KernelSetup(c.info.Language); code != "" {
 			if err := c.silentRequest(code); err != nil {
-				return &setupError{cwd: c.info.Cwd, err: fmt.Errorf("kernel setup: %w", err)}
+				// Not a setupError: nothing the client sent (the cwd) is wrong.
+				return fmt.Errorf("kernel setup: %w", err)
 			}
 		}
 	}

@@ -832,3 +832,13 @@ func TestKernelSetupRunsOnStartAndRestart(t *testing.T) {
 		t.Fatalf("KernelSetup called for %q, want python on start and on restart", languages)
 	}
 }
+
+// A kernel setup that fails is the server's fault, not the cwd's: the
+// context is not created, with an internal error that says so.
+func TestKernelSetupFailureIsInternal(t *testing.T) {
+	e, _ := newTestEngine(t, Config{KernelSetup: func(string) string { return "not a snippet" }})
+	_, err := e.CreateContext(context.Background(), "python", "/tmp")
+	if err == nil || KindOf(err) != KindInternal || !strings.Contains(err.Error(), "kernel setup") || strings.Contains(err.Error(), "working directory") {
+		t.Fatalf("CreateContext: %v (kind %v), want an internal error naming the kernel setup", err, KindOf(err))
+	}
+}
