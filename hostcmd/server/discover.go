@@ -51,8 +51,8 @@ func describePlugin(ctx context.Context, cfg Config, path string, startTimeout t
 		return core.TransportInfo{}, fmt.Errorf("not an executable file")
 	}
 	s, err := transportplugin.Launch(ctx, transportplugin.Config{
-		Path: path,
-		Env:  pluginEnv(cfg),
+		Path:     path,
+		Settings: pluginEnv(cfg),
 		// The error carries what the plugin said; its log lines are noise here.
 		Logger:       slog.New(slog.DiscardHandler),
 		StartTimeout: startTimeout,

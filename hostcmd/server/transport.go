@@ -44,7 +44,7 @@ func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*transp
 	}
 	s, err := transportplugin.Launch(ctx, transportplugin.Config{
 		Path:      path,
-		Env:       pluginEnv(cfg),
+		Settings:  pluginEnv(cfg),
 		Logger:    cfg.Logger,
 		OnRestart: onRestart,
 	})
@@ -54,10 +54,12 @@ func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*transp
 	return s, nil
 }
 
-// pluginEnv passes the settings a plugin reads from its environment. The
-// plugin also inherits the host's environment; these entries come after it,
-// so a setting given as a flag wins there too. Empty settings are left out so
-// the plugin's own defaults apply.
+// pluginEnv is the settings a plugin reads (transportplugin.Setting), as
+// "KEY=value". They travel on the plugin's settings pipe, not in its
+// environment, which its interpreters would inherit and /proc shows (the
+// Jupyter token). The host's own KERNELHOST_* variables are left out of the
+// plugin's environment. Empty settings are left out so the plugin's own
+// defaults apply.
 func pluginEnv(cfg Config) []string {
 	var env []string
 	add := func(flagName, v string) {

@@ -27,8 +27,15 @@ type Config struct {
 	Path string
 	// Args are passed to the plugin (go-plugin itself uses none).
 	Args []string
-	// Env is added to the plugin's environment, after the host's own.
+	// Env is added to the plugin's environment, after the host's own minus
+	// the host's KERNELHOST_* variables (its settings and secrets, such as
+	// the access token), which a plugin and its interpreters never see.
 	Env []string
+	// Settings ("KEY=value") reach the plugin through an inherited pipe,
+	// never its environment (which /proc/<pid>/environ shows to processes of
+	// the same user, and which its interpreters would inherit): the plugin
+	// reads them with Setting. For secrets such as a Jupyter token.
+	Settings []string
 	// Name labels the plugin in logs and errors. Default: the base of Path.
 	Name string
 	// Logger receives go-plugin's logs and the plugin's own (its hclog JSON
@@ -330,7 +337,7 @@ func (s *Supervised) start(ctx context.Context) (*instance, core.TransportInfo, 
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  handshake,
 		VersionedPlugins: hostPlugins(),
-		RunnerFunc:       runnerFunc(s.cfg.Path, s.cfg.Args, s.cfg.Env, &proc),
+		RunnerFunc:       runnerFunc(s.cfg.Path, s.cfg.Args, s.cfg.Env, s.cfg.Settings, &proc),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		Logger:           hl,

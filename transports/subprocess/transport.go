@@ -22,7 +22,7 @@ type Options struct {
 	// looked up on PATH. Defaults: "python3", "bash", "node", "Rscript".
 	Python, Bash, Node, R string
 	// Env holds extra "KEY=value" entries appended to the host's environment
-	// for every interpreter.
+	// (minus its KERNELHOST_* variables) for every interpreter.
 	Env []string
 }
 
@@ -67,7 +67,7 @@ func New(opts Options) *Transport {
 		opts.R = "Rscript"
 	}
 	t := &Transport{
-		env:     append(os.Environ(), opts.Env...),
+		env:     append(withoutHostSettings(os.Environ()), opts.Env...),
 		langs:   map[string]language{},
 		missing: map[string]string{},
 	}
@@ -95,6 +95,22 @@ func (t *Transport) add(name, interpreter, debianPackage string, lang language) 
 	}
 	lang.path = path
 	t.langs[name] = lang
+}
+
+// hostEnvPrefix starts kernelhost's own environment variables: its settings
+// and secrets (KERNELHOST_ACCESS_TOKEN, KERNELHOST_JUPYTER_TOKEN, policy
+// configs). Interpreters run user code, which must not read them.
+const hostEnvPrefix = "KERNELHOST_"
+
+// withoutHostSettings returns env without kernelhost's own variables.
+func withoutHostSettings(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, hostEnvPrefix) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // Info implements core.Transport.

@@ -8,15 +8,15 @@ import (
 // defaultURL is the server the plugin talks to when no URL is set.
 const defaultURL = "http://127.0.0.1:8888/"
 
-// The environment variables the host passes its jupyter-* settings in
-// (hostcmd/server pluginEnv; docs/operating.md has their meaning).
+// The names the host passes its jupyter-* settings under (hostcmd/server
+// pluginEnv, on the settings pipe; docs/operating.md has their meaning).
 const (
 	envURL       = "KERNELHOST_JUPYTER_URL"
 	envToken     = "KERNELHOST_JUPYTER_TOKEN"
 	envKernelEnv = "KERNELHOST_JUPYTER_KERNEL_ENV"
 )
 
-// settings are the plugin's settings, read from its environment.
+// settings are the plugin's settings (transportplugin.Setting).
 type settings struct {
 	URL, Token string
 	KernelEnv  map[string]string

@@ -1,8 +1,9 @@
 // Command kernelhost-transport-jupyter is the Jupyter transport as a plugin.
 // It talks to the Jupyter Server (or Kernel Gateway, Enterprise Gateway) at
 // KERNELHOST_JUPYTER_URL (default http://127.0.0.1:8888/) with the
-// KERNELHOST_JUPYTER_* settings in its environment (config.go), which the
-// host passes from its own jupyter-* settings. If the settings are wrong or
+// KERNELHOST_JUPYTER_* settings (config.go), which the host passes from its
+// own jupyter-* settings on the plugin's settings pipe, not in its
+// environment (transportplugin.Setting). If the settings are wrong or
 // the server cannot be reached the plugin exits with the reason on stderr,
 // which the host reports at start-up.
 package main
@@ -17,7 +18,7 @@ import (
 )
 
 func main() {
-	s, err := readSettings(os.Getenv)
+	s, err := readSettings(transportplugin.Setting)
 	if err != nil {
 		transportplugin.Logger().Error("cannot start the jupyter transport", "error", err)
 		os.Exit(1)

@@ -4,8 +4,8 @@
 // functions, cwd) lives on between requests.
 //
 // How a request runs: the code is passed to `eval` (inside a function, so an
-// interrupt can end it) through a quoted here-document, so it is never
-// spliced into shell syntax; then the shell
+// interrupt can end it) through a quoted here-document read by `read`, so it
+// is never spliced into shell syntax; then the shell
 // prints an end marker carrying the exit status on stdout and on stderr. The
 // readers turn everything before the markers into stream messages and, once
 // both markers arrived, send execute_reply and status idle. A non-zero exit
@@ -157,7 +157,9 @@ func (k *kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		k.emitLocked(core.Message{ParentID: req.MsgID, Type: core.MsgExecuteInput, ExecutionCount: k.count})
 	}
 	delim := "__kernelhost_code_" + randomHex()
-	script := fmt.Sprintf("__kh_run \"$(cat <<'%s'\n%s\n%s\n)\"\n__kh=$?; printf '\\n%s %%d\\n' \"$__kh\"; printf '\\n%s %%d\\n' \"$__kh\" >&2\n",
+	// The here-document is read by the read builtin, not cat: a request may
+	// set PATH to anything.
+	script := fmt.Sprintf("IFS= read -r -d '' __kh_code <<'%s'\n%s\n%s\n__kh_run \"$__kh_code\"\n__kh=$?; printf '\\n%s %%d\\n' \"$__kh\"; printf '\\n%s %%d\\n' \"$__kh\" >&2\n",
 		delim, req.Code, delim, markerPrefix, markerPrefix)
 	if _, err := io.WriteString(p.stdin, script); err != nil {
 		k.cur = ""
