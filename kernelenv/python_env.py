@@ -529,26 +529,23 @@ _ON_IMPORT = {
 class _ImportHook:
     """A meta path finder that runs a patch once a watched module has loaded.
 
-    It finds nothing itself: for a watched name it asks the finders after it
-    and wraps the loader's exec_module; every other import costs one dict
-    lookup."""
+    It finds nothing itself: for a watched name it asks the other finders
+    and wraps the exec_module of the loader they return (a loader object of
+    that one module; class-level importers are left alone); every other
+    import costs one dict lookup."""
 
     def find_spec(self, name, path=None, target=None):
         patch = _ON_IMPORT.get(name)
         if patch is None:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
+        try:
+            spec = self._find(name, path, target)
+        except Exception:  # a finder of someone else's failed: import as if we were not here
             return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
+        loader = getattr(spec, "loader", None)
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None or isinstance(loader, type):
             return spec
-        exec_module = loader.exec_module
 
         def exec_then_patch(module):
             exec_module(module)
@@ -557,20 +554,16 @@ class _ImportHook:
             except Exception:
                 pass
 
-        spec.loader = _Loader(loader, exec_then_patch)
+        loader.exec_module = exec_then_patch
         return spec
 
-
-class _Loader:
-    def __init__(self, loader, exec_module):
-        self._loader = loader
-        self.exec_module = exec_module
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def __getattr__(self, name):  # get_resource_reader, is_package, ...
-        return getattr(self._loader, name)
+    def _find(self, name, path, target):
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    return spec
+        return None
 
 
 def install():
