@@ -34,8 +34,9 @@ WAZERO         := $(TOOLS)/wazero
 # Debian packages the tests need; each is installed only when missing.
 # nodejs: the official-SDK test; jupyter-server and python3-ipykernel: the
 # Jupyter transport's tests against a real server; r-cran-irkernel: the R
-# kernel (kernel spec "ir") those tests also run; r-base-core: the subprocess
-# transport's r contexts (Rscript); wabt (wat2wasm): the
+# kernel (kernel spec "ir") those tests also run; r-base-core and
+# default-jdk-headless: the subprocess transport's r (Rscript) and java
+# (jshell) contexts; wabt (wat2wasm): the
 # WebAssembly policy modules written in WAT; curl: the docs' examples
 # (TestDocExamples); systemd: systemd-analyze, which verifies
 # deploy/kernelhost.service (TestInstall); python3-notebook: what Kernel
@@ -44,7 +45,7 @@ WAZERO         := $(TOOLS)/wazero
 # figures in the subprocess python driver (its tests run /usr/bin/python3);
 # python3-pandas and python3-pil, with matplotlib: the charts, data and images
 # of the python environment (kernelenv; its tests run /usr/bin/python3 too).
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888

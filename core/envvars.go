@@ -125,10 +125,20 @@ var languageSnippets = map[string]snippets{
 		silentHidesErrors: true,
 	},
 	// Java kernels get JVM system properties, as docs/api-contract.md §7.3 describes.
+	// Java kernels get JVM system properties, as docs/api-contract.md §7.3
+	// describes, and the process environment of System.getenv too where the
+	// JVM lets the snippet reach it (see javaEnvBlock).
 	"java": {
-		setEnv:   func(k, v string) string { return "System.setProperty(" + javaString(k) + ", " + javaString(v) + ");" },
-		unsetEnv: func(k string) string { return "System.clearProperty(" + javaString(k) + ");" },
-		chdir:    func(p string) string { return `System.setProperty("user.dir", ` + javaString(p) + ");" },
+		setEnv: func(k, v string) string {
+			return javaEnvBlock("System.setProperty(" + javaString(k) + ", " + javaString(v) + "); if (e != null) e.put(" + javaString(k) + ", " + javaString(v) + ");")
+		},
+		unsetEnv: func(k string) string {
+			return javaEnvBlock("System.clearProperty(" + javaString(k) + "); if (e != null) e.remove(" + javaString(k) + ");")
+		},
+		chdir:      func(p string) string { return `System.setProperty("user.dir", ` + javaString(p) + ");" },
+		saveAndSet: javaSaveAndSet,
+		restore:    javaRestore,
+		helperMark: "// kernelhost helper\n",
 	},
 	"bash": {
 		setEnv:     func(k, v string) string { return "\\export " + k + "=" + shString(v) },
@@ -244,6 +254,57 @@ func rVector(keys []string) string {
 		quoted[i] = rString(k)
 	}
 	return "c(" + strings.Join(quoted, ", ") + ")"
+}
+
+// javaEnvBlock wraps body in a block statement where e is the map behind
+// System.getenv(), made writable, or null. System.getenv() is an
+// unmodifiable view (Collections.UnmodifiableMap, field m) of the JVM's
+// environment map, which System.getenv(name) and ProcessBuilder read: with
+// java.util opened to unnamed modules (the subprocess transport starts the
+// JVM with --add-opens java.base/java.util=ALL-UNNAMED) the snippet writes
+// through it. A JVM without that (another Java kernel) gets the properties
+// only, as the contract describes.
+func javaEnvBlock(body string) string {
+	return "{ java.util.Map<String, String> e = null; try { java.lang.reflect.Field f = System.getenv().getClass().getDeclaredField(\"m\"); f.setAccessible(true); @SuppressWarnings(\"unchecked\") java.util.Map<String, String> m = (java.util.Map<String, String>) f.get(System.getenv()); e = m; } catch (Exception x) { } " + body + " }"
+}
+
+// javaSavedProperty holds, during a request, the values its env vars
+// shadowed: for each key, the key, the property and the environment value,
+// each NUL-terminated, a value as "=" plus the text or "-" for unset (env
+// values cannot hold a NUL).
+const javaSavedProperty = "kernelhost.env.saved"
+
+func javaSaveAndSet(keys []string, env map[string]string) string {
+	var b strings.Builder
+	b.WriteString("StringBuilder s = new StringBuilder(); String[][] n = {")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("{" + javaString(k) + ", " + javaString(env[k]) + "}")
+	}
+	b.WriteString("}; for (String[] kv : n) { String p = System.getProperty(kv[0]); String v = e == null ? null : e.get(kv[0]); " +
+		"s.append(kv[0]).append('\\0').append(p == null ? \"-\" : \"=\" + p).append('\\0').append(v == null ? \"-\" : \"=\" + v).append('\\0'); " +
+		"System.setProperty(kv[0], kv[1]); if (e != null) e.put(kv[0], kv[1]); } " +
+		"System.setProperty(" + javaString(javaSavedProperty) + ", s.toString());")
+	return javaEnvBlock(b.String())
+}
+
+func javaRestore(keys []string) string {
+	var b strings.Builder
+	b.WriteString("String[] saved = System.getProperty(" + javaString(javaSavedProperty) + ", \"\").split(\"\\0\", -1); System.clearProperty(" + javaString(javaSavedProperty) + "); " +
+		"java.util.Map<String, String[]> old = new java.util.HashMap<>(); for (int i = 0; i + 2 < saved.length; i += 3) old.put(saved[i], new String[] {saved[i + 1], saved[i + 2]}); " +
+		"for (String k : new String[] {")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(javaString(k))
+	}
+	b.WriteString("}) { String[] o = old.getOrDefault(k, new String[] {\"-\", \"-\"}); " +
+		"if (o[0].startsWith(\"=\")) System.setProperty(k, o[0].substring(1)); else System.clearProperty(k); " +
+		"if (e != null) { if (o[1].startsWith(\"=\")) e.put(k, o[1].substring(1)); else e.remove(k); } }")
+	return javaEnvBlock(b.String())
 }
 
 // The bash snippets run in POSIX mode, entered by assigning POSIXLY_CORRECT

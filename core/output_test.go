@@ -93,7 +93,7 @@ func TestSnippetsEncodeNeverSplice(t *testing.T) {
 		"bash":       `\export K='a'\''b"c\d` + "\n" + `e$(x)😀'`,
 		"javascript": `process.env["K"] = "a'b\"c\\d\ne$(x)😀";`,
 		"r":          `Sys.setenv("K" = "a'b\"c\\d\ne$(x)\U{0001f600}")`,
-		"java":       `System.setProperty("K", "a'b\"c\\d\ne$(x)😀");`,
+		"java":       javaEnvBlock(`System.setProperty("K", "a'b\"c\\d\ne$(x)😀"); if (e != null) e.put("K", "a'b\"c\\d\ne$(x)😀");`),
 		"python":     `__import__('os').environ.__setitem__('K', 'a\'b"c\\d\ne$(x)😀')`,
 	} {
 		if got := languageSnippets[lang].setEnv("K", v); got != want {

@@ -38,3 +38,27 @@ test('r: env per request, value, state, stdout, error, cwd', { skip: !subprocess
   assert.equal((await sbx.runCode('getwd()', { context: ctx })).text, '[1] "/tmp"')
   await sbx.removeCodeContext(ctx)
 })
+
+test('java: env per request, value, state, stdout, error, cwd', { skip: !subprocess && 'no Java on this transport' }, async () => {
+  const env = await sbx.runCode('System.getProperty("FOO")', { language: 'java', envs: { FOO: 'bar' } })
+  assert.equal(env.error, undefined)
+  assert.equal(env.results[0].text, 'bar')
+  const getenv = await sbx.runCode('System.getenv("FOO")', { language: 'java', envs: { FOO: 'bar' } })
+  assert.equal(getenv.text, 'bar')
+  const gone = await sbx.runCode('System.getProperty("FOO") == null && System.getenv("FOO") == null', { language: 'java' })
+  assert.equal(gone.text, 'true')
+
+  const out = []
+  const set = await sbx.runCode('int x = 41;\nSystem.out.println("hello");', { language: 'java', onStdout: (m) => out.push(m.line) })
+  assert.deepEqual(out, ['hello\n'])
+  assert.deepEqual(set.logs.stdout, ['hello\n'])
+  assert.equal((await sbx.runCode('x + 1', { language: 'java' })).text, '42')
+
+  const err = await sbx.runCode('throw new IllegalStateException("boom");', { language: 'java' })
+  assert.equal(err.error.name, 'java.lang.IllegalStateException')
+  assert.equal(err.error.value, 'boom')
+
+  const ctx = await sbx.createCodeContext({ language: 'java', cwd: '/tmp' })
+  assert.equal((await sbx.runCode('System.getProperty("user.dir")', { context: ctx })).text, '/tmp')
+  await sbx.removeCodeContext(ctx)
+})

@@ -114,7 +114,7 @@ type Jupyter struct {
 
 // Interpreters are the interpreter executables the subprocess transport runs.
 type Interpreters struct {
-	Python, Node, Bash, R string
+	Python, Node, Bash, R, Java string
 }
 
 // Defaults.
@@ -216,6 +216,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&c.Interpreters.Node, "node", "node", "Node.js interpreter (javascript contexts)")
 	fs.StringVar(&c.Interpreters.Bash, "bash", "bash", "bash interpreter")
 	fs.StringVar(&c.Interpreters.R, "rscript", "Rscript", "R's Rscript (r contexts; Debian r-base-core)")
+	fs.StringVar(&c.Interpreters.Java, "java", "java", "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)")
 	fs.StringVar(&c.TransportName, "transport", DefaultTransport, "transport plugin: subprocess (local interpreters), jupyter, or NAME for PLUGIN_DIR/kernelhost-transport-NAME")
 	fs.StringVar(&c.PluginDir, "plugin-dir", DefaultPluginDir(), "directory of the transport plugins (make plugins builds them into bin/plugins)")
 	fs.StringVar(&c.Jupyter.URL, "jupyter-url", "", "jupyter transport: the Jupyter Server's base URL (plugin default http://127.0.0.1:8888/)")

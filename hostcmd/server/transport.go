@@ -71,6 +71,7 @@ func pluginEnv(cfg Config) []string {
 	add("node", cfg.Interpreters.Node)
 	add("bash", cfg.Interpreters.Bash)
 	add("rscript", cfg.Interpreters.R)
+	add("java", cfg.Interpreters.Java)
 	add("jupyter-url", cfg.Jupyter.URL)
 	add("jupyter-token", cfg.Jupyter.Token)
 	if cfg.Jupyter.KernelEnv != nil {

@@ -55,3 +55,8 @@ func TestConformanceR(t *testing.T) {
 	needInterpreter(t, "Rscript", "r-base-core")
 	transporttest.Run(t, newTransport, transporttest.R)
 }
+
+func TestConformanceJava(t *testing.T) {
+	needInterpreter(t, "java", "default-jdk-headless")
+	transporttest.Run(t, newTransport, transporttest.Java)
+}

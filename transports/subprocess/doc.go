@@ -1,21 +1,23 @@
 // Package subprocess is kernelhost's default transport: each kernel is one
-// long-lived local interpreter process (python3, bash, node or Rscript), started in the
+// long-lived local interpreter process (python3, bash, node, Rscript or a
+// JVM running jshell), started in the
 // context's cwd and kept for the context's lifetime, so state persists across
 // executions.
 //
 // # Driver protocol
 //
 // The interpreter runs a small driver program (drivers/driver.py, driver.sh,
-// driver.js, driver.R, embedded in the binary and passed with -c/-e, or for
-// R in the environment) and talks to the host over two extra pipes, leaving
-// fd 1 and 2 to the interpreter:
+// driver.js, driver.R, Driver.java, embedded in the binary and passed with
+// -c/-e, for R in the environment, for Java compiled once into a cache
+// directory, see java.go) and talks to the host over two extra pipes,
+// leaving fd 1 and 2 to the interpreter:
 //
 //   - fd 3, requests (host → driver): for python and javascript one JSON line
 //     {"msg_id": "...", "code": "...", "silent": false} per request, and for
 //     javascript also {"interrupt": "<msg_id>"} (see Signals); for bash one
 //     NUL-terminated record, "0" or "1" (silent) followed by the code; for R
-//     (no JSON parser in base R) a header line "<silent 0|1> <code bytes>
-//     <msg_id>" followed by the code. A javascript request may also carry
+//     and Java (no JSON parser in base R or the JDK) a header line
+//     "<silent 0|1> <code bytes> <msg_id>" followed by the code. A javascript request may also carry
 //     "imports", "source_map" or "compile_error" (see TypeScript and ES
 //     modules).
 //   - fd 4, messages (driver → host): one JSON core.Message per line. The
@@ -132,7 +134,10 @@
 // ignore it between requests. R cannot ignore it: one that lands while R
 // reads fd 3 stays pending, and driver.R drops it once the request is read,
 // before the code starts; like bash, R gets SIGINT again while the
-// interrupted request still runs (sigintResends). Python's driver also interrupts a request that
+// interrupted request still runs (sigintResends). Java's driver handles
+// SIGINT (sun.misc.Signal) with JShell.stop() while a cell runs and ignores
+// it otherwise; it gets the resends too, for a signal that came just before
+// the cell started. Python's driver also interrupts a request that
 // the signal reached before its code started. Node is different: a SIGINT
 // that lands while vm.runInContext (breakOnSigint) swaps node's SIGINT
 // handlers kills node, and a request passes through that swap just as its

@@ -14,6 +14,10 @@ var (
 	// refuses -e arguments over 10,000 bytes.
 	//go:embed drivers/driver.R
 	driverR string
+	// driverJava is compiled once per host into a cache directory (see
+	// javaDriver): a source launch would compile it on every start.
+	//go:embed drivers/Driver.java
+	driverJava string
 )
 
 // rDriverEnv names the variable that carries driverR to Rscript; the driver

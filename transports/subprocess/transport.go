@@ -18,9 +18,10 @@ const Version = "0.1.0"
 
 // Options configures a Transport. The zero value is ready to use.
 type Options struct {
-	// Python, Bash, Node and R are the interpreters, as paths or names
-	// looked up on PATH. Defaults: "python3", "bash", "node", "Rscript".
-	Python, Bash, Node, R string
+	// Python, Bash, Node, R and Java are the interpreters, as paths or names
+	// looked up on PATH. Defaults: "python3", "bash", "node", "Rscript",
+	// "java" (a JDK's: its javac, next to it, compiles the driver).
+	Python, Bash, Node, R, Java string
 	// Env holds extra "KEY=value" entries appended to the host's environment
 	// (minus its KERNELHOST_* variables) for every interpreter.
 	Env []string
@@ -49,6 +50,9 @@ type language struct {
 	// resendSigint: SIGINT is sent again while the interrupted request still
 	// runs (see sigintResends).
 	resendSigint bool
+	// prepare, when set, readies the driver before the first start and
+	// returns the arguments that run it (java compiles its driver once).
+	prepare func() ([]string, error)
 }
 
 // New returns a Transport for the interpreters of opts that exist on this
@@ -66,6 +70,9 @@ func New(opts Options) *Transport {
 	if opts.R == "" {
 		opts.R = "Rscript"
 	}
+	if opts.Java == "" {
+		opts.Java = "java"
+	}
 	t := &Transport{
 		env:     append(withoutHostSettings(os.Environ()), opts.Env...),
 		langs:   map[string]language{},
@@ -82,7 +89,27 @@ func New(opts Options) *Transport {
 	// drops it once the request is read (see driver.R): the resends cover an
 	// interrupt sent just before the code started.
 	t.add("r", opts.R, "r-base-core", language{args: rDriverArgs, env: []string{rDriverEnv + "=" + driverR}, encode: encodeHeader, resendSigint: true})
+	t.addJava(opts.Java)
 	return t
+}
+
+// addJava registers java: jshell's API runs in the driver's JVM, so a JDK
+// (java with javac beside it) is needed.
+func (t *Transport) addJava(interpreter string) {
+	const pkg = "default-jdk-headless"
+	t.add("java", interpreter, pkg, language{encode: encodeHeader, resendSigint: true})
+	lang, ok := t.langs["java"]
+	if !ok {
+		return
+	}
+	d, err := newJavaDriver(lang.path)
+	if err != nil {
+		delete(t.langs, "java")
+		t.missing["java"] = fmt.Sprintf("%v (Debian: apt-get install %s)", err, pkg)
+		return
+	}
+	lang.prepare = d.prepare
+	t.langs["java"] = lang
 }
 
 // add registers lang when its interpreter is found, and otherwise notes
@@ -133,6 +160,13 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 	if !ok {
 		// The client asked for something this host cannot run: KindInvalid (400).
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: unknown language %s (available: %s)", core.Quote(spec.Language), strings.Join(t.Info().Languages, ", "))}
+	}
+	if lang.prepare != nil {
+		args, err := lang.prepare()
+		if err != nil {
+			return nil, fmt.Errorf("subprocess: %s: %w", spec.Language, err)
+		}
+		lang.args = args
 	}
 	if fi, err := os.Stat(spec.Cwd); spec.Cwd != "" && (err != nil || !fi.IsDir()) {
 		// The client's mistake, not ours: the API answers 400.

@@ -162,3 +162,27 @@ var R = LanguageSnippets{
 	},
 	PrintCwd: "cat(getwd())",
 }
+
+// Java is the suite's snippets for a Java (jshell) kernel. Env vars are
+// read with System.getenv: the subprocess transport sets both the process
+// environment and the system properties (see core/envvars.go).
+var Java = LanguageSnippets{
+	Language:          "java",
+	Result:            "1+1",
+	ResultText:        "2",
+	StdoutCode:        `System.out.println("out");`,
+	StderrCode:        `System.err.println("err");`,
+	PrintThenSleep:    "System.out.println(\"start\");\nThread.sleep(1500);",
+	PrintSleepSeconds: 1.5,
+	ErrorCode:         "void f() { throw new IllegalStateException(\"boom\"); }\nf();",
+	ErrorName:         "java.lang.IllegalStateException",
+	ErrorValue:        "boom",
+	SetState:          "int khState = 41;",
+	GetState:          "khState + 1",
+	Sleep:             "System.out.println(\"start\");\nThread.sleep(60000);",
+	Exit:              "System.exit(1);",
+	PrintEnv: func(key string) string {
+		return `System.out.print(System.getenv("` + key + `") == null ? "<unset>" : System.getenv("` + key + `"));`
+	},
+	PrintCwd: `System.out.print(System.getProperty("user.dir"));`,
+}

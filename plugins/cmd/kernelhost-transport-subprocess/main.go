@@ -1,8 +1,8 @@
 // Command kernelhost-transport-subprocess is the subprocess transport (local
-// python, bash, node and R interpreters) as a plugin. The interpreters are
-// taken from the settings KERNELHOST_PYTHON, KERNELHOST_BASH, KERNELHOST_NODE
-// and KERNELHOST_RSCRIPT (the host passes them on its settings pipe; see
-// transportplugin.Setting), or found on PATH.
+// python, bash, node, R and Java interpreters) as a plugin. The interpreters
+// are taken from the settings KERNELHOST_PYTHON, KERNELHOST_BASH,
+// KERNELHOST_NODE, KERNELHOST_RSCRIPT and KERNELHOST_JAVA (the host passes
+// them on its settings pipe; see transportplugin.Setting), or found on PATH.
 package main
 
 import (
@@ -16,5 +16,6 @@ func main() {
 		Bash:   transportplugin.Setting("KERNELHOST_BASH"),
 		Node:   transportplugin.Setting("KERNELHOST_NODE"),
 		R:      transportplugin.Setting("KERNELHOST_RSCRIPT"),
+		Java:   transportplugin.Setting("KERNELHOST_JAVA"),
 	}))
 }

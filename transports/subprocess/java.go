@@ -1,0 +1,103 @@
+package subprocess
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// javaDriver compiles drivers/Driver.java with the JDK's javac once and
+// gives the java arguments that run it.
+//
+// The class files go to a directory of the user's cache named after the
+// driver's source and the JDK, so a host compiles it once per JDK and
+// driver version (javac takes 1-3 s, the same as a start); a source launch
+// (`java Driver.java`) would pay that on every context start. The
+// directory is written under a temporary name and renamed into place, so
+// concurrent hosts never see a half-written one.
+type javaDriver struct {
+	java, javac string
+	once        sync.Once
+	args        []string
+	err         error
+}
+
+// javaCompileTimeout bounds the one javac run.
+const javaCompileTimeout = 2 * time.Minute
+
+// javaVMArgs start the driver's JVM. java.util is opened to unnamed modules
+// so the engine's env snippets can write through System.getenv() (see
+// javaEnvBlock in core/envvars.go). C1 only and the serial collector halve
+// the start (measured 3.6 s → 1.8 s under load) and the idle memory; long
+// computations run slower than with C2, which JAVA_TOOL_OPTIONS cannot undo
+// (these come later on the command line).
+var javaVMArgs = []string{"--add-opens", "java.base/java.util=ALL-UNNAMED", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss4m"}
+
+func newJavaDriver(java string) (*javaDriver, error) {
+	javac := filepath.Join(filepath.Dir(java), "javac")
+	if real, err := filepath.EvalSymlinks(java); err == nil {
+		javac = filepath.Join(filepath.Dir(real), "javac")
+	}
+	if _, err := exec.LookPath(javac); err != nil {
+		return nil, fmt.Errorf("javac is not next to %s (a JDK is needed, not a JRE)", java)
+	}
+	return &javaDriver{java: java, javac: javac}, nil
+}
+
+// prepare compiles the driver (once) and returns the arguments of java.
+func (d *javaDriver) prepare() ([]string, error) {
+	d.once.Do(func() {
+		dir, err := d.compile()
+		if err != nil {
+			d.err = fmt.Errorf("compile the java driver: %w", err)
+			return
+		}
+		d.args = append(append([]string(nil), javaVMArgs...), "-cp", dir, "Driver")
+	})
+	return d.args, d.err
+}
+
+func (d *javaDriver) compile() (string, error) {
+	root, err := os.UserCacheDir()
+	if err != nil {
+		root = os.TempDir()
+	}
+	root = filepath.Join(root, "kernelhost")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(driverJava + "\x00" + d.javac))
+	dir := filepath.Join(root, "java-driver-"+hex.EncodeToString(sum[:8]))
+	if _, err := os.Stat(filepath.Join(dir, "Driver.class")); err == nil {
+		return dir, nil
+	}
+	tmp, err := os.MkdirTemp(root, "java-driver-tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // left only when the rename did not happen
+	src := filepath.Join(tmp, "Driver.java")
+	if err := os.WriteFile(src, []byte(driverJava), 0o600); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), javaCompileTimeout)
+	defer cancel()
+	// -nowarn: the driver uses sun.misc.Signal, internal API, on purpose.
+	out, err := exec.CommandContext(ctx, d.javac, "-nowarn", "-encoding", "UTF-8", "-d", tmp, src).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w: %s", d.javac, err, out)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, statErr := os.Stat(filepath.Join(dir, "Driver.class")); statErr == nil {
+			return dir, nil // another host won the race
+		}
+		return "", err
+	}
+	return dir, nil
+}

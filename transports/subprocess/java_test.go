@@ -1,0 +1,84 @@
+package subprocess
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/core"
+	tt "github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+// TestJavaEngine, on one Java context under the engine: a request's env var
+// is both a system property and in System.getenv, exactly, and both are gone afterwards; an inherited one it
+// shadowed (HOME) comes back; a String value is the result as itself;
+// errors name the exception; a busy loop is interrupted and the session
+// keeps its state.
+func TestJavaEngine(t *testing.T) {
+	needInterpreter(t, "java", "default-jdk-headless")
+	e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	ctx := context.Background()
+	run := func(code string, env map[string]string) []core.Output {
+		return tt.EngineRun(t, e, ctx, core.ExecRequest{Language: "java", Code: code, EnvVars: env})
+	}
+	result := func(outs []core.Output) string {
+		for _, o := range outs {
+			if o.Type == core.OutResult {
+				return tt.TextPlain(core.Message{Data: o.Bundle})
+			}
+		}
+		return "<none>"
+	}
+	errorLine := func(outs []core.Output) core.Output {
+		for _, o := range outs {
+			if o.Type == core.OutError {
+				return o
+			}
+		}
+		return core.Output{}
+	}
+	const show = `System.out.print(System.getProperty("FOO") + "|" + System.getenv("FOO") + "|" + System.getenv("HOME"));`
+	home := "/kh-home 'ü'"
+	v := "bar \"q\" ü😀\nline"
+	if got := tt.EngineStdout(t, run(show, map[string]string{"FOO": v, "HOME": home})); got != v+"|"+v+"|"+home {
+		t.Errorf("during the request: %q", got)
+	}
+	if got := result(run(`System.getProperty("FOO")`, map[string]string{"FOO": "bar"})); got != "bar" {
+		t.Errorf(`System.getProperty("FOO") result = %q, want bar`, got)
+	}
+	if got := tt.EngineStdout(t, run(show, nil)); !strings.HasPrefix(got, "null|null|") || strings.Contains(got, home) {
+		t.Errorf("after the requests: %q", got)
+	}
+
+	run("int kept = 7;", nil)
+	outs := run("String s = \"x\";\nthrow new IllegalArgumentException(\"bad \" + s);", nil)
+	if o := errorLine(outs); o.Type != core.OutError || o.ErrName != "java.lang.IllegalArgumentException" || o.ErrValue != "bad x" {
+		t.Errorf("error line = %+v", o)
+	}
+	if got := result(run(`"a\"b" + kept`, nil)); got != `a"b7` {
+		t.Errorf("String result = %q", got)
+	}
+}
+
+// TestJavaInterruptLoop: an interrupt stops a loop that never sleeps.
+func TestJavaInterruptLoop(t *testing.T) {
+	needInterpreter(t, "java", "default-jdk-headless")
+	k := startKernel(t, "java", t.TempDir())
+	tt.Exec(t, k, "int kept = 7;", false)
+	e := tt.Send(t, k, "System.out.println(\"start\");\nlong i = 0; while (true) { i++; }", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") != "" })
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+	if r := e.Reply(); r.Status != core.ReplyError || r.EName != "KeyboardInterrupt" {
+		t.Errorf("reply %+v, want a KeyboardInterrupt error", r)
+	}
+	if got, _ := tt.Exec(t, k, "kept", false).Result(); got != "7" {
+		t.Errorf("state after the interrupt = %q", got)
+	}
+}
