@@ -52,10 +52,16 @@ type Config struct {
 	// Observer, if set, is told about queues and executions (for metrics).
 	Observer Observer
 
-	QueueDepth       int              // executions waiting per context; default 32
-	MaxContexts      int              // live contexts at most; 0: no limit
-	ExecutionTimeout time.Duration    // default bound on an execution's run on the kernel; 0: none
-	MaxOutputBytes   int              // output buffered per execution for a slow client; default 64 MiB
+	QueueDepth       int           // executions waiting per context; default 32
+	MaxContexts      int           // live contexts at most; 0: no limit
+	ExecutionTimeout time.Duration // default bound on an execution's run on the kernel; 0: none
+	MaxOutputBytes   int           // output buffered per execution for a slow client; default 64 MiB
+	// MaxBufferedBytes bounds the output buffered for slow clients across
+	// all executions (what MaxOutputBytes bounds per execution). A stream
+	// whose output would pass it is cut (its Next returns ErrSlowReader):
+	// its buffer shrinks to ReplayBytes and the execution goes on, to be
+	// re-attached. Default 256 MiB; negative: no bound.
+	MaxBufferedBytes int
 	DisconnectPolicy DisconnectPolicy // default DisconnectInterrupt
 	InterruptGrace   time.Duration    // default 5s: after that an ignored interrupt becomes a restart
 	HelperTimeout    time.Duration    // bound on the engine's own requests (cwd, env); default 30s
@@ -100,6 +106,9 @@ func (c *Config) setDefaults() {
 	if c.MaxOutputBytes <= 0 {
 		c.MaxOutputBytes = 64 << 20
 	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = 256 << 20
+	}
 	if c.DisconnectPolicy == "" {
 		c.DisconnectPolicy = DisconnectInterrupt
 	}
@@ -140,6 +149,8 @@ type Engine struct {
 	// defaultLocks make concurrent first uses of a language start one kernel.
 	defaultLocks sync.Map // language → *sync.Mutex
 
+	buffered *budget // output buffered for attached streams, all executions
+
 	execMu     sync.Mutex
 	clock      func() time.Time      // time.Now; tests move it
 	executions map[string]*Execution // accepted ones, until they expire
@@ -160,8 +171,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if _, err := ParseDisconnectPolicy(string(cfg.DisconnectPolicy)); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, log: cfg.Logger, defaults: make(map[string]*Context), executions: make(map[string]*Execution), clock: time.Now}, nil
+	return &Engine{cfg: cfg, log: cfg.Logger, defaults: make(map[string]*Context), executions: make(map[string]*Execution), clock: time.Now,
+		buffered: &budget{max: int64(cfg.MaxBufferedBytes)}}, nil
 }
+
+// BufferedBytes is the output buffered for attached streams that have not
+// read it yet, all executions together (bounded by Config.MaxBufferedBytes).
+func (e *Engine) BufferedBytes() int64 { return e.buffered.used.Load() }
 
 // Transport returns the engine's transport.
 func (e *Engine) Transport() Transport { return e.cfg.Transport }
@@ -440,7 +456,7 @@ func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, erro
 		env:      env,
 		code:     req.Code,
 		timeout:  timeout,
-		out:      newOutputLog(e.cfg.MaxOutputBytes, e.cfg.ReplayBytes),
+		out:      newOutputLog(e.cfg.MaxOutputBytes, e.cfg.ReplayBytes, e.buffered),
 		queuedAt: time.Now(),
 	}
 	x.firstGen, _ = x.out.attach(0)

@@ -6,11 +6,18 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrDetached is returned by a Stream's Next once another stream attached to
 // the same execution (a client re-attached elsewhere) or the stream was closed.
 var ErrDetached = errors.New("another stream attached to this execution")
+
+// ErrSlowReader is returned by a stream's Next once it was cut for reading
+// too slowly: its unread output would have passed the engine-wide bound on
+// buffered output (Config.MaxBufferedBytes). The execution goes on; a new
+// stream can attach after the last output read.
+var ErrSlowReader = errors.New("the stream was cut: its client read too slowly and the host's buffer for slow clients is full")
 
 // ErrReplayGone is wrapped by Attach when the outputs after the requested
 // sequence number are no longer buffered.
@@ -21,10 +28,14 @@ var ErrReplayGone = errors.New("outputs are no longer buffered")
 // sequence number, 1, 2, 3, … with no gaps, so a client that lost its
 // connection can re-attach after the last number it saw.
 //
-// Two bounds keep memory in check:
+// Three bounds keep memory in check:
 //   - while a stream is attached, unread outputs are bounded by unreadMax:
 //     past it new outputs are dropped and a notice says how many (a slow
 //     reader must not hold the kernel, invariant 1, nor grow the host);
+//   - the unread outputs of all attached streams together are bounded by
+//     the engine's budget: the stream whose output would pass it is cut
+//     (detached, its next returns ErrSlowReader), so that many slow
+//     clients cannot take unreadMax each;
 //   - outputs already handed to the stream, and everything once no stream is
 //     attached, are bounded by replayMax: the oldest are forgotten first.
 //
@@ -45,6 +56,10 @@ type outputLog struct {
 	closed   bool   // the last output was pushed (or the execution never ran)
 	dropped  int    // outputs dropped since the last one kept
 	droppedB int
+	cut      uint64 // the generation cut for reading too slowly; 0: none
+
+	budget  *budget      // shared by every execution's log
+	charged atomic.Int64 // what this log holds of budget: unread while attached
 
 	// changed is closed (and cleared) when something a waiting stream cares
 	// about happens; a stream about to wait makes it.
@@ -56,8 +71,85 @@ type logEntry struct {
 	size int
 }
 
-func newOutputLog(unreadMax, replayMax int) *outputLog {
-	return &outputLog{nextSeq: 1, cursor: 1, unreadMax: unreadMax, replayMax: replayMax}
+func newOutputLog(unreadMax, replayMax int, b *budget) *outputLog {
+	if b == nil {
+		b = &budget{max: -1}
+	}
+	return &outputLog{nextSeq: 1, cursor: 1, unreadMax: unreadMax, replayMax: replayMax, budget: b}
+}
+
+// budget is the output buffered for attached streams, all executions
+// together, and its bound (negative: none). Lock order: an outputLog's mu
+// before budget.mu, never the other way.
+type budget struct {
+	used atomic.Int64
+	max  int64
+
+	mu      sync.Mutex
+	holders map[*outputLog]struct{} // logs charging something
+}
+
+// rechargeLocked brings what l holds of its budget up to date: the unread
+// bytes while a stream is attached, nothing otherwise (then replayMax
+// bounds the log). Called after every change of l.unread or l.attached.
+func (l *outputLog) rechargeLocked() {
+	var want int64
+	if l.attached != 0 {
+		want = int64(l.unread)
+	}
+	had := l.charged.Swap(want)
+	if want == had {
+		return
+	}
+	l.budget.used.Add(want - had)
+	if (want == 0) != (had == 0) {
+		l.budget.mu.Lock()
+		if want == 0 {
+			delete(l.budget.holders, l)
+		} else {
+			if l.budget.holders == nil {
+				l.budget.holders = map[*outputLog]struct{}{}
+			}
+			l.budget.holders[l] = struct{}{}
+		}
+		l.budget.mu.Unlock()
+	}
+}
+
+// enforce cuts the streams furthest behind (the logs holding the most
+// unread output) until the budget holds. Called with no log's mu held.
+func (b *budget) enforce() {
+	for b.max >= 0 && b.used.Load() > b.max {
+		b.mu.Lock()
+		var victim *outputLog
+		var most int64
+		for l := range b.holders {
+			if c := l.charged.Load(); c > most {
+				victim, most = l, c
+			}
+		}
+		b.mu.Unlock()
+		if victim == nil {
+			return
+		}
+		victim.cutSlow()
+	}
+}
+
+// cutSlow detaches the attached stream for reading too slowly: its Next
+// returns ErrSlowReader, and the log keeps replayMax bytes, as for any
+// execution without a stream, for the client to re-attach.
+func (l *outputLog) cutSlow() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.attached == 0 {
+		return
+	}
+	l.cut = l.attached
+	l.attached = 0
+	l.trimLocked(l.replayMax, true)
+	l.rechargeLocked()
+	l.wakeLocked()
 }
 
 // entryOverhead is what one kept output costs besides its text: the
@@ -74,20 +166,28 @@ func outputSize(o Output) int {
 	return n
 }
 
-// push appends o, or drops it when the attached stream is too far behind.
+// push appends o, or drops it when the attached stream is too far behind;
+// then, past the engine-wide budget, the streams furthest behind are cut.
 func (l *outputLog) push(o Output) {
+	l.add(o)
+	l.budget.enforce()
+}
+
+func (l *outputLog) add(o Output) {
 	size := outputSize(o)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return
 	}
+	defer l.rechargeLocked()
 	essential := o.Type == OutError || o.Type == OutEndOfExecution
 	if l.attached != 0 && !essential && l.unread+size > l.unreadMax {
 		l.dropped++
 		l.droppedB += size
 		return
 	}
+
 	if l.dropped > 0 {
 		l.appendLocked(Output{
 			Type:      OutStderr,
@@ -199,6 +299,7 @@ func (l *outputLog) attach(after uint64) (uint64, error) {
 	l.trimLocked(l.replayMax, false)
 	l.gens++
 	l.attached = l.gens
+	l.rechargeLocked()
 	l.wakeLocked()
 	return l.attached, nil
 }
@@ -226,6 +327,7 @@ func (l *outputLog) detach(gen uint64) {
 	}
 	l.attached = 0
 	l.trimLocked(l.replayMax, true)
+	l.rechargeLocked()
 	l.wakeLocked()
 }
 
@@ -235,7 +337,11 @@ func (l *outputLog) next(ctx context.Context, gen uint64, dst []Output) ([]Outpu
 	for {
 		l.mu.Lock()
 		if l.attached != gen {
+			cut := l.cut == gen
 			l.mu.Unlock()
+			if cut {
+				return dst, ErrSlowReader
+			}
 			return dst, ErrDetached
 		}
 		if l.cursor < l.nextSeq {
@@ -247,6 +353,7 @@ func (l *outputLog) next(ctx context.Context, gen uint64, dst []Output) ([]Outpu
 			l.unread = 0
 			l.cursor = l.nextSeq
 			l.trimLocked(l.replayMax, false)
+			l.rechargeLocked()
 			l.mu.Unlock()
 			return dst, nil
 		}

@@ -150,7 +150,7 @@ func TestOutputLogBoundsAndNumbering(t *testing.T) {
 	const maxEntry = entryOverhead + 100 // the newest output is never forgotten
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
-		l := newOutputLog(unreadMax, replayMax)
+		l := newOutputLog(unreadMax, replayMax, nil)
 		gen, _ := l.attach(0)
 		var lastRead uint64
 		ctx, cancel := context.WithCancel(context.Background())
@@ -203,5 +203,65 @@ func TestOutputLogBoundsAndNumbering(t *testing.T) {
 			}
 			cancel()
 		}
+	}
+}
+
+// The engine-wide budget of buffered output: a stream that lets its unread
+// output pass it is cut (ErrSlowReader) and its log shrinks to the replay
+// bound, releasing the budget; other streams go on; the cut stream's
+// execution can be attached again after what it read.
+func TestOutputLogBudgetCutsTheSlowStream(t *testing.T) {
+	const unreadMax, replayMax, budgetMax = 1 << 20, 4000, 20000
+	b := &budget{max: budgetMax}
+	slow, fast := newOutputLog(unreadMax, replayMax, b), newOutputLog(unreadMax, replayMax, b)
+	slowGen, _ := slow.attach(0)
+	fastGen, _ := fast.attach(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	line := Output{Type: OutStdout, Text: strings.Repeat("x", 800)}
+	first, _ := slow.next(ctx, slowGen, nil) // nothing yet
+	_ = first
+	slow.push(line)
+	read, err := slow.next(ctx, slowGen, nil)
+	if err != nil || len(read) != 1 {
+		t.Fatalf("first read: %v %v", read, err)
+	}
+	for range 100 { // 100 KB, never read
+		slow.push(line)
+		fast.push(line)
+		if _, err := fast.next(ctx, fastGen, nil); err != nil {
+			t.Fatalf("the fast stream: %v", err)
+		}
+		if used := b.used.Load(); used > budgetMax {
+			t.Fatalf("%d bytes buffered, over the budget %d", used, budgetMax)
+		}
+	}
+	if _, err := slow.next(ctx, slowGen, nil); !errors.Is(err, ErrSlowReader) {
+		t.Fatalf("the slow stream's next: %v, want ErrSlowReader", err)
+	}
+	if used := b.used.Load(); used != 0 {
+		t.Fatalf("%d bytes still charged with both streams read or cut", used)
+	}
+	slow.mu.Lock()
+	kept := slow.readBytes + slow.unread
+	slow.mu.Unlock()
+	if kept > replayMax+entryOverhead+len(line.Text) {
+		t.Fatalf("the cut stream's log keeps %d bytes, want at most the replay bound", kept)
+	}
+	// Re-attach: from the oldest kept output on, numbered without gaps.
+	firstKept, last, attached := slow.state()
+	if attached || last != 101 {
+		t.Fatalf("state after the cut: first %d last %d attached %v", firstKept, last, attached)
+	}
+	gen, err := slow.attach(firstKept - 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := slow.next(ctx, gen, nil)
+	if err != nil || outs[0].Seq != firstKept || outs[len(outs)-1].Seq != last {
+		t.Fatalf("re-attached: %d outputs %v", len(outs), err)
+	}
+	if _, err := slow.attach(0); !errors.Is(err, ErrReplayGone) {
+		t.Fatalf("attach from the start after the cut: %v, want ErrReplayGone", err)
 	}
 }

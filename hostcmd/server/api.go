@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,45 @@ type api struct {
 	tokenScope   string      // ScopeAll or ScopeExecute
 	metrics      *metrics    // nil: no /metrics (Config.DisableMetrics)
 	browser      *browserGuard
+	writeTimeout time.Duration // a stream's client must take each write within it
+	// closing is done once the host shuts down (beginShutdown).
+	closing       context.Context
+	beginShutdown context.CancelFunc
+}
+
+// shutdownWriteGrace is what a stream's client gets to take the stream's
+// last lines once the host shuts down: a stalled one does not hold the
+// shutdown for writeTimeout.
+const shutdownWriteGrace = time.Second
+
+// writeGuard sets a stream's write deadline: writeTimeout from each write,
+// or shutdownWriteGrace once the host shuts down, whichever comes first.
+type writeGuard struct {
+	mu      sync.Mutex
+	rc      *http.ResponseController
+	timeout time.Duration
+	closing bool
+	stop    func() bool
+}
+
+func (a *api) writeDeadline(rc *http.ResponseController) *writeGuard {
+	g := &writeGuard{rc: rc, timeout: a.writeTimeout}
+	g.stop = context.AfterFunc(a.closing, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.closing = true
+		_ = g.rc.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
+	})
+	return g
+}
+
+// arm gives the next write its deadline.
+func (g *writeGuard) arm() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closing {
+		_ = g.rc.SetWriteDeadline(time.Now().Add(g.timeout))
+	}
 }
 
 // route is one entry of the API's route table: an HTTP method, a ServeMux
@@ -298,6 +338,9 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.C
 	h.Set("X-Accel-Buffering", "no") // tell buffering proxies to pass lines through
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
+	deadline := a.writeDeadline(rc)
+	defer deadline.stop()
+	deadline.arm()
 	if err := rc.Flush(); err != nil {
 		return // the client is gone; the engine sees r.Context() end
 	}
@@ -322,6 +365,13 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.C
 		case err == nil || err == io.EOF:
 		case r.Context().Err() != nil:
 			return // the client left; the engine applies the disconnect policy
+		case errors.Is(err, core.ErrSlowReader):
+			// Cut to release what was buffered for this client: the
+			// execution goes on, to be re-attached (as after a take-over).
+			line = appendLine(line, core.Output{Type: core.OutError, ErrName: errNameTooSlow,
+				ErrValue: fmt.Sprintf("This client read slower than the kernel wrote and the host's buffer for slow clients is full (setting %s): this stream ends here; the execution goes on, re-attach with GET /executions/{id}/stream?after=<the last seq read>", EnvVar("max-buffered-bytes"))})
+			line = appendLine(line, core.Output{Type: core.OutEndOfExecution})
+			err, takenOver = io.EOF, true
 		case errors.Is(err, core.ErrDetached):
 			// Another client re-attached: this stream ends here, on purpose,
 			// so with an error line and end_of_execution (not numbered: they
@@ -334,6 +384,10 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.C
 			line = appendLine(line, core.Output{Type: core.OutKeepalive})
 		}
 		if len(line) > 0 {
+			// A client that takes no bytes for writeTimeout is gone: the
+			// write fails, the handler returns and the disconnect policy
+			// applies, instead of the stream pinning its buffer for ever.
+			deadline.arm()
 			n, werr := w.Write(line)
 			a.metrics.streamed(n)
 			if werr != nil {

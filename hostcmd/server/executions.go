@@ -18,6 +18,9 @@ const (
 	executionIDHeader = "X-Execution-Id"
 	// errNameDetached ends a stream that another client took over.
 	errNameDetached = "StreamDetached"
+	// errNameTooSlow ends a stream cut for reading too slowly (the host's
+	// buffer for slow clients, -max-buffered-bytes, was full).
+	errNameTooSlow = "StreamTooSlow"
 )
 
 // wantSeq reports whether the client asked /execute for sequence numbers

@@ -124,6 +124,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		KernelSetup:      kernelSetup,
 		QueueDepth:       cfg.QueueDepth,
 		MaxOutputBytes:   cfg.MaxOutputBytes,
+		MaxBufferedBytes: cfg.MaxBufferedBytes,
 		ReplayBytes:      cfg.ReplayBytes,
 		ReplayTTL:        cfg.ReplayTTL,
 		DisconnectPolicy: cfg.DisconnectPolicy,
@@ -143,7 +144,8 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	a := &api{engine: engine, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
 		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
-		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, log)}
+		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, log), writeTimeout: cfg.WriteTimeout}
+	a.closing, a.beginShutdown = context.WithCancel(context.Background())
 	var pprof *pprofServer
 	if cfg.PprofAddr != "" {
 		if pprof, err = startPprof(cfg.PprofAddr, log); err != nil {
@@ -170,7 +172,8 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 			// body is read, so streams are not cut (TestReadTimeoutDoesNotCutStreams).
 			ReadTimeout: cfg.ReadTimeout,
 			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-			// No WriteTimeout: /execute streams for as long as the code runs.
+			// No WriteTimeout: /execute streams for as long as the code runs;
+			// each of a stream's writes has its own deadline (Config.WriteTimeout).
 		},
 	}
 	go func() { h.served <- h.srv.Serve(ln) }()
@@ -243,6 +246,9 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	h.api.ready.Store(false)
+	// Streams whose clients stalled get a short last chance to take their
+	// final lines, not WriteTimeout: they would hold the shutdown.
+	h.api.beginShutdown()
 	// http.Server.Shutdown closes the listeners at once, then waits for active
 	// connections to go idle; those are the streams that engine.Close ends.
 	srvDone := make(chan error, 1)
@@ -302,6 +308,9 @@ func withDefaults(c Config) Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.AccessTokenScope == "" {
 		c.AccessTokenScope = ScopeAll

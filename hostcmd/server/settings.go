@@ -54,6 +54,15 @@ type Config struct {
 	// a request's headers and body, not the response: /execute streams as long
 	// as the code runs.
 	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
+	// WriteTimeout bounds each write of a response stream: a client that
+	// takes none of it for this long is cut (the disconnect policy applies;
+	// the execution can be re-attached). 0: DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// MaxBufferedBytes bounds the output buffered for slow clients across
+	// all executions (MaxOutputBytes is per execution); past it the streams
+	// furthest behind are cut, their executions going on to be re-attached.
+	// 0: the engine's default (256 MiB); negative: no bound.
+	MaxBufferedBytes int
 	// AccessToken, when set, is required as "Authorization: Bearer <token>"
 	// (see AccessTokenScope and docs/operating.md). Empty: no check.
 	AccessToken string
@@ -133,6 +142,9 @@ const (
 	// Upstream keeps idle connections 640 s; SDKs pool connections and an
 	// earlier close races with reuse (ECONNRESET in the client).
 	DefaultIdleTimeout = 640 * time.Second
+	// A stream's client that takes no bytes for this long is gone (a
+	// vanished peer, or one that stopped reading).
+	DefaultWriteTimeout = 30 * time.Second
 )
 
 // Access token scopes.
@@ -200,6 +212,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.IntVar(&c.MaxEnvBytes, "max-env-bytes", DefaultMaxEnvBytes, "bytes of one execution's env_vars, names and values together (400 above)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	fs.IntVar(&c.MaxOutputBytes, "max-output-bytes", 64<<20, "output buffered per execution for a slow client before it is dropped")
+	fs.IntVar(&c.MaxBufferedBytes, "max-buffered-bytes", 256<<20, "output buffered for slow clients across all executions; past it the stream furthest behind is cut (its execution goes on and can be re-attached); 0: no bound")
 	fs.IntVar(&c.ReplayBytes, "replay-bytes", 256<<10, "newest output kept per execution for a client that re-attaches (GET /executions/{id}/stream); each output counts its text and about 200 bytes")
 	fs.DurationVar(&c.ReplayTTL, "replay-ttl", 5*time.Minute, "how long a finished execution stays available to GET /executions/{id} and re-attaching")
 	fs.DurationVar(&c.Keepalive, "keepalive", DefaultKeepalive, "silence on an /execute stream before a keepalive line")
@@ -207,6 +220,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.DurationVar(&c.ExecutionTimeout, "execution-timeout", 0, "default bound on an execution's run (an /execute body's \"timeout\" in seconds overrides it); the stream ends with an ExecutionTimeout error and the code is interrupted; 0: none")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", DefaultReadHeaderTimeout, "time a client has to send a request's headers")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", DefaultReadTimeout, "time a client has to send a request's headers and body (not the response: streams last as long as the code)")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", DefaultWriteTimeout, "a stream's client that takes none of a write for this long is cut (the disconnect policy applies; the execution can be re-attached)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "an idle keep-alive connection is closed after this")
 	fs.StringVar(&c.AccessToken, "access-token", "", "if set, clients must send \"Authorization: Bearer <token>\" (prefer the environment variable: flags show in ps); see -access-token-scope")
 	fs.StringVar(&c.AccessTokenScope, "access-token-scope", ScopeAll, "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token as the official SDKs send it, and /executions/...)")
@@ -266,6 +280,9 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	if c.MaxContexts == 0 {
 		c.MaxContexts = -1 // the flag's "no limit" is Config's negative
 	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = -1 // the same for the buffer of slow clients
+	}
 	// An empty variable counts as unset for policy configs too, like every
 	// other setting here.
 	c.LookupEnv = func(k string) (string, bool) { v := getenv(k); return v, v != "" }
@@ -300,13 +317,16 @@ func checkLimits(c Config) error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"read-header-timeout", c.ReadHeaderTimeout}, {"read-timeout", c.ReadTimeout}, {"idle-timeout", c.IdleTimeout}} {
+	}{{"read-header-timeout", c.ReadHeaderTimeout}, {"read-timeout", c.ReadTimeout}, {"idle-timeout", c.IdleTimeout}, {"write-timeout", c.WriteTimeout}} {
 		if d.v <= 0 {
 			return fmt.Errorf("%s must be positive, got %v", EnvVar(d.flag), d.v)
 		}
 	}
 	if c.MaxContexts < 0 {
 		return fmt.Errorf("%s must not be negative, got %d", EnvVar("max-contexts"), c.MaxContexts)
+	}
+	if c.MaxBufferedBytes < 0 {
+		return fmt.Errorf("%s must not be negative, got %d", EnvVar("max-buffered-bytes"), c.MaxBufferedBytes)
 	}
 	for _, l := range []struct {
 		flag string
