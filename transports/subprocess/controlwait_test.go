@@ -50,7 +50,7 @@ func TestControlDuringEnvExecutionIsNotHeldUp(t *testing.T) {
 		for _, keys := range []int{1, 3000} {
 			for _, op := range []string{"restart", "delete", "shutdown"} {
 				t.Run(fmt.Sprintf("%s/%dkeys/%s", lang, keys, op), func(t *testing.T) {
-					e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: t.TempDir(), HelperTimeout: 30 * time.Second})
+					e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: t.TempDir(), HelperTimeout: 30 * time.Second, MaxEnvVars: 5000})
 					if err != nil {
 						t.Fatal(err)
 					}
