@@ -27,10 +27,11 @@ type api struct {
 	log          *slog.Logger
 	maxBodyBytes int64
 	keepalive    time.Duration
-	ready        atomic.Bool // the default contexts exist
-	token        []byte      // Config.AccessToken; empty: no check
-	tokenScope   string      // ScopeAll or ScopeExecute
-	metrics      *metrics    // nil: no /metrics (Config.DisableMetrics)
+	ready        atomic.Bool  // the default contexts exist
+	starting     atomic.Value // string: what start-up is doing, for /health
+	token        []byte       // Config.AccessToken; empty: no check
+	tokenScope   string       // ScopeAll or ScopeExecute
+	metrics      *metrics     // nil: no /metrics (Config.DisableMetrics)
 	browser      *browserGuard
 	writeTimeout time.Duration // a stream's client must take each write within it
 	// closing is done once the host shuts down (beginShutdown).
@@ -213,11 +214,18 @@ func bearer(h string) string {
 
 func (a *api) health(w http.ResponseWriter, r *http.Request) {
 	if !a.ready.Load() {
-		writeText(w, http.StatusServiceUnavailable, "Starting: the default contexts are not ready yet")
+		msg := "Starting: the default contexts are not ready yet"
+		if what, ok := a.starting.Load().(string); ok {
+			msg += ": " + what
+		}
+		writeText(w, http.StatusServiceUnavailable, msg)
 		return
 	}
 	writeJSON(w, "OK")
 }
+
+// setStarting says what start-up is doing, for /health until ready.
+func (a *api) setStarting(what string) { a.starting.Store(what) }
 
 // openAPI serves the API description (docs/openapi.json, embedded). It is
 // not secret, but it follows the token's scope like every route but /health:

@@ -133,6 +133,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		ExecutionTimeout: cfg.ExecutionTimeout,
 		MaxEnvVars:       cfg.MaxEnvVars,
 		MaxEnvBytes:      cfg.MaxEnvBytes,
+		StartTimeout:     kernelBounds(cfg).engineStart,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the engine: %w", err)
@@ -190,7 +191,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	if len(defaults) == 0 {
 		log.Warn("the transport has neither python nor javascript: no default contexts", "languages", transport.Info().Languages)
 	}
-	if err := engine.StartDefaults(ctx, defaults...); err != nil {
+	if err := startDefaults(ctx, engine, defaults, cfg.DefaultStartRetry, a, log); err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = h.Shutdown(stopCtx)
@@ -199,6 +200,37 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	a.ready.Store(true)
 	log.Info("ready", "default_contexts", defaults, "default_cwd", cwd)
 	return h, nil
+}
+
+// Backoff between attempts to start the default contexts.
+const (
+	defaultStartFirstDelay = time.Second
+	defaultStartMaxDelay   = 30 * time.Second
+)
+
+// startDefaults starts the default contexts, retrying a failure with backoff
+// for up to retry (a slow cluster, a gateway that is still coming up) and
+// telling /health what it waits for. Contexts already started are kept.
+func startDefaults(ctx context.Context, engine *core.Engine, defaults []string, retry time.Duration, a *api, log *slog.Logger) error {
+	deadline := time.Now().Add(retry)
+	delay := defaultStartFirstDelay
+	for attempt := 1; ; attempt++ {
+		a.setStarting(fmt.Sprintf("starting the default contexts %v (attempt %d)", defaults, attempt))
+		err := engine.StartDefaults(ctx, defaults...)
+		if err == nil || ctx.Err() != nil || !time.Now().Add(delay).Before(deadline) {
+			return err
+		}
+		log.Warn("the default contexts did not start; retrying", "attempt", attempt, "retry_in", delay, "err", err)
+		a.setStarting(fmt.Sprintf("waiting to retry the default contexts %v: attempt %d failed: %v", defaults, attempt, err))
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		delay = min(2*delay, defaultStartMaxDelay)
+	}
 }
 
 // PluginPID is the transport plugin's process id, 0 when the transport is

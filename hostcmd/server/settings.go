@@ -99,6 +99,12 @@ type Config struct {
 	// Default: no such variables (each module's .config file, if any).
 	LookupEnv func(string) (string, bool)
 
+	// DefaultStartRetry is how long the start of the default contexts keeps
+	// being retried, with backoff, after a failure (a slow or busy cluster)
+	// before start-up fails; /health says what it waits for. 0: the first
+	// failure ends start-up.
+	DefaultStartRetry time.Duration
+
 	// PprofAddr, when set, serves net/http/pprof on a listener of its own at
 	// this address (never on Addr). It should be a loopback address:
 	// profiles reveal memory contents. Empty: off.
@@ -119,6 +125,10 @@ type Jupyter struct {
 	// KernelEnv is the "env" of every kernel-start request (Enterprise
 	// Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, …).
 	KernelEnv map[string]string
+	// StartTimeout, ConnectTimeout and RestartTimeout bound a kernel's start
+	// request, its websocket's opening and a restart (jupyter.Config); the
+	// host's own bounds on starts and restarts follow them (kernelBounds).
+	StartTimeout, ConnectTimeout, RestartTimeout time.Duration
 }
 
 // Interpreters are the interpreter executables the subprocess transport runs.
@@ -136,6 +146,10 @@ const (
 	DefaultMaxContexts  = 64
 	DefaultMaxEnvVars   = 1000
 	DefaultMaxEnvBytes  = 1 << 20
+	// DefaultJupyterKernelTimeout is the default of the jupyter-*-timeout
+	// settings, jupyter.DefaultKernelTimeout (not imported: the host does
+	// not link the transport it runs as a plugin).
+	DefaultJupyterKernelTimeout = 2 * time.Minute
 
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 60 * time.Second
@@ -236,6 +250,10 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&c.Jupyter.URL, "jupyter-url", "", "jupyter transport: the Jupyter Server's base URL (plugin default http://127.0.0.1:8888/)")
 	fs.StringVar(&c.Jupyter.Token, "jupyter-token", "", "jupyter transport: the server's token (prefer the environment variable: flags show in ps)")
 	fs.StringVar(&jupyterKernelEnv, "jupyter-kernel-env", "", "jupyter transport: JSON object sent as the \"env\" of every kernel-start request: Enterprise Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, KERNEL_LAUNCH_TIMEOUT and other KERNEL_* values (Kernel Gateway passes KERNEL_* into the kernel's environment)")
+	fs.DurationVar(&c.Jupyter.StartTimeout, "jupyter-start-timeout", DefaultJupyterKernelTimeout, "jupyter transport: bound on a kernel-start request (Enterprise Gateway answers it once the remote kernel is up); a kernel created after its start was abandoned is deleted")
+	fs.DurationVar(&c.Jupyter.ConnectTimeout, "jupyter-connect-timeout", DefaultJupyterKernelTimeout, "jupyter transport: bound on opening a kernel's websocket (the server holds it until the kernel answers: a slow kernel start shows here)")
+	fs.DurationVar(&c.Jupyter.RestartTimeout, "jupyter-restart-timeout", DefaultJupyterKernelTimeout, "jupyter transport: bound on a kernel restart, until the new kernel answers")
+	fs.DurationVar(&c.DefaultStartRetry, "default-start-retry", 0, "how long a failed start of the default contexts is retried (backoff 1s doubling to 30s) before start-up fails; /health says what it waits for; 0: fail at once")
 	fs.StringVar(&c.Policies, "policies", "", "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -335,6 +353,18 @@ func checkLimits(c Config) error {
 		if l.v <= 0 {
 			return fmt.Errorf("%s must be positive, got %d", EnvVar(l.flag), l.v)
 		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"jupyter-start-timeout", c.Jupyter.StartTimeout}, {"jupyter-connect-timeout", c.Jupyter.ConnectTimeout},
+		{"jupyter-restart-timeout", c.Jupyter.RestartTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s must be positive, got %v", EnvVar(d.flag), d.v)
+		}
+	}
+	if c.DefaultStartRetry < 0 {
+		return fmt.Errorf("%s must not be negative, got %v", EnvVar("default-start-retry"), c.DefaultStartRetry)
 	}
 	// A token with surrounding spaces never matches what a client's header
 	// parser hands over. The message does not echo the token.

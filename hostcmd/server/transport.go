@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/kernelhost/kernelhost/plugins/transportplugin"
 )
@@ -42,16 +43,47 @@ func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*transp
 	if fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("transport %q: plugin %s is not an executable file", cfg.TransportName, path)
 	}
+	bounds := kernelBounds(cfg)
 	s, err := transportplugin.Launch(ctx, transportplugin.Config{
-		Path:      path,
-		Settings:  pluginEnv(cfg),
-		Logger:    cfg.Logger,
-		OnRestart: onRestart,
+		Path:               path,
+		Settings:           pluginEnv(cfg),
+		Logger:             cfg.Logger,
+		OnRestart:          onRestart,
+		StartKernelTimeout: bounds.pluginStart,
+		CallTimeout:        bounds.pluginCall,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transport %q: %w", cfg.TransportName, err)
 	}
 	return s, nil
+}
+
+// boundsMargin is what the host's bounds on a kernel start or restart leave
+// beyond the transport's own, for the steps around them (the cwd snippet
+// after a start, the plugin call itself).
+const boundsMargin = 30 * time.Second
+
+// hostBounds are the host's bounds on kernel starts and restarts: the
+// engine's (core.Config.StartTimeout) and the plugin calls'. Zero: their
+// defaults.
+type hostBounds struct {
+	engineStart, pluginStart, pluginCall time.Duration
+}
+
+// kernelBounds raises the host's bounds above the jupyter transport's
+// timeouts, so that a slow start or restart the settings allow is not cut
+// short by a fixed bound of the host (60 s the engine's, 120 s the plugin's).
+func kernelBounds(cfg Config) hostBounds {
+	if cfg.TransportName != "jupyter" {
+		return hostBounds{}
+	}
+	j := cfg.Jupyter
+	start := max(time.Minute, j.StartTimeout+j.ConnectTimeout+boundsMargin, j.RestartTimeout+boundsMargin)
+	return hostBounds{
+		engineStart: start,
+		pluginStart: start + boundsMargin,
+		pluginCall:  max(time.Minute, j.RestartTimeout+boundsMargin),
+	}
 }
 
 // pluginEnv is the settings a plugin reads (transportplugin.Setting), as
@@ -74,6 +106,12 @@ func pluginEnv(cfg Config) []string {
 	add("java", cfg.Interpreters.Java)
 	add("jupyter-url", cfg.Jupyter.URL)
 	add("jupyter-token", cfg.Jupyter.Token)
+	for flagName, d := range map[string]time.Duration{"jupyter-start-timeout": cfg.Jupyter.StartTimeout,
+		"jupyter-connect-timeout": cfg.Jupyter.ConnectTimeout, "jupyter-restart-timeout": cfg.Jupyter.RestartTimeout} {
+		if d > 0 {
+			add(flagName, d.String())
+		}
+	}
 	if cfg.Jupyter.KernelEnv != nil {
 		b, _ := json.Marshal(cfg.Jupyter.KernelEnv) // a map of strings always marshals
 		add("jupyter-kernel-env", string(b))

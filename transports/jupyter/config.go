@@ -49,12 +49,28 @@ type Config struct {
 	// ReconnectTimeout bounds how long a kernel tries to reconnect after its
 	// websocket dropped before it is given up for good. Default 1 minute.
 	ReconnectTimeout time.Duration
+	// StartTimeout bounds the kernel-start request (POST api/kernels).
+	// Enterprise Gateway answers it only once a remote kernel is up (a pod
+	// scheduled, its image pulled). A kernel the server creates after the
+	// start was abandoned is deleted once it appears. Default 2 minutes.
+	StartTimeout time.Duration
+	// ConnectTimeout bounds opening the kernel's websocket: the server holds
+	// the upgrade until the kernel answers, so a slow kernel start shows here.
+	// Default 2 minutes.
+	ConnectTimeout time.Duration
+	// RestartTimeout bounds a restart: the restart request and the wait for
+	// the new kernel's output channel. Default 2 minutes.
+	RestartTimeout time.Duration
 	// DisableQuickAck turns off re-arming TCP_QUICKACK (Linux) after each
 	// read; only useful to measure what it saves.
 	DisableQuickAck bool
 }
 
 const defaultMaxMessageSize = 10 << 20
+
+// DefaultKernelTimeout is the default of StartTimeout, ConnectTimeout and
+// RestartTimeout.
+const DefaultKernelTimeout = 2 * time.Minute
 
 func (c Config) withDefaults() Config {
 	if c.MaxMessageSize <= 0 {
@@ -68,6 +84,11 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectTimeout <= 0 {
 		c.ReconnectTimeout = time.Minute
+	}
+	for _, d := range []*time.Duration{&c.StartTimeout, &c.ConnectTimeout, &c.RestartTimeout} {
+		if *d <= 0 {
+			*d = DefaultKernelTimeout
+		}
 	}
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,6 +63,17 @@ func startFakeEG(t *testing.T, startDelay time.Duration) *fakeEG {
 		eg.created = append(eg.created, id)
 		eg.mu.Unlock()
 		writeJSON(w, http.StatusCreated, map[string]string{"id": id, "name": req.Name})
+	})
+	mux.HandleFunc("GET /api/kernels", func(w http.ResponseWriter, r *http.Request) {
+		eg.mu.Lock()
+		defer eg.mu.Unlock()
+		list := []kernelModel{}
+		for _, id := range eg.created {
+			if !slices.Contains(eg.deleted, id) {
+				list = append(list, kernelModel{ID: id, Name: "python_kubernetes"})
+			}
+		}
+		writeJSON(w, http.StatusOK, list)
 	})
 	mux.HandleFunc("DELETE /api/kernels/{id}", func(w http.ResponseWriter, r *http.Request) {
 		eg.mu.Lock()
@@ -127,5 +139,38 @@ func TestEnterpriseGatewayNeedsKernelUsername(t *testing.T) {
 	}
 	if len(eg.deleted) != 1 || eg.deleted[0] != eg.created[0] {
 		t.Errorf("created %v, deleted %v: the unreachable kernel must be deleted", eg.created, eg.deleted)
+	}
+}
+
+// A start request that outlives the start timeout is abandoned with an error
+// that says so, and the kernel the gateway creates afterwards is deleted
+// (and only that one: a kernel that was there before stays).
+func TestAbandonedStartIsDeleted(t *testing.T) {
+	eg := startFakeEG(t, 3*time.Second)
+	eg.created = []string{"kernel-of-someone-else"}
+	tr := eg.transport(t, func(c *Config) {
+		c.KernelEnv = map[string]string{"KERNEL_USERNAME": "alice"}
+		c.StartTimeout = time.Second
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	began := time.Now()
+	_, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python"})
+	if err == nil || !strings.Contains(err.Error(), "within the start timeout (1s)") {
+		t.Fatalf("start: %v, want the start timeout", err)
+	}
+	if d := time.Since(began); d > 2500*time.Millisecond {
+		t.Errorf("the start gave up after %v, want about 1 s", d)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		eg.mu.Lock()
+		created, deleted := slices.Clone(eg.created), slices.Clone(eg.deleted)
+		eg.mu.Unlock()
+		if len(created) == 2 && slices.Equal(deleted, created[1:]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("created %v, deleted %v: want the late kernel deleted and only it", created, deleted)
+		}
 	}
 }

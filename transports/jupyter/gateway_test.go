@@ -1,7 +1,11 @@
 package jupyter
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
@@ -20,6 +24,41 @@ func TestKernelGateway(t *testing.T) {
 		}, transporttest.Python)
 	})
 	t.Run("KernelEnv", func(t *testing.T) { testKernelEnv(t, kg) })
+	t.Run("SlowKernelStart", func(t *testing.T) { testSlowKernelStart(t, kg) })
+}
+
+// slowStartDelay is how long the "slow" kernel spec waits before it starts
+// ipykernel, as a pod waiting for its image would.
+const slowStartDelay = 8 * time.Second
+
+// testSlowKernelStart: the gateway holds the websocket upgrade until the
+// kernel answers, so a kernel that starts slowly shows at the connection:
+// within ConnectTimeout it works; beyond it, the start fails saying so, and
+// leaves no kernel behind.
+func testSlowKernelStart(t *testing.T, kg *jupytertest.Server) {
+	err := kg.AddKernelSpec("slow", "python", []string{"/bin/sh", "-c",
+		fmt.Sprintf("sleep %d; exec /usr/bin/python3 -m ipykernel_launcher -f \"$0\"", int(slowStartDelay.Seconds())), "{connection_file}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := func(c *Config) { c.KernelNames = map[string]string{"python": "slow"} }
+
+	tr := newTransport(t, kg, func(c *Config) { slow(c); c.ConnectTimeout = 2 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	if _, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python"}); err == nil || !strings.Contains(err.Error(), "within the connect timeout (2s)") {
+		t.Fatalf("start beyond the connect timeout: %v", err)
+	}
+	if ks, err := tr.c.listKernels(ctx); err != nil || len(ks) != 0 {
+		t.Errorf("kernels left after the failed start: %+v %v", ks, err)
+	}
+
+	began := time.Now()
+	k := startKernel(t, newTransport(t, kg, slow))
+	t.Logf("FIGURE slow kernel (%v delay) started through Kernel Gateway in %v", slowStartDelay, time.Since(began))
+	if r := run(t, k, "print(6 * 7)"); r.stdout.String() != "42\n" {
+		t.Errorf("slow kernel: %q", r.stdout.String())
+	}
 }
 
 // testKernelEnv: the configured env goes in the kernel-start request; Kernel

@@ -80,6 +80,10 @@ type kernel struct {
 	lostErr  error         // why the kernel was given up, once it was
 	restarts int           // manual restarts in progress (see forward)
 
+	// onDeleted, when set, is called once the kernel was deleted on the
+	// server (or found gone) at Shutdown.
+	onDeleted func()
+
 	// lose, when set (tests only), drops the incoming messages it returns
 	// true for, as a full ZeroMQ queue would. Set before the first Execute.
 	lose func(core.Message) bool
@@ -189,6 +193,15 @@ func (k *kernel) Restart(ctx context.Context) error {
 	if err := k.emitKernelWide(ctx, core.StateRestarting); err != nil {
 		return fmt.Errorf("restart kernel %s: %w", k.id, err)
 	}
+	outer := ctx
+	ctx, cancel := context.WithTimeout(ctx, k.c.cfg.RestartTimeout)
+	defer cancel()
+	timedOut := func(err error) error {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && outer.Err() == nil {
+			return fmt.Errorf("restart kernel %s: not back within the restart timeout (%v): %w", k.id, k.c.cfg.RestartTimeout, err)
+		}
+		return fmt.Errorf("restart kernel %s: %w", k.id, err)
+	}
 	// The server answers 500 while its own restarter is still bringing back
 	// a kernel that died (it reported restarting before it restarts): retry.
 	delay := reconnectFirstDelay
@@ -197,10 +210,10 @@ func (k *kernel) Restart(ctx context.Context) error {
 		var ae *apiError
 		if err == nil || !errors.As(err, &ae) || ae.Status != http.StatusInternalServerError {
 			if err != nil {
-				return fmt.Errorf("restart kernel %s: %w", k.id, err)
+				return timedOut(err)
 			}
 			if err := k.nudge(ctx); err != nil {
-				return fmt.Errorf("restart kernel %s: %w", k.id, err)
+				return timedOut(err)
 			}
 			return nil
 		}
@@ -209,7 +222,7 @@ func (k *kernel) Restart(ctx context.Context) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("restart kernel %s: %w (last answer: %v)", k.id, ctx.Err(), err)
+			return timedOut(fmt.Errorf("%w (last answer: %v)", ctx.Err(), err))
 		}
 		delay = min(2*delay, time.Second)
 	}
@@ -238,6 +251,8 @@ func (k *kernel) Shutdown(ctx context.Context) error {
 		}
 		if err != nil {
 			k.delErr = fmt.Errorf("shut down kernel %s: %w", k.id, err)
+		} else if k.onDeleted != nil {
+			k.onDeleted()
 		}
 	})
 	return k.delErr

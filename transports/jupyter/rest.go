@@ -138,8 +138,15 @@ func (c *client) version(ctx context.Context) (string, error) {
 }
 
 type kernelModel struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Connections int    `json:"connections"`
+}
+
+func (c *client) listKernels(ctx context.Context) ([]kernelModel, error) {
+	var ks []kernelModel
+	err := c.do(ctx, http.MethodGet, "api/kernels", nil, &ks)
+	return ks, err
 }
 
 // startRequest is the body of POST api/kernels.
@@ -187,7 +194,7 @@ func (c *client) dialChannels(ctx context.Context, kernelID, session string) (*w
 	d := &websocket.Dialer{
 		NetDialContext:   dialFunc(!c.cfg.DisableQuickAck),
 		TLSClientConfig:  c.cfg.TLSClientConfig,
-		HandshakeTimeout: 30 * time.Second,
+		HandshakeTimeout: c.cfg.ConnectTimeout,
 		// The read buffer is what a single read syscall can fill; large
 		// outputs arrive in fewer reads with a larger one.
 		ReadBufferSize:  64 << 10,
@@ -205,6 +212,11 @@ func (c *client) dialChannels(ctx context.Context, kernelID, session string) (*w
 		}
 		if resp != nil {
 			return nil, fmt.Errorf("connect to kernel %s: %s: %w", kernelID, resp.Status, err)
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			// The server holds the upgrade until the kernel answers.
+			return nil, fmt.Errorf("connect to kernel %s: the kernel did not answer within the connect timeout (%v): %w", kernelID, c.cfg.ConnectTimeout, err)
 		}
 		return nil, fmt.Errorf("connect to kernel %s: %w", kernelID, err)
 	}

@@ -17,8 +17,13 @@ type Transport struct {
 	c       *client
 	version string
 
-	mu    sync.Mutex
-	specs kernelSpecs // refreshed when a language is not found
+	mu      sync.Mutex
+	specs   kernelSpecs     // refreshed when a language is not found
+	claimed map[string]bool // kernels this transport started or deleted as late (reap.go)
+
+	bgCtx    context.Context // ends the reapers at Close
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 }
 
 var _ core.Transport = (*Transport)(nil)
@@ -40,12 +45,18 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		c.httpTr.CloseIdleConnections()
 		return nil, fmt.Errorf("jupyter server at %s: %w", cfg.URL, err)
 	}
-	return &Transport{c: c, version: v, specs: specs}, nil
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	return &Transport{c: c, version: v, specs: specs, claimed: map[string]bool{}, bgCtx: bgCtx, bgCancel: bgCancel}, nil
 }
 
-// Close releases the transport's idle HTTP connections. Kernels are shut
-// down by their own Shutdown.
-func (t *Transport) Close() { t.c.httpTr.CloseIdleConnections() }
+// Close stops looking for kernels of abandoned starts and releases the
+// transport's idle HTTP connections. Kernels are shut down by their own
+// Shutdown.
+func (t *Transport) Close() {
+	t.bgCancel()
+	t.bg.Wait()
+	t.c.httpTr.CloseIdleConnections()
+}
 
 // Info names the transport and the languages of the server's kernel specs.
 func (t *Transport) Info() core.TransportInfo {
@@ -116,17 +127,19 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 				core.Quote(lang), strings.Join(t.Info().Languages, ", "))}
 		}
 	}
-	km, err := t.c.createKernel(ctx, name)
+	km, err := t.createKernel(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("start %s kernel: %w", lang, err)
 	}
 	k := newKernel(t.c, km.ID, uuid.NewString())
+	k.onDeleted = func() { t.unclaim(km.ID) }
 	ws, err := t.c.dialChannels(ctx, km.ID, k.session)
 	if err != nil {
 		// Do not leave a kernel nobody can reach running on the server.
 		delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		_ = t.c.deleteKernel(delCtx, km.ID)
+		t.unclaim(km.ID)
 		return nil, fmt.Errorf("start %s kernel: %w", lang, err)
 	}
 	k.start(ws)

@@ -3,6 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"github.com/kernelhost/kernelhost/transports/jupyter"
 )
 
 // defaultURL is the server the plugin talks to when no URL is set.
@@ -14,12 +17,25 @@ const (
 	envURL       = "KERNELHOST_JUPYTER_URL"
 	envToken     = "KERNELHOST_JUPYTER_TOKEN"
 	envKernelEnv = "KERNELHOST_JUPYTER_KERNEL_ENV"
+	envStart     = "KERNELHOST_JUPYTER_START_TIMEOUT"
+	envConnect   = "KERNELHOST_JUPYTER_CONNECT_TIMEOUT"
+	envRestart   = "KERNELHOST_JUPYTER_RESTART_TIMEOUT"
 )
 
 // settings are the plugin's settings (transportplugin.Setting).
 type settings struct {
 	URL, Token string
 	KernelEnv  map[string]string
+	// Timeouts; 0 leaves the transport's default.
+	StartTimeout, ConnectTimeout, RestartTimeout time.Duration
+}
+
+// config is the transport's configuration for s.
+func (s settings) config() jupyter.Config {
+	return jupyter.Config{
+		URL: s.URL, Token: s.Token, KernelEnv: s.KernelEnv,
+		StartTimeout: s.StartTimeout, ConnectTimeout: s.ConnectTimeout, RestartTimeout: s.RestartTimeout,
+	}
 }
 
 // readSettings reads the settings from getenv (os.Getenv outside tests). An
@@ -33,6 +49,16 @@ func readSettings(getenv func(string) string) (settings, error) {
 		if err := json.Unmarshal([]byte(v), &s.KernelEnv); err != nil {
 			// The value may hold secrets: name the variable, not the text.
 			return settings{}, fmt.Errorf("%s: want a JSON object of strings: %w", envKernelEnv, err)
+		}
+	}
+	for name, d := range map[string]*time.Duration{envStart: &s.StartTimeout, envConnect: &s.ConnectTimeout, envRestart: &s.RestartTimeout} {
+		v := getenv(name)
+		if v == "" {
+			continue
+		}
+		var err error
+		if *d, err = time.ParseDuration(v); err != nil || *d <= 0 {
+			return settings{}, fmt.Errorf("%s=%q: want a positive duration such as 90s or 5m", name, v)
 		}
 	}
 	return s, nil

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func getenv(vars map[string]string) func(string) string {
@@ -18,9 +19,18 @@ func TestReadSettings(t *testing.T) {
 		envURL:       "https://gateway.example/prefix/",
 		envToken:     "tok",
 		envKernelEnv: `{"KERNEL_USERNAME":"alice"}`,
+		envStart:     "5m",
+		envConnect:   "90s",
+		envRestart:   "3m",
 	}))
 	if err != nil || s.URL != "https://gateway.example/prefix/" || s.Token != "tok" || len(s.KernelEnv) != 1 || s.KernelEnv["KERNEL_USERNAME"] != "alice" {
 		t.Fatalf("settings: %+v %v", s, err)
+	}
+	if c := s.config(); c.StartTimeout != 5*time.Minute || c.ConnectTimeout != 90*time.Second || c.RestartTimeout != 3*time.Minute {
+		t.Fatalf("timeouts: %+v", c)
+	}
+	if _, err := readSettings(getenv(map[string]string{envConnect: "soon"})); err == nil || !strings.Contains(err.Error(), envConnect) {
+		t.Fatalf("bad timeout: %v", err)
 	}
 	_, err = readSettings(getenv(map[string]string{envKernelEnv: `{"KERNEL_USERNAME":1,"SECRET":"hunter2"}`}))
 	if err == nil || !strings.Contains(err.Error(), envKernelEnv) || strings.Contains(err.Error(), "hunter2") {

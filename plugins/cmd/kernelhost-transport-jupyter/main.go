@@ -24,7 +24,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t, err := jupyter.New(ctx, jupyter.Config{URL: s.URL, Token: s.Token, KernelEnv: s.KernelEnv})
+	t, err := jupyter.New(ctx, s.config())
 	cancel()
 	if err != nil {
 		transportplugin.Logger().Error("cannot start the jupyter transport", "url", s.URL, "error", err)

@@ -172,6 +172,9 @@ func KernelGatewayArgs(port int) []string {
 		"--KernelGatewayApp.ip=127.0.0.1",
 		"--KernelGatewayApp.port=" + strconv.Itoa(port),
 		"--KernelGatewayApp.port_retries=0",
+		// GET api/kernels answers 403 without it: the transport lists the
+		// kernels to find one created after its start was abandoned.
+		"--JupyterWebsocketPersonality.list_kernels=True",
 	}
 }
 
