@@ -168,15 +168,30 @@ var (
 	uuidRE      = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	timestampRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
 	hostAddrRE  = regexp.MustCompile(`\b(localhost|127\.0\.0\.1):49999\b`)
+	// A table's columns are padded to their widest cell, which depends on
+	// every plugin installed (the subprocess plugin's language list grows
+	// with each language), not on what the example shows.
+	columnGapRE = regexp.MustCompile(` {2,}`)
 )
+
+// keepaliveLine is what the host sends while an execution runs past the
+// keepalive interval: how many come depends on how busy the machine is.
+const keepaliveLine = `{"type":"keepalive"}`
 
 // normalizeOutput makes an example's output comparable with the doc's.
 func normalizeOutput(s string) string {
 	s = uuidRE.ReplaceAllString(s, "<uuid>")
 	s = timestampRE.ReplaceAllString(s, "<time>")
-	lines := strings.Split(s, "\n")
-	for i, l := range lines {
-		lines[i] = strings.TrimRight(l, " \t\r")
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimRight(l, " \t\r")
+		if l == keepaliveLine {
+			continue
+		}
+		if !strings.HasPrefix(l, "{") {
+			l = columnGapRE.ReplaceAllString(l, "  ")
+		}
+		lines = append(lines, l)
 	}
 	return strings.TrimRight(strings.Join(lines, "\n"), "\n") + "\n"
 }
@@ -355,6 +370,9 @@ func TestDocExampleParser(t *testing.T) {
 	got := normalizeOutput(`{"id":"0a1b2c3d-0000-4000-8000-00000000abcd","t":"2026-11-29T10:56:52.198190917Z"}  ` + "\n\n")
 	if want := `{"id":"<uuid>","t":"<time>"}` + "\n"; got != want {
 		t.Errorf("normalised to %q, want %q", got, want)
+	}
+	if got, want := normalizeOutput("A     B  C\n"+keepaliveLine+"\n{\"text\":\"a   b\"}\n"), "A  B  C\n{\"text\":\"a   b\"}\n"; got != want {
+		t.Errorf("normalised to %q, want %q (column padding collapsed, keepalive lines dropped, JSON untouched)", got, want)
 	}
 	if normalizeOutput("2\n") == normalizeOutput("3\n") {
 		t.Error("normalisation hides a difference")
