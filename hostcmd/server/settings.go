@@ -112,6 +112,12 @@ type Config struct {
 	// DisableMetrics leaves out /metrics and the engine's Observer
 	// (BenchmarkMetricsCost compares the two).
 	DisableMetrics bool
+	// NoKernelCgroups keeps the subprocess transport from giving each
+	// interpreter a cgroup of its own (where cgroup v2 is writable): delete,
+	// restart and shutdown then end an interpreter's descendants by its
+	// process tree, and the plugin, a child subreaper, ends those it adopted
+	// when it stops.
+	NoKernelCgroups bool
 
 	// Transport, if set, is used instead of launching a plugin (tests run
 	// transports in-process this way). The caller owns it.
@@ -212,6 +218,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		policy, logFormat, logLevel  string
 		jupyterKernelEnv             string
 		allowedHosts, allowedOrigins string
+		kernelCgroups                bool
 	)
 	fs.String(ConfigFlag, "", "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it")
 	fs.StringVar(&c.Addr, "addr", DefaultAddr, "listen address (host:port)")
@@ -243,6 +250,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.StringVar(&c.Interpreters.Python, "python", "python3", "Python interpreter")
 	fs.StringVar(&c.Interpreters.Node, "node", "node", "Node.js interpreter (javascript contexts)")
 	fs.StringVar(&c.Interpreters.Bash, "bash", "bash", "bash interpreter")
+	fs.BoolVar(&kernelCgroups, "kernel-cgroups", true, "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only")
 	fs.StringVar(&c.Interpreters.R, "rscript", "Rscript", "R's Rscript (r contexts; Debian r-base-core)")
 	fs.StringVar(&c.Interpreters.Java, "java", "java", "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)")
 	fs.StringVar(&c.TransportName, "transport", DefaultTransport, "transport plugin: subprocess (local interpreters), jupyter, or NAME for PLUGIN_DIR/kernelhost-transport-NAME")
@@ -266,6 +274,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		return Config{}, err
 	}
 
+	c.NoKernelCgroups = !kernelCgroups
 	var err error
 	if c.DisconnectPolicy, err = core.ParseDisconnectPolicy(policy); err != nil {
 		return Config{}, err

@@ -102,6 +102,9 @@ func pluginEnv(cfg Config) []string {
 	add("python", cfg.Interpreters.Python)
 	add("node", cfg.Interpreters.Node)
 	add("bash", cfg.Interpreters.Bash)
+	if cfg.NoKernelCgroups {
+		add("kernel-cgroups", "false")
+	}
 	add("rscript", cfg.Interpreters.R)
 	add("java", cfg.Interpreters.Java)
 	add("jupyter-url", cfg.Jupyter.URL)

@@ -84,9 +84,11 @@ func serve(t core.Transport, version int) {
 
 	done := make(chan struct{})
 	defer close(done)
+	becomeSubreaper(log, done)
 	exit := func(why string) {
 		log.Info("stopping kernels and exiting", "reason", why)
 		srv.shutdownAll(kernelShutdownTimeout)
+		killAdopted()
 		os.Exit(0)
 	}
 	go watchParent(done, exit)
@@ -140,4 +142,5 @@ func serve(t core.Transport, version int) {
 	})
 	// The host closed the plugin (client.Kill): stop what is left.
 	srv.shutdownAll(kernelShutdownTimeout)
+	killAdopted()
 }

@@ -146,8 +146,11 @@
 // {"interrupt": msg_id} on fd 3, which ends a request that is awaiting or
 // has not started, and sends SIGINT only if the request still runs 50 ms
 // later: synchronous code (a loop, execSync) by then is deep inside
-// runInContext, away from the swap. Restart and Shutdown SIGKILL the whole
-// group and wait for it. An interpreter that exits on its own (os._exit, bash `exit`,
-// process.exit) is reported as status dead with ParentID "", after its group
-// is killed; Restart starts a fresh one.
+// runInContext, away from the swap. Restart and Shutdown SIGKILL the
+// interpreter and every descendant, those in sessions of their own too
+// (start_new_session, setsid, detached): its cgroup where the machine
+// offers one, its process tree otherwise (see reap.go); and wait for it. An
+// interpreter that exits on its own (os._exit, bash `exit`, process.exit) is
+// reported as status dead with ParentID "", after what it left is killed;
+// Restart starts a fresh one.
 package subprocess

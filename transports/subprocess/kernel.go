@@ -19,6 +19,7 @@ type Kernel struct {
 	langName string
 	cwd      string
 	env      []string
+	cgroups  bool // a cgroup per interpreter where the machine offers one
 
 	msgs     chan core.Message // outlives restarts; closed by Shutdown
 	quit     chan struct{}     // closed when Shutdown begins: unblocks a Restart stuck emitting
@@ -75,6 +76,9 @@ func (k *Kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		_ = p.reqW.SetWriteDeadline(deadline)
 	} else {
 		_ = p.reqW.SetWriteDeadline(time.Time{})
+	}
+	if p.cut.Load() { // after the deadline was set: see cutWrites
+		_ = p.reqW.SetWriteDeadline(aLongTimeAgo)
 	}
 	if _, err := p.reqW.Write(frame); err != nil {
 		k.clearCurrent(req.MsgID)
@@ -219,14 +223,19 @@ func (k *Kernel) setProc(p *proc) {
 	k.live.Store(p)
 }
 
-// cutWrites closes the request pipe of the current interpreter, which is
-// about to be killed, without waiting for mu: an Execute blocked writing a
-// large request to an interpreter that does not read (it is busy) holds mu
-// until its deadline, up to the engine's helper timeout, and Restart and
-// Shutdown would wait that long. The write fails at once instead.
+// cutWrites ends writes to the request pipe of the current interpreter,
+// which is about to be killed, without waiting for mu: an Execute blocked
+// writing a large request to an interpreter that does not read (it is busy)
+// holds mu until its deadline, up to the engine's helper timeout, and
+// Restart and Shutdown would wait that long. The write fails at once
+// instead. A deadline in the past, not a close: a driver that saw its pipe
+// close would exit by itself, and its children would be re-parented before
+// killTree could find them. Execute checks cut after it set its own
+// deadline, so whichever comes second, the write is cut.
 func (k *Kernel) cutWrites() {
 	if p := k.live.Load(); p != nil {
-		_ = p.reqW.Close()
+		p.cut.Store(true)
+		_ = p.reqW.SetWriteDeadline(aLongTimeAgo)
 	}
 }
 

@@ -48,7 +48,8 @@ type proc struct {
 	k    *Kernel
 	cmd  *exec.Cmd
 	pid  int
-	reqW *os.File // fd 3 in the child
+	reqW *os.File    // fd 3 in the child
+	cut  atomic.Bool // writes to reqW are cut: it is about to be killed (Kernel.cutWrites)
 
 	msgF  *os.File // read end of fd 4
 	msgFD int      // its descriptor, for the non-blocking reads after exit
@@ -56,6 +57,7 @@ type proc struct {
 	// and fd are guarded by mu.
 	streams [2]stream
 
+	cg       *cgroup       // the interpreter's own cgroup; nil where the machine offers none (killTree then)
 	stop     chan struct{} // closed when the kernel kills this process on purpose
 	stopOnce sync.Once
 	exited   atomic.Bool   // cmd.Wait returned; set before msgF's deadline wakes the pump
@@ -163,7 +165,22 @@ func (k *Kernel) startProc(ctx context.Context) (_ *proc, err error) {
 	cmd.Stderr = childEnds[3]
 	cmd.ExtraFiles = []*os.File{reqR, childEnds[1]} // fd 3, fd 4
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if k.cgroups {
+		if p.cg, err = newCgroup(); err != nil {
+			return nil, fmt.Errorf("start %s kernel: %w", k.langName, err)
+		}
+		if p.cg != nil {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, p.cg.fd
+		}
+	}
+	err = cmd.Start()
+	if p.cg != nil {
+		p.cg.started()
+		if err != nil {
+			_ = p.cg.kill(killWait)
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("start %s kernel in %q: %w", k.langName, k.cwd, err)
 	}
 	p.cmd = cmd
@@ -201,21 +218,43 @@ func (p *proc) wait() {
 
 func (p *proc) isGone() bool { return p.gone.Load() }
 
-// kill SIGKILLs the process group and waits (bounded) until the process is
-// reaped and the pump has returned. Safe to call more than once.
+// kill SIGKILLs the interpreter and every descendant (killAll) and waits
+// (bounded) until the process is reaped and the pump has returned. Safe to
+// call more than once.
 func (p *proc) kill() {
 	p.stopOnce.Do(func() {
 		close(p.stop)
 		p.gone.Store(true)
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		p.killAll()
 		_ = p.msgF.SetReadDeadline(aLongTimeAgo)
 	})
 	select {
 	case <-p.waitDone:
 	case <-time.After(killWait):
 	}
+	p.removeCgroup()
 	<-p.pumpDone
 	p.closeFiles()
+}
+
+// killAll SIGKILLs the interpreter and all its descendants, those in
+// sessions of their own included: its cgroup's, or its process tree's.
+func (p *proc) killAll() {
+	if p.cg != nil {
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		if err := p.cg.kill(0); err == nil {
+			p.cg = nil // empty already, and removed
+		}
+		return
+	}
+	killTree(p.pid)
+}
+
+// removeCgroup waits (bounded) for the killed cgroup to empty and removes it.
+func (p *proc) removeCgroup() {
+	if p.cg != nil {
+		_ = p.cg.kill(killWait)
+	}
 }
 
 // closeFiles closes the parent's ends; the pump and the readers are done
@@ -741,11 +780,12 @@ func (p *proc) driverGone(cause error) {
 	default:
 	}
 	p.gone.Store(true)
-	_ = syscall.Kill(-p.pid, syscall.SIGKILL) // leftover children of the group
+	p.killAll() // what it left behind
 	select {
 	case <-p.waitDone:
 	case <-time.After(exitWait + killWait):
 	}
+	p.removeCgroup()
 	if !p.isReady.Swap(true) {
 		p.ready <- startFailure(p, cause) // it died while starting: StartKernel reports it
 		return

@@ -22,6 +22,10 @@ type Options struct {
 	// looked up on PATH. Defaults: "python3", "bash", "node", "Rscript",
 	// "java" (a JDK's: its javac, next to it, compiles the driver).
 	Python, Bash, Node, R, Java string
+	// NoCgroups turns off the cgroup per interpreter (see reap.go): delete,
+	// restart and shutdown then end an interpreter's descendants by its
+	// process tree.
+	NoCgroups bool
 	// Env holds extra "KEY=value" entries appended to the host's environment
 	// (minus its KERNELHOST_* variables) for every interpreter.
 	Env []string
@@ -29,8 +33,9 @@ type Options struct {
 
 // Transport starts local interpreter processes. It is safe for concurrent use.
 type Transport struct {
-	env   []string
-	langs map[string]language // by normalised language name, only those found
+	cgroups bool
+	env     []string
+	langs   map[string]language // by normalised language name, only those found
 	// missing explains each known language whose interpreter was not found:
 	// what was looked for and the Debian package that provides it.
 	missing map[string]string
@@ -74,6 +79,7 @@ func New(opts Options) *Transport {
 		opts.Java = "java"
 	}
 	t := &Transport{
+		cgroups: !opts.NoCgroups,
 		env:     append(withoutHostSettings(os.Environ()), opts.Env...),
 		langs:   map[string]language{},
 		missing: map[string]string{},
@@ -176,6 +182,7 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 		lang:     lang,
 		langName: spec.Language,
 		cwd:      spec.Cwd,
+		cgroups:  t.cgroups,
 		env:      append(append([]string(nil), t.env...), lang.env...),
 		msgs:     make(chan core.Message, 1024),
 		quit:     make(chan struct{}),

@@ -17,5 +17,7 @@ func main() {
 		Node:   transportplugin.Setting("KERNELHOST_NODE"),
 		R:      transportplugin.Setting("KERNELHOST_RSCRIPT"),
 		Java:   transportplugin.Setting("KERNELHOST_JAVA"),
+		// KERNELHOST_KERNEL_CGROUPS=false: process trees only (see reap.go).
+		NoCgroups: transportplugin.Setting("KERNELHOST_KERNEL_CGROUPS") == "false",
 	}))
 }

@@ -1,0 +1,148 @@
+package subprocess
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// awaitGone waits (bounded) until none of pids is alive.
+func awaitGone(t *testing.T, what string, pids []int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []int
+		for _, pid := range pids {
+			if alive(pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s these descendants still run: %v", what, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Children that left the interpreter's process group and session must end
+// with their context, on delete, restart and shutdown, on each way this
+// machine offers: a cgroup per interpreter (where cgroup v2 is writable
+// here) and the process tree (always).
+func TestDescendantsEndWithTheirContext(t *testing.T) {
+	spawn := map[string]string{
+		// Each prints the pids of what it started, one per line.
+		"python": "import subprocess, sys\n" +
+			"p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n" +
+			"print(p.pid, flush=True)",
+		"bash": "setsid sleep 300 & echo $!\n" +
+			// a daemon whose parent exited: only a cgroup keeps track of it
+			"(setsid sleep 301 & echo $!) ",
+		"javascript": "const { spawn } = require('child_process');\n" +
+			"const c = spawn('sleep', ['300'], { detached: true, stdio: 'ignore' }); c.unref();\n" +
+			"console.log(c.pid)",
+	}
+	modes := []struct {
+		name      string
+		noCgroups bool
+	}{{"cgroup", false}, {"tree", true}}
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			if !mode.noCgroups && cgroupBase() == "" {
+				t.Skip("no writable cgroup v2 with cgroup.kill on this machine: the tree path is what runs here")
+			}
+			for _, lang := range []string{"python", "bash", "javascript"} {
+				if lang == "javascript" {
+					if _, err := exec.LookPath("node"); err != nil {
+						continue
+					}
+				}
+				for _, op := range []string{"delete", "restart", "shutdown"} {
+					t.Run(lang+"/"+op, func(t *testing.T) {
+						e, err := core.NewEngine(core.Config{Transport: New(Options{NoCgroups: mode.noCgroups}), DefaultCwd: t.TempDir()})
+						if err != nil {
+							t.Fatal(err)
+						}
+						closed := false
+						t.Cleanup(func() {
+							if !closed {
+								_ = e.Close(context.Background())
+							}
+						})
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
+						c, err := e.CreateContext(ctx, lang, "")
+						if err != nil {
+							t.Fatal(err)
+						}
+						x, err := e.Execute(ctx, core.ExecRequest{ContextID: c.ID, Code: spawn[lang]})
+						if err != nil {
+							t.Fatal(err)
+						}
+						var outs []core.Output
+						for err == nil {
+							outs, err = x.Next(ctx, outs)
+						}
+						var text strings.Builder
+						for _, o := range outs {
+							if o.Type == core.OutStdout {
+								text.WriteString(o.Text)
+							}
+							if o.Type == core.OutError {
+								t.Fatalf("%s: %s", o.ErrName, o.ErrValue)
+							}
+						}
+						var pids []int
+						for _, f := range strings.Fields(text.String()) {
+							pid, err := strconv.Atoi(f)
+							if err != nil {
+								t.Fatalf("stdout %q", text.String())
+							}
+							pids = append(pids, pid)
+						}
+						all := pids
+						if mode.noCgroups && lang == "bash" {
+							pids = pids[:1] // the orphaned daemon is the plugin's (subreaper) to end, at its exit
+						}
+						for _, pid := range pids {
+							if !alive(pid) {
+								t.Fatalf("child %d is not running before the %s", pid, op)
+							}
+						}
+						t.Cleanup(func() {
+							for _, pid := range all {
+								if alive(pid) {
+									_ = syscallKill(pid)
+								}
+							}
+						})
+						switch op {
+						case "delete":
+							err = e.Delete(ctx, c.ID)
+						case "restart":
+							err = e.Restart(ctx, c.ID)
+						default:
+							closed = true
+							err = e.Close(ctx)
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						awaitGone(t, fmt.Sprintf("%s (%s)", op, mode.name), pids)
+					})
+				}
+			}
+		})
+	}
+}
+
+func syscallKill(pid int) error { p, _ := os.FindProcess(pid); return p.Kill() }
