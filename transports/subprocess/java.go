@@ -65,12 +65,17 @@ func (d *javaDriver) prepare() ([]string, error) {
 
 func (d *javaDriver) compile() (string, error) {
 	root, err := os.UserCacheDir()
-	if err != nil {
-		root = os.TempDir()
+	if err == nil {
+		root = filepath.Join(root, "kernelhost")
+		err = os.MkdirAll(root, 0o700)
 	}
-	root = filepath.Join(root, "kernelhost")
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return "", err
+	if err != nil {
+		// No cache of the user's own: a private directory for this host
+		// (never a shared name under /tmp, which another user could
+		// have filled with classes of theirs).
+		if root, err = os.MkdirTemp("", "kernelhost-java-"); err != nil {
+			return "", err
+		}
 	}
 	sum := sha256.Sum256([]byte(driverJava + "\x00" + d.javac))
 	dir := filepath.Join(root, "java-driver-"+hex.EncodeToString(sum[:8]))
