@@ -295,9 +295,16 @@ func (c *Context) run(x *Execution) {
 	started := time.Now()
 	obs.ExecutionStarted(c.info.ID, started.Sub(x.queuedAt))
 	defer func() { x.finish(obs, x.outcome(c.e.cfg.DisconnectPolicy), time.Since(started)) }()
-	if err := c.ensureReady(); err != nil {
+	replaced, err := c.ensureReady()
+	if err != nil {
 		x.end(ErrNameContextSetup, err.Error())
 		return
+	}
+	if replaced != "" {
+		// The first execution on a kernel nobody asked to replace says so:
+		// the user's variables are gone, and code that relies on them
+		// would otherwise fail with a bare NameError.
+		x.out.push(Output{Type: OutStderr, Timestamp: now(), Text: replacedNotice(replaced)})
 	}
 	if len(x.env) == 0 {
 		c.runUserCode(x)
@@ -309,7 +316,7 @@ func (c *Context) run(x *Execution) {
 	c.mu.Lock()
 	restarts := c.restarts
 	c.mu.Unlock()
-	err := c.helper(setEnvCode(c.info.Language, x.env))
+	err = c.helper(setEnvCode(c.info.Language, x.env))
 	if err != nil {
 		x.end(ErrNameEnvVars, "Failed to set env vars: "+err.Error())
 	} else {
@@ -359,24 +366,53 @@ func (c *Context) resetEnv(ctx context.Context, env map[string]string) {
 
 // ensureReady brings the kernel to a state where user code may run: restarted
 // if it died, was lost or is not trusted, and with cwd and globals applied.
-func (c *Context) ensureReady() error {
+//
+// replaced says why the interpreter the context had is gone, when it was not
+// the client's doing ("" otherwise): it died, or the server no longer has
+// it (a Jupyter server culled or deleted it).
+func (c *Context) ensureReady() (replaced string, err error) {
 	c.mu.Lock()
 	restart := c.dead || c.needsRestart
 	setup := c.needsSetup
+	dead := c.dead || (setup && !c.needsRestart) // a restarting event: the server replaced a dead kernel
 	r := c.rt
 	c.mu.Unlock()
 	select {
 	case <-r.gone:
 		restart = true
+		replaced = "the kernel is gone: the server shut it down (e.g. culled it as idle) or lost it"
 	default:
+		if dead {
+			replaced = "the kernel died"
+		}
 	}
 	if restart {
-		return c.restartKernel()
+		return replaced, c.restartKernel()
 	}
 	if setup {
-		return c.setup(context.Background())
+		return replaced, c.setup(context.Background())
 	}
-	return nil
+	return "", nil
+}
+
+// lostMeanwhile reports whether r's kernel was found gone: its Messages
+// close before its Execute fails, and the router notices a moment later.
+func lostMeanwhile(r *router) bool {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-r.gone:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// replacedNotice is the stderr line of the first execution on a kernel that
+// replaced one nobody asked to replace.
+func replacedNotice(why string) string {
+	return "kernelhost: this context's kernel was replaced since its last execution (" + why +
+		"): its variables, imports and other state are gone; its working directory and env vars were applied again.\n"
 }
 
 // restartKernel restarts the kernel (or starts a new one when it is lost) and
@@ -557,6 +593,13 @@ func (c *Context) runUserCode(x *Execution) {
 		name := ErrNameConnection
 		if KindOf(err) == KindTooLarge {
 			name = "CodeTooLarge"
+		}
+		if lostMeanwhile(r) {
+			// Found gone between ensureReady and now (a Jupyter server
+			// culled it): say so as the next execution's notice will.
+			x.end(ErrNameKernelDied, "The kernel is gone (the server shut it down, e.g. culled it as idle, or lost it); the code did not run. "+
+				"The context starts a new kernel, without its state, at its next execution")
+			return
 		}
 		x.end(name, "Failed to send the execution request: "+err.Error())
 		return

@@ -135,6 +135,9 @@ type Jupyter struct {
 	// request, its websocket's opening and a restart (jupyter.Config); the
 	// host's own bounds on starts and restarts follow them (kernelBounds).
 	StartTimeout, ConnectTimeout, RestartTimeout time.Duration
+	// KeepAlive, when positive, keeps the kernels from being culled as idle
+	// while their contexts exist (jupyter.Config.KeepAlive).
+	KeepAlive time.Duration
 }
 
 // Interpreters are the interpreter executables the subprocess transport runs.
@@ -261,6 +264,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.DurationVar(&c.Jupyter.StartTimeout, "jupyter-start-timeout", DefaultJupyterKernelTimeout, "jupyter transport: bound on a kernel-start request (Enterprise Gateway answers it once the remote kernel is up); a kernel created after its start was abandoned is deleted")
 	fs.DurationVar(&c.Jupyter.ConnectTimeout, "jupyter-connect-timeout", DefaultJupyterKernelTimeout, "jupyter transport: bound on opening a kernel's websocket (the server holds it until the kernel answers: a slow kernel start shows here)")
 	fs.DurationVar(&c.Jupyter.RestartTimeout, "jupyter-restart-timeout", DefaultJupyterKernelTimeout, "jupyter transport: bound on a kernel restart, until the new kernel answers")
+	fs.DurationVar(&c.Jupyter.KeepAlive, "jupyter-keep-alive", 0, "jupyter transport: if set, every kernel gets a kernel_info_request this often, so a server that culls idle kernels (cull_idle_timeout) keeps them while their contexts exist; set it below the cull timeout; 0: off")
 	fs.DurationVar(&c.DefaultStartRetry, "default-start-retry", 0, "how long a failed start of the default contexts is retried (backoff 1s doubling to 30s) before start-up fails; /health says what it waits for; 0: fail at once")
 	fs.StringVar(&c.Policies, "policies", "", "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
@@ -371,6 +375,9 @@ func checkLimits(c Config) error {
 		if d.v <= 0 {
 			return fmt.Errorf("%s must be positive, got %v", EnvVar(d.flag), d.v)
 		}
+	}
+	if c.Jupyter.KeepAlive < 0 {
+		return fmt.Errorf("%s must not be negative, got %v", EnvVar("jupyter-keep-alive"), c.Jupyter.KeepAlive)
 	}
 	if c.DefaultStartRetry < 0 {
 		return fmt.Errorf("%s must not be negative, got %v", EnvVar("default-start-retry"), c.DefaultStartRetry)

@@ -110,7 +110,8 @@ func pluginEnv(cfg Config) []string {
 	add("jupyter-url", cfg.Jupyter.URL)
 	add("jupyter-token", cfg.Jupyter.Token)
 	for flagName, d := range map[string]time.Duration{"jupyter-start-timeout": cfg.Jupyter.StartTimeout,
-		"jupyter-connect-timeout": cfg.Jupyter.ConnectTimeout, "jupyter-restart-timeout": cfg.Jupyter.RestartTimeout} {
+		"jupyter-connect-timeout": cfg.Jupyter.ConnectTimeout, "jupyter-restart-timeout": cfg.Jupyter.RestartTimeout,
+		"jupyter-keep-alive": cfg.Jupyter.KeepAlive} {
 		if d > 0 {
 			add(flagName, d.String())
 		}

@@ -61,6 +61,12 @@ type Config struct {
 	// RestartTimeout bounds a restart: the restart request and the wait for
 	// the new kernel's output channel. Default 2 minutes.
 	RestartTimeout time.Duration
+	// KeepAlive, when positive, sends the kernel a kernel_info_request this
+	// often while it is otherwise idle, so that a server that culls idle
+	// kernels (cull_idle_timeout, with cull_connected) keeps it for as long
+	// as its context exists: the request's status messages count as
+	// activity. 0: off, the server's culling applies.
+	KeepAlive time.Duration
 	// DisableQuickAck turns off re-arming TCP_QUICKACK (Linux) after each
 	// read; only useful to measure what it saves.
 	DisableQuickAck bool

@@ -360,10 +360,18 @@ func (k *kernel) serve(c *conn) {
 		defer wg.Done()
 		t := time.NewTicker(cfg.PingInterval)
 		defer t.Stop()
+		var keepAlive <-chan time.Time
+		if cfg.KeepAlive > 0 {
+			ka := time.NewTicker(cfg.KeepAlive)
+			defer ka.Stop()
+			keepAlive = ka.C
+		}
 		for {
 			select {
 			case <-stopPing:
 				return
+			case <-keepAlive:
+				k.sendKeepAlive(c)
 			case <-t.C:
 				if c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.PongTimeout)) != nil {
 					return // the reader sees the failure too
@@ -562,6 +570,19 @@ func (k *kernel) lostNotices(req *liveRequest, ts string) []core.Message {
 		return []core.Message{lostNotice(req.id, ts, n)}
 	}
 	return nil
+}
+
+// sendKeepAlive sends a kernel_info_request (Config.KeepAlive): its busy and
+// idle are activity to a server that culls idle kernels. Its messages belong
+// to no live request and are dropped like the server's own probes.
+func (k *kernel) sendKeepAlive(c *conn) {
+	frame, binaryFrame, err := encodeRequest(c.v1, k.session, auxPrefix+"keepalive-"+uuid.NewString(), "kernel_info_request", struct{}{})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(k.ctx, k.c.cfg.PongTimeout)
+	defer cancel()
+	_ = c.write(ctx, binaryFrame, frame) // a failed write closes the connection; the reader sees it
 }
 
 // probeIdle sends a kernel_info_request to learn whether the idle of request

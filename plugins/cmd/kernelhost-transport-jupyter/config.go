@@ -20,6 +20,7 @@ const (
 	envStart     = "KERNELHOST_JUPYTER_START_TIMEOUT"
 	envConnect   = "KERNELHOST_JUPYTER_CONNECT_TIMEOUT"
 	envRestart   = "KERNELHOST_JUPYTER_RESTART_TIMEOUT"
+	envKeepAlive = "KERNELHOST_JUPYTER_KEEP_ALIVE"
 )
 
 // settings are the plugin's settings (transportplugin.Setting).
@@ -28,6 +29,7 @@ type settings struct {
 	KernelEnv  map[string]string
 	// Timeouts; 0 leaves the transport's default.
 	StartTimeout, ConnectTimeout, RestartTimeout time.Duration
+	KeepAlive                                    time.Duration // 0: off
 }
 
 // config is the transport's configuration for s.
@@ -35,6 +37,7 @@ func (s settings) config() jupyter.Config {
 	return jupyter.Config{
 		URL: s.URL, Token: s.Token, KernelEnv: s.KernelEnv,
 		StartTimeout: s.StartTimeout, ConnectTimeout: s.ConnectTimeout, RestartTimeout: s.RestartTimeout,
+		KeepAlive: s.KeepAlive,
 	}
 }
 
@@ -51,7 +54,7 @@ func readSettings(getenv func(string) string) (settings, error) {
 			return settings{}, fmt.Errorf("%s: want a JSON object of strings: %w", envKernelEnv, err)
 		}
 	}
-	for name, d := range map[string]*time.Duration{envStart: &s.StartTimeout, envConnect: &s.ConnectTimeout, envRestart: &s.RestartTimeout} {
+	for name, d := range map[string]*time.Duration{envStart: &s.StartTimeout, envConnect: &s.ConnectTimeout, envRestart: &s.RestartTimeout, envKeepAlive: &s.KeepAlive} {
 		v := getenv(name)
 		if v == "" {
 			continue

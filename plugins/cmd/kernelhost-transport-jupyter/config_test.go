@@ -22,11 +22,12 @@ func TestReadSettings(t *testing.T) {
 		envStart:     "5m",
 		envConnect:   "90s",
 		envRestart:   "3m",
+		envKeepAlive: "45s",
 	}))
 	if err != nil || s.URL != "https://gateway.example/prefix/" || s.Token != "tok" || len(s.KernelEnv) != 1 || s.KernelEnv["KERNEL_USERNAME"] != "alice" {
 		t.Fatalf("settings: %+v %v", s, err)
 	}
-	if c := s.config(); c.StartTimeout != 5*time.Minute || c.ConnectTimeout != 90*time.Second || c.RestartTimeout != 3*time.Minute {
+	if c := s.config(); c.StartTimeout != 5*time.Minute || c.ConnectTimeout != 90*time.Second || c.RestartTimeout != 3*time.Minute || c.KeepAlive != 45*time.Second {
 		t.Fatalf("timeouts: %+v", c)
 	}
 	if _, err := readSettings(getenv(map[string]string{envConnect: "soon"})); err == nil || !strings.Contains(err.Error(), envConnect) {
