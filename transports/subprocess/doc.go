@@ -27,8 +27,9 @@
 //     requests) in one write, the outputs, execute_reply, status idle. A
 //     message without parent_id (bash sends none) gets the running
 //     request's msg_id. Python's sys.stdout/sys.stderr (print) and node's
-//     console and process.stdout/stderr.write send stream messages here, one
-//     per write call, at once; the host merges those it reads together.
+//     console and process.stdout/stderr.write send stream messages here,
+//     coalesced (see Output coalescing); the host merges those it reads
+//     together.
 //   - fd 1 and 2 carry what is written to them directly: child processes
 //     (os.system, subprocess, child_process with stdio inherited), C code,
 //     and all of bash's and R's printed output (print, cat, message,
@@ -70,6 +71,27 @@
 //     same limit for fd-level output.
 //   - Output of a thread or a background child that writes while the
 //     interpreter prints is interleaved in the order the host reads it.
+//
+// # Output coalescing
+//
+// The python and node drivers do not send one message per write call: a
+// write joins the pending output, and each run of writes to one stream
+// leaves as one stream message, so a fast loop of prints costs about what
+// printing costs. Pending output is sent before any other message of the
+// driver (display, result, error, reply, in the same write), before a child
+// process starts (python: the audit hook; node: child_process's spawn and
+// spawnSync), on flush() (python), when 64 KiB are pending, at the end of
+// each cell, and at the latest 2 ms after it was written: python's flusher
+// thread sends it (a print followed by time.sleep arrives at once); node's
+// timer sends it while the event loop runs (a cell that awaits), and a
+// write after 2 ms without output goes out at once, so only the last writes
+// of a fast burst followed by synchronous code that never yields wait for
+// that code to end. The order guarantees below are unchanged. An interrupt
+// never splits a message: python holds SIGINT back from taking the pending
+// output until it is written. Node's breakOnSigint can stop user code inside
+// a flush it started (on size or age); the host's SIGINT comes only for
+// code that still runs 50 ms after the interrupt record (see Signals), and
+// such a flush may then lose the output it carried, at most 2 ms of it.
 //
 // Output read before its request's busy is held until busy and
 // execute_input are out. All three read ends go through Go's netpoller, so

@@ -179,3 +179,39 @@ func TestNodeInterruptAnyPhase(t *testing.T) {
 		t.Fatalf("after the interrupts:%s", e)
 	}
 }
+
+// printedWhileRunning sends code, which prints "start" and then waits far
+// longer than any test would, and checks that the line reaches the host
+// while the cell still runs: the drivers coalesce writes, and must still
+// send a lone print within milliseconds, not when the cell ends. The wait
+// for the line is bounded by ExecTimeout, which is shorter than the cell.
+func printedWhileRunning(t *testing.T, k *Kernel, code string) {
+	t.Helper()
+	e := tt.Send(t, k, code, false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") == "start\n" })
+	if r := e.Reply(); r.Type != "" {
+		t.Fatalf("the cell ended (%+v) before its print arrived:%s", r, e)
+	}
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+}
+
+// A print followed by a long sleep arrives long before the sleep ends, the
+// first print of a context (whose flusher thread starts then) and a later one.
+func TestPythonPrintArrivesDuringSleep(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	for range 2 {
+		printedWhileRunning(t, k, "import time\nprint('start')\ntime.sleep(120)")
+	}
+}
+
+// A console.log followed by a long wait arrives long before the wait ends,
+// whether the cell awaits or computes without yielding.
+func TestNodeLogArrivesDuringWait(t *testing.T) {
+	needNode(t)
+	k := startKernel(t, "javascript", t.TempDir())
+	printedWhileRunning(t, k, "console.log('start'); await new Promise(r => setTimeout(r, 120000))")
+	printedWhileRunning(t, k, "process.stdout.write('start\\n'); const end = Date.now() + 120000; while (Date.now() < end) {}")
+}

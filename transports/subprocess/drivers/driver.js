@@ -51,26 +51,110 @@ function send(data) {
 }
 
 // Several messages go out in one write: the host reads fd 1/2 between reads
-// of fd 4, so busy and execute_input must arrive together.
+// of fd 4, so busy and execute_input must arrive together. The stream
+// output not sent yet goes first: everything keeps the order it was
+// written in.
 function emit(...msgs) {
-  send(Buffer.from(msgs.map((m) => JSON.stringify(m) + '\n').join('')));
+  send(Buffer.from(takeOutput() + msgs.map((m) => JSON.stringify(m) + '\n').join('')));
 }
 
-// writeStream sends chunk (a string or bytes) as one stream message on fd 4,
-// at once: the channel of results and errors, so the order holds, stdout
-// against stderr included. parent_id '' (a timer firing between requests):
-// the host gives it the running request's id, or drops it.
+// Stream output (console, process.stdout/stderr.write) is coalesced: a
+// write joins the run of writes to the same stream, and the runs leave as
+// one stream message each, so a loop of console.log costs about what
+// printing costs instead of one message and one write each. It is sent
+// before any other message (emit), before a child process starts
+// (flushBeforeSpawn), when FLUSH_CHARS are pending, and at the latest
+// FLUSH_DELAY_MS after it was written: by a timer while the event loop runs
+// (a cell that awaits), by the next write otherwise. A write after
+// FLUSH_DELAY_MS without output goes out at once, so a console.log followed
+// by a long synchronous computation reaches the client at once too (only
+// the last writes of a fast burst wait for the computation to end).
+const FLUSH_DELAY_MS = 2;
+const FLUSH_CHARS = 1 << 16;
 const streamHead = {
   stdout: '{"type":"stream","name":"stdout","parent_id":',
   stderr: '{"type":"stream","name":"stderr","parent_id":',
 };
-function writeStream(name, chunk) {
-  const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
-  if (text) send(Buffer.from(streamHead[name] + JSON.stringify(parent) + ',"text":' + JSON.stringify(text) + '}\n'));
+let outLines = ''; // finished runs, as JSON lines
+let runHead = ''; // the current run: its stream's head, parent_id and texts
+let runParent = '';
+let runTexts = [];
+let outChars = 0;
+let outSince = 0; // performance.now() of the oldest pending write
+let lastSent = 0; // performance.now() of the last write to fd 4
+let flushTimer = null;
+
+function closeRun() {
+  if (runTexts.length) {
+    outLines += runHead + JSON.stringify(runParent) + ',"text":' + JSON.stringify(runTexts.join('')) + '}\n';
+    runTexts = [];
+  }
 }
 
-// A minimal stream for console.Console: each write is sent at once, with
-// no buffering and no state, so a script interrupted inside console.log
+// takeOutput returns the pending stream output as JSON lines, and empties it.
+function takeOutput() {
+  if (!outChars) return '';
+  closeRun();
+  const lines = outLines;
+  outLines = '';
+  outChars = 0;
+  lastSent = performance.now();
+  return lines;
+}
+
+function flushOutput() {
+  if (flushTimer) {
+    clearTimeout(flushTimer);
+    flushTimer = null;
+  }
+  const lines = takeOutput();
+  if (lines) send(Buffer.from(lines));
+}
+
+// writeStream queues chunk (a string or bytes) as stream output.
+// parent_id '' (a timer firing between requests): the host gives it the
+// running request's id, or drops it.
+function writeStream(name, chunk) {
+  const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+  if (!text) return;
+  const head = streamHead[name];
+  if (head !== runHead || parent !== runParent) {
+    closeRun();
+    runHead = head;
+    runParent = parent;
+  }
+  runTexts.push(text);
+  const now = performance.now();
+  if (!outChars) outSince = now;
+  outChars += text.length;
+  if (outChars >= FLUSH_CHARS || now - outSince >= FLUSH_DELAY_MS || now - lastSent >= FLUSH_DELAY_MS) {
+    flushOutput();
+  } else if (!flushTimer) {
+    flushTimer = setTimeout(flushOutput, FLUSH_DELAY_MS);
+  }
+}
+
+// A child writes to fd 1/2 itself: what was printed before it starts goes
+// out first, so the host reads it before the child's output. Every
+// child_process function starts its child through one of these two.
+function flushBeforeSpawn(target, name) {
+  const spawn = target[name];
+  target[name] = function (...args) {
+    flushOutput();
+    return spawn.apply(this, args);
+  };
+}
+flushBeforeSpawn(require('child_process').ChildProcess.prototype, 'spawn');
+try {
+  // spawnSync, execSync and execFileSync call this binding's spawn.
+  flushBeforeSpawn(process.binding('spawn_sync'), 'spawn');
+} catch (e) {
+  // A node without it: synchronous children keep the order of the host's reads.
+}
+process.on('exit', flushOutput);
+
+// A minimal stream for console.Console: each write is queued at once
+// (writeStream), with no stream state, so a script interrupted inside console.log
 // (by breakOnSigint) cannot leave it stuck, as a stream.Writable would be.
 function streamOf(name) {
   const stream = {

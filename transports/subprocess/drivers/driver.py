@@ -10,6 +10,7 @@
 import ast
 import base64
 import builtins
+import collections
 import fcntl
 import inspect
 import json
@@ -38,36 +39,30 @@ _defer_int = False  # the main thread is writing a long message: hold SIGINT
 _held_int = False  # a SIGINT held back by _defer_int
 _main_thread = threading.get_ident()
 _driver_file = sys._getframe().f_code.co_filename
-_PIPE_BUF = 4096  # a write up to this size to a pipe is atomic
 _quote = json.encoder.encode_basestring_ascii  # the C quoting json.dumps uses
 
 
-def _send(data):
-    """Write one or more whole JSON lines to fd 4.
+def _send(data=b""):
+    """Write the stream output not yet sent, then data (whole JSON lines), to fd 4.
 
-    A KeyboardInterrupt must never leave half a line there: the next message
-    would be glued to it and both lost. A write up to PIPE_BUF is atomic on a
-    blocking pipe (all or nothing), so the common case is one os.write; a
-    longer one holds SIGINT back in the main thread until the line is out.
+    Everything goes out in the order it was written: pending prints before
+    the message that follows them. A KeyboardInterrupt must never lose
+    output taken from the buffer nor leave half a line on fd 4 (the next
+    message would be glued to it and both lost), so the main thread holds
+    SIGINT back from taking the buffer until the last byte is out, and
+    raises it after.
     """
-    with _write_lock:
-        if len(data) <= _PIPE_BUF:
-            n = os.write(MSG_FD, data)
-            if n == len(data):
-                return
-            data = data[n:]  # not expected on a blocking pipe; finish below
-        _send_long(data)
-
-
-def _send_long(data):
     global _defer_int, _held_int
     main = threading.get_ident() == _main_thread
     if main:
         _defer_int = True
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(MSG_FD, view):]
+        with _write_lock:
+            if _out:
+                data = _take_output() + data
+            view = memoryview(data)
+            while view:
+                view = view[os.write(MSG_FD, view) :]
     finally:
         if main:
             _defer_int = False
@@ -83,13 +78,120 @@ def _emit(*msgs):
     _send("".join(json.dumps(m) + "\n" for m in msgs).encode())
 
 
+# Stream output is coalesced: each write of sys.stdout/sys.stderr goes into
+# _out, and all of it leaves as few stream messages as possible (one per run
+# of writes to one stream), so a loop of prints costs about what printing
+# costs instead of one message and one os.write each. It is sent before any
+# other message (_send), before a child process starts (_on_audit), at the
+# end of each cell (the closing messages), when it holds _FLUSH_CHARS
+# characters, on flush(), and at the latest _FLUSH_DELAY after it was
+# written, by the flusher thread: a print followed by a long sleep or a long
+# computation still reaches the client within milliseconds.
+_out = collections.deque()  # (message head, parent_id, text) of each write not sent yet
+_out_chars = 0  # about how many characters _out holds (threads may race on it)
+_FLUSH_CHARS = 1 << 16
+_FLUSH_DELAY = 0.002  # seconds
+_FLUSHER_IDLE = 1.0  # seconds without output after which the flusher thread ends
+_flush_due = threading.Event()  # set while _out holds output the flusher must send
+_flusher_lock = threading.Lock()
+_flusher_thread = None
+_unbuffered = False  # True in a forked child, which has no flusher thread
+
+
+def _take_output():
+    """The JSON lines of the output in _out, which it empties (under _write_lock)."""
+    global _out_chars
+    lines = []
+    key = None
+    texts = []
+    popleft = _out.popleft
+    for _ in range(len(_out)):  # not `while _out`: a thread may keep printing
+        head, parent, text = popleft()
+        if key != (head, parent):
+            if texts:
+                lines.append(key[0] + _quote(key[1]) + ',"text":' + _quote("".join(texts)) + "}\n")
+                texts = []
+            key = (head, parent)
+        texts.append(text)
+    if texts:
+        lines.append(key[0] + _quote(key[1]) + ',"text":' + _quote("".join(texts)) + "}\n")
+    _out_chars = 0
+    return "".join(lines).encode()
+
+
+def _wake_flusher():
+    """Have the flusher thread send _out within _FLUSH_DELAY; start it if it is not running."""
+    global _flusher_thread, _defer_int, _held_int
+    main = threading.get_ident() == _main_thread
+    if main:
+        _defer_int = True  # an interrupt here must not leave a thread half started
+    try:
+        with _flusher_lock:
+            _flush_due.set()
+            if _flusher_thread is None:
+                _flusher_thread = threading.Thread(target=_flush_loop, name="kernelhost-output", daemon=True)
+                _flusher_thread.start()
+    finally:
+        if main:
+            _defer_int = False
+    if main and _held_int:
+        _held_int = False
+        if _running:
+            raise KeyboardInterrupt
+
+
+def _flush_loop():
+    # The thread ends after _FLUSHER_IDLE without output, so an idle context
+    # has no extra thread (os.fork warns about threads on Python 3.12+).
+    global _flusher_thread
+    while True:
+        if not _flush_due.wait(_FLUSHER_IDLE):
+            with _flusher_lock:
+                if not _flush_due.is_set():
+                    _flusher_thread = None
+                    return
+            continue
+        time.sleep(_FLUSH_DELAY)
+        _flush_due.clear()  # a write after this wakes the thread again
+        try:
+            _send()
+        except OSError:  # the host closed fd 4: nobody reads the output any more
+            pass
+
+
+def _after_fork_in_child():
+    # A forked child (multiprocessing, os.fork) has no flusher thread, and
+    # the parent's may have held _write_lock: it writes at once, as the
+    # driver did before coalescing.
+    global _unbuffered, _flusher_thread, _write_lock, _flusher_lock
+    _unbuffered = True
+    _flusher_thread = None
+    _write_lock = threading.Lock()
+    _flusher_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+_os_exit = os._exit
+
+
+def _exit_after_output(status):
+    """os._exit, once the output printed before it is out."""
+    if _out:
+        _send()
+    _os_exit(status)
+
+
+_exit_after_output.__name__ = _exit_after_output.__qualname__ = "_exit"
+_exit_after_output.__doc__ = _os_exit.__doc__
+os._exit = _exit_after_output
+
+
 class _Stream:
-    """sys.stdout/sys.stderr: each write is one stream message on fd 4, at once.
+    """sys.stdout/sys.stderr: writes become stream messages on fd 4, coalesced (see _out).
 
     One channel for print, display and results keeps them in the order they
     were written, stdout against stderr included (as ipykernel does over
-    IOPub). Unbuffered, so output streams live; a message costs one quoting
-    in C and one os.write.
+    IOPub).
     """
 
     encoding = "utf-8"
@@ -101,12 +203,18 @@ class _Stream:
         self._head = '{"type":"stream","name":"%s","parent_id":' % name
 
     def write(self, s):
+        global _out_chars
         if not isinstance(s, str):
             raise TypeError("write() argument must be str, not " + type(s).__name__)
         if s:
             # parent_id "" (a thread writing between requests): the host
             # gives it the running request's id, or drops it.
-            _send((self._head + _quote(_parent) + ',"text":' + _quote(s) + "}\n").encode())
+            _out.append((self._head, _parent, s))
+            _out_chars += len(s)
+            if _out_chars >= _FLUSH_CHARS or _unbuffered:
+                _send()
+            elif not _flush_due.is_set():
+                _wake_flusher()
         return len(s)
 
     def writelines(self, lines):
@@ -114,7 +222,8 @@ class _Stream:
             self.write(line)
 
     def flush(self):
-        pass
+        if _out:
+            _send()
 
     def fileno(self):
         return self._fd
@@ -152,6 +261,8 @@ _SYNC_WAIT = 1.0  # seconds, for each of the two waits
 
 def _on_audit(event, args):
     if event in _SPAWN_EVENTS:
+        if _out:
+            _send()
         if _wait_fd4_read():
             with _write_lock:
                 os.write(MSG_FD, b"\n")  # an empty line: the host skips it
@@ -197,6 +308,8 @@ def _kh_print(*args, sep=" ", end="\n", file=None, flush=False):
     if end is None:
         end = "\n"
     file.write(sep.join(map(str, args)) + end)
+    if flush:
+        file.flush()
 
 
 builtins.print = _kh_print
@@ -430,7 +543,7 @@ def _on_sigint(signum, frame):
     global _held_int, _early_int
     if _running:
         if _defer_int:
-            _held_int = True  # _send_long raises it once its line is out
+            _held_int = True  # _send raises it once its output is out
             return
         raise KeyboardInterrupt
     if _parent:
@@ -711,6 +824,7 @@ def _main():
         except KeyboardInterrupt:  # a late interrupt between requests
             continue
         if not line:
+            _send()  # what threads printed since the last request
             return
         try:
             _execute(json.loads(line))
