@@ -107,6 +107,9 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 		return fmt.Errorf("subprocess: %s kernel is dead; restart it", k.langName)
 	}
 	if k.lang.interrupt == nil {
+		if k.lang.noIdleSigint && k.currentID() == "" {
+			return nil // nothing runs (see language.noIdleSigint)
+		}
 		if err := k.sigint(); err != nil {
 			return err
 		}

@@ -55,6 +55,11 @@ type language struct {
 	// resendSigint: SIGINT is sent again while the interrupted request still
 	// runs (see sigintResends).
 	resendSigint bool
+	// noIdleSigint: no SIGINT is sent while no request runs. The JVM runs
+	// its signal handlers on a thread of their own, late under load: an
+	// idle interrupt's SIGINT could reach the Java driver once the next
+	// cell had started, and stop it.
+	noIdleSigint bool
 	// prepare, when set, readies the driver before the first start and
 	// returns the arguments that run it (java compiles its driver once).
 	prepare func() ([]string, error)
@@ -103,7 +108,7 @@ func New(opts Options) *Transport {
 // (java with javac beside it) is needed.
 func (t *Transport) addJava(interpreter string) {
 	const pkg = "default-jdk-headless"
-	t.add("java", interpreter, pkg, language{encode: encodeHeader, resendSigint: true})
+	t.add("java", interpreter, pkg, language{encode: encodeHeader, resendSigint: true, noIdleSigint: true})
 	lang, ok := t.langs["java"]
 	if !ok {
 		return
