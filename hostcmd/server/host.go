@@ -97,6 +97,10 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		}
 		log.Info("env-var policies loaded", "modules", pols.modules())
 	}
+	if cfg.Jupyter.InsecureSkipVerify && cfg.TransportName == "jupyter" {
+		log.Warn("INSECURE: the jupyter transport accepts any server certificate (jupyter-insecure-skip-verify): anyone on the path can read the token and every execution's code and output; use it only to test a set-up, and -jupyter-ca-file otherwise",
+			"setting", EnvVar("jupyter-insecure-skip-verify"))
+	}
 	transport := cfg.Transport
 	if transport == nil {
 		var onRestart func()

@@ -135,6 +135,13 @@ type Jupyter struct {
 	// request, its websocket's opening and a restart (jupyter.Config); the
 	// host's own bounds on starts and restarts follow them (kernelBounds).
 	StartTimeout, ConnectTimeout, RestartTimeout time.Duration
+	// CAFile, ClientCert and ClientKey are PEM files (a private CA, mutual
+	// TLS); InsecureSkipVerify accepts any server certificate (logged loudly).
+	CAFile, ClientCert, ClientKey string
+	InsecureSkipVerify            bool
+	// Headers are added to every request to the server (an auth proxy);
+	// KernelNames maps a language to a kernel spec name.
+	Headers, KernelNames map[string]string
 	// KeepAlive, when positive, keeps the kernels from being culled as idle
 	// while their contexts exist (jupyter.Config.KeepAlive).
 	KeepAlive time.Duration
@@ -220,6 +227,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		envFile, envInline           string
 		policy, logFormat, logLevel  string
 		jupyterKernelEnv             string
+		jupyterHeaders, kernelNames  string
 		allowedHosts, allowedOrigins string
 		kernelCgroups                bool
 	)
@@ -264,6 +272,12 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	fs.DurationVar(&c.Jupyter.StartTimeout, "jupyter-start-timeout", DefaultJupyterKernelTimeout, "jupyter transport: bound on a kernel-start request (Enterprise Gateway answers it once the remote kernel is up); a kernel created after its start was abandoned is deleted")
 	fs.DurationVar(&c.Jupyter.ConnectTimeout, "jupyter-connect-timeout", DefaultJupyterKernelTimeout, "jupyter transport: bound on opening a kernel's websocket (the server holds it until the kernel answers: a slow kernel start shows here)")
 	fs.DurationVar(&c.Jupyter.RestartTimeout, "jupyter-restart-timeout", DefaultJupyterKernelTimeout, "jupyter transport: bound on a kernel restart, until the new kernel answers")
+	fs.StringVar(&c.Jupyter.CAFile, "jupyter-ca-file", "", "jupyter transport: PEM file of CA certificates trusted for the server besides the system's (a gateway with a private CA)")
+	fs.StringVar(&c.Jupyter.ClientCert, "jupyter-client-cert", "", "jupyter transport: PEM client certificate for servers that require one (with -jupyter-client-key)")
+	fs.StringVar(&c.Jupyter.ClientKey, "jupyter-client-key", "", "jupyter transport: PEM key of -jupyter-client-cert")
+	fs.BoolVar(&c.Jupyter.InsecureSkipVerify, "jupyter-insecure-skip-verify", false, "jupyter transport: accept any server certificate; anyone on the path can read the token and the code: for testing a set-up only (logged as a warning)")
+	fs.StringVar(&jupyterHeaders, "jupyter-headers", "", "jupyter transport: JSON object of headers added to every request to the server (an auth proxy in front of a gateway); prefer the environment variable if they hold secrets")
+	fs.StringVar(&kernelNames, "jupyter-kernel-names", "", "jupyter transport: JSON object mapping a language to the kernel spec to start for it ({\"python\":\"python_kubernetes\"}); otherwise the server's default spec of that language, else the first by name")
 	fs.DurationVar(&c.Jupyter.KeepAlive, "jupyter-keep-alive", 0, "jupyter transport: if set, every kernel gets a kernel_info_request this often, so a server that culls idle kernels (cull_idle_timeout) keeps them while their contexts exist; set it below the cull timeout; 0: off")
 	fs.DurationVar(&c.DefaultStartRetry, "default-start-retry", 0, "how long a failed start of the default contexts is retried (backoff 1s doubling to 30s) before start-up fails; /health says what it waits for; 0: fail at once")
 	fs.StringVar(&c.Policies, "policies", "", "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them")
@@ -287,6 +301,12 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		return Config{}, err
 	}
 	if c.Jupyter.KernelEnv, err = parseEnvObject("jupyter-kernel-env", jupyterKernelEnv); err != nil {
+		return Config{}, err
+	}
+	if c.Jupyter.Headers, err = parseEnvObject("jupyter-headers", jupyterHeaders); err != nil {
+		return Config{}, err
+	}
+	if c.Jupyter.KernelNames, err = parseEnvObject("jupyter-kernel-names", kernelNames); err != nil {
 		return Config{}, err
 	}
 	if c.MaxBodyBytes <= 0 {

@@ -42,6 +42,9 @@ func TestLoadTransportAndPolicies(t *testing.T) {
 		"KERNELHOST_JUPYTER_URL":             "http://127.0.0.1:8888/",
 		"KERNELHOST_JUPYTER_TOKEN":           "tok",
 		"KERNELHOST_JUPYTER_KERNEL_ENV":      `{"KERNEL_USERNAME":"alice","KERNEL_NAMESPACE":"team-a"}`,
+		"KERNELHOST_JUPYTER_HEADERS":         `{"X-Proxy-Auth":"p"}`,
+		"KERNELHOST_JUPYTER_KERNEL_NAMES":    `{"python":"python_kubernetes"}`,
+		"KERNELHOST_JUPYTER_CA_FILE":         "/etc/ca.pem",
 		"KERNELHOST_POLICIES":                "/a.wasm,/b.wasm",
 		"KERNELHOST_POLICY_CONFIG_DENYLIST":  "{}",
 		"KERNELHOST_POLICY_CONFIG_UNSET_ONE": "",
@@ -59,8 +62,12 @@ func TestLoadTransportAndPolicies(t *testing.T) {
 	if len(c.Jupyter.KernelEnv) != 2 || c.Jupyter.KernelEnv["KERNEL_USERNAME"] != "alice" || c.Jupyter.KernelEnv["KERNEL_NAMESPACE"] != "team-a" {
 		t.Fatalf("jupyter kernel env %v", c.Jupyter.KernelEnv)
 	}
-	// The plugin gets it in its environment, as JSON.
-	if got := server.PluginEnv(c); !slices.Contains(got, `KERNELHOST_JUPYTER_KERNEL_ENV={"KERNEL_NAMESPACE":"team-a","KERNEL_USERNAME":"alice"}`) {
+	if c.Jupyter.Headers["X-Proxy-Auth"] != "p" || c.Jupyter.KernelNames["python"] != "python_kubernetes" || c.Jupyter.CAFile != "/etc/ca.pem" {
+		t.Fatalf("jupyter connection settings %+v", c.Jupyter)
+	}
+	// The plugin gets them in its settings, as JSON.
+	if got := server.PluginEnv(c); !slices.Contains(got, `KERNELHOST_JUPYTER_KERNEL_ENV={"KERNEL_NAMESPACE":"team-a","KERNEL_USERNAME":"alice"}`) ||
+		!slices.Contains(got, `KERNELHOST_JUPYTER_HEADERS={"X-Proxy-Auth":"p"}`) || !slices.Contains(got, "KERNELHOST_JUPYTER_CA_FILE=/etc/ca.pem") {
 		t.Fatalf("plugin env %q", got)
 	}
 	if v, ok := c.LookupEnv("KERNELHOST_POLICY_CONFIG_DENYLIST"); !ok || v != "{}" {
@@ -111,6 +118,7 @@ func TestLoadErrors(t *testing.T) {
 		"bad int":         {env: map[string]string{"KERNELHOST_QUEUE_DEPTH": "x"}, want: "KERNELHOST_QUEUE_DEPTH"},
 		"bad env json":    {env: map[string]string{"KERNELHOST_ENV": `{"A":1}`}, want: "KERNELHOST_ENV"},
 		"bad kernel env":  {args: []string{"-jupyter-kernel-env", `["KERNEL_USERNAME"]`}, want: "KERNELHOST_JUPYTER_KERNEL_ENV: want a JSON object"},
+		"bad headers":     {env: map[string]string{"KERNELHOST_JUPYTER_HEADERS": `{"X":1}`}, want: "KERNELHOST_JUPYTER_HEADERS: want a JSON object"},
 		"missing file":    {args: []string{"-env-file", "/does/not/exist"}, want: "global env file"},
 		"bad log level":   {args: []string{"-log-level", "loud"}, want: "log level"},
 		"bad body limit":  {args: []string{"-max-body-bytes", "0"}, want: "max-body-bytes"},

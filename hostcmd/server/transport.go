@@ -116,9 +116,18 @@ func pluginEnv(cfg Config) []string {
 			add(flagName, d.String())
 		}
 	}
-	if cfg.Jupyter.KernelEnv != nil {
-		b, _ := json.Marshal(cfg.Jupyter.KernelEnv) // a map of strings always marshals
-		add("jupyter-kernel-env", string(b))
+	add("jupyter-ca-file", cfg.Jupyter.CAFile)
+	add("jupyter-client-cert", cfg.Jupyter.ClientCert)
+	add("jupyter-client-key", cfg.Jupyter.ClientKey)
+	if cfg.Jupyter.InsecureSkipVerify {
+		add("jupyter-insecure-skip-verify", "true")
+	}
+	for flagName, m := range map[string]map[string]string{"jupyter-kernel-env": cfg.Jupyter.KernelEnv,
+		"jupyter-headers": cfg.Jupyter.Headers, "jupyter-kernel-names": cfg.Jupyter.KernelNames} {
+		if m != nil {
+			b, _ := json.Marshal(m) // a map of strings always marshals
+			add(flagName, string(b))
+		}
 	}
 	return env
 }

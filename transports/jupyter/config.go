@@ -25,7 +25,21 @@ type Config struct {
 	// Token is sent as "Authorization: token <Token>"; empty sends none.
 	Token string
 	// TLSClientConfig is used for https and wss; nil uses Go's defaults.
+	// CAFile, ClientCertFile/ClientKeyFile and InsecureSkipVerify add to it.
 	TLSClientConfig *tls.Config
+	// CAFile is a PEM file of CA certificates trusted for the server, in
+	// addition to the system's (a gateway with a private CA).
+	CAFile string
+	// ClientCertFile and ClientKeyFile are a PEM client certificate and its
+	// key, presented to servers that require one (mutual TLS).
+	ClientCertFile, ClientKeyFile string
+	// InsecureSkipVerify accepts any server certificate: anyone on the path
+	// can then read the token and the code. For tests of a set-up only.
+	InsecureSkipVerify bool
+	// Headers are added to every REST request and websocket handshake (an
+	// auth proxy in front of the gateway); Authorization here replaces the
+	// token's.
+	Headers map[string]string
 	// KernelEnv is sent as "env" in every kernel-start request (POST
 	// api/kernels). Enterprise Gateway reads KERNEL_USERNAME (its
 	// authorization), KERNEL_NAMESPACE, KERNEL_LAUNCH_TIMEOUT and other

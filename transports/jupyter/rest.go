@@ -3,6 +3,8 @@ package jupyter
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -36,8 +39,13 @@ func newClient(cfg Config) (*client, error) {
 	if !strings.HasSuffix(base.Path, "/") {
 		base.Path += "/"
 	}
+	tlsCfg, err := tlsConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TLSClientConfig = tlsCfg
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = cfg.TLSClientConfig
+	tr.TLSClientConfig = tlsCfg
 	return &client{
 		base:   base,
 		token:  cfg.Token,
@@ -110,6 +118,50 @@ func (c *client) auth(h http.Header) {
 	if c.token != "" {
 		h.Set("Authorization", "token "+c.token)
 	}
+	for k, v := range c.cfg.Headers {
+		h.Set(k, v)
+	}
+}
+
+// tlsConfig is cfg.TLSClientConfig (or a new one) with the CA file, the
+// client certificate and InsecureSkipVerify of cfg applied; nil when none is
+// set.
+func tlsConfig(cfg Config) (*tls.Config, error) {
+	if cfg.CAFile == "" && cfg.ClientCertFile == "" && cfg.ClientKeyFile == "" && !cfg.InsecureSkipVerify {
+		return cfg.TLSClientConfig, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.TLSClientConfig != nil {
+		t = cfg.TLSClientConfig.Clone()
+	}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("jupyter CA file: %w", err)
+		}
+		pool := t.RootCAs
+		if pool == nil {
+			if pool, err = x509.SystemCertPool(); err != nil {
+				pool = x509.NewCertPool()
+			}
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("jupyter CA file %s: no PEM certificate in it", cfg.CAFile)
+		}
+		t.RootCAs = pool
+	}
+	if (cfg.ClientCertFile == "") != (cfg.ClientKeyFile == "") {
+		return nil, errors.New("jupyter client certificate: give both the certificate and its key file")
+	}
+	if cfg.ClientCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.ClientCertFile, cfg.ClientKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("jupyter client certificate: %w", err)
+		}
+		t.Certificates = append(t.Certificates, cert)
+	}
+	t.InsecureSkipVerify = t.InsecureSkipVerify || cfg.InsecureSkipVerify
+	return t, nil
 }
 
 type kernelSpecs struct {

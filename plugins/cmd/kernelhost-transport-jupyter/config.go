@@ -21,6 +21,12 @@ const (
 	envConnect   = "KERNELHOST_JUPYTER_CONNECT_TIMEOUT"
 	envRestart   = "KERNELHOST_JUPYTER_RESTART_TIMEOUT"
 	envKeepAlive = "KERNELHOST_JUPYTER_KEEP_ALIVE"
+	envCAFile    = "KERNELHOST_JUPYTER_CA_FILE"
+	envCert      = "KERNELHOST_JUPYTER_CLIENT_CERT"
+	envKey       = "KERNELHOST_JUPYTER_CLIENT_KEY"
+	envInsecure  = "KERNELHOST_JUPYTER_INSECURE_SKIP_VERIFY"
+	envHeaders   = "KERNELHOST_JUPYTER_HEADERS"
+	envNames     = "KERNELHOST_JUPYTER_KERNEL_NAMES"
 )
 
 // settings are the plugin's settings (transportplugin.Setting).
@@ -30,6 +36,9 @@ type settings struct {
 	// Timeouts; 0 leaves the transport's default.
 	StartTimeout, ConnectTimeout, RestartTimeout time.Duration
 	KeepAlive                                    time.Duration // 0: off
+	CAFile, ClientCert, ClientKey                string
+	InsecureSkipVerify                           bool
+	Headers, KernelNames                         map[string]string
 }
 
 // config is the transport's configuration for s.
@@ -38,6 +47,8 @@ func (s settings) config() jupyter.Config {
 		URL: s.URL, Token: s.Token, KernelEnv: s.KernelEnv,
 		StartTimeout: s.StartTimeout, ConnectTimeout: s.ConnectTimeout, RestartTimeout: s.RestartTimeout,
 		KeepAlive: s.KeepAlive,
+		CAFile:    s.CAFile, ClientCertFile: s.ClientCert, ClientKeyFile: s.ClientKey,
+		InsecureSkipVerify: s.InsecureSkipVerify, Headers: s.Headers, KernelNames: s.KernelNames,
 	}
 }
 
@@ -48,10 +59,14 @@ func readSettings(getenv func(string) string) (settings, error) {
 	if s.URL == "" {
 		s.URL = defaultURL
 	}
-	if v := getenv(envKernelEnv); v != "" {
-		if err := json.Unmarshal([]byte(v), &s.KernelEnv); err != nil {
-			// The value may hold secrets: name the variable, not the text.
-			return settings{}, fmt.Errorf("%s: want a JSON object of strings: %w", envKernelEnv, err)
+	s.CAFile, s.ClientCert, s.ClientKey = getenv(envCAFile), getenv(envCert), getenv(envKey)
+	s.InsecureSkipVerify = getenv(envInsecure) == "true"
+	for name, m := range map[string]*map[string]string{envKernelEnv: &s.KernelEnv, envHeaders: &s.Headers, envNames: &s.KernelNames} {
+		if v := getenv(name); v != "" {
+			if err := json.Unmarshal([]byte(v), m); err != nil {
+				// The value may hold secrets: name the variable, not the text.
+				return settings{}, fmt.Errorf("%s: want a JSON object of strings: %w", name, err)
+			}
 		}
 	}
 	for name, d := range map[string]*time.Duration{envStart: &s.StartTimeout, envConnect: &s.ConnectTimeout, envRestart: &s.RestartTimeout, envKeepAlive: &s.KeepAlive} {

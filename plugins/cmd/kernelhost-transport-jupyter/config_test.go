@@ -23,11 +23,16 @@ func TestReadSettings(t *testing.T) {
 		envConnect:   "90s",
 		envRestart:   "3m",
 		envKeepAlive: "45s",
+		envCAFile:    "/etc/ca.pem",
+		envInsecure:  "true",
+		envHeaders:   `{"X-Proxy-Auth":"p"}`,
+		envNames:     `{"python":"python_kubernetes"}`,
 	}))
 	if err != nil || s.URL != "https://gateway.example/prefix/" || s.Token != "tok" || len(s.KernelEnv) != 1 || s.KernelEnv["KERNEL_USERNAME"] != "alice" {
 		t.Fatalf("settings: %+v %v", s, err)
 	}
-	if c := s.config(); c.StartTimeout != 5*time.Minute || c.ConnectTimeout != 90*time.Second || c.RestartTimeout != 3*time.Minute || c.KeepAlive != 45*time.Second {
+	if c := s.config(); c.StartTimeout != 5*time.Minute || c.ConnectTimeout != 90*time.Second || c.RestartTimeout != 3*time.Minute || c.KeepAlive != 45*time.Second ||
+		c.CAFile != "/etc/ca.pem" || !c.InsecureSkipVerify || c.Headers["X-Proxy-Auth"] != "p" || c.KernelNames["python"] != "python_kubernetes" {
 		t.Fatalf("timeouts: %+v", c)
 	}
 	if _, err := readSettings(getenv(map[string]string{envConnect: "soon"})); err == nil || !strings.Contains(err.Error(), envConnect) {

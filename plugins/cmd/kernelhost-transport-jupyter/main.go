@@ -23,6 +23,9 @@ func main() {
 		transportplugin.Logger().Error("cannot start the jupyter transport", "error", err)
 		os.Exit(1)
 	}
+	if s.InsecureSkipVerify {
+		transportplugin.Logger().Warn("INSECURE: accepting any server certificate (jupyter-insecure-skip-verify): anyone on the path can read the token and the code", "url", s.URL)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t, err := jupyter.New(ctx, s.config())
 	cancel()
