@@ -140,8 +140,8 @@ func TestSlowClientsAreCut(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ name, first string }{
-		{"headers", "POST /execute HTTP/1.1\r\nHost: x\r\nX-Slow: "},
-		{"body", "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"code\":\""},
+		{"headers", "POST /execute HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "},
+		{"body", "POST /execute HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"code\":\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := net.Dial("tcp", h.Addr())
