@@ -177,8 +177,12 @@ run-jupyter: build plugins deps-jupyter
 ## the core's tests compiled for WebAssembly under wazero
 test: deps test-go test-wasm test-fuzz
 
+# -timeout: go test's default of 10 minutes is per package binary, and the
+# host's and the Jupyter transport's packages run real interpreters, Jupyter
+# Servers and a Kernel Gateway one after the other; on a loaded 2-core
+# machine they have come within it.
 test-go:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout=30m ./...
 
 ## test-faults: the fault suite (kill -9 of interpreter, plugin, Jupyter
 ## kernel and server; cut and stalled websocket; 500 disconnecting clients;
