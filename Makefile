@@ -245,7 +245,8 @@ deps-npm: $(SDKTEST)/node_modules/.package-lock.json
 $(SDKTEST)/node_modules/.package-lock.json: $(SDKTEST)/package.json $(SDKTEST)/package-lock.json
 	cd $(SDKTEST) && npm ci --no-audit --no-fund
 
-## bench: host vs direct-kernel round trip, a 200,000-line stream, and the
+## bench: host vs direct-kernel round trip, a 200,000-line stream, the floors (prints,
+## context start and idle RSS against the bare interpreter, as ratios), and the
 ## python environment (a plain cell with and without it, a 10,000-point chart)
 bench:
 	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -count=1 ./hostcmd/server/ ./kernelenv/

@@ -13,8 +13,10 @@ import builtins
 import collections
 import fcntl
 import inspect
+import itertools
 import json
 import linecache
+import operator
 import os
 import re
 import signal
@@ -87,46 +89,45 @@ def _emit(*msgs):
 # characters, on flush(), and at the latest _FLUSH_DELAY after it was
 # written, by the flusher thread: a print followed by a long sleep or a long
 # computation still reaches the client within milliseconds.
-_out = collections.deque()  # (message head, parent_id, text) of each write not sent yet
+_out = collections.deque()  # ((message head, parent_id), text) of each write not sent yet
 _out_chars = 0  # about how many characters _out holds (threads may race on it)
 _FLUSH_CHARS = 1 << 16
 _FLUSH_DELAY = 0.002  # seconds
 _FLUSHER_IDLE = 1.0  # seconds without output after which the flusher thread ends
 _flush_due = threading.Event()  # set while _out holds output the flusher must send
+_flusher_awake = False  # _flush_due.is_set(), read without a call on each write
 _flusher_lock = threading.Lock()
 _flusher_thread = None
-_unbuffered = False  # True in a forked child, which has no flusher thread
+_flush_chars = _FLUSH_CHARS  # 0 in a forked child, which has no flusher thread: it sends each write
 
 
 def _take_output():
     """The JSON lines of the output in _out, which it empties (under _write_lock)."""
     global _out_chars
-    lines = []
-    key = None
-    texts = []
     popleft = _out.popleft
-    for _ in range(len(_out)):  # not `while _out`: a thread may keep printing
-        head, parent, text = popleft()
-        if key != (head, parent):
-            if texts:
-                lines.append(key[0] + _quote(key[1]) + ',"text":' + _quote("".join(texts)) + "}\n")
-                texts = []
-            key = (head, parent)
-        texts.append(text)
-    if texts:
-        lines.append(key[0] + _quote(key[1]) + ',"text":' + _quote("".join(texts)) + "}\n")
+    # len(_out), not until empty: a thread may keep printing. Both steps run
+    # in C per item, which keeps a flush cheap next to the prints it sends.
+    writes = [popleft() for _ in range(len(_out))]
     _out_chars = 0
-    return "".join(lines).encode()
+    return "".join(
+        key[0] + _quote(key[1]) + ',"text":' + _quote("".join(map(_text_of, run))) + "}\n"
+        for key, run in itertools.groupby(writes, _key_of)
+    ).encode()
+
+
+_key_of = operator.itemgetter(0)
+_text_of = operator.itemgetter(1)
 
 
 def _wake_flusher():
     """Have the flusher thread send _out within _FLUSH_DELAY; start it if it is not running."""
-    global _flusher_thread, _defer_int, _held_int
+    global _flusher_thread, _flusher_awake, _defer_int, _held_int
     main = threading.get_ident() == _main_thread
     if main:
         _defer_int = True  # an interrupt here must not leave a thread half started
     try:
         with _flusher_lock:
+            _flusher_awake = True
             _flush_due.set()
             if _flusher_thread is None:
                 _flusher_thread = threading.Thread(target=_flush_loop, name="kernelhost-output", daemon=True)
@@ -143,7 +144,7 @@ def _wake_flusher():
 def _flush_loop():
     # The thread ends after _FLUSHER_IDLE without output, so an idle context
     # has no extra thread (os.fork warns about threads on Python 3.12+).
-    global _flusher_thread
+    global _flusher_thread, _flusher_awake
     while True:
         if not _flush_due.wait(_FLUSHER_IDLE):
             with _flusher_lock:
@@ -152,7 +153,8 @@ def _flush_loop():
                     return
             continue
         time.sleep(_FLUSH_DELAY)
-        _flush_due.clear()  # a write after this wakes the thread again
+        _flusher_awake = False  # a write after this wakes the thread again
+        _flush_due.clear()
         try:
             _send()
         except OSError:  # the host closed fd 4: nobody reads the output any more
@@ -163,8 +165,8 @@ def _after_fork_in_child():
     # A forked child (multiprocessing, os.fork) has no flusher thread, and
     # the parent's may have held _write_lock: it writes at once, as the
     # driver did before coalescing.
-    global _unbuffered, _flusher_thread, _write_lock, _flusher_lock
-    _unbuffered = True
+    global _flush_chars, _flusher_thread, _write_lock, _flusher_lock
+    _flush_chars = 0
     _flusher_thread = None
     _write_lock = threading.Lock()
     _flusher_lock = threading.Lock()
@@ -201,6 +203,7 @@ class _Stream:
         self.name = name
         self._fd = fd
         self._head = '{"type":"stream","name":"%s","parent_id":' % name
+        self._key = (self._head, "")  # the key of this stream's writes in _out
 
     def write(self, s):
         global _out_chars
@@ -209,11 +212,14 @@ class _Stream:
         if s:
             # parent_id "" (a thread writing between requests): the host
             # gives it the running request's id, or drops it.
-            _out.append((self._head, _parent, s))
+            key = self._key
+            if key[1] is not _parent:
+                key = self._key = (self._head, _parent)
+            _out.append((key, s))
             _out_chars += len(s)
-            if _out_chars >= _FLUSH_CHARS or _unbuffered:
+            if _out_chars >= _flush_chars:
                 _send()
-            elif not _flush_due.is_set():
+            elif not _flusher_awake:
                 _wake_flusher()
         return len(s)
 
