@@ -31,8 +31,8 @@ func TestInfo(t *testing.T) {
 	if !slices.Contains(info.Languages, "python") {
 		t.Errorf("languages %v lack python", info.Languages)
 	}
-	// The test server's own spec (unlimited IOPub queues) shadows the system's.
-	if name := tr.specs.Kernelspecs["python3"].Spec.DisplayName; !strings.Contains(name, "unlimited IOPub") {
+	// The test server's own spec (deploy/jupyter: unbounded IOPub queues) shadows the system's.
+	if name := tr.specs.Kernelspecs["python3"].Spec.DisplayName; !strings.Contains(name, "unbounded IOPub") {
 		t.Errorf("python3 kernel spec %q is not jupytertest's", name)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
