@@ -172,6 +172,8 @@ var (
 	// every plugin installed (the subprocess plugin's language list grows
 	// with each language), not on what the example shows.
 	columnGapRE = regexp.MustCompile(` {2,}`)
+	// One stream line of the NDJSON output, after timestamps are normalised.
+	streamLineRE = regexp.MustCompile(`^\{"type":"(stdout|stderr)","text":"(.*)","timestamp":"<time>"\}$`)
 )
 
 // keepaliveLine is what the host sends while an execution runs past the
@@ -191,9 +193,25 @@ func normalizeOutput(s string) string {
 		if !strings.HasPrefix(l, "{") {
 			l = columnGapRE.ReplaceAllString(l, "  ")
 		}
-		lines = append(lines, l)
+		lines = appendMergingStreams(lines, l)
 	}
 	return strings.TrimRight(strings.Join(lines, "\n"), "\n") + "\n"
+}
+
+// appendMergingStreams appends line to lines, merged into the last line when
+// both are stream lines of the same stream: how a transport splits output
+// into stream messages depends on timing (TestNDJSONGolden merges the same
+// way). JSON escapes each character on its own, so the escaped texts
+// concatenate as they are.
+func appendMergingStreams(lines []string, line string) []string {
+	if len(lines) > 0 {
+		prev, cur := streamLineRE.FindStringSubmatch(lines[len(lines)-1]), streamLineRE.FindStringSubmatch(line)
+		if prev != nil && cur != nil && prev[1] == cur[1] {
+			lines[len(lines)-1] = `{"type":"` + cur[1] + `","text":"` + prev[2] + cur[2] + `","timestamp":"<time>"}`
+			return lines
+		}
+	}
+	return append(lines, line)
 }
 
 func TestDocExamples(t *testing.T) {
@@ -373,6 +391,11 @@ func TestDocExampleParser(t *testing.T) {
 	}
 	if got, want := normalizeOutput("A     B  C\n"+keepaliveLine+"\n{\"text\":\"a   b\"}\n"), "A  B  C\n{\"text\":\"a   b\"}\n"; got != want {
 		t.Errorf("normalised to %q, want %q (column padding collapsed, keepalive lines dropped, JSON untouched)", got, want)
+	}
+	split := `{"type":"stdout","text":"x is","timestamp":"<time>"}` + "\n" + `{"type":"stdout","text":" 6\\n","timestamp":"<time>"}` + "\n" +
+		`{"type":"stderr","text":"e","timestamp":"<time>"}` + "\n"
+	if got, want := normalizeOutput(split), `{"type":"stdout","text":"x is 6\\n","timestamp":"<time>"}`+"\n"+`{"type":"stderr","text":"e","timestamp":"<time>"}`+"\n"; got != want {
+		t.Errorf("normalised to %q, want %q (one stream's consecutive lines merged, not another's)", got, want)
 	}
 	if normalizeOutput("2\n") == normalizeOutput("3\n") {
 		t.Error("normalisation hides a difference")
