@@ -2,6 +2,7 @@ package transportplugin
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -39,17 +40,25 @@ func TestConformanceSubprocessPluginBash(t *testing.T) {
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Bash)
 }
 
-func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
+// needNode skips a test without node, except under CI, where a missing
+// dependency fails: make test installs node.
+func needNode(t *testing.T) {
+	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not on PATH")
+		if os.Getenv("CI") != "" {
+			t.Fatalf("node is not on PATH (make test installs Debian nodejs): %v", err)
+		}
+		t.Skipf("node is not on PATH: %v", err)
 	}
+}
+
+func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
+	needNode(t)
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.JavaScript)
 }
 
 func TestConformanceSubprocessPluginTypeScript(t *testing.T) {
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not on PATH")
-	}
+	needNode(t)
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.TypeScript)
 }
 
