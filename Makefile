@@ -249,7 +249,7 @@ $(SDKTEST)/node_modules/.package-lock.json: $(SDKTEST)/package.json $(SDKTEST)/p
 ## context start and idle RSS against the bare interpreter, as ratios), and the
 ## python environment (a plain cell with and without it, a 10,000-point chart)
 bench:
-	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -count=1 ./hostcmd/server/ ./kernelenv/
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -count=1 ./hostcmd/server/ ./hostcmd/kernelenv/
 
 ## vet: gofmt check and go vet
 vet:

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/kernelenv"
+	"github.com/kernelhost/kernelhost/hostcmd/kernelenv"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin"
 )
 

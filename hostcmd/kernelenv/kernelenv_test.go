@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/kernelenv"
+	"github.com/kernelhost/kernelhost/hostcmd/kernelenv"
 )
 
 // debianPython has IPython, matplotlib, pandas and PIL (python3-ipython,
