@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -95,7 +96,16 @@ func newCgroup() (*cgroup, error) {
 		return nil, nil
 	}
 	dir := filepath.Join(base, fmt.Sprintf("kernelhost-%d-%d", os.Getpid(), cgroupSeq.Add(1)))
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	err := os.Mkdir(dir, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		// Left by an earlier process with this pid that was killed before it
+		// removed its cgroups (pids wrap): rmdir takes it only if no process
+		// is left in it, and then the name is free.
+		if os.Remove(dir) == nil {
+			err = os.Mkdir(dir, 0o755)
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("make cgroup %s: %w", dir, err)
 	}
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,3 +147,30 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 }
 
 func syscallKill(pid int) error { p, _ := os.FindProcess(pid); return p.Kill() }
+
+// A cgroup left under the name this process is about to use, by an earlier
+// process with the same pid that was killed before it removed it (pids wrap
+// during a long test run), must not fail the next interpreter's start.
+func TestCgroupNameLeftByAnEarlierProcess(t *testing.T) {
+	if cgroupBase() == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no writable cgroup v2 here; CI's machine offers one")
+		}
+		t.Skip("no writable cgroup v2 here")
+	}
+	stale := filepath.Join(cgroupBase(), fmt.Sprintf("kernelhost-%d-%d", os.Getpid(), cgroupSeq.Load()+1))
+	if err := os.Mkdir(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(stale) })
+	c, err := newCgroup()
+	if err != nil {
+		t.Fatalf("newCgroup with an empty cgroup left under its name: %v", err)
+	}
+	if c.dir != stale {
+		t.Errorf("made %s, want the freed name %s", c.dir, stale)
+	}
+	if err := c.kill(time.Second); err != nil {
+		t.Errorf("kill: %v", err)
+	}
+}
