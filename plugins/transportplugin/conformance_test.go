@@ -71,3 +71,23 @@ func TestConformanceExamplePlugin(t *testing.T) {
 func TestConformanceExamplePluginGRPCStreams(t *testing.T) {
 	transporttest.Run(t, pluginTransportConfig(Config{Path: exampleBin, GRPCKernelStreams: true}), transporttest.Bash)
 }
+
+// The example plugin sends SIGINT again while the interrupted request still
+// runs (interruptResends): a SIGINT that lands as bash forks a command can be
+// taken by the child alone. That race is too rare to test reliably, so this
+// code plays it: its own trap lets the first SIGINT pass and ends the cell at
+// the second.
+func TestExamplePluginInterruptIsSentAgain(t *testing.T) {
+	s := &transporttest.Suite{NewTransport: pluginTransport(exampleBin), Lang: transporttest.Bash}
+	k := s.StartKernel(t)
+	const code = `n=0; trap '((++n >= 2)) && return 130' INT; echo start; while :; do sleep 0.05; done`
+	e := transporttest.Send(t, k, code, false)
+	transporttest.Collect(t, k, e, transporttest.ExecTimeout, func(transporttest.Received) bool { return e.Stream("stdout") != "" })
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	transporttest.Collect(t, k, e, 5*time.Second, nil)
+	if r := e.Reply(); r.Status != core.ReplyError {
+		t.Fatalf("reply %+v, want an error (exit status 130)", r)
+	}
+}

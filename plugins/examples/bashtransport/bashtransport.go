@@ -277,14 +277,41 @@ func (k *kernel) Messages() <-chan core.Message { return k.msgs }
 // Interrupt sends SIGINT to the running command's process group.
 func (k *kernel) Interrupt(ctx context.Context) error {
 	k.mu.Lock()
-	p := k.proc
+	p, id := k.proc, k.cur
 	k.mu.Unlock()
 	if p == nil || p.dead {
 		return errors.New("example-bash transport: kernel is dead")
 	}
 	// bash runs commands in its own group (Setpgid), so -pid reaches them;
 	// bash itself survives thanks to its INT trap.
-	return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT)
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		return err
+	}
+	k.resendInterrupt(p, id, interruptResends)
+	return nil
+}
+
+// interruptResends are the delays after an interrupt at which bash gets
+// SIGINT again while the same request still runs: a SIGINT that lands while
+// bash forks a command (`for i in $(seq 600)`) can be taken by the child
+// alone, and bash runs on. The subprocess transport does the same.
+var interruptResends = []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, time.Second}
+
+// resendInterrupt sends SIGINT to p again after each of delays while request
+// id is still the one running on it.
+func (k *kernel) resendInterrupt(p *process, id string, delays []time.Duration) {
+	if id == "" || len(delays) == 0 {
+		return
+	}
+	time.AfterFunc(delays[0], func() {
+		k.mu.Lock()
+		still := k.proc == p && !p.dead && k.cur == id
+		k.mu.Unlock()
+		if still {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT)
+			k.resendInterrupt(p, id, delays[1:])
+		}
+	})
 }
 
 // Restart kills bash and starts a fresh one. The restarting status is
