@@ -24,7 +24,7 @@ import (
 type counterLog struct {
 	prefix  string              // "<session>_<pid>_" of the process the numbers belong to
 	seen    map[uint64]struct{} // numbers seen under prefix
-	foreign map[string]struct{} // parents of statuses of requests not ours
+	foreign map[string]uint64   // parents of statuses of requests not ours: the number of such a status
 }
 
 // parseMsgID splits an ipykernel msg_id into its "<session>_<pid>_" prefix and
@@ -66,11 +66,11 @@ func (l *counterLog) note(msgID string, ours *liveRequest, foreignParent string)
 	}
 	if l.seen == nil {
 		l.seen = map[uint64]struct{}{}
-		l.foreign = map[string]struct{}{}
+		l.foreign = map[string]uint64{}
 	}
 	l.seen[n] = struct{}{}
 	if foreignParent != "" {
-		l.foreign[foreignParent] = struct{}{}
+		l.foreign[foreignParent] = n
 	}
 	if ours != nil {
 		if !ours.numbered || ours.prefix != prefix {
@@ -93,7 +93,17 @@ func (l *counterLog) lost(req *liveRequest) int {
 			seen++
 		}
 	}
-	missing := int(span-seen) - len(l.foreign)
+	// Only foreign requests the kernel handled inside req's range explain a
+	// number missing from it: the log can outlive a request (it is emptied
+	// only when a message comes while none is live), and a foreign request
+	// seen during an earlier one (the server's kernel_info when it connects)
+	// must not hide a loss in this one.
+	missing := int(span - seen)
+	for _, n := range l.foreign {
+		if n >= req.first && n <= req.last {
+			missing--
+		}
+	}
 	return max(missing, 0)
 }
 
