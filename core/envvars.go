@@ -168,12 +168,7 @@ var jsSnippets = snippets{
 func pySaveAndSet(keys []string, env map[string]string) string {
 	var b strings.Builder
 	b.WriteString("(lambda e, s, n: (s.__setitem__('_kh_env_saved', {k: e.get(k) for k in n}), [e.__setitem__(k, v) for k, v in n.items()]))(__import__('os').environ, __import__('sys').__dict__, {")
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(pyString(k) + ": " + pyString(env[k]))
-	}
+	b.WriteString(joinPairs(keys, env, pyString, ": "))
 	b.WriteString("})")
 	return b.String()
 }
@@ -194,12 +189,7 @@ func pyRestore(keys []string) string {
 func jsSaveAndSet(keys []string, env map[string]string) string {
 	var b strings.Builder
 	b.WriteString("((e, n) => { const s = {}; for (const k of Object.keys(n)) { if (Object.prototype.hasOwnProperty.call(e, k)) s[k] = e[k]; e[k] = n[k]; } process.__khEnvSaved = s; })(process.env, {")
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(jsString(k) + ": " + jsString(env[k]))
-	}
+	b.WriteString(joinPairs(keys, env, jsString, ": "))
 	b.WriteString("});")
 	return b.String()
 }
@@ -207,12 +197,7 @@ func jsSaveAndSet(keys []string, env map[string]string) string {
 func jsRestore(keys []string) string {
 	var b strings.Builder
 	b.WriteString("((e, s, ks) => { for (const k of ks) { if (Object.prototype.hasOwnProperty.call(s, k)) e[k] = s[k]; else delete e[k]; } })(process.env, process.__khEnvSaved || {}, [")
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(jsString(k))
-	}
+	b.WriteString(joinQuoted(keys, jsString))
 	b.WriteString("]); delete process.__khEnvSaved;")
 	return b.String()
 }
@@ -226,12 +211,7 @@ func jsRestore(keys []string) string {
 func rSaveAndSet(keys []string, env map[string]string) string {
 	var b strings.Builder
 	b.WriteString(".kh_env_saved <- Sys.getenv(" + rVector(keys) + ", unset = NA, names = TRUE)\nSys.setenv(")
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(rString(k) + " = " + rString(env[k]))
-	}
+	b.WriteString(joinPairs(keys, env, rString, " = "))
 	b.WriteString(")")
 	return b.String()
 }
@@ -249,11 +229,28 @@ func rRestore(keys []string) string {
 
 // rVector is the R character vector of keys.
 func rVector(keys []string) string {
+	return "c(" + joinQuoted(keys, rString) + ")"
+}
+
+// joinQuoted is keys, each quoted by quote, separated by ", ": the body of
+// a list literal in each language's snippets.
+func joinQuoted(keys []string, quote func(string) string) string {
 	quoted := make([]string, len(keys))
 	for i, k := range keys {
-		quoted[i] = rString(k)
+		quoted[i] = quote(k)
 	}
-	return "c(" + strings.Join(quoted, ", ") + ")"
+	return strings.Join(quoted, ", ")
+}
+
+// joinPairs is each key and its value in env, quoted by quote and joined by
+// sep, the pairs separated by ", ": the body of a map literal or an argument
+// list in each language's snippets.
+func joinPairs(keys []string, env map[string]string, quote func(string) string, sep string) string {
+	pairs := make([]string, len(keys))
+	for i, k := range keys {
+		pairs[i] = quote(k) + sep + quote(env[k])
+	}
+	return strings.Join(pairs, ", ")
 }
 
 // javaEnvBlock wraps body in a block statement where e is the map behind
@@ -277,12 +274,11 @@ const javaSavedProperty = "kernelhost.env.saved"
 func javaSaveAndSet(keys []string, env map[string]string) string {
 	var b strings.Builder
 	b.WriteString("StringBuilder s = new StringBuilder(); String[][] n = {")
+	pairs := make([]string, len(keys))
 	for i, k := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("{" + javaString(k) + ", " + javaString(env[k]) + "}")
+		pairs[i] = "{" + javaString(k) + ", " + javaString(env[k]) + "}"
 	}
+	b.WriteString(strings.Join(pairs, ", "))
 	b.WriteString("}; for (String[] kv : n) { String p = System.getProperty(kv[0]); String v = e == null ? null : e.get(kv[0]); " +
 		"s.append(kv[0]).append('\\0').append(p == null ? \"-\" : \"=\" + p).append('\\0').append(v == null ? \"-\" : \"=\" + v).append('\\0'); " +
 		"System.setProperty(kv[0], kv[1]); if (e != null) e.put(kv[0], kv[1]); } " +
@@ -295,12 +291,7 @@ func javaRestore(keys []string) string {
 	b.WriteString("String[] saved = System.getProperty(" + javaString(javaSavedProperty) + ", \"\").split(\"\\0\", -1); System.clearProperty(" + javaString(javaSavedProperty) + "); " +
 		"java.util.Map<String, String[]> old = new java.util.HashMap<>(); for (int i = 0; i + 2 < saved.length; i += 3) old.put(saved[i], new String[] {saved[i + 1], saved[i + 2]}); " +
 		"for (String k : new String[] {")
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(javaString(k))
-	}
+	b.WriteString(joinQuoted(keys, javaString))
 	b.WriteString("}) { String[] o = old.getOrDefault(k, new String[] {\"-\", \"-\"}); " +
 		"if (o[0].startsWith(\"=\")) System.setProperty(k, o[0].substring(1)); else System.clearProperty(k); " +
 		"if (e != null) { if (o[1].startsWith(\"=\")) e.put(k, o[1].substring(1)); else e.remove(k); } }")
