@@ -96,7 +96,10 @@ func TestAttachTakesOverAndRefusesWhatItCannotGive(t *testing.T) {
 }
 
 func TestExecutionStateAndRetention(t *testing.T) {
-	e, ft := newTestEngine(t, Config{ReplayTTL: time.Minute})
+	// An execution is finished, and retained, a moment after its stream
+	// ends (its env reset comes between): the observer says when.
+	obs := newRecordingObserver()
+	e, ft := newTestEngine(t, Config{ReplayTTL: time.Minute, Observer: obs})
 	var mu sync.Mutex
 	now := time.Now()
 	e.clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -114,6 +117,7 @@ func TestExecutionStateAndRetention(t *testing.T) {
 	releaseBlock(t, ft.kernel(0))
 	collect(t, running)
 	collect(t, queued)
+	obs.awaitFinished(t, 2)
 	if st := queued.State(); st.Status != StatusFinished || st.Outcome != OutcomeError || st.FinishedAt == nil {
 		t.Fatalf("finished: %+v", st)
 	}
@@ -133,6 +137,7 @@ func TestExecutionStateAndRetention(t *testing.T) {
 	for i := range MaxRetainedExecutions + 2 {
 		x := execute(t, e, context.Background(), ExecRequest{Code: "print " + strconv.Itoa(i)})
 		collect(t, x)
+		obs.awaitFinished(t, 1)
 		ids = append(ids, x.ID())
 	}
 	for i, id := range ids {
