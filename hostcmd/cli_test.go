@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of the CLI tests")
@@ -110,8 +110,8 @@ func TestCLIVersion(t *testing.T) {
 	})
 	t.Run("stamped", func(t *testing.T) {
 		exe := filepath.Join(t.TempDir(), "kernelhost")
-		const pkg = testbuild.Module + "/hostcmd/cli"
-		if err := testbuild.Kernelhost(exe, "-ldflags", "-X "+pkg+".Version=v1.2.3-4-gabcdef0-dirty -X "+pkg+".Commit=abcdef0123"); err != nil {
+		const pkg = testkit.Module + "/hostcmd/cli"
+		if err := testkit.Kernelhost(exe, "-ldflags", "-X "+pkg+".Version=v1.2.3-4-gabcdef0-dirty -X "+pkg+".Commit=abcdef0123"); err != nil {
 			t.Fatal(err)
 		}
 		status, stdout, stderr := run(t, exe, "", hostEnv(), "version")
@@ -123,7 +123,7 @@ func TestCLIVersion(t *testing.T) {
 // is not executable; the jupyter plugin fails too (no server at its URL).
 func TestCLIPluginsList(t *testing.T) {
 	dir := t.TempDir()
-	if err := testbuild.Plugins(dir); err != nil {
+	if err := testkit.Plugins(dir); err != nil {
 		t.Fatal(err)
 	}
 	crash := "#!/bin/sh\necho 'no transport here' >&2\nexit 3\n"
@@ -171,7 +171,7 @@ func closedPort(t *testing.T) string {
 // errors: a module that is no module, one that traps, bad input.
 func TestCLIPolicyEval(t *testing.T) {
 	if watErr != nil {
-		testbuild.Missing(t, watErr)
+		testkit.Missing(t, watErr)
 	}
 	dir := t.TempDir()
 	junk := filepath.Join(dir, "junk.wasm")

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // The doc-example harness: TestDocExamples runs the examples of README.md and
@@ -216,12 +216,12 @@ func appendMergingStreams(lines []string, line string) []string {
 
 func TestDocExamples(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
-		testbuild.Missing(t, fmt.Errorf("the doc examples need curl (apt-get install curl; `make test` installs it): %v", err))
+		testkit.Missing(t, fmt.Errorf("the doc examples need curl (apt-get install curl; `make test` installs it): %v", err))
 	}
 	if watErr != nil {
-		testbuild.Missing(t, watErr) // bin/policies/reserved.wasm
+		testkit.Missing(t, watErr) // bin/policies/reserved.wasm
 	}
-	root := testbuild.Root()
+	root := testkit.Root()
 	bin := docExampleBin(t)
 
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
@@ -283,7 +283,7 @@ func docExampleBin(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	if err := testbuild.GoPolicy("tzdefault", filepath.Join(policies, "tzdefault.wasm")); err != nil {
+	if err := testkit.GoPolicy("tzdefault", filepath.Join(policies, "tzdefault.wasm")); err != nil {
 		t.Fatal(err)
 	}
 	return bin

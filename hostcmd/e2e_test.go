@@ -19,9 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // The real kernelhost binary with the plugins next to it in plugins/, as
@@ -36,39 +34,25 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kernelhost-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(dir)
+	testkit.Main(m, func(dir string) error {
 		kernelhost = filepath.Join(dir, "bin", "kernelhost")
 		denylist = filepath.Join(dir, "denylist.wasm")
 		reserved = filepath.Join(dir, "reserved.wasm")
 		trapping = filepath.Join(dir, "trap.wasm")
-		if watErr = testbuild.Wat("plugins/policy/examples/reserved/reserved.wat", reserved); watErr == nil {
-			watErr = testbuild.Wat("plugins/policy/testdata/trap.wat", trapping)
+		if watErr = testkit.Wat("plugins/policy/examples/reserved/reserved.wat", reserved); watErr == nil {
+			watErr = testkit.Wat("plugins/policy/testdata/trap.wat", trapping)
 		}
 		for what, build := range map[string]func() error{
-			"kernelhost":    func() error { return testbuild.Kernelhost(kernelhost) },
-			"plugins":       func() error { return testbuild.Plugins(filepath.Join(dir, "bin", "plugins")) },
-			"denylist.wasm": func() error { return testbuild.Denylist(denylist) },
+			"kernelhost":    func() error { return testkit.Kernelhost(kernelhost) },
+			"plugins":       func() error { return testkit.Plugins(filepath.Join(dir, "bin", "plugins")) },
+			"denylist.wasm": func() error { return testkit.Denylist(denylist) },
 		} {
 			if err := build(); err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n", what, err)
-				return 1
+				return fmt.Errorf("build %s: %w", what, err)
 			}
 		}
-		return m.Run()
-	}()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+		return nil
+	})
 }
 
 // proc is a running kernelhost binary whose JSON log lines the test reads.

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // make install into a staging directory, then the installed binary as an
@@ -25,12 +25,12 @@ import (
 // checkout's bin/, as make install always does.
 func TestInstall(t *testing.T) {
 	if watErr != nil {
-		testbuild.Missing(t, watErr) // make policies needs wat2wasm
+		testkit.Missing(t, watErr) // make policies needs wat2wasm
 	}
 	if _, err := exec.LookPath("make"); err != nil {
-		testbuild.Missing(t, err)
+		testkit.Missing(t, err)
 	}
-	root := testbuild.Root()
+	root := testkit.Root()
 	stage := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -106,7 +106,7 @@ log-format = "json"
 	t.Run("systemd unit", func(t *testing.T) {
 		analyze, err := exec.LookPath("systemd-analyze")
 		if err != nil {
-			testbuild.Missing(t, fmt.Errorf("systemd-analyze (Debian: systemd) verifies the unit: %w", err))
+			testkit.Missing(t, fmt.Errorf("systemd-analyze (Debian: systemd) verifies the unit: %w", err))
 		}
 		unit, err := os.ReadFile(filepath.Join(root, "deploy", "kernelhost.service"))
 		if err != nil {
@@ -134,7 +134,7 @@ func writeFile(t *testing.T, dir, name, text string) string {
 // config, and checks its exit status.
 func runSandboxScript(t *testing.T, dir, exe, config, addr string, wantStatus int) (stdout, stderr string) {
 	t.Helper()
-	script := filepath.Join(testbuild.Root(), "deploy", "start-sandbox.sh")
+	script := filepath.Join(testkit.Root(), "deploy", "start-sandbox.sh")
 	// No KERNELHOST_* but the script's own: the config file is the settings.
 	env := append(hostEnv(), "KERNELHOST_ADDR=", "KERNELHOST_LOG_FORMAT=")
 	status, stdout, stderr := run(t, "/bin/sh", "", append(env,

@@ -10,40 +10,24 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // pluginDir holds the transport plugins, built by TestMain.
 var pluginDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kernelhost-sdktest-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(dir)
+	testkit.Main(m, func(dir string) error {
 		pluginDir = dir
-		if err := testbuild.Plugins(dir); err != nil {
-			fmt.Fprintln(os.Stderr, "build the transport plugins:", err)
-			return 1
+		if err := testkit.Plugins(dir); err != nil {
+			return fmt.Errorf("build the transport plugins: %w", err)
 		}
-		return m.Run()
-	}()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+		return nil
+	})
 }
 
 // TestOfficialSDK starts a host in-process on a free port and runs

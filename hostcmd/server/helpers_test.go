@@ -16,12 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/kernelhost/kernelhost/hostcmd/internal/testbuild"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/plugins/policy"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // Built once per run by TestMain into a temporary directory: the real
@@ -47,41 +45,25 @@ func policyOptions() policy.Options {
 }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kernelhost-server-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(dir)
+	testkit.Main(m, func(dir string) error {
 		pluginDir = filepath.Join(dir, "plugins")
 		denylist = filepath.Join(dir, "denylist.wasm")
 		policyCache = filepath.Join(dir, "wazero-cache")
-		if err := testbuild.Plugins(pluginDir); err != nil {
-			fmt.Fprintln(os.Stderr, "build the transport plugins:", err)
-			return 1
+		if err := testkit.Plugins(pluginDir); err != nil {
+			return fmt.Errorf("build the transport plugins: %w", err)
 		}
-		if err := testbuild.Denylist(denylist); err != nil {
-			fmt.Fprintln(os.Stderr, "build denylist.wasm:", err)
-			return 1
+		if err := testkit.Denylist(denylist); err != nil {
+			return fmt.Errorf("build denylist.wasm: %w", err)
 		}
 		loopWasm = filepath.Join(dir, "loop.wasm")
-		if watMissing = testbuild.Wat("plugins/policy/testdata/loop.wat", loopWasm); watMissing != nil {
-			if !errors.Is(watMissing, testbuild.ErrNoWat2wasm) {
-				fmt.Fprintln(os.Stderr, watMissing)
-				return 1
+		if watMissing = testkit.Wat("plugins/policy/testdata/loop.wat", loopWasm); watMissing != nil {
+			if !errors.Is(watMissing, testkit.ErrNoWat2wasm) {
+				return watMissing
 			}
 			loopWasm = ""
 		}
-		return m.Run()
-	}()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak: leaked goroutines after the tests:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+		return nil
+	})
 }
 
 // inProcess runs the subprocess transport linked into the test binary.

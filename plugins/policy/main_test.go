@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // wasmDir holds the modules built for this run: denylist.wasm from Go, and
@@ -35,47 +33,29 @@ func withCache(opts Options) Options {
 }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "policy-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	wasmDir = dir
-	code := 1
-	if err := buildModules(dir); err != nil {
-		fmt.Fprintln(os.Stderr, "build test modules:", err)
-	} else {
-		code = m.Run()
-	}
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
+	testkit.Main(m, func(dir string) error {
+		wasmDir = dir
+		if err := buildModules(dir); err != nil {
+			return fmt.Errorf("build test modules: %w", err)
 		}
-	}
-	os.Exit(code)
+		return nil
+	})
 }
 
 func buildModules(dir string) error {
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", filepath.Join(dir, "denylist.wasm"), "./examples/denylist")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build denylist: %v\n%s", err, out)
-	}
-	if _, err := exec.LookPath("wat2wasm"); err != nil {
-		watErr = fmt.Errorf("wat2wasm not found (apt-get install -y --no-install-recommends wabt): %w", err)
-		if os.Getenv("CI") != "" {
-			return watErr
-		}
-		return nil
+	if err := testkit.Denylist(filepath.Join(dir, "denylist.wasm")); err != nil {
+		return err
 	}
 	wats, _ := filepath.Glob("testdata/*.wat")
 	wats = append(wats, "examples/reserved/reserved.wat")
 	for _, w := range wats {
 		out := filepath.Join(dir, strings.TrimSuffix(filepath.Base(w), ".wat")+".wasm")
-		if b, err := exec.Command("wat2wasm", w, "-o", out).CombinedOutput(); err != nil {
-			return fmt.Errorf("wat2wasm %s: %v\n%s", w, err, b)
+		if err := testkit.Wat("plugins/policy/"+w, out); err != nil {
+			if errors.Is(err, testkit.ErrNoWat2wasm) && os.Getenv("CI") == "" {
+				watErr = err
+				return nil
+			}
+			return err
 		}
 	}
 	return nil

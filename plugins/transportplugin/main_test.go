@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"runtime/trace"
@@ -15,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/plugins/examples/bashtransport"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // helperEnv makes the test binary act as a plugin (or as a small host) in one
@@ -33,30 +31,14 @@ func TestMain(m *testing.M) {
 		runHelper(mode)
 		os.Exit(0)
 	}
-	dir, err := os.MkdirTemp("", "transportplugin-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	exampleBin = filepath.Join(dir, "kernelhost-transport-example-bash")
-	subprocessBin = filepath.Join(dir, "kernelhost-transport-subprocess")
-	build := exec.Command("go", "build", "-o", dir,
-		"github.com/kernelhost/kernelhost/plugins/examples/cmd/kernelhost-transport-example-bash",
-		"github.com/kernelhost/kernelhost/plugins/cmd/kernelhost-transport-subprocess")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build plugins:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
+	testkit.Main(m, func(dir string) error {
+		exampleBin = filepath.Join(dir, "kernelhost-transport-example-bash")
+		subprocessBin = filepath.Join(dir, "kernelhost-transport-subprocess")
+		if err := testkit.Build(dir, "plugins/examples/cmd/kernelhost-transport-example-bash", "plugins/cmd/kernelhost-transport-subprocess"); err != nil {
+			return fmt.Errorf("build plugins: %w", err)
 		}
-	}
-	os.Exit(code)
+		return nil
+	})
 }
 
 func runHelper(mode string) {

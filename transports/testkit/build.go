@@ -1,8 +1,4 @@
-// Package testbuild builds the real binaries the host's end-to-end tests run:
-// the kernelhost command, the transport plugins and the policy modules. Tests
-// call it from TestMain into a temporary directory, so every run tests the
-// code as it is, not a stale bin/.
-package testbuild
+package testkit
 
 import (
 	"errors"
@@ -21,13 +17,23 @@ const Module = "github.com/kernelhost/kernelhost"
 // Root is the repository's root directory (for the .wat sources).
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 // Plugins builds every transport plugin (plugins/cmd and the examples) into
 // dir, as `make plugins` does into bin/plugins.
 func Plugins(dir string) error {
-	return goBuild(nil, "-o", dir+string(filepath.Separator), Module+"/plugins/cmd/...", Module+"/plugins/examples/cmd/...")
+	return Build(dir, "plugins/cmd/...", "plugins/examples/cmd/...")
+}
+
+// Build builds the commands pkgs (paths inside the module, such as
+// "plugins/cmd/kernelhost-transport-subprocess") into the directory dir.
+func Build(dir string, pkgs ...string) error {
+	args := []string{"-o", dir + string(filepath.Separator)}
+	for _, p := range pkgs {
+		args = append(args, Module+"/"+p)
+	}
+	return goBuild(nil, args...)
 }
 
 // Kernelhost builds the kernelhost command to out; buildArgs go to go build
