@@ -189,18 +189,6 @@ func post(t *testing.T, url string, req map[string]any) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
 // The binary as an operator runs it: plugins found next to the executable,
 // policies from a list file reloaded by SIGHUP, SIGTERM stops everything.
 func TestBinary(t *testing.T) {
@@ -261,16 +249,10 @@ func TestBinary(t *testing.T) {
 	if code := p.wait(); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM", code)
 	}
-	if alive(pluginPID) {
+	if testkit.Alive(pluginPID) {
 		t.Fatalf("the plugin (pid %d) outlived the host", pluginPID)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for alive(pyPID) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the python interpreter (pid %d) outlived the host", pyPID)
-		}
-		time.Sleep(10 * time.Millisecond) // a grandchild: nothing to wait on
-	}
+	testkit.AwaitGone(t, "the python interpreter after the host stopped", 5*time.Second, pyPID)
 }
 
 // Under systemd (NOTIFY_SOCKET set, as for a Type=notify unit) the host
@@ -365,12 +347,7 @@ func TestBinarySignalDuringStartUp(t *testing.T) {
 	if !strings.Contains(p.log(), "stopped during start-up") || strings.Contains(p.log(), `"level":"ERROR"`) {
 		t.Errorf("log after SIGTERM during start-up:\n%s", p.log())
 	}
-	for deadline := time.Now().Add(5 * time.Second); alive(sleeper); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the starting interpreter (pid %d) outlived the host", sleeper)
-		}
-		time.Sleep(10 * time.Millisecond) // a grandchild: nothing to wait on
-	}
+	testkit.AwaitGone(t, "the starting interpreter after the host stopped", 5*time.Second, sleeper)
 }
 
 // findProcess is the pid of a live process whose command line contains
@@ -387,7 +364,7 @@ func findProcess(t *testing.T, arg string) int {
 			continue
 		}
 		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(cmdline, []byte(arg)) && alive(pid) {
+		if err == nil && bytes.Contains(cmdline, []byte(arg)) && testkit.Alive(pid) {
 			return pid
 		}
 	}

@@ -183,7 +183,7 @@ func stopPID(t *testing.T, pid int, exe string) {
 	}
 	ours := func() bool {
 		running, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
-		return err == nil && running == exe && alive(pid)
+		return err == nil && running == exe && testkit.Alive(pid)
 	}
 	if !ours() {
 		t.Errorf("kernelhost (pid %d) was gone before the test stopped it", pid)

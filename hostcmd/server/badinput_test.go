@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // Each bad request gets the right status and a clear message, and disturbs
@@ -114,7 +115,7 @@ func TestLenientInput(t *testing.T) {
 // once came back as an 8 MiB body, and a newline in an id could forge a log
 // line (issue 11 item 10).
 func TestClientStringsAreClipped(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	h := startHost(t, func(c *server.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})

@@ -10,45 +10,8 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
-
-// procState returns pid's state letter and parent, "" when it is gone.
-func procState(pid int) (state string, ppid int) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	ppid, _ = strconv.Atoi(f[1])
-	return f[0], ppid
-}
-
-func running(pid int) bool {
-	st, _ := procState(pid)
-	return st != "" && st != "Z" && st != "X"
-}
-
-// awaitEnded waits (bounded) until none of pids runs.
-func awaitEnded(t *testing.T, what string, pids ...int) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		left := []int{}
-		for _, pid := range pids {
-			if running(pid) {
-				left = append(left, pid)
-			}
-		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s these still run: %v", what, left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // Through the real plugin, on both ways it has: a bash cell starts a child
 // in a session of its own (setsid … &) and a daemon whose parent exits at
@@ -83,7 +46,7 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 			child, daemon, plugin := pids[0], pids[1], pids[2]
 			t.Cleanup(func() {
 				for _, pid := range []int{child, daemon} {
-					if running(pid) {
+					if testkit.Alive(pid) {
 						p, _ := os.FindProcess(pid)
 						_ = p.Kill()
 					}
@@ -91,28 +54,28 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 			})
 			deadline := time.Now().Add(10 * time.Second)
 			for { // the daemon's parent (the subshell) exits at once; awaited by polling /proc
-				if _, ppid := procState(daemon); ppid == plugin || time.Now().After(deadline) {
+				if _, ppid := testkit.ProcState(daemon); ppid == plugin || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if _, ppid := procState(daemon); ppid != plugin {
+			if _, ppid := testkit.ProcState(daemon); ppid != plugin {
 				t.Fatalf("the daemon's parent is %d, want the plugin %d (a child subreaper)", ppid, plugin)
 			}
 			if status, body := h.do("DELETE", "/contexts/"+ctx.ID, ""); status != 200 {
 				t.Fatalf("delete: %d %s", status, body)
 			}
 			if !mode.noCgroups {
-				awaitEnded(t, "delete", child, daemon)
+				testkit.AwaitGone(t, "after delete", 15*time.Second, child, daemon)
 				return
 			}
-			awaitEnded(t, "delete", child)
+			testkit.AwaitGone(t, "after delete", 15*time.Second, child)
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := h.Shutdown(sctx); err != nil {
 				t.Fatal(err)
 			}
-			awaitEnded(t, "host shutdown", daemon)
+			testkit.AwaitGone(t, "after host shutdown", 15*time.Second, daemon)
 		})
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // descendants lists the live processes under pid (zombies excluded).
@@ -176,7 +177,7 @@ func TestFaultInterpreterKilled(t *testing.T) {
 	if e.str("name") != "KernelDied" {
 		t.Fatalf("error line %v, want KernelDied", e)
 	}
-	waitGone(t, pid, "the killed interpreter", 5*time.Second)
+	testkit.AwaitGone(t, "the killed interpreter", 5*time.Second, pid)
 	began := time.Now()
 	h.recovered(t)
 	figure(t, "stream ended %s after the kill with %s: %q; next execution on every context ok after %s",
@@ -210,8 +211,8 @@ func TestFaultPluginKilled(t *testing.T) {
 	h.recovered(t)
 	figure(t, "stream ended %s after the kill with %s: %q; plugin restarted and every context ok after %s",
 		took.Round(time.Millisecond), e.str("name"), e.str("value"), time.Since(began).Round(time.Millisecond))
-	waitGone(t, plugin, "the killed plugin", 5*time.Second)
-	waitGone(t, py, "the interpreter of the killed plugin", 10*time.Second)
+	testkit.AwaitGone(t, "the killed plugin", 5*time.Second, plugin)
+	testkit.AwaitGone(t, "the interpreter of the killed plugin", 10*time.Second, py)
 	if now := h.PluginPID(); now == 0 || now == plugin {
 		t.Fatalf("plugin pid %d after the restart, was %d", now, plugin)
 	}
@@ -473,7 +474,7 @@ func TestFaultJupyterKernelKilled(t *testing.T) {
 	h.recovered(t)
 	figure(t, "stream ended %s after the kill with %s: %q; every context ok after %s",
 		took.Round(time.Millisecond), e.str("name"), e.str("value"), time.Since(began).Round(time.Millisecond))
-	waitGone(t, pid, "the killed kernel", 5*time.Second)
+	testkit.AwaitGone(t, "the killed kernel", 5*time.Second, pid)
 	if got := mainResult(t, h.run(map[string]any{"code": "kept", "context_id": other.ID})); got != "state" {
 		t.Fatalf("the other kernel lost its state: %q", got)
 	}
@@ -491,7 +492,7 @@ func TestFaultJupyterServerKilled(t *testing.T) {
 	<-srv.done
 	// Its kernels notice their parent is gone (ipykernel's parent poller).
 	for _, k := range kernels {
-		waitGone(t, k, "a kernel of the killed server", 10*time.Second)
+		testkit.AwaitGone(t, "a kernel of the killed server", 10*time.Second, k)
 	}
 	// While it is down, the host answers and says what is wrong.
 	status, body := h.do("POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, other.ID))

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // Past MaxContexts, POST /contexts answers 429 with a message that says
@@ -285,24 +285,6 @@ func TestAccessTokenExecuteScope(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the host's concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The host's logs, at debug level, through successes and every kind of
 // failure, never contain code, env values or the access token.
 func TestLogsHoldNoSecrets(t *testing.T) {
@@ -312,7 +294,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		codeSecret = "codesecret-7ac44"
 		globSecret = "globalsecret-5d0e2"
 	)
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	h := startHost(t, func(c *server.Config) {
 		c.AccessToken = token
 		c.GlobalEnv = map[string]string{"KH_GLOBAL": globSecret}

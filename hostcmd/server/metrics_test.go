@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // scrape is one parsed GET /metrics.
@@ -325,5 +326,5 @@ func TestMetricsPluginRestart(t *testing.T) {
 	if got := h.scrapeMetrics(t, nil).value(t, "kernelhost_plugin_restarts_total"); got != 1 {
 		t.Fatalf("restarts after recovering from one kill -9: %v, want 1", got)
 	}
-	waitGone(t, pid, "the killed plugin", 5*time.Second)
+	testkit.AwaitGone(t, "the killed plugin", 5*time.Second, pid)
 }

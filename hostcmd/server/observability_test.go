@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // logLines decodes JSON log output, one record a line.
@@ -61,7 +62,7 @@ func (h *testHost) requestWithID(t *testing.T, method, path, body, id string) (i
 // id that is not a sane token is replaced; the plugin's lines carry its
 // name.
 func TestRequestLogIDs(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	h := startHost(t, viaPlugin, func(c *server.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
@@ -184,7 +185,7 @@ func TestPprof(t *testing.T) {
 		}
 	})
 	t.Run("not loopback", func(t *testing.T) {
-		var logs syncBuffer
+		var logs testkit.SyncBuffer
 		startHost(t, func(c *server.Config) {
 			c.PprofAddr = "0.0.0.0:0" // bound only; the test sends nothing to it
 			c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -14,33 +14,8 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
-
-// alive reports whether pid is a live process (a zombie counts as gone).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the command name in parentheses.
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
-// waitGone waits until pid has exited, failing the test after timeout.
-func waitGone(t *testing.T, pid int, what string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s (pid %d) still running %s later", what, pid, timeout)
-		}
-		time.Sleep(10 * time.Millisecond) // polling /proc: there is nothing to wait on for a grandchild
-	}
-}
 
 // interpreterPID asks the default python context for its process id.
 func interpreterPID(t *testing.T, h *testHost) int {
@@ -57,7 +32,7 @@ func interpreterPID(t *testing.T, h *testHost) int {
 func TestPluginStoppedOnShutdown(t *testing.T) {
 	h := startHost(t, viaPlugin)
 	plugin := h.PluginPID()
-	if plugin == 0 || plugin == os.Getpid() || !alive(plugin) {
+	if plugin == 0 || plugin == os.Getpid() || !testkit.Alive(plugin) {
 		t.Fatalf("plugin pid %d: want a live process of its own", plugin)
 	}
 	py := interpreterPID(t, h)
@@ -70,10 +45,10 @@ func TestPluginStoppedOnShutdown(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 	// Supervised.Close returns once the plugin is reaped: gone at once.
-	if alive(plugin) {
+	if testkit.Alive(plugin) {
 		t.Fatalf("the plugin (pid %d) is still running after Shutdown returned", plugin)
 	}
-	waitGone(t, py, "the python interpreter", 5*time.Second)
+	testkit.AwaitGone(t, "the python interpreter", 5*time.Second, py)
 }
 
 // kill -9 of the plugin while code runs: the stream ends with an error line

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/plugins/examples/bashtransport"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // benchCase is one transport in one language, linked in or behind the plugin
@@ -187,24 +187,17 @@ func BenchmarkRoundTrip(b *testing.B) {
 				din = append(din, t1.Sub(t0))
 				dpl = append(dpl, t2.Sub(t1))
 			}
-			mi, mp := quantile(din, 0.5), quantile(dpl, 0.5)
+			mi, mp := testkit.Quantile(din, 0.5), testkit.Quantile(dpl, 0.5)
 			b.ReportMetric(float64(mi.Microseconds()), "inprocess-p50-µs")
 			b.ReportMetric(float64(mp.Microseconds()), "plugin-p50-µs")
 			b.ReportMetric(float64((mp - mi).Microseconds()), "added-p50-µs")
-			b.ReportMetric(float64(quantile(din, 0.9).Microseconds()), "inprocess-p90-µs")
-			b.ReportMetric(float64(quantile(dpl, 0.9).Microseconds()), "plugin-p90-µs")
+			b.ReportMetric(float64(testkit.Quantile(din, 0.9).Microseconds()), "inprocess-p90-µs")
+			b.ReportMetric(float64(testkit.Quantile(dpl, 0.9).Microseconds()), "plugin-p90-µs")
 			b.ReportMetric(float64((cpuTime(b, pid)-cpu0).Microseconds())/float64(len(dpl)), "plugin-cpu-µs/op")
 			b.ReportMetric(float64(contextSwitches(0)-h0)/float64(len(dpl)), "host-ctxsw/op")
 			b.ReportMetric(float64(contextSwitches(pid)-p0)/float64(len(dpl)), "plugin-ctxsw/op")
 		})
 	}
-}
-
-// quantile returns the q-quantile (0 < q < 1) of d.
-func quantile(d []time.Duration, q float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[int(float64(len(s))*q)]
 }
 
 // BenchmarkStream200kLines streams 200,000 lines of stdout in one
@@ -237,7 +230,7 @@ func BenchmarkStream200kLines(b *testing.B) {
 				din = append(din, t1.Sub(t0))
 				dpl = append(dpl, t2.Sub(t1))
 			}
-			mi, mp := quantile(din, 0.5), quantile(dpl, 0.5)
+			mi, mp := testkit.Quantile(din, 0.5), testkit.Quantile(dpl, 0.5)
 			b.ReportMetric(float64(mi.Milliseconds()), "inprocess-p50-ms")
 			b.ReportMetric(float64(mp.Milliseconds()), "plugin-p50-ms")
 			b.ReportMetric(float64(mp)/float64(mi), "plugin/inprocess")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	pb "github.com/kernelhost/kernelhost/plugins/transportplugin/proto"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // The floor of a round trip between two processes on this machine, to set
@@ -44,8 +45,8 @@ func BenchmarkFloor(b *testing.B) {
 }
 
 func reportRoundTrips(b *testing.B, d []time.Duration) {
-	b.ReportMetric(float64(quantile(d, 0.5).Microseconds()), "p50-µs")
-	b.ReportMetric(float64(quantile(d, 0.9).Microseconds()), "p90-µs")
+	b.ReportMetric(float64(testkit.Quantile(d, 0.5).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(testkit.Quantile(d, 0.9).Microseconds()), "p90-µs")
 }
 
 // benchFloorUnix times ping-pongs with the peer process, each after idle

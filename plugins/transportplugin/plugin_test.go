@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	pb "github.com/kernelhost/kernelhost/plugins/transportplugin/proto"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // selfPlugin is a Config that runs this test binary as a plugin in mode.
@@ -129,7 +129,7 @@ func reply(t *testing.T, ms []core.Message) core.Message {
 }
 
 func TestExamplePluginRoundTrip(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	cfg := Config{Path: exampleBin, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
 	s := launch(t, cfg)
 	info := s.Info()
@@ -538,23 +538,6 @@ func TestHostSIGKILLLeavesNoPlugin(t *testing.T) {
 	host.Wait()
 	waitGone(t, "plugin of the SIGKILLed host", pluginFD, 10*time.Second)
 	waitGone(t, "bash of the SIGKILLed host's plugin", bashFD, 10*time.Second)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // rawDriver is driver.py run over its fd-3/4 pipes without the Kernel: the
@@ -81,13 +82,6 @@ func kernelRoundTrip(b *testing.B, k *Kernel, id, code string) {
 	b.Fatal("Messages closed")
 }
 
-// quantile returns the q-quantile (0 < q < 1) of d.
-func quantile(d []time.Duration, q float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[int(float64(len(s))*q)]
-}
-
 // BenchmarkRoundTrip runs `1+1` against driver.py directly over its pipes
 // ("driver") and through the Kernel ("kernel"), alternating the two in one
 // loop so both see the same machine state, and reports both medians and
@@ -112,12 +106,12 @@ func BenchmarkRoundTrip(b *testing.B) {
 		driverD = append(driverD, t1.Sub(t0))
 		kernelD = append(kernelD, t2.Sub(t1))
 	}
-	pd, pk := quantile(driverD, 0.5), quantile(kernelD, 0.5)
+	pd, pk := testkit.Quantile(driverD, 0.5), testkit.Quantile(kernelD, 0.5)
 	b.ReportMetric(float64(pd.Microseconds()), "driver-p50-µs")
 	b.ReportMetric(float64(pk.Microseconds()), "kernel-p50-µs")
 	b.ReportMetric(float64((pk - pd).Microseconds()), "added-p50-µs")
-	b.ReportMetric(float64(quantile(driverD, 0.9).Microseconds()), "driver-p90-µs")
-	b.ReportMetric(float64(quantile(kernelD, 0.9).Microseconds()), "kernel-p90-µs")
+	b.ReportMetric(float64(testkit.Quantile(driverD, 0.9).Microseconds()), "driver-p90-µs")
+	b.ReportMetric(float64(testkit.Quantile(kernelD, 0.9).Microseconds()), "kernel-p90-µs")
 }
 
 // BenchmarkStream200kLines prints 200,000 lines through the Kernel.
@@ -226,7 +220,7 @@ func BenchmarkNodeRoundTrip(b *testing.B) {
 					jsD = append(jsD, timed(js, id, c.js))
 				}
 			}
-			pj, pt := quantile(jsD, 0.5), quantile(tsD, 0.5)
+			pj, pt := testkit.Quantile(jsD, 0.5), testkit.Quantile(tsD, 0.5)
 			b.ReportMetric(float64(pj.Microseconds()), "javascript-p50-µs")
 			b.ReportMetric(float64(pt.Microseconds()), "typescript-p50-µs")
 			b.ReportMetric(float64((pt - pj).Microseconds()), "added-p50-µs")
@@ -261,8 +255,8 @@ func BenchmarkKernelStart(b *testing.B) {
 				}
 			}
 			slices.Sort(rss)
-			b.ReportMetric(float64(quantile(starts, 0.5))/1e6, "start-ms")
-			b.ReportMetric(float64(quantile(cells, 0.5))/1e6, "first-cell-ms")
+			b.ReportMetric(float64(testkit.Quantile(starts, 0.5))/1e6, "start-ms")
+			b.ReportMetric(float64(testkit.Quantile(cells, 0.5))/1e6, "first-cell-ms")
 			b.ReportMetric(rss[len(rss)/2], "idle-rss-MB")
 		})
 	}

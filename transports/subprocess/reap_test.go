@@ -12,28 +12,8 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
-
-// awaitGone waits (bounded) until none of pids is alive.
-func awaitGone(t *testing.T, what string, pids []int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var left []int
-		for _, pid := range pids {
-			if alive(pid) {
-				left = append(left, pid)
-			}
-		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s these descendants still run: %v", what, left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // Children that left the interpreter's process group and session must end
 // with their context, on delete, restart and shutdown, on each way this
@@ -115,13 +95,13 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 							pids = pids[:1] // the orphaned daemon is the plugin's (subreaper) to end, at its exit
 						}
 						for _, pid := range pids {
-							if !alive(pid) {
+							if !testkit.Alive(pid) {
 								t.Fatalf("child %d is not running before the %s", pid, op)
 							}
 						}
 						t.Cleanup(func() {
 							for _, pid := range all {
-								if alive(pid) {
+								if testkit.Alive(pid) {
 									_ = syscallKill(pid)
 								}
 							}
@@ -138,7 +118,7 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						awaitGone(t, fmt.Sprintf("%s (%s)", op, mode.name), pids)
+						testkit.AwaitGone(t, fmt.Sprintf("descendants after %s (%s)", op, mode.name), 10*time.Second, pids...)
 					})
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -130,27 +131,6 @@ func TestStartBrokenInterpreter(t *testing.T) {
 	}
 }
 
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
-}
-
-// waitGone polls /proc: a grandchild's death is not awaitable from here.
-func waitGone(t *testing.T, pid int) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if !alive(pid) {
-			return
-		}
-	}
-	t.Errorf("process %d still alive", pid)
-}
-
 func TestShutdownKillsProcessGroup(t *testing.T) {
 	k := startKernel(t, "python", t.TempDir())
 	e := tt.Exec(t, k, "import subprocess\nsubprocess.Popen(['sleep', '300']).pid", false)
@@ -159,12 +139,11 @@ func TestShutdownKillsProcessGroup(t *testing.T) {
 		t.Fatalf("child pid: %v:%s", err, e)
 	}
 	leader := k.Pid()
-	if !alive(leader) || !alive(child) {
+	if !testkit.Alive(leader) || !testkit.Alive(child) {
 		t.Fatalf("leader %d or child %d not running", leader, child)
 	}
 	tt.ShutdownAndDrain(t, k)
-	waitGone(t, leader)
-	waitGone(t, child)
+	testkit.AwaitGone(t, "the group after shutdown", 5*time.Second, leader, child)
 }
 
 func TestRestartKillsProcessGroup(t *testing.T) {
@@ -179,8 +158,7 @@ func TestRestartKillsProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	tt.WaitStatus(t, k, core.StateRestarting, "", tt.StartTimeout)
-	waitGone(t, old)
-	waitGone(t, child)
+	testkit.AwaitGone(t, "the old group after restart", 5*time.Second, old, child)
 	if k.Pid() == old {
 		t.Errorf("same pid after restart")
 	}
