@@ -24,3 +24,13 @@ func WithoutKernelEnv() (restore func()) {
 	kernelSetup = nil
 	return func() { kernelSetup = saved }
 }
+
+// SettingDefaults are the settings of the table by name, each with its
+// default as its flag's Go type (string, int, int64, bool, time.Duration).
+func SettingDefaults() map[string]any {
+	out := map[string]any{}
+	for _, s := range settingsTable() {
+		out[s.flagName()] = s.defaultValue()
+	}
+	return out
+}

@@ -52,8 +52,8 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	// Lines logged with a request's context carry its ids (requestlog.go).
 	log := slog.New(requestIDHandler{Handler: cfg.Logger.Handler()})
 	cfg.Logger = log
-	if cfg.AccessTokenScope != ScopeAll && cfg.AccessTokenScope != ScopeExecute {
-		return nil, fmt.Errorf("access token scope %q: want %s or %s", cfg.AccessTokenScope, ScopeAll, ScopeExecute)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	cwd, err := resolveDefaultCwd(cfg.DefaultCwd, cfg.Workspace, log)
 	if err != nil {
@@ -312,58 +312,6 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	}
 	h.log.Info("stopped")
 	return errors.Join(engineErr, srvErr, pluginErr, policyErr)
-}
-
-func withDefaults(c Config) Config {
-	if c.Addr == "" {
-		c.Addr = DefaultAddr
-	}
-	if c.DefaultCwd == "" {
-		c.DefaultCwd = DefaultCwd
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.Keepalive <= 0 {
-		c.Keepalive = DefaultKeepalive
-	}
-	if c.MaxContexts == 0 {
-		c.MaxContexts = DefaultMaxContexts
-	}
-	if c.MaxEnvVars <= 0 {
-		c.MaxEnvVars = DefaultMaxEnvVars
-	}
-	if c.MaxEnvBytes <= 0 {
-		c.MaxEnvBytes = DefaultMaxEnvBytes
-	}
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if c.ReadTimeout <= 0 {
-		c.ReadTimeout = DefaultReadTimeout
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.AccessTokenScope == "" {
-		c.AccessTokenScope = ScopeAll
-	}
-	if c.AllowedHosts == nil {
-		c.AllowedHosts = DefaultAllowedHosts
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.TransportName == "" {
-		c.TransportName = DefaultTransport
-	}
-	if c.PluginDir == "" {
-		c.PluginDir = DefaultPluginDir()
-	}
-	return c
 }
 
 // resolveDefaultCwd keeps the configured default cwd when it is a

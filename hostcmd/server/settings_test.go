@@ -30,7 +30,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.TransportName != "subprocess" || c.PluginDir != filepath.Join(filepath.Dir(exe), "plugins") || c.Policies != "" || c.Jupyter.URL != "" || c.Jupyter.Token != "" || c.Jupyter.KernelEnv != nil {
+	if c.TransportName != "subprocess" || c.PluginDir != filepath.Join(filepath.Dir(exe), "plugins") || c.Policies != "" || c.Jupyter.URL != "http://127.0.0.1:8888/" || c.Jupyter.Token != "" || c.Jupyter.KernelEnv != nil {
 		t.Fatalf("transport defaults: %q in %q, policies %q, jupyter %+v", c.TransportName, c.PluginDir, c.Policies, c.Jupyter)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/kernelhost/kernelhost/plugins/transportplugin"
@@ -30,7 +31,7 @@ func LaunchTransport(ctx context.Context, cfg Config) (*transportplugin.Supervis
 // the plugin (the host's restart counter).
 func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*transportplugin.Supervised, error) {
 	cfg = withDefaults(cfg)
-	if err := checkTransportName(cfg.TransportName); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	path := PluginPath(cfg.PluginDir, cfg.TransportName)
@@ -87,47 +88,32 @@ func kernelBounds(cfg Config) hostBounds {
 }
 
 // pluginEnv is the settings a plugin reads (transportplugin.Setting), as
-// "KEY=value". They travel on the plugin's settings pipe, not in its
-// environment, which its interpreters would inherit and /proc shows (the
-// Jupyter token). The host's own KERNELHOST_* variables are left out of the
-// plugin's environment. Empty settings are left out so the plugin's own
-// defaults apply.
+// "KEY=value": its rows of the settings table (pluginSettings). They travel
+// on the plugin's settings pipe, not in its environment, which its
+// interpreters would inherit and /proc shows (the Jupyter token). The host's
+// own KERNELHOST_* variables are left out of the plugin's environment. Empty
+// settings are left out so the plugin's own defaults apply.
 func pluginEnv(cfg Config) []string {
 	var env []string
-	add := func(flagName, v string) {
-		if v != "" {
-			env = append(env, EnvVar(flagName)+"="+v)
+	for name, v := range pluginSettings(cfg) {
+		var text string
+		switch v := v.(type) {
+		case map[string]string:
+			if v != nil {
+				b, _ := json.Marshal(v) // a map of strings always marshals
+				text = string(b)
+			}
+		case time.Duration:
+			if v > 0 {
+				text = v.String()
+			}
+		default:
+			text = fmt.Sprint(v)
+		}
+		if text != "" {
+			env = append(env, EnvVar(name)+"="+text)
 		}
 	}
-	add("python", cfg.Interpreters.Python)
-	add("node", cfg.Interpreters.Node)
-	add("bash", cfg.Interpreters.Bash)
-	if cfg.NoKernelCgroups {
-		add("kernel-cgroups", "false")
-	}
-	add("rscript", cfg.Interpreters.R)
-	add("java", cfg.Interpreters.Java)
-	add("jupyter-url", cfg.Jupyter.URL)
-	add("jupyter-token", cfg.Jupyter.Token)
-	for flagName, d := range map[string]time.Duration{"jupyter-start-timeout": cfg.Jupyter.StartTimeout,
-		"jupyter-connect-timeout": cfg.Jupyter.ConnectTimeout, "jupyter-restart-timeout": cfg.Jupyter.RestartTimeout,
-		"jupyter-keep-alive": cfg.Jupyter.KeepAlive} {
-		if d > 0 {
-			add(flagName, d.String())
-		}
-	}
-	add("jupyter-ca-file", cfg.Jupyter.CAFile)
-	add("jupyter-client-cert", cfg.Jupyter.ClientCert)
-	add("jupyter-client-key", cfg.Jupyter.ClientKey)
-	if cfg.Jupyter.InsecureSkipVerify {
-		add("jupyter-insecure-skip-verify", "true")
-	}
-	for flagName, m := range map[string]map[string]string{"jupyter-kernel-env": cfg.Jupyter.KernelEnv,
-		"jupyter-headers": cfg.Jupyter.Headers, "jupyter-kernel-names": cfg.Jupyter.KernelNames} {
-		if m != nil {
-			b, _ := json.Marshal(m) // a map of strings always marshals
-			add(flagName, string(b))
-		}
-	}
+	slices.Sort(env)
 	return env
 }
