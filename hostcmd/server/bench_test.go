@@ -1,13 +1,11 @@
 package server_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // BenchmarkRoundTrip measures `1+1` through the host over HTTP and the same
@@ -79,29 +78,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.Fatal("direct: no result 2")
 		}
 	}
-	// warm up both paths (connection, imports, caches)
-	for range 20 {
-		hostOnce()
-		directOnce()
-	}
-
-	hostD := make([]time.Duration, 0, b.N)
-	directD := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		directOnce()
-		t1 := time.Now()
-		hostOnce()
-		t2 := time.Now()
-		directD = append(directD, t1.Sub(t0))
-		hostD = append(hostD, t2.Sub(t1))
-	}
-	b.StopTimer()
-	ph, pd := median(hostD), median(directD)
-	b.ReportMetric(float64(ph.Nanoseconds()), "host-p50-ns")
-	b.ReportMetric(float64(pd.Nanoseconds()), "direct-p50-ns")
-	b.ReportMetric(float64((ph - pd).Nanoseconds()), "added-p50-ns")
+	// 20 pairs first warm up both paths (connection, imports, caches)
+	hostD, directD := testkit.Compare(b, 20, testkit.Timed(hostOnce), testkit.Timed(directOnce))
+	testkit.ReportAdded(b, time.Nanosecond, "host", hostD, "direct", directD)
 }
 
 // BenchmarkRoundTripMetrics measures what the metrics cost on the hot path:
@@ -148,32 +127,8 @@ func postExpect(b *testing.B, h *testHost, body []byte, want string) {
 // after a warm-up, and reports the median of each (NAME-p50-ns) and a's
 // minus c's (added-p50-ns). ns/op is one pair.
 func compareRuns(b *testing.B, aName string, a func(), cName string, c func()) {
-	for range 20 {
-		a()
-		c()
-	}
-	aD := make([]time.Duration, 0, b.N)
-	cD := make([]time.Duration, 0, b.N)
-	timed := func(run func()) time.Duration {
-		t0 := time.Now()
-		run()
-		return time.Since(t0)
-	}
-	for i := 0; b.Loop(); i++ {
-		// Either goes first every other time: the second of a pair finds
-		// the interpreters' caches warmer.
-		if i%2 == 0 {
-			cD = append(cD, timed(c))
-			aD = append(aD, timed(a))
-		} else {
-			aD = append(aD, timed(a))
-			cD = append(cD, timed(c))
-		}
-	}
-	pa, pc := median(aD), median(cD)
-	b.ReportMetric(float64(pa.Nanoseconds()), aName+"-p50-ns")
-	b.ReportMetric(float64(pc.Nanoseconds()), cName+"-p50-ns")
-	b.ReportMetric(float64((pa - pc).Nanoseconds()), "added-p50-ns")
+	aD, cD := testkit.Compare(b, 20, testkit.Timed(a), testkit.Timed(c))
+	testkit.ReportAdded(b, time.Nanosecond, aName, aD, cName, cD)
 }
 
 // BenchmarkRoundTripTypeScript measures what a typescript cell costs over
@@ -197,12 +152,6 @@ func BenchmarkRoundTripTypeScript(b *testing.B) {
 	}
 }
 
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // BenchmarkStream200kLines streams a 200,000-line print through the host and
 // decodes every NDJSON line at the client ("host"), and, for comparison, reads
 // the same print straight from a kernel of the transport ("direct"). It
@@ -217,29 +166,8 @@ func BenchmarkStream200kLines(b *testing.B) {
 		b.ResetTimer()
 		start := time.Now()
 		for range b.N {
-			resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
-			if err != nil {
-				b.Fatal(err)
-			}
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(nil, 4<<20)
-			lines, last := 0, ""
-			for sc.Scan() {
-				var l struct {
-					Type string `json:"type"`
-					Text string `json:"text"`
-				}
-				if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-					b.Fatal(err)
-				}
-				if l.Type == "stdout" {
-					lines += strings.Count(l.Text, "\n")
-				}
-				last = l.Type
-			}
-			resp.Body.Close()
-			if sc.Err() != nil || lines != n || last != "end_of_execution" {
-				b.Fatalf("got %d lines, last %q, err %v; want %d", lines, last, sc.Err(), n)
+			if lines := postCountLines(b, h, body); lines != n {
+				b.Fatalf("got %d lines, want %d", lines, n)
 			}
 		}
 		report(b, n, time.Since(start))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // The floors benchmarks put each figure of the host's default transport
@@ -253,20 +254,6 @@ func rssOf(b *testing.B, pid int) int64 {
 // b.N pairs after one pair of warm-up, and reports both medians and their
 // ratio.
 func reportRatio(b *testing.B, aName string, a func() time.Duration, floorName string, floor func() time.Duration) {
-	a()
-	floor()
-	var aD, fD []time.Duration
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			fD = append(fD, floor())
-			aD = append(aD, a())
-		} else {
-			aD = append(aD, a())
-			fD = append(fD, floor())
-		}
-	}
-	pa, pf := median(aD), median(fD)
-	b.ReportMetric(float64(pa.Nanoseconds())/1e6, aName+"-p50-ms")
-	b.ReportMetric(float64(pf.Nanoseconds())/1e6, floorName+"-p50-ms")
-	b.ReportMetric(float64(pa)/float64(pf), "ratio")
+	aD, fD := testkit.Compare(b, 1, a, floor)
+	testkit.ReportRatio(b, time.Millisecond, aName, aD, floorName, fD, "ratio")
 }

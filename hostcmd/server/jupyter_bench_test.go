@@ -21,6 +21,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // BenchmarkJupyter measures the host on the Jupyter transport (linked in)
@@ -43,33 +44,18 @@ func BenchmarkJupyter(b *testing.B) {
 	b.Run("RoundTrip", func(b *testing.B) {
 		h := startHost(b, inProc)
 		ws := direct.kernel(b)
-		hostD := make([]time.Duration, 0, b.N)
-		directD := make([]time.Duration, 0, b.N)
-		for range 20 { // warm up both paths
+		hostOnce := testkit.Timed(func() {
 			if err := hostOneTwo(h.client, h.URL(), ""); err != nil {
 				b.Fatal(err)
 			}
+		})
+		directOnce := testkit.Timed(func() {
 			if err := ws.oneTwo(); err != nil {
 				b.Fatal(err)
 			}
-		}
-		b.ResetTimer()
-		for range b.N {
-			t0 := time.Now()
-			if err := ws.oneTwo(); err != nil {
-				b.Fatal(err)
-			}
-			t1 := time.Now()
-			if err := hostOneTwo(h.client, h.URL(), ""); err != nil {
-				b.Fatal(err)
-			}
-			directD, hostD = append(directD, t1.Sub(t0)), append(hostD, time.Since(t1))
-		}
-		b.StopTimer()
-		ph, pd := median(hostD), median(directD)
-		b.ReportMetric(float64(ph.Microseconds())/1000, "host-p50-ms")
-		b.ReportMetric(float64(pd.Microseconds())/1000, "direct-p50-ms")
-		b.ReportMetric(float64(ph)/float64(pd), "host/direct")
+		})
+		hostD, directD := testkit.Compare(b, 20, hostOnce, directOnce) // 20 pairs warm up both paths
+		testkit.ReportRatio(b, time.Millisecond, "host", hostD, "direct", directD, "host/direct")
 	})
 
 	b.Run("Concurrent8x50", func(b *testing.B) {

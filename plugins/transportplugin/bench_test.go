@@ -173,26 +173,16 @@ func BenchmarkRoundTrip(b *testing.B) {
 				execute(b, kin, "warm", in.roundTrip)
 				execute(b, kpl, "warm", pl.roundTrip)
 			}
-			var din, dpl []time.Duration
 			cpu0 := cpuTime(b, pid)
 			// Over both halves: host-ctxsw/op includes the in-process
 			// trip (next to no switch with echo, some with a subprocess).
 			h0, p0 := contextSwitches(0), contextSwitches(pid)
-			for b.Loop() {
-				t0 := time.Now()
-				execute(b, kin, "rt", in.roundTrip)
-				t1 := time.Now()
-				execute(b, kpl, "rt", pl.roundTrip)
-				t2 := time.Now()
-				din = append(din, t1.Sub(t0))
-				dpl = append(dpl, t2.Sub(t1))
-			}
-			mi, mp := testkit.Quantile(din, 0.5), testkit.Quantile(dpl, 0.5)
-			b.ReportMetric(float64(mi.Microseconds()), "inprocess-p50-µs")
-			b.ReportMetric(float64(mp.Microseconds()), "plugin-p50-µs")
-			b.ReportMetric(float64((mp - mi).Microseconds()), "added-p50-µs")
-			b.ReportMetric(float64(testkit.Quantile(din, 0.9).Microseconds()), "inprocess-p90-µs")
-			b.ReportMetric(float64(testkit.Quantile(dpl, 0.9).Microseconds()), "plugin-p90-µs")
+			din, dpl := testkit.Compare(b, 0,
+				testkit.Timed(func() { execute(b, kin, "rt", in.roundTrip) }),
+				testkit.Timed(func() { execute(b, kpl, "rt", pl.roundTrip) }))
+			testkit.ReportAdded(b, time.Microsecond, "plugin", dpl, "inprocess", din)
+			testkit.ReportQuantile(b, time.Microsecond, "inprocess", din, 0.9)
+			testkit.ReportQuantile(b, time.Microsecond, "plugin", dpl, 0.9)
 			b.ReportMetric(float64((cpuTime(b, pid)-cpu0).Microseconds())/float64(len(dpl)), "plugin-cpu-µs/op")
 			b.ReportMetric(float64(contextSwitches(0)-h0)/float64(len(dpl)), "host-ctxsw/op")
 			b.ReportMetric(float64(contextSwitches(pid)-p0)/float64(len(dpl)), "plugin-ctxsw/op")
@@ -216,24 +206,15 @@ func BenchmarkStream200kLines(b *testing.B) {
 			if got := execute(b, kpl, "warm", pl.stream200k); got != want {
 				b.Fatalf("plugin streamed %d bytes, in process %d", got, want)
 			}
-			var din, dpl []time.Duration
-			for b.Loop() {
-				t0 := time.Now()
-				if got := execute(b, kin, "s", in.stream200k); got != want {
-					b.Fatalf("streamed %d bytes, want %d", got, want)
-				}
-				t1 := time.Now()
-				if got := execute(b, kpl, "s", pl.stream200k); got != want {
-					b.Fatalf("streamed %d bytes, want %d", got, want)
-				}
-				t2 := time.Now()
-				din = append(din, t1.Sub(t0))
-				dpl = append(dpl, t2.Sub(t1))
+			stream := func(k core.Kernel, c benchCase) func() time.Duration {
+				return testkit.Timed(func() {
+					if got := execute(b, k, "s", c.stream200k); got != want {
+						b.Fatalf("streamed %d bytes, want %d", got, want)
+					}
+				})
 			}
-			mi, mp := testkit.Quantile(din, 0.5), testkit.Quantile(dpl, 0.5)
-			b.ReportMetric(float64(mi.Milliseconds()), "inprocess-p50-ms")
-			b.ReportMetric(float64(mp.Milliseconds()), "plugin-p50-ms")
-			b.ReportMetric(float64(mp)/float64(mi), "plugin/inprocess")
+			din, dpl := testkit.Compare(b, 0, stream(kin, in), stream(kpl, pl))
+			testkit.ReportRatio(b, time.Millisecond, "plugin", dpl, "inprocess", din, "plugin/inprocess")
 		})
 	}
 }

@@ -90,28 +90,14 @@ func kernelRoundTrip(b *testing.B, k *Kernel, id, code string) {
 func BenchmarkRoundTrip(b *testing.B) {
 	d := startRawDriver(b)
 	k := startKernel(b, "python", b.TempDir())
-	for i := range 20 { // warm up: imports, caches, page faults
-		d.roundTrip(b, "w", "1+1")
-		kernelRoundTrip(b, k, "w"+strconv.Itoa(i), "1+1")
-	}
-	var driverD, kernelD []time.Duration
-	i := 0
-	for b.Loop() {
-		i++
-		t0 := time.Now()
-		d.roundTrip(b, "b", "1+1")
-		t1 := time.Now()
-		kernelRoundTrip(b, k, "b"+strconv.Itoa(i), "1+1")
-		t2 := time.Now()
-		driverD = append(driverD, t1.Sub(t0))
-		kernelD = append(kernelD, t2.Sub(t1))
-	}
-	pd, pk := testkit.Quantile(driverD, 0.5), testkit.Quantile(kernelD, 0.5)
-	b.ReportMetric(float64(pd.Microseconds()), "driver-p50-µs")
-	b.ReportMetric(float64(pk.Microseconds()), "kernel-p50-µs")
-	b.ReportMetric(float64((pk - pd).Microseconds()), "added-p50-µs")
-	b.ReportMetric(float64(testkit.Quantile(driverD, 0.9).Microseconds()), "driver-p90-µs")
-	b.ReportMetric(float64(testkit.Quantile(kernelD, 0.9).Microseconds()), "kernel-p90-µs")
+	n := 0 // each kernel request gets an id of its own
+	driver := testkit.Timed(func() { d.roundTrip(b, "b", "1+1") })
+	kernel := testkit.Timed(func() { n++; kernelRoundTrip(b, k, "b"+strconv.Itoa(n), "1+1") })
+	// 20 pairs first warm up imports, caches and page faults.
+	driverD, kernelD := testkit.Compare(b, 20, driver, kernel)
+	testkit.ReportAdded(b, time.Microsecond, "kernel", kernelD, "driver", driverD)
+	testkit.ReportQuantile(b, time.Microsecond, "driver", driverD, 0.9)
+	testkit.ReportQuantile(b, time.Microsecond, "kernel", kernelD, 0.9)
 }
 
 // BenchmarkStream200kLines prints 200,000 lines through the Kernel.
@@ -200,30 +186,12 @@ func BenchmarkNodeRoundTrip(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			js := startKernel(b, "javascript", b.TempDir())
 			ts := startKernel(b, "typescript", b.TempDir())
-			for i := range 20 { // warm up
-				kernelRoundTrip(b, js, "w"+strconv.Itoa(i), c.js)
-				kernelRoundTrip(b, ts, "w"+strconv.Itoa(i), c.ts)
+			n := 0 // each request gets an id of its own
+			roundTrip := func(k *Kernel, code string) func() time.Duration {
+				return testkit.Timed(func() { n++; kernelRoundTrip(b, k, "b"+strconv.Itoa(n), code) })
 			}
-			var jsD, tsD []time.Duration
-			timed := func(k *Kernel, id, code string) time.Duration {
-				t0 := time.Now()
-				kernelRoundTrip(b, k, id, code)
-				return time.Since(t0)
-			}
-			for i := 0; b.Loop(); i++ {
-				id := "b" + strconv.Itoa(i)
-				if i%2 == 0 { // either goes first every other time
-					jsD = append(jsD, timed(js, id, c.js))
-					tsD = append(tsD, timed(ts, id, c.ts))
-				} else {
-					tsD = append(tsD, timed(ts, id, c.ts))
-					jsD = append(jsD, timed(js, id, c.js))
-				}
-			}
-			pj, pt := testkit.Quantile(jsD, 0.5), testkit.Quantile(tsD, 0.5)
-			b.ReportMetric(float64(pj.Microseconds()), "javascript-p50-µs")
-			b.ReportMetric(float64(pt.Microseconds()), "typescript-p50-µs")
-			b.ReportMetric(float64((pt - pj).Microseconds()), "added-p50-µs")
+			tsD, jsD := testkit.Compare(b, 20, roundTrip(ts, c.ts), roundTrip(js, c.js))
+			testkit.ReportAdded(b, time.Microsecond, "typescript", tsD, "javascript", jsD)
 		})
 	}
 }
