@@ -61,8 +61,8 @@ FUZZ_TARGETS  := \
 	./transports/jupyter:FuzzDecodeFrame \
 	./plugins/policy:FuzzDecodeOutput \
 	./plugins/policy:FuzzReservedWAT \
-	./core:FuzzAppendLine \
-	./core:FuzzPythonLiteral \
+	./core/engine:FuzzAppendLine \
+	./core/engine:FuzzPythonLiteral \
 	./transports/subprocess:FuzzEnvValueRoundTrip \
 	./transports/subprocess:FuzzCwdRoundTrip
 

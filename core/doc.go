@@ -1,17 +1,13 @@
-// Package core is kernelhost's transport-agnostic execution engine.
+// Package core is what a transport author implements and uses: the Transport
+// and Kernel interfaces (a kernel's lifecycle and each method's error contract
+// are written on them), the ExecuteRequest a kernel is sent, the Message it
+// emits with its states and reply statuses, and the error kinds that tell the
+// host whose mistake an error is. Nothing of the engine is here: the engine
+// that drives these interfaces (contexts, admission, routing, the output
+// model) is package core/engine, which only the host imports.
 //
-// It owns contexts (one stateful kernel each), per-context admission (one
-// execution on a kernel at a time, FIFO, bounded queue), msg_id routing of kernel
-// messages to the one execution they belong to, ordered env-var set/reset around
-// every execution, the disconnect policy, and the output model that the HTTP host
-// streams as NDJSON.
-//
-// core imports only the standard library: no net and no os/exec (its ids come
-// from crypto/rand, not google/uuid, which imports net; see id.go). It builds
-// and its tests run with GOOS=wasip1 GOARCH=wasm. Everything that talks to a
-// real kernel lives behind the Transport and Kernel interfaces, implemented by
-// the packages under transports/ and by the plugin client.
-//
-// The invariants it keeps are written in docs/RATIONALE.md; each has a test in
-// this package that fails when it is broken.
+// core imports only the standard library, and builds with GOOS=wasip1
+// GOARCH=wasm, as core/engine does: no net, no os/exec. Everything that talks
+// to a real kernel lives behind Transport and Kernel, implemented by the
+// packages under transports/ and by the plugin client.
 package core

@@ -35,7 +35,3 @@ func KindOf(err error) ErrorKind {
 	}
 	return KindInternal
 }
-
-func newError(kind ErrorKind, msg string, cause error) *Error {
-	return &Error{Kind: kind, Msg: msg, Err: cause}
-}

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 )
 
 // shoutTransport is a whole transport: its one language, "shout", prints the
@@ -94,15 +95,15 @@ func (k *shoutKernel) Shutdown(context.Context) error {
 // receives.
 func Example_transport() {
 	ctx := context.Background()
-	engine, err := core.NewEngine(core.Config{Transport: shoutTransport{}, DefaultCwd: "/"})
+	eng, err := engine.NewEngine(engine.Config{Transport: shoutTransport{}, DefaultCwd: "/"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer engine.Close(ctx)
+	defer eng.Close(ctx)
 
 	for _, code := range []string{"hello", "state stays"} {
-		x, err := engine.Execute(ctx, core.ExecRequest{Language: "shout", Code: code})
+		x, err := eng.Execute(ctx, engine.ExecRequest{Language: "shout", Code: code})
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -111,7 +112,7 @@ func Example_transport() {
 		for {
 			outs, err := x.Next(ctx, nil)
 			for _, o := range outs {
-				line = core.AppendLine(line[:0], o)
+				line = engine.AppendLine(line[:0], o)
 				fmt.Print(string(line))
 			}
 			if err == io.EOF {
@@ -132,27 +133,4 @@ func Example_transport() {
 	// {"type":"stdout","text":"STATE STAYS\n","timestamp":"2026-01-01T00:00:00Z"}
 	// {"type":"result","text":"11","extra":{},"is_main_result":true}
 	// {"type":"end_of_execution"}
-}
-
-// AppendLine writes one output as the contract's NDJSON line: ASCII only,
-// MIME values passed through as the kernel sent them, and the text/plain
-// quotes of a string result stripped.
-func ExampleAppendLine() {
-	lines := []core.Output{
-		{Type: core.OutStdout, Text: "naïve café ✓\n", Timestamp: "2026-01-01T00:00:00Z"},
-		{Type: core.OutResult, IsMainResult: true, Bundle: map[string]json.RawMessage{
-			"text/plain":       json.RawMessage(`"'a string'"`),
-			"application/json": json.RawMessage(`{"x": 0.0, "y": null}`),
-		}},
-		{Type: core.OutError, ErrName: "ZeroDivisionError", ErrValue: "division by zero"},
-	}
-	var b []byte
-	for _, o := range lines {
-		b = core.AppendLine(b, o)
-	}
-	fmt.Print(string(b))
-	// Output:
-	// {"type":"stdout","text":"na\u00efve caf\u00e9 \u2713\n","timestamp":"2026-01-01T00:00:00Z"}
-	// {"type":"result","json":{"x": 0.0, "y": null},"text":"a string","extra":{},"is_main_result":true}
-	// {"type":"error","name":"ZeroDivisionError","value":"division by zero","traceback":""}
 }

@@ -66,12 +66,43 @@ type KernelSpec struct {
 // engine then ends in-flight work with an error and, on the next restart of the
 // context, starts a new kernel through the Transport.
 //
-// All methods are safe for concurrent use.
+// All methods are safe for concurrent use. Each method's doc says what its
+// error means to the engine; an error that is the client's doing is an *Error
+// of its kind, any other error is reported to the client as its text.
 type Kernel interface {
+	// Execute sends req and returns once the kernel has it; everything the
+	// request causes comes on Messages. ctx bounds the send only.
+	//
+	// An error means the request was not sent: the engine ends the execution
+	// at once with an error line and expects no message for req.MsgID (any
+	// that still come are dropped). An *Error of KindTooLarge (the request is
+	// over a limit of the transport) reaches the client as CodeTooLarge; any
+	// other error as a lost connection (WebSocketError). If the kernel was
+	// lost meanwhile, close Messages too: the engine then says the kernel is
+	// gone and starts a new one at the next execution.
 	Execute(ctx context.Context, req ExecuteRequest) error
+
+	// Messages returns the one channel of the kernel's messages, the same on
+	// every call. It is closed after Shutdown, or when the kernel is lost
+	// for good.
 	Messages() <-chan Message
+
+	// Interrupt interrupts the running request, if any (none: it does
+	// nothing and returns nil). An error means the interrupt was not
+	// delivered: the engine logs it and, when it interrupted for a timeout or
+	// a client that left, restarts the kernel once Config.InterruptGrace has
+	// passed without reply and idle; for a client's interrupt call the error
+	// is the answer (HTTP 500).
 	Interrupt(ctx context.Context) error
+
+	// Restart replaces the interpreter (see the lifecycle above). An error
+	// means the kernel is not usable: the engine calls Shutdown and starts a
+	// new kernel through Transport.StartKernel instead. ctx bounds the restart.
 	Restart(ctx context.Context) error
+
+	// Shutdown stops the kernel. An error is logged and reported to whoever
+	// deleted the context (HTTP 500); the engine forgets the kernel either
+	// way, so Shutdown must release what it holds even when it fails.
 	Shutdown(ctx context.Context) error
 }
 

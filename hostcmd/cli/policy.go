@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/plugins/policy"
 )
 
@@ -19,11 +19,11 @@ import (
 const policyEvalTimeout = time.Minute
 
 // decision is what policy eval prints: the decision's kind, then
-// core.PolicyDecision's fields.
+// engine.PolicyDecision's fields.
 type decision struct {
-	Decision   string            `json:"decision"` // allow, rewrite or reject
-	EnvVars    map[string]string `json:"env_vars,omitempty"`
-	Rejections []core.Rejection  `json:"rejections,omitempty"`
+	Decision   string             `json:"decision"` // allow, rewrite or reject
+	EnvVars    map[string]string  `json:"env_vars,omitempty"`
+	Rejections []engine.Rejection `json:"rejections,omitempty"`
 }
 
 // policyEval runs one policy module on one input, as the host would run it
@@ -34,7 +34,7 @@ func policyEval(s Streams, args []string) int {
 		`Runs the env-var policy module MODULE.wasm (docs/policy-abi.md) on one input
 and prints its decision as JSON: {"decision":"allow"}, {"decision":"rewrite",
 "env_vars":{...}} or {"decision":"reject","rejections":[...]}. The input is a
-JSON object on stdin with the members of core.PolicyInput, each optional:
+JSON object on stdin with the members of engine.PolicyInput, each optional:
   {"context_id":"c1","language":"python","cwd":"/home/user",
    "env_vars":{"A":"1"},"global_env":{"HOME":"/home/user"},"metadata":{}}
 Without -config the module's config is found as serve finds it:
@@ -52,11 +52,11 @@ Exit status: 0 allow or rewrite, 1 reject, 2 usage, input or module error.`)
 		fmt.Fprintf(s.Stderr, "kernelhost policy eval: "+format+"\n", a...)
 		return exitUsage
 	}
-	var in core.PolicyInput
+	var in engine.PolicyInput
 	dec := json.NewDecoder(s.Stdin)
 	dec.DisallowUnknownFields() // a misspelt member would otherwise be ignored
 	if err := dec.Decode(&in); err != nil {
-		return fail("input on stdin: want a JSON object of core.PolicyInput's members: %v", err)
+		return fail("input on stdin: want a JSON object of engine.PolicyInput's members: %v", err)
 	}
 	if dec.More() {
 		return fail("input on stdin: more than one JSON value")

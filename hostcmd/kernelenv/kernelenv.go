@@ -6,7 +6,7 @@
 // IPython's display-formatter API; see docs/python-results.md.
 //
 // The engine runs Setup's code as part of each context's silent setup request
-// (core.Config.KernelSetup), on start and on every restart, before the cwd
+// (engine.Config.KernelSetup), on start and on every restart, before the cwd
 // and env vars are applied.
 package kernelenv
 

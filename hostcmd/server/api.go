@@ -18,12 +18,13 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/docs"
 )
 
 // api serves the code-interpreter HTTP API (docs/api-contract.md) on an engine.
 type api struct {
-	engine       *core.Engine
+	engine       *engine.Engine
 	log          *slog.Logger
 	maxBodyBytes int64
 	keepalive    time.Duration
@@ -305,7 +306,7 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 			leave()
 		}
 	}()
-	x, err := a.engine.Execute(client, core.ExecRequest{
+	x, err := a.engine.Execute(client, engine.ExecRequest{
 		Code:      *req.Code,
 		ContextID: deref(req.ContextID),
 		Language:  deref(req.Language),
@@ -339,7 +340,7 @@ func (a *api) invalidExecute(w http.ResponseWriter, msg string) {
 //
 // It returns when the stream ended, the client left, or (takenOver true)
 // another stream attached to the execution.
-func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, []core.Output) ([]core.Output, error), withSeq bool) (takenOver bool) {
+func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, []engine.Output) ([]engine.Output, error), withSeq bool) (takenOver bool) {
 	h := w.Header()
 	h.Set("Content-Type", "application/x-ndjson")
 	h.Set("Cache-Control", "no-cache")
@@ -352,12 +353,12 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.C
 	if err := rc.Flush(); err != nil {
 		return // the client is gone; the engine sees r.Context() end
 	}
-	appendLine := core.AppendLine
+	appendLine := engine.AppendLine
 	if withSeq {
-		appendLine = core.AppendLineSeq
+		appendLine = engine.AppendLineSeq
 	}
 	var (
-		outs []core.Output
+		outs []engine.Output
 		line []byte
 		err  error
 	)
@@ -373,23 +374,23 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.C
 		case err == nil || err == io.EOF:
 		case r.Context().Err() != nil:
 			return // the client left; the engine applies the disconnect policy
-		case errors.Is(err, core.ErrSlowReader):
+		case errors.Is(err, engine.ErrSlowReader):
 			// Cut to release what was buffered for this client: the
 			// execution goes on, to be re-attached (as after a take-over).
-			line = appendLine(line, core.Output{Type: core.OutError, ErrName: errNameTooSlow,
+			line = appendLine(line, engine.Output{Type: engine.OutError, ErrName: errNameTooSlow,
 				ErrValue: fmt.Sprintf("This client read slower than the kernel wrote and the host's buffer for slow clients is full (setting %s): this stream ends here; the execution goes on, re-attach with GET /executions/{id}/stream?after=<the last seq read>", EnvVar("max-buffered-bytes"))})
-			line = appendLine(line, core.Output{Type: core.OutEndOfExecution})
+			line = appendLine(line, engine.Output{Type: engine.OutEndOfExecution})
 			err, takenOver = io.EOF, true
-		case errors.Is(err, core.ErrDetached):
+		case errors.Is(err, engine.ErrDetached):
 			// Another client re-attached: this stream ends here, on purpose,
 			// so with an error line and end_of_execution (not numbered: they
 			// are not the execution's outputs).
-			line = appendLine(line, core.Output{Type: core.OutError, ErrName: errNameDetached,
+			line = appendLine(line, engine.Output{Type: engine.OutError, ErrName: errNameDetached,
 				ErrValue: "Another client re-attached to this execution (GET /executions/{id}/stream); this stream ends here"})
-			line = appendLine(line, core.Output{Type: core.OutEndOfExecution})
+			line = appendLine(line, engine.Output{Type: engine.OutEndOfExecution})
 			err, takenOver = io.EOF, true
 		default: // silence: a keepalive line makes a vanished client visible
-			line = appendLine(line, core.Output{Type: core.OutKeepalive})
+			line = appendLine(line, engine.Output{Type: engine.OutKeepalive})
 		}
 		if len(line) > 0 {
 			// A client that takes no bytes for writeTimeout is gone: the

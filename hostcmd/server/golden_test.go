@@ -9,7 +9,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 )
 
@@ -124,15 +124,15 @@ var (
 //     interpreter's version);
 //   - keepalive lines are dropped (they come only after 5 s of silence);
 //   - consecutive stdout (or stderr) lines are merged into one, encoded by
-//     core.AppendLine as the host encodes lines: how an interpreter's writes
+//     engine.AppendLine as the host encodes lines: how an interpreter's writes
 //     are split into stream messages depends on timing.
 func normaliseStream(t *testing.T, raw []byte) []byte {
 	t.Helper()
 	var out []byte
-	var pending *core.Output // stream text being merged
+	var pending *engine.Output // stream text being merged
 	flush := func() {
 		if pending != nil {
-			out = core.AppendLine(out, *pending)
+			out = engine.AppendLine(out, *pending)
 			pending = nil
 		}
 	}
@@ -147,16 +147,16 @@ func normaliseStream(t *testing.T, raw []byte) []byte {
 		if err := json.Unmarshal(l, &head); err != nil {
 			t.Fatalf("line %q: %v", l, err)
 		}
-		switch typ := core.OutputType(head.Type); typ {
-		case core.OutKeepalive:
+		switch typ := engine.OutputType(head.Type); typ {
+		case engine.OutKeepalive:
 			continue
-		case core.OutStdout, core.OutStderr:
+		case engine.OutStdout, engine.OutStderr:
 			if pending != nil && pending.Type == typ {
 				pending.Text += head.Text
 				continue
 			}
 			flush()
-			pending = &core.Output{Type: typ, Text: head.Text, Timestamp: "<timestamp>"}
+			pending = &engine.Output{Type: typ, Text: head.Text, Timestamp: "<timestamp>"}
 			continue
 		}
 		flush()

@@ -17,14 +17,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/kernelenv"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin"
 )
 
 // Host is a running kernelhost: an engine behind an HTTP server.
 type Host struct {
-	Engine *core.Engine
+	Engine *engine.Engine
 
 	log      *slog.Logger
 	plugin   *transportplugin.Supervised // nil when Config.Transport was given
@@ -65,13 +65,13 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	var (
 		plugin *transportplugin.Supervised
 		pols   *policies
-		engine *core.Engine
+		eng    *engine.Engine
 		met    *metrics
 		owned  bool
 	)
 	if !cfg.DisableMetrics {
-		// engine is set before the server serves, so before any scrape.
-		met = newMetrics(func() int { return len(engine.Contexts()) })
+		// eng is set before the server serves, so before any scrape.
+		met = newMetrics(func() int { return len(eng.Contexts()) })
 	}
 	defer func() {
 		if !owned {
@@ -86,7 +86,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		}
 	}()
 	// Policies first: a broken module is the cheaper failure.
-	var envPolicy core.EnvPolicy
+	var envPolicy engine.EnvPolicy
 	if cfg.Policies != "" {
 		if pols, err = loadPolicies(ctx, cfg.Policies, cfg.LookupEnv, cfg.PolicyOptions); err != nil {
 			return nil, fmt.Errorf("load the env-var policies: %w", err)
@@ -113,12 +113,12 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		transport = plugin
 	}
 	globals := cfg.GlobalEnv
-	// A nil *metrics must not become a non-nil core.Observer.
-	var observer core.Observer
+	// A nil *metrics must not become a non-nil engine.Observer.
+	var observer engine.Observer
 	if met != nil {
 		observer = met
 	}
-	engine, err = core.NewEngine(core.Config{
+	eng, err = engine.NewEngine(engine.Config{
 		Transport:        transport,
 		Observer:         observer,
 		Policy:           envPolicy,
@@ -144,10 +144,10 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		_ = engine.Close(context.Background())
+		_ = eng.Close(context.Background())
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	a := &api{engine: engine, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
+	a := &api{engine: eng, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
 		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
 		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, log), writeTimeout: cfg.WriteTimeout}
 	a.closing, a.beginShutdown = context.WithCancel(context.Background())
@@ -155,13 +155,13 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.PprofAddr != "" {
 		if pprof, err = startPprof(cfg.PprofAddr, log); err != nil {
 			_ = ln.Close()
-			_ = engine.Close(context.Background())
+			_ = eng.Close(context.Background())
 			return nil, err
 		}
 	}
 	owned = true
 	h := &Host{
-		Engine:   engine,
+		Engine:   eng,
 		log:      log,
 		plugin:   plugin,
 		policies: pols,
@@ -195,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	if len(defaults) == 0 {
 		log.Warn("the transport has neither python nor javascript: no default contexts", "languages", transport.Info().Languages)
 	}
-	if err := startDefaults(ctx, engine, defaults, cfg.DefaultStartRetry, a, log); err != nil {
+	if err := startDefaults(ctx, eng, defaults, cfg.DefaultStartRetry, a, log); err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = h.Shutdown(stopCtx)
@@ -215,12 +215,12 @@ const (
 // startDefaults starts the default contexts, retrying a failure with backoff
 // for up to retry (a slow cluster, a gateway that is still coming up) and
 // telling /health what it waits for. Contexts already started are kept.
-func startDefaults(ctx context.Context, engine *core.Engine, defaults []string, retry time.Duration, a *api, log *slog.Logger) error {
+func startDefaults(ctx context.Context, eng *engine.Engine, defaults []string, retry time.Duration, a *api, log *slog.Logger) error {
 	deadline := time.Now().Add(retry)
 	delay := defaultStartFirstDelay
 	for attempt := 1; ; attempt++ {
 		a.setStarting(fmt.Sprintf("starting the default contexts %v (attempt %d)", defaults, attempt))
-		err := engine.StartDefaults(ctx, defaults...)
+		err := eng.StartDefaults(ctx, defaults...)
 		if err == nil || ctx.Err() != nil || !time.Now().Add(delay).Before(deadline) {
 			return err
 		}

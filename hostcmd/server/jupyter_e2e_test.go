@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
@@ -349,7 +349,7 @@ func testJupyterDisconnectInterrupts(t *testing.T, start func(...func(*server.Co
 // With the continue policy the abandoned code runs to its end, and the next
 // request completes right after it: not before, and never hanging.
 func testJupyterDisconnectContinues(t *testing.T, start func(...func(*server.Config)) *testHost) {
-	h := start(func(c *server.Config) { c.DisconnectPolicy = core.DisconnectContinue })
+	h := start(func(c *server.Config) { c.DisconnectPolicy = engine.DisconnectContinue })
 	const sleep = 5 * time.Second
 	sent := time.Now()
 	gone := disconnectAfter(t, h, "import time; time.sleep(5)", time.Second)

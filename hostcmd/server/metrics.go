@@ -10,10 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 )
 
 // Admission outcomes: executions that /execute refused before they were
-// queued, counted beside the core.Outcome values of those that were.
+// queued, counted beside the engine.Outcome values of those that were.
 const (
 	outcomeRejected  = "rejected"   // an env-var policy refused (403)
 	outcomeQueueFull = "queue_full" // the context's queue was full (429)
@@ -33,7 +34,7 @@ const (
 
 // metrics are the host's Prometheus metrics (docs/operating.md lists them),
 // in a registry of their own so that several hosts in one process (tests)
-// do not collide. It is the engine's core.Observer.
+// do not collide. It is the engine's engine.Observer.
 type metrics struct {
 	reg *prometheus.Registry
 
@@ -48,7 +49,7 @@ type metrics struct {
 	messagesLost    prometheus.Counter
 }
 
-var _ core.Observer = (*metrics)(nil)
+var _ engine.Observer = (*metrics)(nil)
 
 // Buckets in seconds. Executions run from a millisecond (1+1) to hours;
 // queue waits are an execution's run at most; policies take microseconds
@@ -111,8 +112,8 @@ func newMetrics(liveContexts func() int) *metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every label value exists from the start at 0, so that rate() and
 	// alerts see a series before its first event.
-	for _, o := range []string{string(core.OutcomeOK), string(core.OutcomeError), string(core.OutcomeTimeout),
-		string(core.OutcomeClientGone), string(core.OutcomeAborted),
+	for _, o := range []string{string(engine.OutcomeOK), string(engine.OutcomeError), string(engine.OutcomeTimeout),
+		string(engine.OutcomeClientGone), string(engine.OutcomeAborted),
 		outcomeRejected, outcomeQueueFull, outcomeInvalid, outcomeUnavailable} {
 		m.executions.WithLabelValues(o)
 	}
@@ -148,7 +149,7 @@ func (m *metrics) ExecutionStarted(contextID string, waited time.Duration) {
 	m.queueWait.WithLabelValues(contextID).Observe(waited.Seconds())
 }
 
-func (m *metrics) ExecutionFinished(_ string, outcome core.Outcome, ran time.Duration) {
+func (m *metrics) ExecutionFinished(_ string, outcome engine.Outcome, ran time.Duration) {
 	m.executions.WithLabelValues(string(outcome)).Inc()
 	if ran > 0 {
 		m.execDuration.Observe(ran.Seconds())
@@ -203,16 +204,16 @@ func (m *metrics) pluginRestarted() { m.pluginRestarts.Inc() }
 
 // observePolicy wraps the host's env-var policy with the decision counter
 // and the latency histogram.
-func (m *metrics) observePolicy(p core.EnvPolicy) core.EnvPolicy {
+func (m *metrics) observePolicy(p engine.EnvPolicy) engine.EnvPolicy {
 	return &observedPolicy{next: p, m: m}
 }
 
 type observedPolicy struct {
-	next core.EnvPolicy
+	next engine.EnvPolicy
 	m    *metrics
 }
 
-func (p *observedPolicy) Evaluate(ctx context.Context, in core.PolicyInput) (core.PolicyDecision, error) {
+func (p *observedPolicy) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
 	began := time.Now()
 	d, err := p.next.Evaluate(ctx, in)
 	p.m.policyLatency.Observe(time.Since(began).Seconds())

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/plugins/policy"
 )
 
@@ -34,7 +34,7 @@ type loadedChain struct {
 	configs []policy.ModuleConfig
 }
 
-var _ core.EnvPolicy = (*policies)(nil)
+var _ engine.EnvPolicy = (*policies)(nil)
 
 // loadPolicies loads the modules of setting. An error names the file.
 func loadPolicies(ctx context.Context, setting string, lookup func(string) (string, bool), opts policy.Options) (*policies, error) {
@@ -97,11 +97,11 @@ func (p *policies) load(ctx context.Context) (*loadedChain, error) {
 // Evaluate runs the current chain. A chain that a reload replaced and closed
 // between picking it and calling it answers ErrClosed; the call is then
 // retried on its successor.
-func (p *policies) Evaluate(ctx context.Context, in core.PolicyInput) (core.PolicyDecision, error) {
+func (p *policies) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
 	for {
 		lc := p.cur.Load()
 		if lc == nil {
-			return core.PolicyDecision{}, policy.ErrClosed
+			return engine.PolicyDecision{}, policy.ErrClosed
 		}
 		d, err := lc.chain.Evaluate(ctx, in)
 		if errors.Is(err, policy.ErrClosed) && p.cur.Load() != lc {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 )
 
@@ -75,7 +75,7 @@ func gate(t *testing.T) (path string, open func()) {
 // none lost, none repeated (checked by sequence number and by content).
 func TestResumeAfterACutConnection(t *testing.T) {
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
-		h := start(func(c *server.Config) { c.DisconnectPolicy = core.DisconnectContinue })
+		h := start(func(c *server.Config) { c.DisconnectPolicy = engine.DisconnectContinue })
 		fifo, openGate := gate(t)
 		code := fmt.Sprintf("for i in range(50): print(i, flush=True)\nopen(%q).read()\nfor i in range(50, 100): print(i, flush=True)", fifo)
 		body, _ := json.Marshal(map[string]any{"code": code})
@@ -134,11 +134,11 @@ func TestResumeAfterACutConnection(t *testing.T) {
 		}
 
 		status, text := h.do("GET", "/executions/"+id, "")
-		var st core.ExecutionState
+		var st engine.ExecutionState
 		if err := json.Unmarshal([]byte(text), &st); status != http.StatusOK || err != nil {
 			t.Fatalf("GET /executions/%s: %d %s (%v)", id, status, text, err)
 		}
-		if st.Status != core.StatusFinished || st.Outcome != core.OutcomeOK || st.LastSeq != uint64(len(got)) || st.ID != id {
+		if st.Status != engine.StatusFinished || st.Outcome != engine.OutcomeOK || st.LastSeq != uint64(len(got)) || st.ID != id {
 			t.Fatalf("state %+v, want finished ok with last_seq %d", st, len(got))
 		}
 	})
@@ -185,8 +185,8 @@ func TestResumeErrors(t *testing.T) {
 	// (The first stream's handler keeps reading, so only the newest 4 KiB of
 	// what it read are still there: start from the oldest kept.)
 	_, text := h.do("GET", "/executions/"+id, "")
-	var st core.ExecutionState
-	if err := json.Unmarshal([]byte(text), &st); err != nil || st.Status != core.StatusRunning || !st.Attached || st.FirstSeq < 2 {
+	var st engine.ExecutionState
+	if err := json.Unmarshal([]byte(text), &st); err != nil || st.Status != engine.StatusRunning || !st.Attached || st.FirstSeq < 2 {
 		t.Fatalf("state of a running execution read by its client: %s (%v)", text, err)
 	}
 	second, _ := h.open(context.Background(), "GET", fmt.Sprintf("/executions/%s/stream?after=%d", id, st.FirstSeq-1), "")

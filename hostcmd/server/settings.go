@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/plugins/policy"
 )
 
@@ -29,7 +30,7 @@ type Config struct {
 	// never the host's own working directory. "": DefaultWorkspace().
 	Workspace        string
 	GlobalEnv        map[string]string // env vars every context gets
-	DisconnectPolicy core.DisconnectPolicy
+	DisconnectPolicy engine.DisconnectPolicy
 	InterruptGrace   time.Duration
 	QueueDepth       int
 	// MaxEnvVars and MaxEnvBytes bound one execution's env_vars: their
@@ -244,9 +245,9 @@ func settingsTable() []setting {
 			field: func(c *Config) *string { return &c.envFile }},
 		&row[string]{name: "env", help: "JSON object of global env vars every context gets (wins over -env-file for the same key)",
 			field: func(c *Config) *string { return &c.envInline }},
-		&row[string]{name: "disconnect-policy", def: string(core.DisconnectInterrupt), help: "what happens to running code when its client leaves: interrupt or continue",
+		&row[string]{name: "disconnect-policy", def: string(engine.DisconnectInterrupt), help: "what happens to running code when its client leaves: interrupt or continue",
 			load: func(c *Config, v string) (err error) {
-				c.DisconnectPolicy, err = core.ParseDisconnectPolicy(v)
+				c.DisconnectPolicy, err = engine.ParseDisconnectPolicy(v)
 				return err
 			},
 			out: func(c *Config) string { return string(c.DisconnectPolicy) }},

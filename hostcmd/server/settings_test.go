@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 )
 
@@ -22,7 +22,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Addr != "127.0.0.1:49999" || c.DefaultCwd != "/home/user" || c.DisconnectPolicy != core.DisconnectInterrupt ||
+	if c.Addr != "127.0.0.1:49999" || c.DefaultCwd != "/home/user" || c.DisconnectPolicy != engine.DisconnectInterrupt ||
 		c.MaxBodyBytes != 16<<20 || c.Keepalive != 5*time.Second || c.Interpreters.Python != "python3" || len(c.GlobalEnv) != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
@@ -100,7 +100,7 @@ func TestLoadEnvAndFlags(t *testing.T) {
 	if c.Addr != "127.0.0.1:2" {
 		t.Errorf("addr %q: the flag must win over KERNELHOST_ADDR", c.Addr)
 	}
-	if c.QueueDepth != 7 || c.DisconnectPolicy != core.DisconnectContinue || c.Interpreters.Python != "/opt/python" || c.PprofAddr != "127.0.0.1:6060" {
+	if c.QueueDepth != 7 || c.DisconnectPolicy != engine.DisconnectContinue || c.Interpreters.Python != "/opt/python" || c.PprofAddr != "127.0.0.1:6060" {
 		t.Errorf("env settings not applied: %+v", c)
 	}
 	if c.GlobalEnv["A"] != "inline" || c.GlobalEnv["B"] != "file" {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 )
 
@@ -47,10 +47,10 @@ func stalledClient(t *testing.T, h *testHost, code string) (id string, conn net.
 }
 
 // executionState is GET /executions/{id}.
-func executionState(t *testing.T, h *testHost, id string) core.ExecutionState {
+func executionState(t *testing.T, h *testHost, id string) engine.ExecutionState {
 	t.Helper()
 	status, text := h.do("GET", "/executions/"+id, "")
-	var st core.ExecutionState
+	var st engine.ExecutionState
 	if err := json.Unmarshal([]byte(text), &st); status != 200 || err != nil {
 		t.Fatalf("GET /executions/%s: %d %s", id, status, text)
 	}
@@ -98,7 +98,7 @@ func TestSlowClientsAreCutAndReleased(t *testing.T) {
 		took := waitFor(t, 20*time.Second, "the stalled stream detached", func() bool { return !executionState(t, h, id).Attached })
 		waitFor(t, 5*time.Second, "the buffered output released", func() bool { return h.Engine.BufferedBytes() == 0 })
 		t.Logf("stalled client cut %s after the start (write timeout 300 ms)", took.Round(time.Millisecond))
-		waitFor(t, 60*time.Second, "the execution finished", func() bool { return executionState(t, h, id).Status == core.StatusFinished })
+		waitFor(t, 60*time.Second, "the execution finished", func() bool { return executionState(t, h, id).Status == engine.StatusFinished })
 		resumeToEnd(t, h, id)
 		noError(t, h.run(map[string]any{"code": "1"}))
 	})
@@ -124,8 +124,8 @@ func TestSlowClientsAreCutAndReleased(t *testing.T) {
 		// The code went on (the cut is not the client leaving): it finishes
 		// once the gate opens, and the execution can be re-attached.
 		open()
-		waitFor(t, 60*time.Second, "the execution finished", func() bool { return executionState(t, h, id).Status == core.StatusFinished })
-		if st := executionState(t, h, id); st.Outcome != core.OutcomeOK {
+		waitFor(t, 60*time.Second, "the execution finished", func() bool { return executionState(t, h, id).Status == engine.StatusFinished })
+		if st := executionState(t, h, id); st.Outcome != engine.OutcomeOK {
 			t.Fatalf("outcome %q, want ok (the code ran to its end)", st.Outcome)
 		}
 		resumeToEnd(t, h, id)

@@ -65,7 +65,7 @@ func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*transp
 const boundsMargin = 30 * time.Second
 
 // hostBounds are the host's bounds on kernel starts and restarts: the
-// engine's (core.Config.StartTimeout) and the plugin calls'. Zero: their
+// engine's (engine.Config.StartTimeout) and the plugin calls'. Zero: their
 // defaults.
 type hostBounds struct {
 	engineStart, pluginStart, pluginCall time.Duration

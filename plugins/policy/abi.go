@@ -9,7 +9,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
@@ -137,7 +137,7 @@ func (e *inputEncoder) release() {
 
 // encodeTail writes `"global_env":{...},...,"metadata":{...}}`: the input
 // document after the config and env_vars members.
-func (e *inputEncoder) encodeTail(in core.PolicyInput) {
+func (e *inputEncoder) encodeTail(in engine.PolicyInput) {
 	b := append(e.tail[:0], `"global_env":`...)
 	b = e.appendStrMap(b, in.GlobalEnv)
 	b = append(b, `,"context_id":`...)
@@ -242,8 +242,8 @@ func appendStr(b []byte, s string) []byte {
 
 // output is the v1 answer. A null or absent env_vars means "unchanged".
 type output struct {
-	EnvVars    map[string]string `json:"env_vars"`
-	Rejections []core.Rejection  `json:"rejections"`
+	EnvVars    map[string]string  `json:"env_vars"`
+	Rejections []engine.Rejection `json:"rejections"`
 }
 
 func decodeOutput(b []byte) (output, error) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
@@ -94,8 +94,8 @@ func load(t testing.TB, opts Options, specs ...string) *Chain {
 	return c
 }
 
-func input(env map[string]string) core.PolicyInput {
-	return core.PolicyInput{
+func input(env map[string]string) engine.PolicyInput {
+	return engine.PolicyInput{
 		ContextID: "ctx-1", Language: "python", Cwd: "/home/user",
 		EnvVars:   env,
 		GlobalEnv: map[string]string{"HOME": "/home/user"},
@@ -103,7 +103,7 @@ func input(env map[string]string) core.PolicyInput {
 	}
 }
 
-func evaluate(t testing.TB, c *Chain, env map[string]string) core.PolicyDecision {
+func evaluate(t testing.TB, c *Chain, env map[string]string) engine.PolicyDecision {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -114,7 +114,7 @@ func evaluate(t testing.TB, c *Chain, env map[string]string) core.PolicyDecision
 	return d
 }
 
-func rejectedKeys(d core.PolicyDecision) []string {
+func rejectedKeys(d engine.PolicyDecision) []string {
 	var keys []string
 	for _, r := range d.Rejections {
 		keys = append(keys, r.Key)

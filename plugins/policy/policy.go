@@ -4,7 +4,7 @@
 // are compiled once (with a compilation cache), their instances pooled, each
 // call has a deadline and a memory cap, and modules get no files, network,
 // env or real clock. A Chain runs several modules in order and implements
-// core.EnvPolicy.
+// engine.EnvPolicy.
 package policy
 
 import (
@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
@@ -120,7 +120,7 @@ type Chain struct {
 	cur    *moduleSet   // nil after Close
 }
 
-var _ core.EnvPolicy = (*Chain)(nil)
+var _ engine.EnvPolicy = (*Chain)(nil)
 
 // moduleSet is one load of every module, in one wazero runtime.
 type moduleSet struct {
@@ -251,7 +251,7 @@ func (c *Chain) Modules() []string {
 // Evaluate runs the chain. A module's failure is an error (a *ModuleError
 // naming it); a rejection is a decision with Rejections, each reason suffixed
 // with the module's name.
-func (c *Chain) Evaluate(ctx context.Context, in core.PolicyInput) (core.PolicyDecision, error) {
+func (c *Chain) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
 	c.mu.RLock()
 	set := c.cur
 	if set != nil {
@@ -259,11 +259,11 @@ func (c *Chain) Evaluate(ctx context.Context, in core.PolicyInput) (core.PolicyD
 	}
 	c.mu.RUnlock()
 	if set == nil {
-		return core.PolicyDecision{}, ErrClosed
+		return engine.PolicyDecision{}, ErrClosed
 	}
 	defer set.inflight.Done()
 	if len(set.mods) == 0 {
-		return core.PolicyDecision{}, nil
+		return engine.PolicyDecision{}, nil
 	}
 	enc := inputEncoders.Get().(*inputEncoder)
 	defer enc.release()
@@ -272,7 +272,7 @@ func (c *Chain) Evaluate(ctx context.Context, in core.PolicyInput) (core.PolicyD
 	for _, m := range set.mods {
 		out, err := m.evaluate(ctx, enc.build(m.configJSON, env))
 		if err != nil {
-			return core.PolicyDecision{}, err
+			return engine.PolicyDecision{}, err
 		}
 		if len(out.Rejections) > 0 {
 			for i := range out.Rejections {
@@ -282,14 +282,14 @@ func (c *Chain) Evaluate(ctx context.Context, in core.PolicyInput) (core.PolicyD
 				}
 				r.Reason = fmt.Sprintf("%s (policy %s)", clip(r.Reason, 300), m.name)
 			}
-			return core.PolicyDecision{Rejections: out.Rejections}, nil
+			return engine.PolicyDecision{Rejections: out.Rejections}, nil
 		}
 		if out.EnvVars != nil {
 			env, changed = out.EnvVars, true
 		}
 	}
 	if !changed {
-		return core.PolicyDecision{}, nil
+		return engine.PolicyDecision{}, nil
 	}
-	return core.PolicyDecision{EnvVars: env}, nil
+	return engine.PolicyDecision{EnvVars: env}, nil
 }

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 )
 
 func TestDenylist(t *testing.T) {
@@ -445,10 +445,10 @@ func TestInputLayout(t *testing.T) {
 	// The encoder's buffers are reused: a larger document first, so that a
 	// leftover of it in the second would show.
 	var enc inputEncoder
-	enc.encodeTail(core.PolicyInput{ContextID: "a-longer-context-id", Language: "python", Cwd: "/home/user",
+	enc.encodeTail(engine.PolicyInput{ContextID: "a-longer-context-id", Language: "python", Cwd: "/home/user",
 		GlobalEnv: map[string]string{"X": "1", "Y": "2", "Z": "3"}, Metadata: map[string]string{"request_id": "r-1"}})
 	enc.build(appendStr(nil, "a longer config value"), map[string]string{"A": "1", "B": "2", "C": "3", "D": "4"})
-	enc.encodeTail(core.PolicyInput{ContextID: "c", Language: "js", Cwd: "/w", GlobalEnv: map[string]string{"B": "2", "A": "<1>"}})
+	enc.encodeTail(engine.PolicyInput{ContextID: "c", Language: "js", Cwd: "/w", GlobalEnv: map[string]string{"B": "2", "A": "<1>"}})
 	got := enc.build(appendStr(nil, "x\"y"), map[string]string{"Z": "z", "Y": "é\n"})
 	want := `{"config":"x\"y","env_vars":{"Y":"é\n","Z":"z"},"global_env":{"A":"<1>","B":"2"},"context_id":"c","language":"js","cwd":"/w","metadata":{}}`
 	if string(got) != want {
@@ -468,7 +468,7 @@ func TestInputMatchesEncodingJSON(t *testing.T) {
 	for i, v := range values {
 		env[fmt.Sprintf("K%d%s", i, v)] = v
 	}
-	in := core.PolicyInput{ContextID: values[2], Language: values[4], Cwd: values[5], EnvVars: env, GlobalEnv: env, Metadata: map[string]string{"m": values[3]}}
+	in := engine.PolicyInput{ContextID: values[2], Language: values[4], Cwd: values[5], EnvVars: env, GlobalEnv: env, Metadata: map[string]string{"m": values[3]}}
 	var e inputEncoder
 	e.encodeTail(in)
 	got := e.build(appendStr(nil, values[2]), in.EnvVars)

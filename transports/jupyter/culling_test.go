@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
@@ -63,7 +64,7 @@ func TestKernelGatewayCulling(t *testing.T) {
 		case <-time.After(cullIdle + time.Minute):
 			t.Fatal("the kernel was not culled, or its loss not noticed")
 		}
-		var outs []core.Output
+		var outs []engine.Output
 		stderr, errLine := "", ""
 		// An execution sent just as the loss is noticed ends with
 		// KernelDied saying the kernel is gone; the next one has the notice.
@@ -72,11 +73,11 @@ func TestKernelGatewayCulling(t *testing.T) {
 			errLine = ""
 			for _, o := range outs {
 				switch o.Type {
-				case core.OutStderr:
+				case engine.OutStderr:
 					stderr += o.Text
-				case core.OutError:
+				case engine.OutError:
 					errLine = o.ErrName
-					if o.ErrName == core.ErrNameKernelDied && (attempt > 0 || !strings.Contains(o.ErrValue, "The kernel is gone")) {
+					if o.ErrName == "KernelDied" && (attempt > 0 || !strings.Contains(o.ErrValue, "The kernel is gone")) {
 						t.Errorf("execution %d after the cull: %s %q", attempt+1, o.ErrName, o.ErrValue)
 					}
 				}
@@ -87,7 +88,7 @@ func TestKernelGatewayCulling(t *testing.T) {
 		}
 		stdout := ""
 		for _, o := range outs {
-			if o.Type == core.OutStdout {
+			if o.Type == engine.OutStdout {
 				stdout += o.Text
 			}
 		}
@@ -98,9 +99,9 @@ func TestKernelGatewayCulling(t *testing.T) {
 			t.Errorf("error %q, want NameError (the state is gone)", errLine)
 		}
 		// Only the first execution on the new kernel carries the notice.
-		outs = transporttest.EngineRun(t, e, t.Context(), core.ExecRequest{ContextID: id, Code: "print('again')"})
+		outs = transporttest.EngineRun(t, e, t.Context(), engine.ExecRequest{ContextID: id, Code: "print('again')"})
 		for _, o := range outs {
-			if o.Type == core.OutStderr {
+			if o.Type == engine.OutStderr {
 				t.Errorf("second execution's stderr %q", o.Text)
 			}
 		}
@@ -114,7 +115,7 @@ func TestKernelGatewayCulling(t *testing.T) {
 			t.Fatal("the kept-alive kernel was culled")
 		case <-time.After(3 * cullIdle): // a span to not happen in: nothing to await
 		}
-		outs := transporttest.EngineRun(t, e, t.Context(), core.ExecRequest{ContextID: id, Code: "print(x)"})
+		outs := transporttest.EngineRun(t, e, t.Context(), engine.ExecRequest{ContextID: id, Code: "print(x)"})
 		if got := transporttest.EngineStdout(t, outs); got != "41\n" {
 			t.Errorf("x after %v idle with keep-alive: %q, %+v", 3*cullIdle, got, outs)
 		}
@@ -122,9 +123,9 @@ func TestKernelGatewayCulling(t *testing.T) {
 }
 
 // cullingEngine makes an engine on tr and a context whose kernel has x = 41.
-func cullingEngine(t *testing.T, tr core.Transport) (*core.Engine, string, string) {
+func cullingEngine(t *testing.T, tr core.Transport) (*engine.Engine, string, string) {
 	cwd := t.TempDir()
-	e, err := core.NewEngine(core.Config{Transport: tr, DefaultCwd: cwd})
+	e, err := engine.NewEngine(engine.Config{Transport: tr, DefaultCwd: cwd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,13 +142,13 @@ func cullingEngine(t *testing.T, tr core.Transport) (*core.Engine, string, strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	transporttest.EngineRun(t, e, ctx, core.ExecRequest{ContextID: info.ID, Code: "x = 41"})
+	transporttest.EngineRun(t, e, ctx, engine.ExecRequest{ContextID: info.ID, Code: "x = 41"})
 	return e, info.ID, cwd
 }
 
-func startExec(t *testing.T, e *core.Engine, id, code string) *core.Execution {
+func startExec(t *testing.T, e *engine.Engine, id, code string) *engine.Execution {
 	t.Helper()
-	x, err := e.Execute(t.Context(), core.ExecRequest{ContextID: id, Code: code})
+	x, err := e.Execute(t.Context(), engine.ExecRequest{ContextID: id, Code: code})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
@@ -64,7 +65,7 @@ func testRCwd(t *testing.T, srv *jupytertest.Server) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e, err := core.NewEngine(core.Config{Transport: newTransport(t, srv, nil), DefaultCwd: t.TempDir()})
+	e, err := engine.NewEngine(engine.Config{Transport: newTransport(t, srv, nil), DefaultCwd: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func testRCwd(t *testing.T, srv *jupytertest.Server) {
 				t.Fatal(err)
 			}
 		}
-		got := transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, core.ExecRequest{ContextID: info.ID, Code: rSnippets.PrintCwd}))
+		got := transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, engine.ExecRequest{ContextID: info.ID, Code: rSnippets.PrintCwd}))
 		if got != dir {
 			t.Errorf("%s: getwd() = %q, want %q", when, got, dir)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 )
 
 // controlBound is how long a restart, delete or shutdown may take while an
@@ -19,11 +20,11 @@ import (
 const controlBound = 10 * time.Second
 
 // waitForStdout reads x until its stdout holds a line, and returns that line.
-func waitForStdout(t *testing.T, x *core.Execution) string {
+func waitForStdout(t *testing.T, x *engine.Execution) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var outs []core.Output
+	var outs []engine.Output
 	for {
 		var err error
 		if outs, err = x.Next(ctx, outs); err != nil {
@@ -31,7 +32,7 @@ func waitForStdout(t *testing.T, x *core.Execution) string {
 		}
 		var b strings.Builder
 		for _, o := range outs {
-			if o.Type == core.OutStdout {
+			if o.Type == engine.OutStdout {
 				b.WriteString(o.Text)
 			}
 		}
@@ -50,7 +51,7 @@ func TestControlDuringEnvExecutionIsNotHeldUp(t *testing.T) {
 		for _, keys := range []int{1, 3000} {
 			for _, op := range []string{"restart", "delete", "shutdown"} {
 				t.Run(fmt.Sprintf("%s/%dkeys/%s", lang, keys, op), func(t *testing.T) {
-					e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: t.TempDir(), HelperTimeout: 30 * time.Second, MaxEnvVars: 5000})
+					e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir(), HelperTimeout: 30 * time.Second, MaxEnvVars: 5000})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -72,7 +73,7 @@ func TestControlDuringEnvExecutionIsNotHeldUp(t *testing.T) {
 					for i := 0; i < keys; i++ {
 						env[fmt.Sprintf("KH_VAR_%d", i)] = strings.Repeat("v", 40)
 					}
-					x, err := e.Execute(ctx, core.ExecRequest{ContextID: c.ID, Code: busy[lang], EnvVars: env})
+					x, err := e.Execute(ctx, engine.ExecRequest{ContextID: c.ID, Code: busy[lang], EnvVars: env})
 					if err != nil {
 						t.Fatal(err)
 					}

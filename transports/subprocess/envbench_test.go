@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -23,7 +23,7 @@ func BenchmarkEnvVars(b *testing.B) {
 		}
 		for _, n := range []int{1000, 10000} {
 			b.Run(fmt.Sprintf("%s/%dkeys", lang.Language, n), func(b *testing.B) {
-				e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: b.TempDir(), MaxEnvVars: n, MaxEnvBytes: 64 << 20})
+				e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: b.TempDir(), MaxEnvVars: n, MaxEnvBytes: 64 << 20})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -35,18 +35,18 @@ func BenchmarkEnvVars(b *testing.B) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 				defer cancel()
 				run := func() {
-					x, err := e.Execute(ctx, core.ExecRequest{Language: lang.Language, Code: lang.PrintEnv("KH_BENCH_7"), EnvVars: env})
+					x, err := e.Execute(ctx, engine.ExecRequest{Language: lang.Language, Code: lang.PrintEnv("KH_BENCH_7"), EnvVars: env})
 					if err != nil {
 						b.Fatal(err)
 					}
-					var outs []core.Output
+					var outs []engine.Output
 					for {
 						if outs, err = x.Next(ctx, outs); err != nil {
 							break
 						}
 					}
 					for _, o := range outs {
-						if o.Type == core.OutError {
+						if o.Type == engine.OutError {
 							b.Fatalf("%s: %s", o.ErrName, o.ErrValue)
 						}
 					}

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
-func newEnvEngine(t *testing.T) *core.Engine {
+func newEnvEngine(t *testing.T) *engine.Engine {
 	t.Helper()
-	e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
+	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,10 +54,10 @@ func TestEnvResetCannotBeRedefined(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			print := func(key string, env map[string]string) string {
-				return transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, core.ExecRequest{Language: tc.lang.Language, Code: tc.lang.PrintEnv(key), EnvVars: env}))
+				return transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, engine.ExecRequest{Language: tc.lang.Language, Code: tc.lang.PrintEnv(key), EnvVars: env}))
 			}
 			path := print("PATH", nil)
-			transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, core.ExecRequest{
+			transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, engine.ExecRequest{
 				Language: tc.lang.Language, Code: tc.lang.PrintEnv("KH_SECRET") + "\n" + tc.redefine,
 				EnvVars: map[string]string{"KH_SECRET": "s3cret", "PATH": "/nonexistent"},
 			}))

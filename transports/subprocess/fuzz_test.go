@@ -10,14 +10,15 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
 // fuzzEngine is one engine with a python and a bash context, shared by all the
 // inputs of a fuzz run: starting interpreters per input would make the fuzzer
 // a benchmark of process start-up.
-func fuzzEngine(f *testing.F) *core.Engine {
-	e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: f.TempDir()})
+func fuzzEngine(f *testing.F) *engine.Engine {
+	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: f.TempDir()})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -40,12 +41,12 @@ func FuzzEnvValueRoundTrip(f *testing.F) {
 	}
 	e := fuzzEngine(f)
 	f.Fuzz(func(t *testing.T, value string) {
-		if core.ValidateEnvValue("KH_FUZZ", value) != nil {
+		if engine.ValidateEnvValue("KH_FUZZ", value) != nil {
 			return // NUL and invalid UTF-8 are refused before anything runs (tested in core)
 		}
 		for _, lang := range []transporttest.LanguageSnippets{transporttest.Python, transporttest.Bash} {
 			ctx := context.Background()
-			req := core.ExecRequest{Language: lang.Language, Code: lang.PrintEnv("KH_FUZZ"), EnvVars: map[string]string{"KH_FUZZ": value}}
+			req := engine.ExecRequest{Language: lang.Language, Code: lang.PrintEnv("KH_FUZZ"), EnvVars: map[string]string{"KH_FUZZ": value}}
 			if got := transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, req)); got != value {
 				t.Fatalf("%s: env value %q arrived as %q", lang.Language, value, got)
 			}
@@ -66,7 +67,7 @@ func FuzzCwdRoundTrip(f *testing.F) {
 	e := fuzzEngine(f)
 	root := f.TempDir()
 	f.Fuzz(func(t *testing.T, name string) {
-		if name == "" || name == "." || name == ".." || len(name) > 200 || strings.ContainsAny(name, "/\x00") || core.ValidateEnvValue("cwd", name) != nil {
+		if name == "" || name == "." || name == ".." || len(name) > 200 || strings.ContainsAny(name, "/\x00") || engine.ValidateEnvValue("cwd", name) != nil {
 			return // not a single directory name
 		}
 		dir := filepath.Join(root, name)
@@ -79,7 +80,7 @@ func FuzzCwdRoundTrip(f *testing.F) {
 			if err != nil {
 				t.Fatalf("%s in %q: %v", lang.Language, dir, err)
 			}
-			got := transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, core.ExecRequest{ContextID: info.ID, Code: lang.PrintCwd}))
+			got := transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, engine.ExecRequest{ContextID: info.ID, Code: lang.PrintCwd}))
 			if err := e.Delete(ctx, info.ID); err != nil {
 				t.Fatal(err)
 			}

@@ -33,7 +33,7 @@ const javaCompileTimeout = 2 * time.Minute
 
 // javaVMArgs start the driver's JVM. java.util is opened to unnamed modules
 // so the engine's env snippets can write through System.getenv() (see
-// javaEnvBlock in core/envvars.go). C1 only and the serial collector halve
+// javaEnvBlock in core/engine/envvars.go). C1 only and the serial collector halve
 // the start (measured 3.6 s → 1.8 s under load) and the idle memory; long
 // computations run slower than with C2, which JAVA_TOOL_OPTIONS cannot undo
 // (these come later on the command line).

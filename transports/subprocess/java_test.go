@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -16,30 +17,30 @@ import (
 // keeps its state.
 func TestJavaEngine(t *testing.T) {
 	needInterpreter(t, "java", "default-jdk-headless")
-	e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
+	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close(context.Background()) })
 	ctx := context.Background()
-	run := func(code string, env map[string]string) []core.Output {
-		return tt.EngineRun(t, e, ctx, core.ExecRequest{Language: "java", Code: code, EnvVars: env})
+	run := func(code string, env map[string]string) []engine.Output {
+		return tt.EngineRun(t, e, ctx, engine.ExecRequest{Language: "java", Code: code, EnvVars: env})
 	}
-	result := func(outs []core.Output) string {
+	result := func(outs []engine.Output) string {
 		for _, o := range outs {
-			if o.Type == core.OutResult {
+			if o.Type == engine.OutResult {
 				return tt.TextPlain(core.Message{Data: o.Bundle})
 			}
 		}
 		return "<none>"
 	}
-	errorLine := func(outs []core.Output) core.Output {
+	errorLine := func(outs []engine.Output) engine.Output {
 		for _, o := range outs {
-			if o.Type == core.OutError {
+			if o.Type == engine.OutError {
 				return o
 			}
 		}
-		return core.Output{}
+		return engine.Output{}
 	}
 	const show = `System.out.print(System.getProperty("FOO") + "|" + System.getenv("FOO") + "|" + System.getenv("HOME"));`
 	home := "/kh-home 'ü'"
@@ -56,7 +57,7 @@ func TestJavaEngine(t *testing.T) {
 
 	run("int kept = 7;", nil)
 	outs := run("String s = \"x\";\nthrow new IllegalArgumentException(\"bad \" + s);", nil)
-	if o := errorLine(outs); o.Type != core.OutError || o.ErrName != "java.lang.IllegalArgumentException" || o.ErrValue != "bad x" {
+	if o := errorLine(outs); o.Type != engine.OutError || o.ErrName != "java.lang.IllegalArgumentException" || o.ErrValue != "bad x" {
 		t.Errorf("error line = %+v", o)
 	}
 	if got := result(run(`"a\"b" + kept`, nil)); got != `a"b7` {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -144,16 +145,16 @@ func TestMissingInterpreterNamesPackage(t *testing.T) {
 // being removed, and the helpers take no execution counts.
 func TestREnvHelpersResistRedefinition(t *testing.T) {
 	needInterpreter(t, "Rscript", "r-base-core")
-	e, err := core.NewEngine(core.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
+	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close(context.Background()) })
 	ctx := context.Background()
 	run := func(code string, env map[string]string) (stdout string, count int) {
-		outs := tt.EngineRun(t, e, ctx, core.ExecRequest{Language: "r", Code: code, EnvVars: env})
+		outs := tt.EngineRun(t, e, ctx, engine.ExecRequest{Language: "r", Code: code, EnvVars: env})
 		for _, o := range outs {
-			if o.Type == core.OutNumberOfExecutions {
+			if o.Type == engine.OutNumberOfExecutions {
 				count = o.ExecutionCount
 			}
 		}

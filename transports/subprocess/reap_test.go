@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
@@ -49,7 +49,7 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 				}
 				for _, op := range []string{"delete", "restart", "shutdown"} {
 					t.Run(lang+"/"+op, func(t *testing.T) {
-						e, err := core.NewEngine(core.Config{Transport: New(Options{NoCgroups: mode.noCgroups}), DefaultCwd: t.TempDir()})
+						e, err := engine.NewEngine(engine.Config{Transport: New(Options{NoCgroups: mode.noCgroups}), DefaultCwd: t.TempDir()})
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -65,20 +65,20 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						x, err := e.Execute(ctx, core.ExecRequest{ContextID: c.ID, Code: spawn[lang]})
+						x, err := e.Execute(ctx, engine.ExecRequest{ContextID: c.ID, Code: spawn[lang]})
 						if err != nil {
 							t.Fatal(err)
 						}
-						var outs []core.Output
+						var outs []engine.Output
 						for err == nil {
 							outs, err = x.Next(ctx, outs)
 						}
 						var text strings.Builder
 						for _, o := range outs {
-							if o.Type == core.OutStdout {
+							if o.Type == engine.OutStdout {
 								text.WriteString(o.Text)
 							}
-							if o.Type == core.OutError {
+							if o.Type == engine.OutError {
 								t.Fatalf("%s: %s", o.ErrName, o.ErrValue)
 							}
 						}

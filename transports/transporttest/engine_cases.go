@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 )
 
-// The engine-level cases run the transport under the real core.Engine: they
+// The engine-level cases run the transport under the real engine.Engine: they
 // prove that the engine's snippets work on this transport's kernels (env vars
 // and cwd byte for byte, invariant 7) and that the invariants hold on a real
 // kernel, not only on core's scripted fake.
@@ -35,13 +36,13 @@ var EnvValues = []string{
 	"'; import os; os._exit(1); '", "\u2028\u2029\u0085",
 }
 
-func newEngine(t *testing.T, s *Suite, cfg core.Config) *core.Engine {
+func newEngine(t *testing.T, s *Suite, cfg engine.Config) *engine.Engine {
 	t.Helper()
 	cfg.Transport = s.NewTransport(t)
 	if cfg.DefaultCwd == "" {
 		cfg.DefaultCwd = t.TempDir()
 	}
-	e, err := core.NewEngine(cfg)
+	e, err := engine.NewEngine(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func newEngine(t *testing.T, s *Suite, cfg core.Config) *core.Engine {
 }
 
 // EngineRun runs code on the engine and returns everything it streamed.
-func EngineRun(t *testing.T, e *core.Engine, ctx context.Context, req core.ExecRequest) []core.Output {
+func EngineRun(t *testing.T, e *engine.Engine, ctx context.Context, req engine.ExecRequest) []engine.Output {
 	t.Helper()
 	x, err := e.Execute(ctx, req)
 	if err != nil {
@@ -66,11 +67,11 @@ func EngineRun(t *testing.T, e *core.Engine, ctx context.Context, req core.ExecR
 }
 
 // EngineCollect reads an execution to its end, bounded by ExecTimeout.
-func EngineCollect(t *testing.T, x *core.Execution) []core.Output {
+func EngineCollect(t *testing.T, x *engine.Execution) []engine.Output {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), ExecTimeout)
 	defer cancel()
-	var outs []core.Output
+	var outs []engine.Output
 	for {
 		var err error
 		outs, err = x.Next(ctx, outs)
@@ -85,14 +86,14 @@ func EngineCollect(t *testing.T, x *core.Execution) []core.Output {
 
 // EngineStdout is the concatenated stdout of outs; it fails the test on an
 // error line.
-func EngineStdout(t *testing.T, outs []core.Output) string {
+func EngineStdout(t *testing.T, outs []engine.Output) string {
 	t.Helper()
 	var b strings.Builder
 	for _, o := range outs {
 		switch o.Type {
-		case core.OutStdout:
+		case engine.OutStdout:
 			b.WriteString(o.Text)
-		case core.OutError:
+		case engine.OutError:
 			t.Fatalf("unexpected error line: %s: %s\n%s", o.ErrName, o.ErrValue, o.Traceback)
 		}
 	}
@@ -101,53 +102,53 @@ func EngineStdout(t *testing.T, outs []core.Output) string {
 
 func testEngineEnvVarsExact(t *testing.T, s *Suite) {
 	need(t, s.Lang.PrintCwd)
-	if s.Lang.PrintEnv == nil || !core.SupportsEnv(s.Lang.Language) {
+	if s.Lang.PrintEnv == nil || !engine.SupportsEnv(s.Lang.Language) {
 		t.Skip("no env snippets for this language")
 	}
-	e := newEngine(t, s, core.Config{GlobalEnv: func(context.Context) (map[string]string, error) {
+	e := newEngine(t, s, engine.Config{GlobalEnv: func(context.Context) (map[string]string, error) {
 		return map[string]string{"KH_GLOBAL": "global 'value'\n"}, nil
 	}})
 	ctx := context.Background()
 	for _, v := range EnvValues {
-		got := EngineStdout(t, EngineRun(t, e, ctx, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_VALUE"), EnvVars: map[string]string{"KH_VALUE": v}}))
+		got := EngineStdout(t, EngineRun(t, e, ctx, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_VALUE"), EnvVars: map[string]string{"KH_VALUE": v}}))
 		if got != v {
 			t.Errorf("env value %q arrived as %q", v, got)
 		}
 	}
-	if got := EngineStdout(t, EngineRun(t, e, ctx, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_VALUE")})); got != "<unset>" {
+	if got := EngineStdout(t, EngineRun(t, e, ctx, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_VALUE")})); got != "<unset>" {
 		t.Errorf("after the executions the var is %q, want it removed", got)
 	}
 	// A per-request value shadows a global one and is put back afterwards.
-	if got := EngineStdout(t, EngineRun(t, e, ctx, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_GLOBAL"), EnvVars: map[string]string{"KH_GLOBAL": "mine"}})); got != "mine" {
+	if got := EngineStdout(t, EngineRun(t, e, ctx, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_GLOBAL"), EnvVars: map[string]string{"KH_GLOBAL": "mine"}})); got != "mine" {
 		t.Errorf("request value: %q", got)
 	}
-	if got := EngineStdout(t, EngineRun(t, e, ctx, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_GLOBAL")})); got != "global 'value'\n" {
+	if got := EngineStdout(t, EngineRun(t, e, ctx, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_GLOBAL")})); got != "global 'value'\n" {
 		t.Errorf("global value after reset: %q", got)
 	}
 }
 
 func testEngineCwdExact(t *testing.T, s *Suite) {
 	need(t, s.Lang.PrintCwd)
-	if !core.SupportsEnv(s.Lang.Language) {
+	if !engine.SupportsEnv(s.Lang.Language) {
 		t.Skip("no cwd snippet for this language")
 	}
 	dir := filepath.Join(t.TempDir(), `it's a "dir" with $(x) ü`)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, s, core.Config{})
+	e := newEngine(t, s, engine.Config{})
 	ctx := context.Background()
 	info, err := e.CreateContext(ctx, s.Lang.Language, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := EngineStdout(t, EngineRun(t, e, ctx, core.ExecRequest{ContextID: info.ID, Code: s.Lang.PrintCwd})); got != dir {
+	if got := EngineStdout(t, EngineRun(t, e, ctx, engine.ExecRequest{ContextID: info.ID, Code: s.Lang.PrintCwd})); got != dir {
 		t.Errorf("cwd = %q, want %q", got, dir)
 	}
 	if err := e.Restart(ctx, info.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := EngineStdout(t, EngineRun(t, e, ctx, core.ExecRequest{ContextID: info.ID, Code: s.Lang.PrintCwd})); got != dir {
+	if got := EngineStdout(t, EngineRun(t, e, ctx, engine.ExecRequest{ContextID: info.ID, Code: s.Lang.PrintCwd})); got != dir {
 		t.Errorf("cwd after restart = %q, want %q", got, dir)
 	}
 	if _, err := e.CreateContext(ctx, s.Lang.Language, filepath.Join(dir, "missing")); core.KindOf(err) != core.KindInvalid {
@@ -159,17 +160,17 @@ func testEngineCwdExact(t *testing.T, s *Suite) {
 // sees it, whether A succeeds or fails.
 func testEngineEnvResetAfterOverlap(t *testing.T, s *Suite) {
 	need(t, s.Lang.PrintThenSleep, s.Lang.ErrorCode)
-	if s.Lang.PrintEnv == nil || !core.SupportsEnv(s.Lang.Language) {
+	if s.Lang.PrintEnv == nil || !engine.SupportsEnv(s.Lang.Language) {
 		t.Skip("no env snippets for this language")
 	}
-	e := newEngine(t, s, core.Config{})
+	e := newEngine(t, s, engine.Config{})
 	ctx := context.Background()
 	for _, ending := range []string{s.Lang.PrintThenSleep, s.Lang.PrintThenSleep + "\n" + s.Lang.ErrorCode} {
-		a, err := e.Execute(ctx, core.ExecRequest{Language: s.Lang.Language, Code: ending, EnvVars: map[string]string{"KH_SECRET": "s3cret"}})
+		a, err := e.Execute(ctx, engine.ExecRequest{Language: s.Lang.Language, Code: ending, EnvVars: map[string]string{"KH_SECRET": "s3cret"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := e.Execute(ctx, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_SECRET")})
+		b, err := e.Execute(ctx, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_SECRET")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,15 +186,15 @@ func testEngineEnvResetAfterOverlap(t *testing.T, s *Suite) {
 // removing it.
 func testEngineEnvRestoresShadowed(t *testing.T, s *Suite) {
 	ctx := ctxT(t, StartTimeout)
-	if s.Lang.PrintEnv == nil || !core.SupportsEnv(s.Lang.Language) {
+	if s.Lang.PrintEnv == nil || !engine.SupportsEnv(s.Lang.Language) {
 		t.Skip("no env snippets for this language")
 	}
 	global := "global\n'value' ü"
-	e := newEngine(t, s, core.Config{GlobalEnv: func(context.Context) (map[string]string, error) {
+	e := newEngine(t, s, engine.Config{GlobalEnv: func(context.Context) (map[string]string, error) {
 		return map[string]string{"KH_GLOBAL": global}, nil
 	}})
 	print := func(key string, env map[string]string) string {
-		return EngineStdout(t, EngineRun(t, e, ctx, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv(key), EnvVars: env}))
+		return EngineStdout(t, EngineRun(t, e, ctx, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv(key), EnvVars: env}))
 	}
 	path := print("PATH", nil)
 	if path == "<unset>" || path == "" {
@@ -215,20 +216,20 @@ func testEngineEnvRestoresShadowed(t *testing.T, s *Suite) {
 // Invariant 3 on a real kernel: A's error never aborts B, queued behind it.
 func testEngineErrorDoesNotAbortQueued(t *testing.T, s *Suite) {
 	need(t, s.Lang.PrintThenSleep, s.Lang.ErrorCode, s.Lang.StdoutCode)
-	e := newEngine(t, s, core.Config{})
+	e := newEngine(t, s, engine.Config{})
 	ctx := context.Background()
 	for range 3 {
-		a, err := e.Execute(ctx, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintThenSleep + "\n" + s.Lang.ErrorCode})
+		a, err := e.Execute(ctx, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintThenSleep + "\n" + s.Lang.ErrorCode})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := e.Execute(ctx, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.StdoutCode})
+		b, err := e.Execute(ctx, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.StdoutCode})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var aErrors int
 		for _, o := range EngineCollect(t, a) {
-			if o.Type == core.OutError {
+			if o.Type == engine.OutError {
 				aErrors++
 			}
 		}
@@ -246,9 +247,9 @@ func testEngineErrorDoesNotAbortQueued(t *testing.T, s *Suite) {
 // runs as soon as the kernel has stopped the code.
 func testEngineDisconnectFreesContext(t *testing.T, s *Suite) {
 	need(t, s.Lang.Sleep, s.Lang.StdoutCode)
-	e := newEngine(t, s, core.Config{InterruptGrace: InterruptTimeout / 2})
+	e := newEngine(t, s, engine.Config{InterruptGrace: InterruptTimeout / 2})
 	client, leave := context.WithCancel(context.Background())
-	a, err := e.Execute(client, core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.Sleep})
+	a, err := e.Execute(client, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.Sleep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func testEngineDisconnectFreesContext(t *testing.T, s *Suite) {
 	}
 	leave()
 	start := time.Now()
-	b := EngineRun(t, e, context.Background(), core.ExecRequest{Language: s.Lang.Language, Code: s.Lang.StdoutCode})
+	b := EngineRun(t, e, context.Background(), engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.StdoutCode})
 	if got := EngineStdout(t, b); got != "out\n" {
 		t.Fatalf("B stdout = %q", got)
 	}

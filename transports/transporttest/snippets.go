@@ -165,7 +165,7 @@ var R = LanguageSnippets{
 
 // Java is the suite's snippets for a Java (jshell) kernel. Env vars are
 // read with System.getenv: the subprocess transport sets both the process
-// environment and the system properties (see core/envvars.go).
+// environment and the system properties (see core/engine/envvars.go).
 var Java = LanguageSnippets{
 	Language:          "java",
 	Result:            "1+1",

@@ -1,6 +1,10 @@
-package core
+package engine
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/kernelhost/kernelhost/core"
+)
 
 // router reads one kernel's messages and hands each to the request whose msg_id
 // is its parent, and to no other (invariant 4). Messages of unknown or
@@ -20,21 +24,21 @@ type router struct {
 }
 
 type route struct {
-	ch   chan Message
+	ch   chan core.Message
 	done chan struct{} // closed by unregister: the router stops delivering
 }
 
-func newRouter(msgs <-chan Message, onKernelEvent func(state string)) *router {
+func newRouter(msgs <-chan core.Message, onKernelEvent func(state string)) *router {
 	r := &router{routes: make(map[string]*route), gone: make(chan struct{}), onKernelEvent: onKernelEvent}
 	go r.run(msgs)
 	return r
 }
 
-func (r *router) run(msgs <-chan Message) {
+func (r *router) run(msgs <-chan core.Message) {
 	defer close(r.gone)
 	for m := range msgs {
 		if m.ParentID == "" {
-			if m.Type == MsgStatus {
+			if m.Type == core.MsgStatus {
 				r.broadcast(m)
 			}
 			continue
@@ -53,7 +57,7 @@ func (r *router) run(msgs <-chan Message) {
 // request registers either before (and gets the event) or after the context
 // has recorded it: the setup request sent once a restart has been seen must
 // not be told of that same restart.
-func (r *router) broadcast(m Message) {
+func (r *router) broadcast(m core.Message) {
 	r.mu.Lock()
 	r.onKernelEvent(m.State)
 	routes := make([]*route, 0, len(r.routes))
@@ -66,7 +70,7 @@ func (r *router) broadcast(m Message) {
 	}
 }
 
-func (rt *route) deliver(m Message) {
+func (rt *route) deliver(m core.Message) {
 	select {
 	case rt.ch <- m:
 	case <-rt.done:
@@ -76,7 +80,7 @@ func (rt *route) deliver(m Message) {
 // register starts routing the messages of msgID. The caller must read the
 // route's channel until it calls unregister.
 func (r *router) register(msgID string) *route {
-	rt := &route{ch: make(chan Message, 256), done: make(chan struct{})}
+	rt := &route{ch: make(chan core.Message, 256), done: make(chan struct{})}
 	r.mu.Lock()
 	r.routes[msgID] = rt
 	r.mu.Unlock()

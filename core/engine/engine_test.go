@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -166,7 +168,7 @@ func releaseBlock(t *testing.T, k *fakeKernel) {
 // aborted; one sent after the failure's reply and idle is not.
 func TestFakeKernelStopOnError(t *testing.T) {
 	var ft fakeTransport
-	kern, err := ft.StartKernel(context.Background(), KernelSpec{Language: "python"})
+	kern, err := ft.StartKernel(context.Background(), core.KernelSpec{Language: "python"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,10 +181,10 @@ func TestFakeKernelStopOnError(t *testing.T) {
 		for {
 			select {
 			case m := <-k.Messages():
-				if m.ParentID == id && m.Type == MsgExecuteReply {
-					aborted = m.Status == ReplyAborted
+				if m.ParentID == id && m.Type == core.MsgExecuteReply {
+					aborted = m.Status == core.ReplyAborted
 				}
-				if m.ParentID == id && m.Type == MsgStatus && m.State == StateIdle {
+				if m.ParentID == id && m.Type == core.MsgStatus && m.State == core.StateIdle {
 					return aborted
 				}
 			case <-timeout:
@@ -190,7 +192,7 @@ func TestFakeKernelStopOnError(t *testing.T) {
 			}
 		}
 	}
-	for _, req := range []ExecuteRequest{{MsgID: "a", Code: "block\nraise"}, {MsgID: "queued", Code: "print q"}} {
+	for _, req := range []core.ExecuteRequest{{MsgID: "a", Code: "block\nraise"}, {MsgID: "queued", Code: "print q"}} {
 		if err := k.Execute(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +203,7 @@ func TestFakeKernelStopOnError(t *testing.T) {
 		t.Fatal("the failing request itself was aborted")
 	}
 	// At once, as the engine sends its env reset after an idle.
-	if err := k.Execute(ctx, ExecuteRequest{MsgID: "after", Code: "print after"}); err != nil {
+	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: "after", Code: "print after"}); err != nil {
 		t.Fatal(err)
 	}
 	if !waitIdle("queued") {
@@ -414,7 +416,7 @@ func TestInvariant4Routing(t *testing.T) {
 		}
 		outs := collect(t, a)
 		assertEnded(t, outs)
-		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameUnexpectedEnd {
+		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != errNameUnexpectedEnd {
 			t.Fatalf("errors = %+v", errs)
 		}
 		next := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "cwd"}))
@@ -425,7 +427,7 @@ func TestInvariant4Routing(t *testing.T) {
 	t.Run("a kernel that dies ends the execution and comes back", func(t *testing.T) {
 		e, _ := newTestEngine(t, Config{})
 		outs := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "die"}))
-		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameKernelDied {
+		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != errNameKernelDied {
 			t.Fatalf("errors = %+v", errs)
 		}
 		if got := stdout(collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print back"}))); got != "back\n" {
@@ -438,7 +440,7 @@ func TestInvariant4Routing(t *testing.T) {
 		awaitStart(t, ft.kernel(0), "block")
 		ft.kernel(0).lose()
 		outs := collect(t, a)
-		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameUnexpectedEnd {
+		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != errNameUnexpectedEnd {
 			t.Fatalf("errors = %+v", errs)
 		}
 		if got := stdout(collect(t, execute(t, e, context.Background(), ExecRequest{Code: "cwd"}))); got != "/home/user" {
@@ -479,7 +481,7 @@ func TestInvariant5CloseEndsEverything(t *testing.T) {
 			t.Errorf("kernel %d not shut down", i)
 		}
 	}
-	if _, err := e.Execute(context.Background(), ExecRequest{Code: "x", ContextID: other.ID}); KindOf(err) != KindNotFound {
+	if _, err := e.Execute(context.Background(), ExecRequest{Code: "x", ContextID: other.ID}); core.KindOf(err) != core.KindNotFound {
 		t.Errorf("execute after close: %v", err)
 	}
 }
@@ -492,13 +494,13 @@ func TestQueueIsBoundedAndLeavable(t *testing.T) {
 	leaving, leave := context.WithCancel(context.Background())
 	gone := execute(t, e, leaving, ExecRequest{Code: "print never-sent"})
 	c := execute(t, e, context.Background(), ExecRequest{Code: "print c"})
-	if _, err := e.Execute(context.Background(), ExecRequest{Code: "print d"}); KindOf(err) != KindQueueFull {
+	if _, err := e.Execute(context.Background(), ExecRequest{Code: "print d"}); core.KindOf(err) != core.KindQueueFull {
 		t.Fatalf("third queued execution: err = %v, want KindQueueFull", err)
 	}
 	leave()
 	// Its stream says so, to anyone who re-attaches.
-	if errs := errorsOf(collectStream(t, attach(t, gone, 0))); len(errs) != 1 || errs[0].ErrName != ErrNameCancelled {
-		t.Fatalf("a client that left the queue: errors %+v, want one %s", errs, ErrNameCancelled)
+	if errs := errorsOf(collectStream(t, attach(t, gone, 0))); len(errs) != 1 || errs[0].ErrName != errNameCancelled {
+		t.Fatalf("a client that left the queue: errors %+v, want one %s", errs, errNameCancelled)
 	}
 	// Its place is free again.
 	d := execute(t, e, context.Background(), ExecRequest{Code: "print d"})
@@ -530,24 +532,24 @@ func TestBadInputIsRefusedBeforeAnythingRuns(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		req  ExecRequest
-		kind ErrorKind
+		kind core.ErrorKind
 		msg  string
 	}{
-		{"both context and language", ExecRequest{Code: "x", ContextID: info.ID, Language: "python"}, KindInvalid, "Only one of context_id or language can be provided"},
-		{"unknown context", ExecRequest{Code: "x", ContextID: "nope"}, KindNotFound, "Context nope not found"},
-		{"invalid key", ExecRequest{Code: "x", EnvVars: map[string]string{"MY-VAR": "1"}}, KindInvalid, `invalid env var name "MY-VAR"`},
-		{"key injection", ExecRequest{Code: "x", EnvVars: map[string]string{"A']=1;import os#": "1"}}, KindInvalid, "invalid env var name"},
-		{"NUL in value", ExecRequest{Code: "x", EnvVars: map[string]string{"A": "a\x00b"}}, KindInvalid, "NUL"},
-		{"unknown language", ExecRequest{Code: "x", Language: "cobol"}, KindInternal, `no kernel for language "cobol"`},
+		{"both context and language", ExecRequest{Code: "x", ContextID: info.ID, Language: "python"}, core.KindInvalid, "Only one of context_id or language can be provided"},
+		{"unknown context", ExecRequest{Code: "x", ContextID: "nope"}, core.KindNotFound, "Context nope not found"},
+		{"invalid key", ExecRequest{Code: "x", EnvVars: map[string]string{"MY-VAR": "1"}}, core.KindInvalid, `invalid env var name "MY-VAR"`},
+		{"key injection", ExecRequest{Code: "x", EnvVars: map[string]string{"A']=1;import os#": "1"}}, core.KindInvalid, "invalid env var name"},
+		{"NUL in value", ExecRequest{Code: "x", EnvVars: map[string]string{"A": "a\x00b"}}, core.KindInvalid, "NUL"},
+		{"unknown language", ExecRequest{Code: "x", Language: "cobol"}, core.KindInternal, `no kernel for language "cobol"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.Execute(ctx, tc.req)
-			if KindOf(err) != tc.kind || err == nil || !strings.Contains(err.Error(), tc.msg) {
-				t.Fatalf("err = %v (kind %d), want kind %d containing %q", err, KindOf(err), tc.kind, tc.msg)
+			if core.KindOf(err) != tc.kind || err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %v (kind %d), want kind %d containing %q", err, core.KindOf(err), tc.kind, tc.msg)
 			}
 		})
 	}
-	if _, err := e.CreateContext(ctx, "python", "/missing/dir"); KindOf(err) != KindInvalid {
+	if _, err := e.CreateContext(ctx, "python", "/missing/dir"); core.KindOf(err) != core.KindInvalid {
 		t.Fatalf("bad cwd: %v", err)
 	}
 	ft.mu.Lock()
@@ -613,7 +615,7 @@ func TestContextsListingAndDefaults(t *testing.T) {
 	if err := e.Delete(ctx, def.Info().ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Delete(ctx, def.Info().ID); KindOf(err) != KindNotFound {
+	if err := e.Delete(ctx, def.Info().ID); core.KindOf(err) != core.KindNotFound {
 		t.Fatalf("second delete: %v", err)
 	}
 	again, err := e.DefaultContext(ctx, "python")
@@ -663,7 +665,7 @@ func TestPolicyDecidesBeforeAnythingRuns(t *testing.T) {
 	e, ft := newTestEngine(t, Config{Policy: testPolicy{}})
 	ctx := context.Background()
 	for _, env := range []map[string]string{{"LD_PRELOAD": "/x.so"}, {"CRASH": "boom"}} {
-		if _, err := e.Execute(ctx, ExecRequest{Code: "print no", EnvVars: env}); KindOf(err) != KindRejected {
+		if _, err := e.Execute(ctx, ExecRequest{Code: "print no", EnvVars: env}); core.KindOf(err) != core.KindRejected {
 			t.Fatalf("env %v: err = %v, want KindRejected", env, err)
 		}
 	}
@@ -712,8 +714,8 @@ func TestExecutionTimeoutEndsTheStreamAndFreesTheContext(t *testing.T) {
 	a := execute(t, e, context.Background(), ExecRequest{Code: "block", Timeout: 20 * time.Millisecond})
 	outs := collect(t, a)
 	assertEnded(t, outs)
-	if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameTimeout {
-		t.Fatalf("errors = %+v, want one %s", errs, ErrNameTimeout)
+	if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != errNameTimeout {
+		t.Fatalf("errors = %+v, want one %s", errs, errNameTimeout)
 	}
 	// The interrupt stopped the code, so the next execution runs on the same kernel.
 	next := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print next"}))
@@ -723,7 +725,7 @@ func TestExecutionTimeoutEndsTheStreamAndFreesTheContext(t *testing.T) {
 	t.Run("ignored by the code: the kernel is restarted", func(t *testing.T) {
 		e, _ := newTestEngine(t, Config{ExecutionTimeout: 20 * time.Millisecond, InterruptGrace: 20 * time.Millisecond})
 		outs := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "ignoreint"}))
-		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != ErrNameTimeout {
+		if errs := errorsOf(outs); len(errs) != 1 || errs[0].ErrName != errNameTimeout {
 			t.Fatalf("errors = %+v", errs)
 		}
 		next := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print next"}))
@@ -743,16 +745,16 @@ func TestMaxContexts(t *testing.T) {
 	if _, err := e.CreateContext(ctx, "python", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.CreateContext(ctx, "python", ""); KindOf(err) != KindQueueFull {
+	if _, err := e.CreateContext(ctx, "python", ""); core.KindOf(err) != core.KindQueueFull {
 		t.Fatalf("third context: %v, want KindQueueFull", err)
 	}
-	if _, err := e.CreateContext(ctx, "python", "/missing"); KindOf(err) != KindQueueFull {
+	if _, err := e.CreateContext(ctx, "python", "/missing"); core.KindOf(err) != core.KindQueueFull {
 		t.Fatalf("the limit applies before any kernel starts: %v", err)
 	}
 	if err := e.Delete(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.CreateContext(ctx, "python", "/missing/x"); KindOf(err) != KindInvalid {
+	if _, err := e.CreateContext(ctx, "python", "/missing/x"); core.KindOf(err) != core.KindInvalid {
 		t.Fatalf("bad cwd: %v", err)
 	}
 	if _, err := e.CreateContext(ctx, "python", ""); err != nil {
@@ -838,7 +840,7 @@ func TestKernelSetupRunsOnStartAndRestart(t *testing.T) {
 func TestKernelSetupFailureIsInternal(t *testing.T) {
 	e, _ := newTestEngine(t, Config{KernelSetup: func(string) string { return "not a snippet" }})
 	_, err := e.CreateContext(context.Background(), "python", "/tmp")
-	if err == nil || KindOf(err) != KindInternal || !strings.Contains(err.Error(), "kernel setup") || strings.Contains(err.Error(), "working directory") {
-		t.Fatalf("CreateContext: %v (kind %v), want an internal error naming the kernel setup", err, KindOf(err))
+	if err == nil || core.KindOf(err) != core.KindInternal || !strings.Contains(err.Error(), "kernel setup") || strings.Contains(err.Error(), "working directory") {
+		t.Fatalf("CreateContext: %v (kind %v), want an internal error naming the kernel setup", err, core.KindOf(err))
 	}
 }

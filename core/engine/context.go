@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // ContextInfo is a context as the API lists it.
@@ -34,7 +36,7 @@ type Context struct {
 	queue    []*Execution // waiting, FIFO
 	control  []*controlOp // restart/delete requests; they go before the queue
 	closed   bool         // deleted or engine closing: no new executions
-	kernel   Kernel       // replaced only by the loop, read under mu by Interrupt
+	kernel   core.Kernel  // replaced only by the loop, read under mu by Interrupt
 	rt       *router
 	dead     bool // the kernel reported StateDead
 	restarts int  // kernel-wide "restarting" events seen by the router
@@ -86,7 +88,7 @@ func notify(ch chan struct{}) {
 }
 
 // attach makes k the context's kernel and starts routing its messages.
-func (c *Context) attach(k Kernel) {
+func (c *Context) attach(k core.Kernel) {
 	r := newRouter(k.Messages(), c.onKernelEvent)
 	c.mu.Lock()
 	c.kernel, c.rt = k, r
@@ -100,9 +102,9 @@ func (c *Context) onKernelEvent(state string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch state {
-	case StateDead:
+	case core.StateDead:
 		c.dead = true
-	case StateRestarting:
+	case core.StateRestarting:
 		// A fresh interpreter replaced the old one (e.g. Jupyter restarts a
 		// dead kernel by itself): it is alive, but without cwd and globals.
 		c.dead = false
@@ -113,7 +115,7 @@ func (c *Context) onKernelEvent(state string) {
 	}
 }
 
-func (c *Context) current() (Kernel, *router) {
+func (c *Context) current() (core.Kernel, *router) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.kernel, c.rt
@@ -126,17 +128,17 @@ func (c *Context) submit(x *Execution) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return newError(KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
+		return newError(core.KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
 	}
 	if depth := c.e.cfg.QueueDepth; len(c.queue) >= depth {
-		return newError(KindQueueFull, fmt.Sprintf("Context %s has %d executions waiting, the most it queues; try again later", c.info.ID, depth), nil)
+		return newError(core.KindQueueFull, fmt.Sprintf("Context %s has %d executions waiting, the most it queues; try again later", c.info.ID, depth), nil)
 	}
 	c.queue = append(c.queue, x)
 	c.e.cfg.Observer.QueueDepth(c.info.ID, len(c.queue))
 	// A client that leaves while queued leaves the queue; its code is never sent.
 	x.stopQueueWatch = context.AfterFunc(x.ctx, func() {
 		if c.dequeue(x) {
-			x.end(ErrNameCancelled, cancelledMessage)
+			x.end(errNameCancelled, cancelledMessage)
 			x.finish(c.e.cfg.Observer, OutcomeClientGone, 0)
 		}
 	})
@@ -164,7 +166,7 @@ func (c *Context) requestControl(ctx context.Context, kind controlKind) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return newError(KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
+		return newError(core.KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
 	}
 	if kind == opDelete {
 		c.closed = true
@@ -246,7 +248,7 @@ func (c *Context) handleControl(op *controlOp) (stop bool) {
 		err := c.restartKernel()
 		if err != nil {
 			c.log.Error("restart failed", "err", err)
-			err = newError(KindInternal, fmt.Sprintf("Failed to restart context %s: %v", c.info.ID, err), err)
+			err = newError(core.KindInternal, fmt.Sprintf("Failed to restart context %s: %v", c.info.ID, err), err)
 		}
 		op.done <- err
 		return false
@@ -262,11 +264,11 @@ func (c *Context) handleControl(op *controlOp) (stop bool) {
 		c.mu.Unlock()
 		for _, x := range waiting {
 			x.stopQueueWatch() // a watch that fires now finds the queue empty
-			x.end(ErrNameUnexpectedEnd, "The context was removed before the execution started")
+			x.end(errNameUnexpectedEnd, "The context was removed before the execution started")
 			x.finish(c.e.cfg.Observer, OutcomeAborted, 0)
 		}
 		for _, o := range rest {
-			o.done <- newError(KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
+			o.done <- newError(core.KindNotFound, fmt.Sprintf("Context %s not found", c.info.ID), nil)
 		}
 		k, _ := c.current()
 		ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
@@ -274,7 +276,7 @@ func (c *Context) handleControl(op *controlOp) (stop bool) {
 		err := k.Shutdown(ctx)
 		if err != nil {
 			c.log.Error("shutdown failed", "err", err)
-			err = newError(KindInternal, fmt.Sprintf("Failed to remove context %s: %v", c.info.ID, err), err)
+			err = newError(core.KindInternal, fmt.Sprintf("Failed to remove context %s: %v", c.info.ID, err), err)
 		}
 		op.done <- err
 		return true
@@ -287,7 +289,7 @@ func (c *Context) run(x *Execution) {
 	obs := c.e.cfg.Observer
 	if !x.stopQueueWatch() || x.ctx.Err() != nil {
 		// The client left before its turn: its code is never sent.
-		x.end(ErrNameCancelled, cancelledMessage)
+		x.end(errNameCancelled, cancelledMessage)
 		x.finish(obs, OutcomeClientGone, 0)
 		return
 	}
@@ -297,7 +299,7 @@ func (c *Context) run(x *Execution) {
 	defer func() { x.finish(obs, x.outcome(c.e.cfg.DisconnectPolicy), time.Since(started)) }()
 	replaced, err := c.ensureReady()
 	if err != nil {
-		x.end(ErrNameContextSetup, err.Error())
+		x.end(errNameContextSetup, err.Error())
 		return
 	}
 	if replaced != "" {
@@ -318,7 +320,7 @@ func (c *Context) run(x *Execution) {
 	c.mu.Unlock()
 	err = c.helper(setEnvCode(c.info.Language, x.env))
 	if err != nil {
-		x.end(ErrNameEnvVars, "Failed to set env vars: "+err.Error())
+		x.end(errNameEnvVars, "Failed to set env vars: "+err.Error())
 	} else {
 		c.runUserCode(x)
 	}
@@ -445,7 +447,7 @@ func (c *Context) restartKernel() error {
 		c.log.Warn("kernel restart failed; starting a new kernel", "err", err)
 		_ = k.Shutdown(ctx)
 	}
-	nk, err := c.e.cfg.Transport.StartKernel(ctx, KernelSpec{Language: c.e.kernelLanguage(c.info.Language), Cwd: c.info.Cwd})
+	nk, err := c.e.cfg.Transport.StartKernel(ctx, core.KernelSpec{Language: c.e.kernelLanguage(c.info.Language), Cwd: c.info.Cwd})
 	if err != nil {
 		return fmt.Errorf("start a new %s kernel: %w", c.info.Language, err)
 	}
@@ -485,7 +487,7 @@ func (c *Context) setup(ctx context.Context) error {
 		}
 		globals = make(map[string]string, len(g))
 		for k, v := range g {
-			if err := errors.Join(ValidateEnvKey(k), ValidateEnvValue(k, v)); err != nil {
+			if err := errors.Join(validateEnvKey(k), ValidateEnvValue(k, v)); err != nil {
 				c.log.Warn("skipping global env var", "key", k, "err", err)
 				continue
 			}
@@ -519,7 +521,7 @@ type setupError struct {
 }
 
 func (e *setupError) Error() string {
-	return fmt.Sprintf("Failed to set up the context (working directory %s, global env vars): %v", Quote(e.cwd), e.err)
+	return fmt.Sprintf("Failed to set up the context (working directory %s, global env vars): %v", core.Quote(e.cwd), e.err)
 }
 func (e *setupError) Unwrap() error { return e.err }
 
@@ -539,26 +541,26 @@ func (c *Context) silentRequest(code string) error {
 	defer r.unregister(msgID)
 	ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
 	defer cancel()
-	req := ExecuteRequest{MsgID: msgID, Code: code, Silent: helperSilent(c.info.Language)}
+	req := core.ExecuteRequest{MsgID: msgID, Code: code, Silent: helperSilent(c.info.Language)}
 	if err := k.Execute(ctx, req); err != nil {
 		return err
 	}
-	var reply *Message
-	var firstErr *Message
+	var reply *core.Message
+	var firstErr *core.Message
 	idle := false
 	for reply == nil || !idle {
 		select {
 		case m := <-rt.ch:
 			switch {
 			case m.ParentID == "":
-				if m.State == StateRestarting || m.State == StateDead || m.State == StateDisconnected {
+				if m.State == core.StateRestarting || m.State == core.StateDead || m.State == core.StateDisconnected {
 					return fmt.Errorf("the kernel reported %q", m.State)
 				}
-			case m.Type == MsgExecuteReply:
+			case m.Type == core.MsgExecuteReply:
 				reply = &m
-			case m.Type == MsgError && firstErr == nil:
+			case m.Type == core.MsgError && firstErr == nil:
 				firstErr = &m
-			case m.Type == MsgStatus && m.State == StateIdle:
+			case m.Type == core.MsgStatus && m.State == core.StateIdle:
 				idle = true
 			}
 		case <-r.gone:
@@ -570,7 +572,7 @@ func (c *Context) silentRequest(code string) error {
 			return fmt.Errorf("the kernel did not answer within %s", c.e.cfg.HelperTimeout)
 		}
 	}
-	if reply.Status == ReplyOK {
+	if reply.Status == core.ReplyOK {
 		return nil
 	}
 	if firstErr == nil {
@@ -589,15 +591,15 @@ func (c *Context) runUserCode(x *Execution) {
 	msgID := newID()
 	rt := r.register(msgID)
 	defer r.unregister(msgID)
-	if err := k.Execute(context.Background(), ExecuteRequest{MsgID: msgID, Code: x.code}); err != nil {
-		name := ErrNameConnection
-		if KindOf(err) == KindTooLarge {
+	if err := k.Execute(context.Background(), core.ExecuteRequest{MsgID: msgID, Code: x.code}); err != nil {
+		name := errNameConnection
+		if core.KindOf(err) == core.KindTooLarge {
 			name = "CodeTooLarge"
 		}
 		if lostMeanwhile(r) {
 			// Found gone between ensureReady and now (a Jupyter server
 			// culled it): say so as the next execution's notice will.
-			x.end(ErrNameKernelDied, "The kernel is gone (the server shut it down, e.g. culled it as idle, or lost it); the code did not run. "+
+			x.end(errNameKernelDied, "The kernel is gone (the server shut it down, e.g. culled it as idle, or lost it); the code did not run. "+
 				"The context starts a new kernel, without its state, at its next execution")
 			return
 		}
@@ -644,22 +646,22 @@ func (c *Context) runUserCode(x *Execution) {
 		case m := <-rt.ch:
 			if m.ParentID == "" {
 				switch m.State {
-				case StateRestarting:
-					x.end(ErrNameRestarting, "Context was restarted")
+				case core.StateRestarting:
+					x.end(errNameRestarting, "Context was restarted")
 					return
-				case StateDead:
-					x.end(ErrNameKernelDied, "The kernel died while running this execution; the context restarts on its next execution, without its state")
+				case core.StateDead:
+					x.end(errNameKernelDied, "The kernel died while running this execution; the context restarts on its next execution, without its state")
 					return
-				case StateDisconnected:
-					x.end(ErrNameConnection, "The connection to the kernel was lost; rerun the code to get the results")
+				case core.StateDisconnected:
+					x.end(errNameConnection, "The connection to the kernel was lost; rerun the code to get the results")
 					return
 				}
 				continue
 			}
 			switch m.Type {
-			case MsgExecuteInput:
+			case core.MsgExecuteInput:
 				x.out.push(Output{Type: OutNumberOfExecutions, ExecutionCount: m.ExecutionCount})
-			case MsgStream:
+			case core.MsgStream:
 				t := OutStdout
 				if m.Name == "stderr" {
 					t = OutStderr
@@ -672,25 +674,25 @@ func (c *Context) runUserCode(x *Execution) {
 				if m.Lost > 0 {
 					c.e.cfg.Observer.MessagesLost(c.info.ID, m.Lost)
 				}
-			case MsgExecuteResult, MsgDisplayData:
-				x.out.push(Output{Type: OutResult, Bundle: m.Data, IsMainResult: m.Type == MsgExecuteResult})
-			case MsgError:
+			case core.MsgExecuteResult, core.MsgDisplayData:
+				x.out.push(Output{Type: OutResult, Bundle: m.Data, IsMainResult: m.Type == core.MsgExecuteResult})
+			case core.MsgError:
 				x.pushError(m.EName, m.EValue, strings.Join(m.Traceback, "\n"))
-			case MsgExecuteReply:
+			case core.MsgExecuteReply:
 				gotReply = true
 				switch m.Status {
-				case ReplyError:
+				case core.ReplyError:
 					x.pushError(m.EName, m.EValue, strings.Join(m.Traceback, "\n"))
-				case ReplyAborted, "abort":
-					x.pushError(ErrNameAborted, "Execution was aborted", "")
+				case core.ReplyAborted, "abort":
+					x.pushError(errNameAborted, "Execution was aborted", "")
 				}
-			case MsgStatus:
-				if m.State == StateIdle {
+			case core.MsgStatus:
+				if m.State == core.StateIdle {
 					gotIdle = true
 				}
 			}
 		case <-r.gone:
-			x.end(ErrNameUnexpectedEnd, "The connection to the kernel was lost before the execution finished")
+			x.end(errNameUnexpectedEnd, "The connection to the kernel was lost before the execution finished")
 			return
 		case <-clientGone:
 			clientGone = nil
@@ -706,13 +708,13 @@ func (c *Context) runUserCode(x *Execution) {
 			logInterrupt("execution timeout")
 			// The client hears at once; the kernel keeps the slot until it has
 			// stopped (or was restarted), so nothing runs behind it early.
-			x.end(ErrNameTimeout, fmt.Sprintf("The execution did not finish within %s; it was interrupted", x.timeout))
+			x.end(errNameTimeout, fmt.Sprintf("The execution did not finish within %s; it was interrupted", x.timeout))
 			stop()
 		case <-grace:
 			// The code ignored the interrupt: restart so that the context is
 			// free again within a bound (option B of docs/api-contract.md §9.3).
 			c.log.WarnContext(x.ctx, "interrupt did not take effect; restarting the kernel", "grace", c.e.cfg.InterruptGrace)
-			x.end(ErrNameRestarting, fmt.Sprintf("The execution did not stop within %s of an interrupt; the context was restarted", c.e.cfg.InterruptGrace))
+			x.end(errNameRestarting, fmt.Sprintf("The execution did not stop within %s of an interrupt; the context was restarted", c.e.cfg.InterruptGrace))
 			if err := c.restartKernel(); err != nil {
 				c.log.ErrorContext(x.ctx, "restart after interrupt failed", "err", err)
 			}
@@ -720,7 +722,7 @@ func (c *Context) runUserCode(x *Execution) {
 		case <-c.ctrl:
 			if c.controlPending() {
 				notify(c.ctrl) // let the loop see it too
-				x.end(ErrNameUnexpectedEnd, "Connection to the execution was closed before the execution was finished")
+				x.end(errNameUnexpectedEnd, "Connection to the execution was closed before the execution was finished")
 				return
 			}
 		}

@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"encoding/json"
@@ -107,19 +107,8 @@ func TestSnippetsEncodeNeverSplice(t *testing.T) {
 
 func TestEnvKeyValidation(t *testing.T) {
 	for key, ok := range map[string]bool{"A": true, "_a1": true, "PATH_2": true, "": false, "1A": false, "A-B": false, "A B": false, "Ä": false, "a=b": false} {
-		if err := ValidateEnvKey(key); (err == nil) != ok {
-			t.Errorf("ValidateEnvKey(%q) = %v", key, err)
+		if err := validateEnvKey(key); (err == nil) != ok {
+			t.Errorf("validateEnvKey(%q) = %v", key, err)
 		}
-	}
-}
-
-func TestNormalizeLanguage(t *testing.T) {
-	for in, want := range map[string]string{"": "python", " JS ": "javascript", "ts": "typescript", "Python": "python", "r": "r", "Java": "java"} {
-		if got := NormalizeLanguage(in); got != want {
-			t.Errorf("NormalizeLanguage(%q) = %q, want %q", in, got, want)
-		}
-	}
-	if KernelLanguage("typescript") != "javascript" {
-		t.Error("typescript must run on the javascript kernel")
 	}
 }

@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // fakeTransport starts scripted kernels. They behave like a Jupyter kernel in
@@ -28,17 +30,17 @@ type fakeTransport struct {
 	kernels []*fakeKernel
 }
 
-func (t *fakeTransport) Info() TransportInfo {
-	return TransportInfo{Name: "fake", Version: "test", Languages: []string{"python"}}
+func (t *fakeTransport) Info() core.TransportInfo {
+	return core.TransportInfo{Name: "fake", Version: "test", Languages: []string{"python"}}
 }
 
-func (t *fakeTransport) StartKernel(ctx context.Context, spec KernelSpec) (Kernel, error) {
+func (t *fakeTransport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	if spec.Language != "python" {
 		return nil, fmt.Errorf("fake transport: no kernel for language %q", spec.Language)
 	}
 	k := &fakeKernel{
-		msgs:    make(chan Message, 4096),
-		reqs:    make(chan ExecuteRequest, 64),
+		msgs:    make(chan core.Message, 4096),
+		reqs:    make(chan core.ExecuteRequest, 64),
 		intr:    make(chan struct{}, 1),
 		release: make(chan struct{}),
 		stop:    make(chan struct{}),
@@ -60,8 +62,8 @@ func (t *fakeTransport) kernel(i int) *fakeKernel {
 }
 
 type fakeKernel struct {
-	msgs    chan Message
-	reqs    chan ExecuteRequest
+	msgs    chan core.Message
+	reqs    chan core.ExecuteRequest
 	intr    chan struct{}
 	release chan struct{} // a send releases one `block`
 	stop    chan struct{}
@@ -82,9 +84,9 @@ type fakeKernel struct {
 	shut           bool
 }
 
-func (k *fakeKernel) Messages() <-chan Message { return k.msgs }
+func (k *fakeKernel) Messages() <-chan core.Message { return k.msgs }
 
-func (k *fakeKernel) Execute(ctx context.Context, req ExecuteRequest) error {
+func (k *fakeKernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 	k.mu.Lock()
 	if k.shut {
 		k.mu.Unlock()
@@ -130,7 +132,7 @@ func (k *fakeKernel) Restart(ctx context.Context) error {
 		}
 		break
 	}
-	k.msgs <- Message{Type: MsgStatus, State: StateRestarting}
+	k.msgs <- core.Message{Type: core.MsgStatus, State: core.StateRestarting}
 	return nil
 }
 
@@ -168,7 +170,7 @@ func (k *fakeKernel) serve() {
 }
 
 // emit sends m unless a restart or shutdown happened since gen.
-func (k *fakeKernel) emit(gen int, m Message) bool {
+func (k *fakeKernel) emit(gen int, m core.Message) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.gen != gen {
@@ -178,7 +180,7 @@ func (k *fakeKernel) emit(gen int, m Message) bool {
 	return true
 }
 
-func (k *fakeKernel) handle(req ExecuteRequest) {
+func (k *fakeKernel) handle(req core.ExecuteRequest) {
 	k.mu.Lock()
 	gen := k.gen
 	if k.dead {
@@ -198,12 +200,12 @@ func (k *fakeKernel) handle(req ExecuteRequest) {
 	count := k.count
 	k.mu.Unlock()
 	p := req.MsgID
-	k.emit(gen, Message{ParentID: p, Type: MsgStatus, State: StateBusy})
-	var failure *Message
+	k.emit(gen, core.Message{ParentID: p, Type: core.MsgStatus, State: core.StateBusy})
+	var failure *core.Message
 	if req.Silent {
 		failure = k.runSnippet(req.Code)
 	} else {
-		k.emit(gen, Message{ParentID: p, Type: MsgExecuteInput, ExecutionCount: count})
+		k.emit(gen, core.Message{ParentID: p, Type: core.MsgExecuteInput, ExecutionCount: count})
 		select {
 		case k.started <- req.Code:
 		default:
@@ -220,34 +222,34 @@ func (k *fakeKernel) handle(req ExecuteRequest) {
 	// stop_on_error aborts what was queued when the request failed; taken
 	// now, before the reply goes out, so that what a client sends once it
 	// has seen the reply is not counted as queued behind the failure.
-	var queued []ExecuteRequest
+	var queued []core.ExecuteRequest
 	if failure != nil {
 		queued = k.takeQueued()
 	}
-	reply := Message{ParentID: p, Type: MsgExecuteReply, Status: ReplyOK, ExecutionCount: count}
+	reply := core.Message{ParentID: p, Type: core.MsgExecuteReply, Status: core.ReplyOK, ExecutionCount: count}
 	if failure != nil {
 		if !req.Silent {
-			k.emit(gen, Message{ParentID: p, Type: MsgError, EName: failure.EName, EValue: failure.EValue, Traceback: failure.Traceback})
+			k.emit(gen, core.Message{ParentID: p, Type: core.MsgError, EName: failure.EName, EValue: failure.EValue, Traceback: failure.Traceback})
 		}
-		reply.Status, reply.EName, reply.EValue = ReplyError, failure.EName, failure.EValue
+		reply.Status, reply.EName, reply.EValue = core.ReplyError, failure.EName, failure.EValue
 	}
 	k.emit(gen, reply)
 	k.mu.Lock()
 	k.running = false
 	k.outstanding--
 	k.mu.Unlock()
-	k.emit(gen, Message{ParentID: p, Type: MsgStatus, State: StateIdle})
+	k.emit(gen, core.Message{ParentID: p, Type: core.MsgStatus, State: core.StateIdle})
 	for _, req := range queued {
-		k.emit(gen, Message{ParentID: req.MsgID, Type: MsgStatus, State: StateBusy})
-		k.emit(gen, Message{ParentID: req.MsgID, Type: MsgExecuteReply, Status: ReplyAborted})
-		k.emit(gen, Message{ParentID: req.MsgID, Type: MsgStatus, State: StateIdle})
+		k.emit(gen, core.Message{ParentID: req.MsgID, Type: core.MsgStatus, State: core.StateBusy})
+		k.emit(gen, core.Message{ParentID: req.MsgID, Type: core.MsgExecuteReply, Status: core.ReplyAborted})
+		k.emit(gen, core.Message{ParentID: req.MsgID, Type: core.MsgStatus, State: core.StateIdle})
 	}
 }
 
 // takeQueued is stop_on_error's first half: it takes every request queued
 // behind a failure, counted as aborted; the caller answers them as aborted.
-func (k *fakeKernel) takeQueued() []ExecuteRequest {
-	var queued []ExecuteRequest
+func (k *fakeKernel) takeQueued() []core.ExecuteRequest {
+	var queued []core.ExecuteRequest
 	for {
 		select {
 		case req := <-k.reqs:
@@ -262,9 +264,9 @@ func (k *fakeKernel) takeQueued() []ExecuteRequest {
 	}
 }
 
-func (k *fakeKernel) runCommands(gen int, p, code string, kill chan struct{}) *Message {
+func (k *fakeKernel) runCommands(gen int, p, code string, kill chan struct{}) *core.Message {
 	out := func(name, text string) {
-		k.emit(gen, Message{ParentID: p, Type: MsgStream, Name: name, Text: text})
+		k.emit(gen, core.Message{ParentID: p, Type: core.MsgStream, Name: name, Text: text})
 	}
 	for _, line := range strings.Split(code, "\n") {
 		cmd, arg, _ := strings.Cut(line, " ")
@@ -276,7 +278,7 @@ func (k *fakeKernel) runCommands(gen int, p, code string, kill chan struct{}) *M
 			out("stderr", arg+"\n")
 		case "result":
 			raw, _ := json.Marshal(arg)
-			k.emit(gen, Message{ParentID: p, Type: MsgExecuteResult, Data: map[string]json.RawMessage{"text/plain": raw}})
+			k.emit(gen, core.Message{ParentID: p, Type: core.MsgExecuteResult, Data: map[string]json.RawMessage{"text/plain": raw}})
 		case "getenv":
 			k.mu.Lock()
 			v, ok := k.env[arg]
@@ -295,33 +297,33 @@ func (k *fakeKernel) runCommands(gen int, p, code string, kill chan struct{}) *M
 			select {
 			case <-k.release:
 			case <-k.intr:
-				return &Message{EName: "KeyboardInterrupt", EValue: ""}
+				return &core.Message{EName: "KeyboardInterrupt", EValue: ""}
 			case <-kill:
-				return &Message{EName: "died"}
+				return &core.Message{EName: "died"}
 			}
 		case "ignoreint":
 			select {
 			case <-k.release:
 			case <-kill:
-				return &Message{EName: "died"}
+				return &core.Message{EName: "died"}
 			}
 		case "raise":
-			return &Message{EName: "NameError", EValue: "name 'x' is not defined", Traceback: []string{"Traceback", "NameError: name 'x' is not defined"}}
+			return &core.Message{EName: "NameError", EValue: "name 'x' is not defined", Traceback: []string{"Traceback", "NameError: name 'x' is not defined"}}
 		case "die":
 			k.mu.Lock()
 			k.dead = true
 			k.mu.Unlock()
-			k.emit(gen, Message{Type: MsgStatus, State: StateDead})
-			return &Message{EName: "died"}
+			k.emit(gen, core.Message{Type: core.MsgStatus, State: core.StateDead})
+			return &core.Message{EName: "died"}
 		case "stray":
-			k.emit(gen, Message{ParentID: "not-a-request", Type: MsgStream, Name: "stdout", Text: "stray\n"})
+			k.emit(gen, core.Message{ParentID: "not-a-request", Type: core.MsgStream, Name: "stdout", Text: "stray\n"})
 		case "many":
 			n, _ := strconv.Atoi(arg)
 			for i := range n {
 				out("stdout", strconv.Itoa(i)+"\n")
 			}
 		default:
-			return &Message{EName: "SyntaxError", EValue: "unknown command " + cmd}
+			return &core.Message{EName: "SyntaxError", EValue: "unknown command " + cmd}
 		}
 	}
 	return nil
@@ -396,7 +398,7 @@ func (k *fakeKernel) restore(rest string) error {
 
 // runSnippet applies the engine's python helper code; anything else fails, as
 // a syntax error would in Python.
-func (k *fakeKernel) runSnippet(code string) *Message {
+func (k *fakeKernel) runSnippet(code string) *core.Message {
 	for _, line := range strings.Split(code, "\n") {
 		var err error
 		switch m := (struct{ set, unset, cd []string }{setEnvRe.FindStringSubmatch(line), unsetEnvRe.FindStringSubmatch(line), chdirRe.FindStringSubmatch(line)}); {
@@ -425,7 +427,7 @@ func (k *fakeKernel) runSnippet(code string) *Message {
 			var dir string
 			if dir, err = decodePyString(m.cd[1]); err == nil {
 				if strings.HasPrefix(dir, "/missing") {
-					return &Message{EName: "FileNotFoundError", EValue: "No such file or directory: " + dir}
+					return &core.Message{EName: "FileNotFoundError", EValue: "No such file or directory: " + dir}
 				}
 				k.mu.Lock()
 				k.cwd = dir
@@ -435,7 +437,7 @@ func (k *fakeKernel) runSnippet(code string) *Message {
 			err = fmt.Errorf("not a snippet: %q", line)
 		}
 		if err != nil {
-			return &Message{EName: "SyntaxError", EValue: err.Error()}
+			return &core.Message{EName: "SyntaxError", EValue: err.Error()}
 		}
 	}
 	return nil

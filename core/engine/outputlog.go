@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // ErrDetached is returned by a Stream's Next once another stream attached to
@@ -19,9 +21,9 @@ var ErrDetached = errors.New("another stream attached to this execution")
 // stream can attach after the last output read.
 var ErrSlowReader = errors.New("the stream was cut: its client read too slowly and the host's buffer for slow clients is full")
 
-// ErrReplayGone is wrapped by Attach when the outputs after the requested
+// errReplayGone is wrapped by Attach when the outputs after the requested
 // sequence number are no longer buffered.
-var ErrReplayGone = errors.New("outputs are no longer buffered")
+var errReplayGone = errors.New("outputs are no longer buffered")
 
 // outputLog is an execution's outputs between the engine (producer, never
 // blocked) and the one stream attached to it (consumer). Every output gets a
@@ -290,10 +292,10 @@ func (l *outputLog) attach(after uint64) (uint64, error) {
 	defer l.mu.Unlock()
 	last := l.nextSeq - 1
 	if after > last {
-		return 0, newError(KindInvalid, fmt.Sprintf("after=%d is past the last output, %d", after, last), nil)
+		return 0, newError(core.KindInvalid, fmt.Sprintf("after=%d is past the last output, %d", after, last), nil)
 	}
 	if first := l.firstSeqLocked(); after+1 < first {
-		return 0, newError(KindGone, fmt.Sprintf("outputs %d to %d are no longer buffered (the replay buffer keeps the newest %d bytes); the oldest kept is %d", after+1, first-1, l.replayMax, first), ErrReplayGone)
+		return 0, newError(core.KindGone, fmt.Sprintf("outputs %d to %d are no longer buffered (the replay buffer keeps the newest %d bytes); the oldest kept is %d", after+1, first-1, l.replayMax, first), errReplayGone)
 	}
 	l.moveCursorLocked(after + 1)
 	l.trimLocked(l.replayMax, false)

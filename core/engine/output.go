@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"encoding/json"
@@ -17,10 +17,10 @@ const (
 	OutError              OutputType = "error"
 	OutKeepalive          OutputType = "keepalive"
 	OutEndOfExecution     OutputType = "end_of_execution"
-	// OutUnexpectedEnd is part of the wire enum but never written: the SDKs
+	// outUnexpectedEnd is part of the wire enum but never written: the SDKs
 	// would ignore it and report success. Abnormal ends are an error line
 	// followed by end_of_execution.
-	OutUnexpectedEnd OutputType = "unexpected_end_of_execution"
+	outUnexpectedEnd OutputType = "unexpected_end_of_execution"
 )
 
 // Output is one event of an execution's stream, one NDJSON line on the wire.
@@ -45,15 +45,15 @@ type Output struct {
 
 // Error names the engine uses for abnormal ends (the table of docs/api-contract.md §5.4).
 const (
-	ErrNameRestarting    = "ContextRestarting"
-	ErrNameAborted       = "ExecutionAborted"
-	ErrNameConnection    = "WebSocketError"
-	ErrNameUnexpectedEnd = "UnexpectedEndOfExecution"
-	ErrNameKernelDied    = "KernelDied"
-	ErrNameEnvVars       = "EnvVarsError"
-	ErrNameContextSetup  = "ContextSetupError"
-	ErrNameTimeout       = "ExecutionTimeout"
-	ErrNameCancelled     = "ExecutionCancelled"
+	errNameRestarting    = "ContextRestarting"
+	errNameAborted       = "ExecutionAborted"
+	errNameConnection    = "WebSocketError"
+	errNameUnexpectedEnd = "UnexpectedEndOfExecution"
+	errNameKernelDied    = "KernelDied"
+	errNameEnvVars       = "EnvVarsError"
+	errNameContextSetup  = "ContextSetupError"
+	errNameTimeout       = "ExecutionTimeout"
+	errNameCancelled     = "ExecutionCancelled"
 )
 
 // errorOutput builds an error line.

@@ -1,16 +1,18 @@
-package core
+package engine
 
 import (
 	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
-// ValidateEnvKey reports whether key is a portable environment variable name:
+// validateEnvKey reports whether key is a portable environment variable name:
 // ^[A-Za-z_][A-Za-z0-9_]*$. Anything else could break or inject into the
 // generated snippets of some language, so it is refused before anything runs.
-func ValidateEnvKey(key string) error {
+func validateEnvKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("env var name is empty")
 	}
@@ -18,7 +20,7 @@ func ValidateEnvKey(key string) error {
 		c := key[i]
 		letter := c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
 		if !letter && (i == 0 || c < '0' || c > '9') {
-			return fmt.Errorf("invalid env var name %s: names must match [A-Za-z_][A-Za-z0-9_]*", Quote(key))
+			return fmt.Errorf("invalid env var name %s: names must match [A-Za-z_][A-Za-z0-9_]*", core.Quote(key))
 		}
 	}
 	return nil
@@ -37,7 +39,7 @@ func ValidateEnvValue(key, value string) error {
 
 func validateEnv(env map[string]string) error {
 	for _, k := range sortedKeys(env) {
-		if err := ValidateEnvKey(k); err != nil {
+		if err := validateEnvKey(k); err != nil {
 			return err
 		}
 		if err := ValidateEnvValue(k, env[k]); err != nil {
@@ -63,7 +65,7 @@ func (e *Engine) checkEnvSize(env map[string]string) error {
 }
 
 // snippets generates the helper code the engine runs on a kernel of one
-// language. Keys are always valid names (ValidateEnvKey) and every value is
+// language. Keys are always valid names (validateEnvKey) and every value is
 // encoded as a literal of the language, never spliced (invariant 7).
 type snippets struct {
 	setEnv   func(key, value string) string

@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // A client whose connection was cut re-attaches after the last output it
@@ -70,7 +72,7 @@ func TestAttachTakesOverAndRefusesWhatItCannotGive(t *testing.T) {
 	if _, err := x.Next(ctx, nil); !errors.Is(err, ErrDetached) {
 		t.Fatalf("the first stream after a takeover: err = %v, want ErrDetached", err)
 	}
-	if _, err := x.Attach(99); KindOf(err) != KindInvalid {
+	if _, err := x.Attach(99); core.KindOf(err) != core.KindInvalid {
 		t.Fatalf("attach after an output that does not exist yet: err = %v, want KindInvalid", err)
 	}
 	s2 := attach(t, x, 0)
@@ -82,7 +84,7 @@ func TestAttachTakesOverAndRefusesWhatItCannotGive(t *testing.T) {
 	collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print sync"}))
 
 	_, err := x.Attach(0)
-	if KindOf(err) != KindGone || !errors.Is(err, ErrReplayGone) {
+	if core.KindOf(err) != core.KindGone || !errors.Is(err, errReplayGone) {
 		t.Fatalf("attach from the start after the buffer overflowed: err = %v, want KindGone", err)
 	}
 	st := x.State()
@@ -125,16 +127,16 @@ func TestExecutionStateAndRetention(t *testing.T) {
 		t.Fatalf("lookup of a finished execution: %v, %v", got, err)
 	}
 	advance(time.Minute)
-	if _, err := e.Execution(queued.ID()); KindOf(err) != KindNotFound {
+	if _, err := e.Execution(queued.ID()); core.KindOf(err) != core.KindNotFound {
 		t.Fatalf("lookup after the TTL: err = %v, want KindNotFound", err)
 	}
-	if _, err := e.Execution("no-such-id"); KindOf(err) != KindNotFound {
+	if _, err := e.Execution("no-such-id"); core.KindOf(err) != core.KindNotFound {
 		t.Fatalf("unknown id: err = %v", err)
 	}
 
-	// At most MaxRetainedExecutions finished ones are kept, the newest.
+	// At most maxRetainedExecutions finished ones are kept, the newest.
 	var ids []string
-	for i := range MaxRetainedExecutions + 2 {
+	for i := range maxRetainedExecutions + 2 {
 		x := execute(t, e, context.Background(), ExecRequest{Code: "print " + strconv.Itoa(i)})
 		collect(t, x)
 		obs.awaitFinished(t, 1)
@@ -142,7 +144,7 @@ func TestExecutionStateAndRetention(t *testing.T) {
 	}
 	for i, id := range ids {
 		_, err := e.Execution(id)
-		if gone := i < 2; gone != (KindOf(err) == KindNotFound) {
+		if gone := i < 2; gone != (core.KindOf(err) == core.KindNotFound) {
 			t.Fatalf("execution %d of %d: err = %v", i, len(ids), err)
 		}
 	}
@@ -266,7 +268,7 @@ func TestOutputLogBudgetCutsTheSlowStream(t *testing.T) {
 	if err != nil || outs[0].Seq != firstKept || outs[len(outs)-1].Seq != last {
 		t.Fatalf("re-attached: %d outputs %v", len(outs), err)
 	}
-	if _, err := slow.attach(0); !errors.Is(err, ErrReplayGone) {
-		t.Fatalf("attach from the start after the cut: %v, want ErrReplayGone", err)
+	if _, err := slow.attach(0); !errors.Is(err, errReplayGone) {
+		t.Fatalf("attach from the start after the cut: %v, want errReplayGone", err)
 	}
 }

@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"path"
 	"sync"
 	"time"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // DisconnectPolicy says what happens to running code when its client leaves.
@@ -33,8 +35,8 @@ func ParseDisconnectPolicy(s string) (DisconnectPolicy, error) {
 
 // Config configures an Engine. Zero values get the defaults written on each field.
 type Config struct {
-	Transport Transport    // required
-	Logger    *slog.Logger // default: discard
+	Transport core.Transport // required
+	Logger    *slog.Logger   // default: discard
 
 	// DefaultCwd is the cwd of contexts created without one. Default "/home/user".
 	DefaultCwd string
@@ -82,13 +84,13 @@ type Config struct {
 	ReplayBytes int
 	// ReplayTTL is how long a finished execution, with its buffered outputs,
 	// stays available (to Engine.Execution and Attach). Default 5 minutes. At
-	// most MaxRetainedExecutions finished ones are kept; the oldest go first.
+	// most 128 finished ones are kept (maxRetainedExecutions); the oldest go first.
 	ReplayTTL time.Duration
 }
 
-// MaxRetainedExecutions bounds the finished executions kept for ReplayTTL, so
+// maxRetainedExecutions bounds the finished executions kept for ReplayTTL, so
 // that their buffers take at most this many times Config.ReplayBytes.
-const MaxRetainedExecutions = 128
+const maxRetainedExecutions = 128
 
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
@@ -180,7 +182,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 func (e *Engine) BufferedBytes() int64 { return e.buffered.used.Load() }
 
 // Transport returns the engine's transport.
-func (e *Engine) Transport() Transport { return e.cfg.Transport }
+func (e *Engine) Transport() core.Transport { return e.cfg.Transport }
 
 // StartDefaults creates the default context of each language, in order.
 func (e *Engine) StartDefaults(ctx context.Context, languages ...string) error {
@@ -196,7 +198,7 @@ func (e *Engine) StartDefaults(ctx context.Context, languages ...string) error {
 // cwd), applies the cwd and global env vars, and returns the new context. A cwd
 // the kernel cannot enter is a KindInvalid error and leaves no kernel behind.
 func (e *Engine) CreateContext(ctx context.Context, language, cwd string) (ContextInfo, error) {
-	c, err := e.createContext(ctx, NormalizeLanguage(language), cwd, false)
+	c, err := e.createContext(ctx, core.NormalizeLanguage(language), cwd, false)
 	if err != nil {
 		return ContextInfo{}, err
 	}
@@ -207,16 +209,16 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 	// A relative cwd would be relative to wherever the kernel happens to
 	// start (the host's own directory for local interpreters): refused.
 	if cwd != "" && !path.IsAbs(cwd) {
-		return nil, newError(KindInvalid, fmt.Sprintf("Invalid cwd %s: want an absolute path", Quote(cwd)), nil)
+		return nil, newError(core.KindInvalid, fmt.Sprintf("Invalid cwd %s: want an absolute path", core.Quote(cwd)), nil)
 	}
 	if cwd == "" {
 		cwd = e.cfg.DefaultCwd
 	}
 	if err := ValidateEnvValue("cwd", cwd); err != nil {
-		return nil, newError(KindInvalid, "Invalid cwd: "+err.Error(), err)
+		return nil, newError(core.KindInvalid, "Invalid cwd: "+err.Error(), err)
 	}
 	if e.isClosed() {
-		return nil, newError(KindUnavailable, "The server is shutting down", nil)
+		return nil, newError(core.KindUnavailable, "The server is shutting down", nil)
 	}
 	if err := e.reserveContext(); err != nil {
 		return nil, err
@@ -229,11 +231,11 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 	}()
 	startCtx, cancel := context.WithTimeout(ctx, e.cfg.StartTimeout)
 	defer cancel()
-	k, err := e.cfg.Transport.StartKernel(startCtx, KernelSpec{Language: e.kernelLanguage(language), Cwd: cwd})
+	k, err := e.cfg.Transport.StartKernel(startCtx, core.KernelSpec{Language: e.kernelLanguage(language), Cwd: cwd})
 	if err != nil {
-		kind := KindInternal
-		if KindOf(err) == KindInvalid { // e.g. the cwd does not exist
-			kind = KindInvalid
+		kind := core.KindInternal
+		if core.KindOf(err) == core.KindInvalid { // e.g. the cwd does not exist
+			kind = core.KindInvalid
 		}
 		return nil, newError(kind, fmt.Sprintf("Failed to create context: %v", err), err)
 	}
@@ -245,15 +247,15 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 		_ = k.Shutdown(shutdownCtx)
 		var se *setupError
 		if errors.As(err, &se) {
-			return nil, newError(KindInvalid, fmt.Sprintf("Failed to set working directory %s: %v", Quote(cwd), se.err), err)
+			return nil, newError(core.KindInvalid, fmt.Sprintf("Failed to set working directory %s: %v", core.Quote(cwd), se.err), err)
 		}
-		return nil, newError(KindInternal, fmt.Sprintf("Failed to create context: %v", err), err)
+		return nil, newError(core.KindInternal, fmt.Sprintf("Failed to create context: %v", err), err)
 	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		_ = k.Shutdown(context.Background())
-		return nil, newError(KindUnavailable, "The server is shutting down", nil)
+		return nil, newError(core.KindUnavailable, "The server is shutting down", nil)
 	}
 	e.contexts = append(e.contexts, c)
 	created = true
@@ -272,7 +274,7 @@ func (e *Engine) reserveContext() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if max := e.cfg.MaxContexts; max > 0 && e.live >= max {
-		return newError(KindQueueFull, fmt.Sprintf("There are already %d contexts, the most this server runs; delete one first", max), nil)
+		return newError(core.KindQueueFull, fmt.Sprintf("There are already %d contexts, the most this server runs; delete one first", max), nil)
 	}
 	e.live++
 	return nil
@@ -292,7 +294,7 @@ func (e *Engine) isClosed() bool {
 
 // DefaultContext returns language's default context, creating it on first use.
 func (e *Engine) DefaultContext(ctx context.Context, language string) (*Context, error) {
-	language = NormalizeLanguage(language)
+	language = core.NormalizeLanguage(language)
 	e.mu.Lock()
 	c := e.defaults[language]
 	e.mu.Unlock()
@@ -320,7 +322,7 @@ func (e *Engine) Lookup(id string) (*Context, error) {
 			return c, nil
 		}
 	}
-	return nil, newError(KindNotFound, fmt.Sprintf("Context %s not found", ShowID(id)), nil)
+	return nil, newError(core.KindNotFound, fmt.Sprintf("Context %s not found", core.ShowID(id)), nil)
 }
 
 // Contexts lists live contexts: the python and javascript defaults first,
@@ -361,7 +363,7 @@ func (e *Engine) Interrupt(ctx context.Context, id string) error {
 		return err
 	}
 	if err := c.interrupt(ctx); err != nil {
-		return newError(KindInternal, fmt.Sprintf("Failed to interrupt context %s: %v", id, err), err)
+		return newError(core.KindInternal, fmt.Sprintf("Failed to interrupt context %s: %v", id, err), err)
 	}
 	return nil
 }
@@ -409,19 +411,19 @@ func (e *Engine) forget(c *Context) {
 // running one gets the disconnect policy.
 func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, error) {
 	if req.ContextID != "" && req.Language != "" {
-		return nil, newError(KindInvalid, "Only one of context_id or language can be provided", nil)
+		return nil, newError(core.KindInvalid, "Only one of context_id or language can be provided", nil)
 	}
 	if err := validateEnv(req.EnvVars); err != nil {
-		return nil, newError(KindInvalid, err.Error(), err)
+		return nil, newError(core.KindInvalid, err.Error(), err)
 	}
 	if err := e.checkEnvSize(req.EnvVars); err != nil {
-		return nil, newError(KindInvalid, err.Error(), err)
+		return nil, newError(core.KindInvalid, err.Error(), err)
 	}
 	// The code is checked against the language before a default context is
 	// started for it: a refused request leaves the contexts as they were.
 	var c *Context
 	var err error
-	language := NormalizeLanguage(req.Language)
+	language := core.NormalizeLanguage(req.Language)
 	if req.ContextID != "" {
 		if c, err = e.Lookup(req.ContextID); err != nil {
 			return nil, err
@@ -429,7 +431,7 @@ func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, erro
 		language = c.info.Language
 	}
 	if err := validateCode(language, req.Code); err != nil {
-		return nil, newError(KindInvalid, err.Error(), err)
+		return nil, newError(core.KindInvalid, err.Error(), err)
 	}
 	if c == nil {
 		if c, err = e.DefaultContext(ctx, language); err != nil {
@@ -438,7 +440,7 @@ func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, erro
 	}
 	env := req.EnvVars
 	if len(env) > 0 && !SupportsEnv(c.info.Language) {
-		return nil, newError(KindInvalid, fmt.Sprintf("env_vars are not supported for language %q", c.info.Language), nil)
+		return nil, newError(core.KindInvalid, fmt.Sprintf("env_vars are not supported for language %q", c.info.Language), nil)
 	}
 	if e.cfg.Policy != nil {
 		if env, err = e.applyPolicy(ctx, c, req); err != nil {
@@ -486,27 +488,27 @@ func (e *Engine) applyPolicy(ctx context.Context, c *Context, req ExecRequest) (
 		Metadata:  nonNil(req.Metadata),
 	})
 	if err != nil {
-		return nil, newError(KindRejected, "Env var policy failed: "+err.Error(), err)
+		return nil, newError(core.KindRejected, "Env var policy failed: "+err.Error(), err)
 	}
 	if len(d.Rejections) > 0 {
 		msg := "Env vars rejected by policy:"
 		for _, r := range d.Rejections {
 			msg += fmt.Sprintf(" %s (%s);", r.Key, r.Reason)
 		}
-		return nil, newError(KindRejected, msg[:len(msg)-1], nil)
+		return nil, newError(core.KindRejected, msg[:len(msg)-1], nil)
 	}
 	env := req.EnvVars
 	if d.EnvVars != nil {
 		env = d.EnvVars
 	}
 	if err := validateEnv(env); err != nil {
-		return nil, newError(KindRejected, "Env var policy answered an invalid env var: "+err.Error(), err)
+		return nil, newError(core.KindRejected, "Env var policy answered an invalid env var: "+err.Error(), err)
 	}
 	if err := e.checkEnvSize(env); err != nil {
-		return nil, newError(KindRejected, "Env var policy answered too many env vars: "+err.Error(), err)
+		return nil, newError(core.KindRejected, "Env var policy answered too many env vars: "+err.Error(), err)
 	}
 	if len(env) > 0 && !SupportsEnv(c.info.Language) {
-		return nil, newError(KindInvalid, fmt.Sprintf("env_vars are not supported for language %q", c.info.Language), nil)
+		return nil, newError(core.KindInvalid, fmt.Sprintf("env_vars are not supported for language %q", c.info.Language), nil)
 	}
 	return env, nil
 }
@@ -531,7 +533,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	errs := make([]error, len(contexts))
 	for i, c := range contexts {
 		wg.Go(func() {
-			if err := c.requestControl(ctx, opDelete); err != nil && KindOf(err) != KindNotFound {
+			if err := c.requestControl(ctx, opDelete); err != nil && core.KindOf(err) != core.KindNotFound {
 				errs[i] = err
 				return
 			}
@@ -555,7 +557,7 @@ func (e *Engine) Execution(id string) (*Execution, error) {
 	if x, ok := e.executions[id]; ok {
 		return x, nil
 	}
-	return nil, newError(KindNotFound, fmt.Sprintf("Execution %s not found (finished executions are kept for %s)", ShowID(id), e.cfg.ReplayTTL), nil)
+	return nil, newError(core.KindNotFound, fmt.Sprintf("Execution %s not found (finished executions are kept for %s)", core.ShowID(id), e.cfg.ReplayTTL), nil)
 }
 
 func (e *Engine) register(x *Execution) {
@@ -572,13 +574,13 @@ func (e *Engine) unregister(x *Execution) {
 }
 
 // retain keeps the finished x for ReplayTTL, forgetting the oldest finished
-// executions past MaxRetainedExecutions.
+// executions past maxRetainedExecutions.
 func (e *Engine) retain(x *Execution) {
 	e.execMu.Lock()
 	defer e.execMu.Unlock()
 	now := e.clock()
 	e.finished = append(e.finished, retained{x: x, expires: now.Add(e.cfg.ReplayTTL)})
-	for len(e.finished) > MaxRetainedExecutions {
+	for len(e.finished) > maxRetainedExecutions {
 		delete(e.executions, e.finished[0].x.id)
 		e.finished[0] = retained{}
 		e.finished = e.finished[1:]

@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"context"
@@ -134,7 +134,7 @@ type Stream struct {
 // Attach attaches a new stream that reads the outputs after sequence number
 // after (0: from the first), those buffered and then the rest as they come.
 // The stream attached before it, if any, gets ErrDetached. Errors: KindInvalid
-// if after is past the last output; KindGone (wrapping ErrReplayGone) if
+// if after is past the last output; KindGone if
 // outputs after it are no longer buffered.
 func (x *Execution) Attach(after uint64) (*Stream, error) {
 	gen, err := x.out.attach(after)
