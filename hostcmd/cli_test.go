@@ -138,14 +138,18 @@ func TestCLIPluginsList(t *testing.T) {
 	}
 	url := "http://" + closedPort(t) + "/"
 	status, stdout, stderr := run(t, kernelhost, "", hostEnv("KERNELHOST_JUPYTER_URL="+url), "plugins", "list", "-plugin-dir", dir)
-	// The jupyter plugin's own log line (a JSON record with a timestamp) is
-	// checked here, then masked.
-	jupyterLog := regexp.MustCompile(`plugin stderr: \{.*\}`)
-	if l := jupyterLog.FindString(stdout); !strings.Contains(l, "connection refused") || !strings.Contains(l, url) {
+	// The jupyter plugin's error (its transport found no server at url) is
+	// checked here, then masked with the plugin's log lines (JSON records
+	// with timestamps).
+	jupyterErr := regexp.MustCompile(`(?m)^jupyter: .*$`)
+	if l := jupyterErr.FindString(stdout); !strings.Contains(l, "configure: cannot start the jupyter transport at "+url) || !strings.Contains(l, "connection refused") {
 		t.Errorf("the jupyter plugin's error %q does not say it found no server at %s", l, url)
 	}
+	jupyterLog := regexp.MustCompile(`plugin stderr: \{.*\}`)
 	golden(t, "plugins-list", status, stdout, stderr, func(s string) string {
-		return jupyterLog.ReplaceAllString(replacer(dir, "PLUGINS")(s), "plugin stderr: JUPYTER-LOG")
+		s = strings.ReplaceAll(replacer(dir, "PLUGINS")(s), url, "URL")
+		s = regexp.MustCompile(`127\.0\.0\.1:[0-9]+`).ReplaceAllString(s, "127.0.0.1:PORT")
+		return jupyterLog.ReplaceAllString(s, "plugin stderr: JUPYTER-LOG")
 	})
 
 	t.Run("missing directory", func(t *testing.T) {

@@ -22,7 +22,7 @@ type DiscoveredPlugin struct {
 }
 
 // DiscoverPlugins starts every transport plugin in cfg.PluginDir, one after
-// the other, with the environment LaunchTransport gives it, asks each to
+// the other, with the environment and settings LaunchTransport gives it, asks each to
 // describe itself over the plugin protocol and stops it. A plugin that does
 // not start is reported with its error; only an unreadable directory is an
 // error. Each start is bounded by startTimeout.
@@ -39,7 +39,9 @@ func DiscoverPlugins(ctx context.Context, cfg Config, startTimeout time.Duration
 			continue
 		}
 		p := DiscoveredPlugin{Transport: name, Path: PluginPath(cfg.PluginDir, name)}
-		p.Info, p.Err = describePlugin(ctx, cfg, p.Path, startTimeout)
+		pcfg := cfg
+		pcfg.TransportName = name
+		p.Info, p.Err = describePlugin(ctx, pcfg, p.Path, startTimeout)
 		found = append(found, p)
 	}
 	sort.Slice(found, func(i, j int) bool { return found[i].Transport < found[j].Transport })
@@ -52,7 +54,7 @@ func describePlugin(ctx context.Context, cfg Config, path string, startTimeout t
 	}
 	s, err := transportplugin.Launch(ctx, transportplugin.Config{
 		Path:     path,
-		Settings: pluginEnv(cfg),
+		Settings: pluginSettings(cfg),
 		// The error carries what the plugin said; its log lines are noise here.
 		Logger:       slog.New(slog.DiscardHandler),
 		StartTimeout: startTimeout,

@@ -13,8 +13,8 @@ func RouteTable() []string {
 // MaxTimeoutSeconds is the largest "timeout" an /execute body may give.
 const MaxTimeoutSeconds = maxTimeoutSeconds
 
-// PluginEnv is the environment the host adds for its transport plugin.
-var PluginEnv = pluginEnv
+// PluginSettings are the settings the host passes its transport plugin.
+var PluginSettings = pluginSettings
 
 // WithoutKernelEnv makes the hosts started until restore is called apply no
 // kernel environment (kernelenv), for benchmarks that compare the two. Not

@@ -4,7 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -65,10 +65,15 @@ func TestLoadTransportAndPolicies(t *testing.T) {
 	if c.Jupyter.Headers["X-Proxy-Auth"] != "p" || c.Jupyter.KernelNames["python"] != "python_kubernetes" || c.Jupyter.CAFile != "/etc/ca.pem" {
 		t.Fatalf("jupyter connection settings %+v", c.Jupyter)
 	}
-	// The plugin gets them in its settings, as JSON.
-	if got := server.PluginEnv(c); !slices.Contains(got, `KERNELHOST_JUPYTER_KERNEL_ENV={"KERNEL_NAMESPACE":"team-a","KERNEL_USERNAME":"alice"}`) ||
-		!slices.Contains(got, `KERNELHOST_JUPYTER_HEADERS={"X-Proxy-Auth":"p"}`) || !slices.Contains(got, "KERNELHOST_JUPYTER_CA_FILE=/etc/ca.pem") {
-		t.Fatalf("plugin env %q", got)
+	// The plugin gets its settings, typed.
+	got := server.PluginSettings(c)
+	if !reflect.DeepEqual(got["jupyter-kernel-env"], map[string]string{"KERNEL_NAMESPACE": "team-a", "KERNEL_USERNAME": "alice"}) ||
+		!reflect.DeepEqual(got["jupyter-headers"], map[string]string{"X-Proxy-Auth": "p"}) || got["jupyter-ca-file"] != "/etc/ca.pem" ||
+		got["jupyter-start-timeout"] != 2*time.Minute || got["jupyter-insecure-skip-verify"] != false {
+		t.Fatalf("plugin settings %v", got)
+	}
+	if _, ok := got["python"]; ok {
+		t.Fatalf("the jupyter plugin gets the subprocess transport's settings: %v", got)
 	}
 	if v, ok := c.LookupEnv("KERNELHOST_POLICY_CONFIG_DENYLIST"); !ok || v != "{}" {
 		t.Fatalf("LookupEnv: %q %v", v, ok)

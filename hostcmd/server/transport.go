@@ -2,11 +2,9 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/kernelhost/kernelhost/plugins/transportplugin"
@@ -47,7 +45,7 @@ func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*transp
 	bounds := kernelBounds(cfg)
 	s, err := transportplugin.Launch(ctx, transportplugin.Config{
 		Path:               path,
-		Settings:           pluginEnv(cfg),
+		Settings:           pluginSettings(cfg),
 		Logger:             cfg.Logger,
 		OnRestart:          onRestart,
 		StartKernelTimeout: bounds.pluginStart,
@@ -85,35 +83,4 @@ func kernelBounds(cfg Config) hostBounds {
 		pluginStart: start + boundsMargin,
 		pluginCall:  max(time.Minute, j.RestartTimeout+boundsMargin),
 	}
-}
-
-// pluginEnv is the settings a plugin reads (transportplugin.Setting), as
-// "KEY=value": its rows of the settings table (pluginSettings). They travel
-// on the plugin's settings pipe, not in its environment, which its
-// interpreters would inherit and /proc shows (the Jupyter token). The host's
-// own KERNELHOST_* variables are left out of the plugin's environment. Empty
-// settings are left out so the plugin's own defaults apply.
-func pluginEnv(cfg Config) []string {
-	var env []string
-	for name, v := range pluginSettings(cfg) {
-		var text string
-		switch v := v.(type) {
-		case map[string]string:
-			if v != nil {
-				b, _ := json.Marshal(v) // a map of strings always marshals
-				text = string(b)
-			}
-		case time.Duration:
-			if v > 0 {
-				text = v.String()
-			}
-		default:
-			text = fmt.Sprint(v)
-		}
-		if text != "" {
-			env = append(env, EnvVar(name)+"="+text)
-		}
-	}
-	slices.Sort(env)
-	return env
 }

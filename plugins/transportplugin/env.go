@@ -1,11 +1,7 @@
 package transportplugin
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -45,65 +41,11 @@ func isHandshakeVar(key string) bool {
 // environment, and the subprocess transport out of its interpreters'.
 const HostEnvPrefix = "KERNELHOST_"
 
-// settingsFDVar names the plugin's descriptor of the settings pipe (see
-// Config.Settings). It is a PLUGIN_* variable, so it is scrubbed like the
-// handshake's.
-const settingsFDVar = "PLUGIN_KERNELHOST_SETTINGS_FD"
-
-// maxSettingsBytes bounds the settings a host passes.
-const maxSettingsBytes = 1 << 20
-
-// settings are what the host passed on the settings pipe.
-var settings map[string]string
-
-// Setting returns the setting key the host passed (Config.Settings), or, when
-// the host did not pass it (or started the plugin without the settings
-// pipe), the environment variable key. An empty value counts as unset.
-func Setting(key string) string {
-	if v := settings[key]; v != "" {
-		return v
-	}
-	return os.Getenv(key)
-}
-
-// readSettings reads the settings pipe, if the host gave one, and closes it
-// so that no interpreter inherits it.
-func readSettings() error {
-	v := os.Getenv(settingsFDVar)
-	if v == "" {
-		return nil
-	}
-	fd, err := strconv.Atoi(v)
-	if err != nil || fd < 3 {
-		return fmt.Errorf("%s=%q: want a descriptor number", settingsFDVar, v)
-	}
-	f := os.NewFile(uintptr(fd), "settings")
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxSettingsBytes+1))
-	if err != nil {
-		return fmt.Errorf("read the settings: %w", err)
-	}
-	var pairs []string
-	if err := json.Unmarshal(data, &pairs); err != nil {
-		return fmt.Errorf("read the settings: %w", err)
-	}
-	settings = make(map[string]string, len(pairs))
-	for _, kv := range pairs {
-		k, v, _ := strings.Cut(kv, "=")
-		settings[k] = v
-	}
-	return nil
-}
-
 func init() {
 	// Only in a process started as a transport plugin: the host imports this
 	// package too and must keep its own environment.
 	if os.Getenv(handshake.MagicCookieKey) != handshake.MagicCookieValue {
 		return
-	}
-	if err := readSettings(); err != nil {
-		fmt.Fprintf(os.Stderr, "kernelhost transport plugin: %v\n", err)
-		os.Exit(1)
 	}
 	// The plugin holds the host's settings in memory (a Jupyter token):
 	// not dumpable, its /proc/<pid>/mem, environ and the like are closed to

@@ -49,7 +49,9 @@ func runHelper(mode string) {
 		fmt.Println("hello from a careless plugin")
 		Serve(bashtransport.New())
 	case "protocol-next":
-		serve(bashtransport.New(), ProtocolVersion+1)
+		serve(func(context.Context, Settings) (core.Transport, error) { return bashtransport.New(), nil }, ProtocolVersion+1)
+	case "configured":
+		ServeConfigured(newConfiguredTransport)
 	case "hang":
 		Serve(hangTransport{})
 	case "big":
@@ -265,4 +267,27 @@ func waitForLine(t *testing.T, sc *bufio.Scanner, prefix string, timeout time.Du
 		t.Fatalf("no %q line within %v", prefix, timeout)
 		return ""
 	}
+}
+
+// configuredTransport is the example transport built from the host's
+// settings: it takes one, "greeting", and shows it as its version.
+type configuredTransport struct {
+	*bashtransport.Transport
+	greeting string
+}
+
+func newConfiguredTransport(_ context.Context, s Settings) (core.Transport, error) {
+	var set struct {
+		Greeting string `setting:"greeting"`
+	}
+	if err := s.Decode(&set); err != nil {
+		return nil, err
+	}
+	return configuredTransport{bashtransport.New(), set.Greeting}, nil
+}
+
+func (t configuredTransport) Info() core.TransportInfo {
+	info := t.Transport.Info()
+	info.Version = t.greeting
+	return info
 }

@@ -238,6 +238,8 @@ func TestStartupFailuresAreClear(t *testing.T) {
 	}{
 		{"stdout before handshake", selfPlugin(t, "stdout-noise"), "wrote to stdout before the go-plugin handshake"},
 		{"wrong protocol version", selfPlugin(t, "protocol-next"), "no common transport plugin protocol version (host speaks 2)"},
+		{"settings it does not take", withSettings(selfPlugin(t, "configured"), map[string]any{"greeting": "hi", "colour": "red"}), "configure: setting colour: this plugin takes no such setting"},
+		{"a setting of another type", withSettings(selfPlugin(t, "configured"), map[string]any{"greeting": time.Second}), "configure: setting greeting: a time.Duration does not fit"},
 		{"wrong magic cookie", wrongCookie, "exited during the handshake"},
 		{"not a plugin", Config{Path: "/bin/true", Logger: testLogger(t)}, "exited during the handshake"},
 		{"missing binary", Config{Path: "/nonexistent/plugin", Logger: testLogger(t)}, "/nonexistent/plugin"},
@@ -257,6 +259,33 @@ func TestStartupFailuresAreClear(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+func withSettings(cfg Config, settings map[string]any) Config {
+	cfg.Settings = settings
+	return cfg
+}
+
+// The host's settings reach the transport the plugin builds, over the
+// protocol: not in the plugin's environment, which its interpreters inherit
+// and /proc shows (so a secret setting stays out of both).
+func TestSettingsReachThePlugin(t *testing.T) {
+	const secret = "greeting-secret-51d2"
+	s := launch(t, withSettings(selfPlugin(t, "configured"), map[string]any{"greeting": secret}))
+	if v := s.Info().Version; v != secret {
+		t.Fatalf("the transport's version %q: want the greeting setting, %q", v, secret)
+	}
+	k := startBash(t, s)
+	var out strings.Builder
+	for _, m := range run(t, k, "env", `env; tr '\0' '\n' < /proc/$PPID/environ`) {
+		out.WriteString(m.Text)
+	}
+	if !strings.Contains(out.String(), "PATH=") {
+		t.Fatalf("no environment in the output: %q", out.String())
+	}
+	if strings.Contains(out.String(), secret) {
+		t.Fatalf("a setting is in the environment of the plugin or its interpreter: %q", out.String())
 	}
 }
 

@@ -2,10 +2,7 @@ package transportplugin
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -27,7 +24,6 @@ type procRunner struct {
 	stdout io.ReadCloser
 	stderr io.ReadCloser
 
-	settings  *os.File      // the settings pipe's read end, the plugin's fd 3; closed once started
 	pidfd     int           // -1 when pidfd_open is unavailable
 	watchDone chan struct{} // closed when the pidfd watcher returns
 	exitOnce  sync.Once
@@ -41,23 +37,12 @@ var _ runner.Runner = (*procRunner)(nil)
 
 // newProcRunner builds the runner for path with the environment go-plugin
 // prepared in spec (the host's environment, then the magic cookie, protocol
-// versions, mTLS client cert) minus the host's own settings, and settings
-// on an inherited pipe (see settingsFDVar).
-func newProcRunner(path string, args []string, extraEnv []string, settings []string, spec *exec.Cmd) (_ *procRunner, err error) {
+// versions, mTLS client cert) minus the host's own settings (the plugin gets
+// its settings over the protocol: Configure).
+func newProcRunner(path string, args []string, extraEnv []string, spec *exec.Cmd) (*procRunner, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(withoutHostSettings(spec.Env), extraEnv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	settingsR, err := settingsPipe(settings)
-	if err != nil {
-		return nil, fmt.Errorf("pass the plugin its settings: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			settingsR.Close()
-		}
-	}()
-	cmd.ExtraFiles = []*os.File{settingsR}
-	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", settingsFDVar, 3))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -66,7 +51,7 @@ func newProcRunner(path string, args []string, extraEnv []string, settings []str
 	if err != nil {
 		return nil, err
 	}
-	return &procRunner{cmd: cmd, stdout: stdout, stderr: stderr, settings: settingsR, pidfd: -1, exited: make(chan struct{})}, nil
+	return &procRunner{cmd: cmd, stdout: stdout, stderr: stderr, pidfd: -1, exited: make(chan struct{})}, nil
 }
 
 // withoutHostSettings drops the host's KERNELHOST_* variables from env (but
@@ -85,38 +70,11 @@ func withoutHostSettings(env []string) []string {
 	return out
 }
 
-// settingsPipe returns the read end of a pipe that holds settings as a JSON
-// array of "KEY=value" and is closed for writing: a few KiB at most, well within a pipe's buffer.
-func settingsPipe(settings []string) (*os.File, error) {
-	data, err := json.Marshal(settings)
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxSettingsBytes {
-		return nil, fmt.Errorf("settings take %d bytes, more than %d", len(data), maxSettingsBytes)
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	_, err = w.Write(data)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
-}
-
 // Start starts the process and watches it through a pidfd, which becomes
 // readable the moment the process dies (before go-plugin has drained its
 // pipes and reaped it).
 func (r *procRunner) Start(context.Context) error {
-	err := r.cmd.Start()
-	r.settings.Close() // the plugin has its own copy
-	if err != nil {
+	if err := r.cmd.Start(); err != nil {
 		return err
 	}
 	fd, err := unix.PidfdOpen(r.cmd.Process.Pid, 0)
@@ -205,9 +163,9 @@ func (r *procRunner) HostToPlugin(n, a string) (string, string, error) { return 
 
 // runnerFunc adapts newProcRunner to go-plugin's ClientConfig.RunnerFunc and
 // hands the runner back through out.
-func runnerFunc(path string, args, env []string, settings []string, out **procRunner) func(hclog.Logger, *exec.Cmd, string) (runner.Runner, error) {
+func runnerFunc(path string, args, env []string, out **procRunner) func(hclog.Logger, *exec.Cmd, string) (runner.Runner, error) {
 	return func(_ hclog.Logger, spec *exec.Cmd, _ string) (runner.Runner, error) {
-		r, err := newProcRunner(path, args, env, settings, spec)
+		r, err := newProcRunner(path, args, env, spec)
 		if err != nil {
 			return nil, err
 		}

@@ -25,6 +25,9 @@ const kernelShutdownTimeout = 1500 * time.Millisecond
 //
 //	func main() { transportplugin.Serve(mytransport.New()) }
 //
+// The host's settings, if it passes any, are ignored: a transport that takes
+// settings is served with ServeConfigured.
+//
 // Rules for the plugin process, which Serve relies on:
 //   - Write nothing to stdout before calling Serve: go-plugin reads the
 //     handshake from the plugin's first stdout line, so a stray print breaks
@@ -39,7 +42,26 @@ const kernelShutdownTimeout = 1500 * time.Millisecond
 // plugin's environment sets GOMAXPROCS (the host's Config.Env can); see
 // pluginMaxProcs.
 func Serve(t core.Transport) {
-	serve(t, ProtocolVersion)
+	serve(func(context.Context, Settings) (core.Transport, error) { return t, nil }, ProtocolVersion)
+}
+
+// ServeConfigured is Serve for a transport built from the host's settings:
+// newTransport gets them (Settings.Decode reads them into a struct) when the
+// host first calls the plugin, before any kernel starts. An error from it
+// fails the plugin's start, and the host reports it. A transport with a
+// Close method is closed when the host is done with the plugin.
+//
+//	func main() {
+//		transportplugin.ServeConfigured(func(ctx context.Context, s transportplugin.Settings) (core.Transport, error) {
+//			var opts mytransport.Options // fields tagged `setting:"name"`
+//			if err := s.Decode(&opts); err != nil {
+//				return nil, err
+//			}
+//			return mytransport.New(ctx, opts)
+//		})
+//	}
+func ServeConfigured(newTransport NewTransport) {
+	serve(newTransport, ProtocolVersion)
 }
 
 // Logger returns the logger a plugin should use: hclog JSON on stderr, which
@@ -72,38 +94,21 @@ const streamWorkers = 4
 // keep every core.
 const pluginMaxProcs = 1
 
-// serve is Serve with the protocol version as a parameter, so tests can build
-// a plugin that speaks a version the host does not.
-func serve(t core.Transport, version int) {
+// serve is ServeConfigured with the protocol version as a parameter, so
+// tests can build a plugin that speaks a version the host does not.
+func serve(newTransport NewTransport, version int) {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(pluginMaxProcs)
 	}
 	log := Logger()
-	srv := newServer(t)
+	srv := newServer(newTransport, log)
 	keepStdoutForHandshake(log)
 
 	done := make(chan struct{})
 	defer close(done)
 	becomeSubreaper(log, done)
-	exit := func(why string) {
-		log.Info("stopping kernels and exiting", "reason", why)
-		srv.shutdownAll(kernelShutdownTimeout)
-		killAdopted()
-		os.Exit(0)
-	}
-	go watchParent(done, exit)
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM)
-		defer signal.Stop(sig)
-		select {
-		case <-sig:
-			exit("SIGTERM")
-		case <-done:
-		}
-	}()
+	go stopWhenTold(srv, log, done)
 
-	info := t.Info()
 	restoreHandshakeEnv() // for plugin.Serve to read; see env.go
 	// The kernel socket goes in go-plugin's private socket directory.
 	if ks, err := listenKernelSocket(os.Getenv("PLUGIN_UNIX_SOCKET_DIR")); err != nil {
@@ -113,34 +118,63 @@ func serve(t core.Transport, version int) {
 		defer ks.close()
 		go ks.serve(srv, log)
 	}
-	log.Info("serving transport", "name", info.Name, "version", info.Version, "languages", info.Languages, "pid", os.Getpid())
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{
 			version: {pluginName: &grpcPlugin{srv: srv}},
 		},
-		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
-				grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
-				// Serve unary calls on long-lived workers: a fresh goroutine
-				// per call (gRPC's default) grows its stack on every Execute.
-				grpc.NumStreamWorkers(streamWorkers),
-				// The host's first call means go-plugin is done with its
-				// environment variables: take them out before any call can
-				// start an interpreter that would inherit them.
-				grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-					scrubHandshakeEnv()
-					return h(ctx, req)
-				}),
-				grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-					scrubHandshakeEnv()
-					return h(srv, ss)
-				}))
-			return grpc.NewServer(opts...)
-		},
-		Logger: log,
+		GRPCServer: newGRPCServer,
+		Logger:     log,
 	})
 	// The host closed the plugin (client.Kill): stop what is left.
-	srv.shutdownAll(kernelShutdownTimeout)
+	srv.stop()
+	srv.closeTransport()
+}
+
+// stopWhenTold stops the plugin's kernels and exits the process when the host
+// dies (the plugin's parent changes) or sends SIGTERM, until done closes.
+func stopWhenTold(srv *server, log hclog.Logger, done <-chan struct{}) {
+	exit := func(why string) {
+		log.Info("stopping kernels and exiting", "reason", why)
+		srv.stop()
+		os.Exit(0)
+	}
+	go watchParent(done, exit)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	select {
+	case <-sig:
+		exit("SIGTERM")
+	case <-done:
+	}
+}
+
+// stop ends the plugin's kernels and the processes it adopted as a
+// subreaper.
+func (s *server) stop() {
+	s.shutdownAll(kernelShutdownTimeout)
 	killAdopted()
+}
+
+// newGRPCServer is the plugin's gRPC server, with the protocol's message and
+// window sizes.
+func newGRPCServer(opts []grpc.ServerOption) *grpc.Server {
+	opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
+		// Serve unary calls on long-lived workers: a fresh goroutine per
+		// call (gRPC's default) grows its stack on every Execute.
+		grpc.NumStreamWorkers(streamWorkers),
+		// The host's first call means go-plugin is done with its
+		// environment variables: take them out before any call can start
+		// an interpreter that would inherit them.
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			scrubHandshakeEnv()
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			scrubHandshakeEnv()
+			return h(srv, ss)
+		}))
+	return grpc.NewServer(opts...)
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -39,10 +41,20 @@ const holdForResult = 500 * time.Microsecond
 // Shutdown that closed it).
 const closeGrace = time.Second
 
-// server serves one core.Transport over the protocol, inside the plugin.
+// NewTransport builds a plugin's transport from the host's settings (see
+// ServeConfigured). ctx bounds the building only.
+type NewTransport func(ctx context.Context, s Settings) (core.Transport, error)
+
+// server serves one core.Transport over the protocol, inside the plugin. It
+// builds the transport at the host's Configure call.
 type server struct {
 	pb.UnimplementedTransportServer
-	t core.Transport
+	newTransport NewTransport
+	log          hclog.Logger
+
+	configure sync.Mutex     // held while the transport is built
+	t         core.Transport // set once, by Configure; read through transport
+	tSet      atomic.Bool
 
 	socket *kernelSocket // nil when the plugin could not open one
 
@@ -58,12 +70,63 @@ type kernelStream interface {
 	Context() context.Context
 }
 
-func newServer(t core.Transport) *server {
-	return &server{t: t, kernels: make(map[*session]struct{})}
+func newServer(newTransport NewTransport, log hclog.Logger) *server {
+	return &server{newTransport: newTransport, log: log, kernels: make(map[*session]struct{})}
+}
+
+// Configure builds the transport from the host's settings, once.
+func (s *server) Configure(ctx context.Context, req *pb.ConfigureRequest) (*pb.ConfigureResponse, error) {
+	s.configure.Lock()
+	defer s.configure.Unlock()
+	if s.tSet.Load() {
+		return nil, status.Error(codes.FailedPrecondition, "the transport is configured already")
+	}
+	settings, err := settingsFromPB(req.Settings)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	t, err := s.newTransport(ctx, settings)
+	if err != nil {
+		// The host reports it as the plugin's start-up error.
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	s.t = t
+	s.tSet.Store(true)
+	info := t.Info()
+	s.log.Info("serving transport", "name", info.Name, "version", info.Version, "languages", info.Languages, "pid", os.Getpid())
+	return &pb.ConfigureResponse{}, nil
+}
+
+// transport is the configured transport; an error before Configure.
+func (s *server) transport() (core.Transport, error) {
+	if !s.tSet.Load() {
+		return nil, status.Error(codes.FailedPrecondition, "the transport is not configured: the host calls Configure first")
+	}
+	return s.t, nil
+}
+
+// closeTransport closes the transport, if it was built and has a Close
+// method (the jupyter transport's stops its background work).
+func (s *server) closeTransport() {
+	s.configure.Lock()
+	defer s.configure.Unlock()
+	if !s.tSet.Load() {
+		return
+	}
+	switch c := s.t.(type) {
+	case interface{ Close() error }:
+		_ = c.Close()
+	case interface{ Close() }:
+		c.Close()
+	}
 }
 
 func (s *server) Describe(context.Context, *pb.DescribeRequest) (*pb.DescribeResponse, error) {
-	info := s.t.Info()
+	t, err := s.transport()
+	if err != nil {
+		return nil, err
+	}
+	info := t.Info()
 	d := &pb.DescribeResponse{
 		Name:            info.Name,
 		Version:         info.Version,
@@ -120,9 +183,13 @@ func (s *server) kernel(stream kernelStream) error {
 	if start == nil {
 		return status.Error(codes.InvalidArgument, "the first call on a kernel stream must be start")
 	}
+	t, err := s.transport()
+	if err != nil {
+		return err
+	}
 	ctx := stream.Context()
 	// The host bounds the start by ending the stream, which cancels ctx.
-	k, err := s.t.StartKernel(ctx, core.KernelSpec{Language: start.Language, Cwd: string(start.Cwd)})
+	k, err := t.StartKernel(ctx, core.KernelSpec{Language: start.Language, Cwd: string(start.Cwd)})
 	if err != nil {
 		return stream.Send(&pb.KernelFrame{Results: []*pb.CallResult{result(first.Id, err)}})
 	}

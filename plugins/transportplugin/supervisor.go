@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/kernelhost/kernelhost/core"
 	pb "github.com/kernelhost/kernelhost/plugins/transportplugin/proto"
@@ -31,11 +32,13 @@ type Config struct {
 	// the host's KERNELHOST_* variables (its settings and secrets, such as
 	// the access token), which a plugin and its interpreters never see.
 	Env []string
-	// Settings ("KEY=value") reach the plugin through an inherited pipe,
-	// never its environment (which /proc/<pid>/environ shows to processes of
-	// the same user, and which its interpreters would inherit): the plugin
-	// reads them with Setting. For secrets such as a Jupyter token.
-	Settings []string
+	// Settings are passed to the plugin (Settings, ServeConfigured) over
+	// the protocol's mTLS connection at each start, never in its environment
+	// (which /proc/<pid>/environ shows to processes of the same user, and
+	// which its interpreters would inherit): for secrets such as a Jupyter
+	// token. Each value is a string, bool, int, int64, time.Duration or
+	// map[string]string.
+	Settings map[string]any
 	// Name labels the plugin in logs and errors. Default: the base of Path.
 	Name string
 	// Logger receives go-plugin's logs and the plugin's own (its hclog JSON
@@ -329,6 +332,10 @@ func (s *Supervised) supervise(inst *instance) {
 
 // start launches one plugin process and describes it.
 func (s *Supervised) start(ctx context.Context) (*instance, core.TransportInfo, error) {
+	settings, err := settingsToPB(s.cfg.Settings)
+	if err != nil {
+		return nil, core.TransportInfo{}, fmt.Errorf("transport plugin %s: %w", s.cfg.Name, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
 	hl := newSlogAdapter(s.cfg.Logger.With("plugin", s.cfg.Name), "", hclogLevel(s.cfg.LogLevel))
@@ -337,7 +344,7 @@ func (s *Supervised) start(ctx context.Context) (*instance, core.TransportInfo, 
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  handshake,
 		VersionedPlugins: hostPlugins(),
-		RunnerFunc:       runnerFunc(s.cfg.Path, s.cfg.Args, s.cfg.Env, s.cfg.Settings, &proc),
+		RunnerFunc:       runnerFunc(s.cfg.Path, s.cfg.Args, s.cfg.Env, &proc),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		Logger:           hl,
@@ -363,6 +370,9 @@ func (s *Supervised) start(ctx context.Context) (*instance, core.TransportInfo, 
 		return fail(err)
 	}
 	tc := raw.(pb.TransportClient)
+	if _, err := tc.Configure(ctx, &pb.ConfigureRequest{Settings: settings}); err != nil {
+		return fail(fmt.Errorf("configure: %s", status.Convert(err).Message()))
+	}
 	d, err := tc.Describe(ctx, &pb.DescribeRequest{})
 	if err != nil {
 		return fail(fmt.Errorf("describe: %w", err))

@@ -4,42 +4,37 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kernelhost/kernelhost/plugins/transportplugin"
 )
 
-func getenv(vars map[string]string) func(string) string {
-	return func(k string) string { return vars[k] }
-}
-
-func TestReadSettings(t *testing.T) {
-	s, err := readSettings(getenv(nil))
-	if err != nil || s.URL != defaultURL || s.Token != "" || s.KernelEnv != nil {
-		t.Fatalf("defaults: %+v %v", s, err)
-	}
-	s, err = readSettings(getenv(map[string]string{
-		envURL:       "https://gateway.example/prefix/",
-		envToken:     "tok",
-		envKernelEnv: `{"KERNEL_USERNAME":"alice"}`,
-		envStart:     "5m",
-		envConnect:   "90s",
-		envRestart:   "3m",
-		envKeepAlive: "45s",
-		envCAFile:    "/etc/ca.pem",
-		envInsecure:  "true",
-		envHeaders:   `{"X-Proxy-Auth":"p"}`,
-		envNames:     `{"python":"python_kubernetes"}`,
-	}))
+func TestDecodeSettings(t *testing.T) {
+	var s settings
+	err := transportplugin.NewSettings(map[string]any{
+		"jupyter-url":                  "https://gateway.example/prefix/",
+		"jupyter-token":                "tok",
+		"jupyter-kernel-env":           map[string]string{"KERNEL_USERNAME": "alice"},
+		"jupyter-start-timeout":        5 * time.Minute,
+		"jupyter-connect-timeout":      90 * time.Second,
+		"jupyter-restart-timeout":      3 * time.Minute,
+		"jupyter-keep-alive":           45 * time.Second,
+		"jupyter-ca-file":              "/etc/ca.pem",
+		"jupyter-client-cert":          "",
+		"jupyter-client-key":           "",
+		"jupyter-insecure-skip-verify": true,
+		"jupyter-headers":              map[string]string{"X-Proxy-Auth": "p"},
+		"jupyter-kernel-names":         map[string]string{"python": "python_kubernetes"},
+	}).Decode(&s)
 	if err != nil || s.URL != "https://gateway.example/prefix/" || s.Token != "tok" || len(s.KernelEnv) != 1 || s.KernelEnv["KERNEL_USERNAME"] != "alice" {
 		t.Fatalf("settings: %+v %v", s, err)
 	}
 	if c := s.config(); c.StartTimeout != 5*time.Minute || c.ConnectTimeout != 90*time.Second || c.RestartTimeout != 3*time.Minute || c.KeepAlive != 45*time.Second ||
 		c.CAFile != "/etc/ca.pem" || !c.InsecureSkipVerify || c.Headers["X-Proxy-Auth"] != "p" || c.KernelNames["python"] != "python_kubernetes" {
-		t.Fatalf("timeouts: %+v", c)
+		t.Fatalf("config: %+v", c)
 	}
-	if _, err := readSettings(getenv(map[string]string{envConnect: "soon"})); err == nil || !strings.Contains(err.Error(), envConnect) {
-		t.Fatalf("bad timeout: %v", err)
-	}
-	_, err = readSettings(getenv(map[string]string{envKernelEnv: `{"KERNEL_USERNAME":1,"SECRET":"hunter2"}`}))
-	if err == nil || !strings.Contains(err.Error(), envKernelEnv) || strings.Contains(err.Error(), "hunter2") {
-		t.Fatalf("bad kernel env: %v, want an error naming the variable, not the value", err)
+	// A setting of the wrong type names the setting, never the value.
+	err = transportplugin.NewSettings(map[string]any{"jupyter-token": 7 * time.Second}).Decode(&s)
+	if err == nil || !strings.Contains(err.Error(), "jupyter-token") {
+		t.Fatalf("a duration for the token: %v", err)
 	}
 }

@@ -194,6 +194,263 @@ func (ErrorKind) EnumDescriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{1}
 }
 
+type ConfigureRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The settings, by name: for kernelhost's own plugins their rows of the
+	// host's settings table (hostcmd/server/settings.go, docs/operating.md).
+	Settings      map[string]*SettingValue `protobuf:"bytes,1,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureRequest) Reset() {
+	*x = ConfigureRequest{}
+	mi := &file_transport_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureRequest) ProtoMessage() {}
+
+func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
+func (*ConfigureRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ConfigureRequest) GetSettings() map[string]*SettingValue {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+type ConfigureResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureResponse) Reset() {
+	*x = ConfigureResponse{}
+	mi := &file_transport_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureResponse) ProtoMessage() {}
+
+func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
+func (*ConfigureResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{1}
+}
+
+// SettingValue is one setting's value, of its setting's type.
+type SettingValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Value:
+	//
+	//	*SettingValue_Text
+	//	*SettingValue_Integer
+	//	*SettingValue_Flag
+	//	*SettingValue_DurationNanos
+	//	*SettingValue_Object
+	Value         isSettingValue_Value `protobuf_oneof:"value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettingValue) Reset() {
+	*x = SettingValue{}
+	mi := &file_transport_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettingValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettingValue) ProtoMessage() {}
+
+func (x *SettingValue) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettingValue.ProtoReflect.Descriptor instead.
+func (*SettingValue) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SettingValue) GetValue() isSettingValue_Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *SettingValue) GetText() []byte {
+	if x != nil {
+		if x, ok := x.Value.(*SettingValue_Text); ok {
+			return x.Text
+		}
+	}
+	return nil
+}
+
+func (x *SettingValue) GetInteger() int64 {
+	if x != nil {
+		if x, ok := x.Value.(*SettingValue_Integer); ok {
+			return x.Integer
+		}
+	}
+	return 0
+}
+
+func (x *SettingValue) GetFlag() bool {
+	if x != nil {
+		if x, ok := x.Value.(*SettingValue_Flag); ok {
+			return x.Flag
+		}
+	}
+	return false
+}
+
+func (x *SettingValue) GetDurationNanos() int64 {
+	if x != nil {
+		if x, ok := x.Value.(*SettingValue_DurationNanos); ok {
+			return x.DurationNanos
+		}
+	}
+	return 0
+}
+
+func (x *SettingValue) GetObject() *StringMap {
+	if x != nil {
+		if x, ok := x.Value.(*SettingValue_Object); ok {
+			return x.Object
+		}
+	}
+	return nil
+}
+
+type isSettingValue_Value interface {
+	isSettingValue_Value()
+}
+
+type SettingValue_Text struct {
+	Text []byte `protobuf:"bytes,1,opt,name=text,proto3,oneof"` // a path or a token: not necessarily UTF-8
+}
+
+type SettingValue_Integer struct {
+	Integer int64 `protobuf:"varint,2,opt,name=integer,proto3,oneof"`
+}
+
+type SettingValue_Flag struct {
+	Flag bool `protobuf:"varint,3,opt,name=flag,proto3,oneof"`
+}
+
+type SettingValue_DurationNanos struct {
+	DurationNanos int64 `protobuf:"varint,4,opt,name=duration_nanos,json=durationNanos,proto3,oneof"`
+}
+
+type SettingValue_Object struct {
+	Object *StringMap `protobuf:"bytes,5,opt,name=object,proto3,oneof"` // a JSON object of strings (headers, kernel env)
+}
+
+func (*SettingValue_Text) isSettingValue_Value() {}
+
+func (*SettingValue_Integer) isSettingValue_Value() {}
+
+func (*SettingValue_Flag) isSettingValue_Value() {}
+
+func (*SettingValue_DurationNanos) isSettingValue_Value() {}
+
+func (*SettingValue_Object) isSettingValue_Value() {}
+
+type StringMap struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       map[string]string      `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StringMap) Reset() {
+	*x = StringMap{}
+	mi := &file_transport_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StringMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StringMap) ProtoMessage() {}
+
+func (x *StringMap) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StringMap.ProtoReflect.Descriptor instead.
+func (*StringMap) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StringMap) GetEntries() map[string]string {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 type DescribeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -202,7 +459,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_transport_proto_msgTypes[0]
+	mi := &file_transport_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +471,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[0]
+	mi := &file_transport_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +484,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{0}
+	return file_transport_proto_rawDescGZIP(), []int{4}
 }
 
 type DescribeResponse struct {
@@ -256,7 +513,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_transport_proto_msgTypes[1]
+	mi := &file_transport_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -268,7 +525,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[1]
+	mi := &file_transport_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -281,7 +538,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{1}
+	return file_transport_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DescribeResponse) GetName() string {
@@ -347,7 +604,7 @@ type KernelCall struct {
 
 func (x *KernelCall) Reset() {
 	*x = KernelCall{}
-	mi := &file_transport_proto_msgTypes[2]
+	mi := &file_transport_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +616,7 @@ func (x *KernelCall) String() string {
 func (*KernelCall) ProtoMessage() {}
 
 func (x *KernelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[2]
+	mi := &file_transport_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +629,7 @@ func (x *KernelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelCall.ProtoReflect.Descriptor instead.
 func (*KernelCall) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{2}
+	return file_transport_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *KernelCall) GetId() uint64 {
@@ -495,7 +752,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_transport_proto_msgTypes[3]
+	mi := &file_transport_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +764,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[3]
+	mi := &file_transport_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +777,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{3}
+	return file_transport_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Start) GetLanguage() string {
@@ -550,7 +807,7 @@ type Execute struct {
 
 func (x *Execute) Reset() {
 	*x = Execute{}
-	mi := &file_transport_proto_msgTypes[4]
+	mi := &file_transport_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +819,7 @@ func (x *Execute) String() string {
 func (*Execute) ProtoMessage() {}
 
 func (x *Execute) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[4]
+	mi := &file_transport_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +832,7 @@ func (x *Execute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execute.ProtoReflect.Descriptor instead.
 func (*Execute) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{4}
+	return file_transport_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Execute) GetMsgId() string {
@@ -607,7 +864,7 @@ type Interrupt struct {
 
 func (x *Interrupt) Reset() {
 	*x = Interrupt{}
-	mi := &file_transport_proto_msgTypes[5]
+	mi := &file_transport_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +876,7 @@ func (x *Interrupt) String() string {
 func (*Interrupt) ProtoMessage() {}
 
 func (x *Interrupt) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[5]
+	mi := &file_transport_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +889,7 @@ func (x *Interrupt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupt.ProtoReflect.Descriptor instead.
 func (*Interrupt) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{5}
+	return file_transport_proto_rawDescGZIP(), []int{9}
 }
 
 type Restart struct {
@@ -643,7 +900,7 @@ type Restart struct {
 
 func (x *Restart) Reset() {
 	*x = Restart{}
-	mi := &file_transport_proto_msgTypes[6]
+	mi := &file_transport_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +912,7 @@ func (x *Restart) String() string {
 func (*Restart) ProtoMessage() {}
 
 func (x *Restart) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[6]
+	mi := &file_transport_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +925,7 @@ func (x *Restart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restart.ProtoReflect.Descriptor instead.
 func (*Restart) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{6}
+	return file_transport_proto_rawDescGZIP(), []int{10}
 }
 
 // Shutdown stops the kernel; the plugin ends the stream after its result.
@@ -680,7 +937,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_transport_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +949,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_transport_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +962,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{7}
+	return file_transport_proto_rawDescGZIP(), []int{11}
 }
 
 // Cancel cancels the context of the call with this KernelCall's id (the
@@ -719,7 +976,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_transport_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +988,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_transport_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +1001,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{8}
+	return file_transport_proto_rawDescGZIP(), []int{12}
 }
 
 // KernelFrame is what the plugin had ready at once: messages (merged and
@@ -763,7 +1020,7 @@ type KernelFrame struct {
 
 func (x *KernelFrame) Reset() {
 	*x = KernelFrame{}
-	mi := &file_transport_proto_msgTypes[9]
+	mi := &file_transport_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +1032,7 @@ func (x *KernelFrame) String() string {
 func (*KernelFrame) ProtoMessage() {}
 
 func (x *KernelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[9]
+	mi := &file_transport_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +1045,7 @@ func (x *KernelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelFrame.ProtoReflect.Descriptor instead.
 func (*KernelFrame) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{9}
+	return file_transport_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KernelFrame) GetMessages() []*Message {
@@ -829,7 +1086,7 @@ type CallResult struct {
 
 func (x *CallResult) Reset() {
 	*x = CallResult{}
-	mi := &file_transport_proto_msgTypes[10]
+	mi := &file_transport_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1098,7 @@ func (x *CallResult) String() string {
 func (*CallResult) ProtoMessage() {}
 
 func (x *CallResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[10]
+	mi := &file_transport_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1111,7 @@ func (x *CallResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResult.ProtoReflect.Descriptor instead.
 func (*CallResult) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{10}
+	return file_transport_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CallResult) GetId() uint64 {
@@ -909,7 +1166,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_transport_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1178,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_transport_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1191,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{11}
+	return file_transport_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Message) GetParentId() string {
@@ -1032,7 +1289,25 @@ var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
 	"\n" +
-	"\x0ftransport.proto\x12\x17kernelhost.transport.v2\"\x11\n" +
+	"\x0ftransport.proto\x12\x17kernelhost.transport.v2\"\xcb\x01\n" +
+	"\x10ConfigureRequest\x12S\n" +
+	"\bsettings\x18\x01 \x03(\v27.kernelhost.transport.v2.ConfigureRequest.SettingsEntryR\bsettings\x1ab\n" +
+	"\rSettingsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12;\n" +
+	"\x05value\x18\x02 \x01(\v2%.kernelhost.transport.v2.SettingValueR\x05value:\x028\x01\"\x13\n" +
+	"\x11ConfigureResponse\"\xc6\x01\n" +
+	"\fSettingValue\x12\x14\n" +
+	"\x04text\x18\x01 \x01(\fH\x00R\x04text\x12\x1a\n" +
+	"\ainteger\x18\x02 \x01(\x03H\x00R\ainteger\x12\x14\n" +
+	"\x04flag\x18\x03 \x01(\bH\x00R\x04flag\x12'\n" +
+	"\x0eduration_nanos\x18\x04 \x01(\x03H\x00R\rdurationNanos\x12<\n" +
+	"\x06object\x18\x05 \x01(\v2\".kernelhost.transport.v2.StringMapH\x00R\x06objectB\a\n" +
+	"\x05value\"\x92\x01\n" +
+	"\tStringMap\x12I\n" +
+	"\aentries\x18\x01 \x03(\v2/.kernelhost.transport.v2.StringMap.EntriesEntryR\aentries\x1a:\n" +
+	"\fEntriesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x11\n" +
 	"\x0fDescribeRequest\"\xd1\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -1106,8 +1381,9 @@ const file_transport_proto_rawDesc = "" +
 	"\rKIND_REJECTED\x10\x05\x12\x14\n" +
 	"\x10KIND_UNAVAILABLE\x10\x06\x12\x12\n" +
 	"\x0eKIND_TOO_LARGE\x10\a\x12\r\n" +
-	"\tKIND_GONE\x10\b2\xc5\x01\n" +
-	"\tTransport\x12_\n" +
+	"\tKIND_GONE\x10\b2\xa9\x02\n" +
+	"\tTransport\x12b\n" +
+	"\tConfigure\x12).kernelhost.transport.v2.ConfigureRequest\x1a*.kernelhost.transport.v2.ConfigureResponse\x12_\n" +
 	"\bDescribe\x12(.kernelhost.transport.v2.DescribeRequest\x1a).kernelhost.transport.v2.DescribeResponse\x12W\n" +
 	"\x06Kernel\x12#.kernelhost.transport.v2.KernelCall\x1a$.kernelhost.transport.v2.KernelFrame(\x010\x01BLZJgithub.com/kernelhost/kernelhost/plugins/transportplugin/proto;transportpbb\x06proto3"
 
@@ -1124,45 +1400,57 @@ func file_transport_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_transport_proto_goTypes = []any{
-	(Code)(0),                // 0: kernelhost.transport.v2.Code
-	(ErrorKind)(0),           // 1: kernelhost.transport.v2.ErrorKind
-	(*DescribeRequest)(nil),  // 2: kernelhost.transport.v2.DescribeRequest
-	(*DescribeResponse)(nil), // 3: kernelhost.transport.v2.DescribeResponse
-	(*KernelCall)(nil),       // 4: kernelhost.transport.v2.KernelCall
-	(*Start)(nil),            // 5: kernelhost.transport.v2.Start
-	(*Execute)(nil),          // 6: kernelhost.transport.v2.Execute
-	(*Interrupt)(nil),        // 7: kernelhost.transport.v2.Interrupt
-	(*Restart)(nil),          // 8: kernelhost.transport.v2.Restart
-	(*Shutdown)(nil),         // 9: kernelhost.transport.v2.Shutdown
-	(*Cancel)(nil),           // 10: kernelhost.transport.v2.Cancel
-	(*KernelFrame)(nil),      // 11: kernelhost.transport.v2.KernelFrame
-	(*CallResult)(nil),       // 12: kernelhost.transport.v2.CallResult
-	(*Message)(nil),          // 13: kernelhost.transport.v2.Message
-	nil,                      // 14: kernelhost.transport.v2.Message.DataEntry
+	(Code)(0),                 // 0: kernelhost.transport.v2.Code
+	(ErrorKind)(0),            // 1: kernelhost.transport.v2.ErrorKind
+	(*ConfigureRequest)(nil),  // 2: kernelhost.transport.v2.ConfigureRequest
+	(*ConfigureResponse)(nil), // 3: kernelhost.transport.v2.ConfigureResponse
+	(*SettingValue)(nil),      // 4: kernelhost.transport.v2.SettingValue
+	(*StringMap)(nil),         // 5: kernelhost.transport.v2.StringMap
+	(*DescribeRequest)(nil),   // 6: kernelhost.transport.v2.DescribeRequest
+	(*DescribeResponse)(nil),  // 7: kernelhost.transport.v2.DescribeResponse
+	(*KernelCall)(nil),        // 8: kernelhost.transport.v2.KernelCall
+	(*Start)(nil),             // 9: kernelhost.transport.v2.Start
+	(*Execute)(nil),           // 10: kernelhost.transport.v2.Execute
+	(*Interrupt)(nil),         // 11: kernelhost.transport.v2.Interrupt
+	(*Restart)(nil),           // 12: kernelhost.transport.v2.Restart
+	(*Shutdown)(nil),          // 13: kernelhost.transport.v2.Shutdown
+	(*Cancel)(nil),            // 14: kernelhost.transport.v2.Cancel
+	(*KernelFrame)(nil),       // 15: kernelhost.transport.v2.KernelFrame
+	(*CallResult)(nil),        // 16: kernelhost.transport.v2.CallResult
+	(*Message)(nil),           // 17: kernelhost.transport.v2.Message
+	nil,                       // 18: kernelhost.transport.v2.ConfigureRequest.SettingsEntry
+	nil,                       // 19: kernelhost.transport.v2.StringMap.EntriesEntry
+	nil,                       // 20: kernelhost.transport.v2.Message.DataEntry
 }
 var file_transport_proto_depIdxs = []int32{
-	5,  // 0: kernelhost.transport.v2.KernelCall.start:type_name -> kernelhost.transport.v2.Start
-	6,  // 1: kernelhost.transport.v2.KernelCall.execute:type_name -> kernelhost.transport.v2.Execute
-	7,  // 2: kernelhost.transport.v2.KernelCall.interrupt:type_name -> kernelhost.transport.v2.Interrupt
-	8,  // 3: kernelhost.transport.v2.KernelCall.restart:type_name -> kernelhost.transport.v2.Restart
-	9,  // 4: kernelhost.transport.v2.KernelCall.shutdown:type_name -> kernelhost.transport.v2.Shutdown
-	10, // 5: kernelhost.transport.v2.KernelCall.cancel:type_name -> kernelhost.transport.v2.Cancel
-	13, // 6: kernelhost.transport.v2.KernelFrame.messages:type_name -> kernelhost.transport.v2.Message
-	12, // 7: kernelhost.transport.v2.KernelFrame.results:type_name -> kernelhost.transport.v2.CallResult
-	0,  // 8: kernelhost.transport.v2.CallResult.code:type_name -> kernelhost.transport.v2.Code
-	1,  // 9: kernelhost.transport.v2.CallResult.kind:type_name -> kernelhost.transport.v2.ErrorKind
-	14, // 10: kernelhost.transport.v2.Message.data:type_name -> kernelhost.transport.v2.Message.DataEntry
-	2,  // 11: kernelhost.transport.v2.Transport.Describe:input_type -> kernelhost.transport.v2.DescribeRequest
-	4,  // 12: kernelhost.transport.v2.Transport.Kernel:input_type -> kernelhost.transport.v2.KernelCall
-	3,  // 13: kernelhost.transport.v2.Transport.Describe:output_type -> kernelhost.transport.v2.DescribeResponse
-	11, // 14: kernelhost.transport.v2.Transport.Kernel:output_type -> kernelhost.transport.v2.KernelFrame
-	13, // [13:15] is the sub-list for method output_type
-	11, // [11:13] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	18, // 0: kernelhost.transport.v2.ConfigureRequest.settings:type_name -> kernelhost.transport.v2.ConfigureRequest.SettingsEntry
+	5,  // 1: kernelhost.transport.v2.SettingValue.object:type_name -> kernelhost.transport.v2.StringMap
+	19, // 2: kernelhost.transport.v2.StringMap.entries:type_name -> kernelhost.transport.v2.StringMap.EntriesEntry
+	9,  // 3: kernelhost.transport.v2.KernelCall.start:type_name -> kernelhost.transport.v2.Start
+	10, // 4: kernelhost.transport.v2.KernelCall.execute:type_name -> kernelhost.transport.v2.Execute
+	11, // 5: kernelhost.transport.v2.KernelCall.interrupt:type_name -> kernelhost.transport.v2.Interrupt
+	12, // 6: kernelhost.transport.v2.KernelCall.restart:type_name -> kernelhost.transport.v2.Restart
+	13, // 7: kernelhost.transport.v2.KernelCall.shutdown:type_name -> kernelhost.transport.v2.Shutdown
+	14, // 8: kernelhost.transport.v2.KernelCall.cancel:type_name -> kernelhost.transport.v2.Cancel
+	17, // 9: kernelhost.transport.v2.KernelFrame.messages:type_name -> kernelhost.transport.v2.Message
+	16, // 10: kernelhost.transport.v2.KernelFrame.results:type_name -> kernelhost.transport.v2.CallResult
+	0,  // 11: kernelhost.transport.v2.CallResult.code:type_name -> kernelhost.transport.v2.Code
+	1,  // 12: kernelhost.transport.v2.CallResult.kind:type_name -> kernelhost.transport.v2.ErrorKind
+	20, // 13: kernelhost.transport.v2.Message.data:type_name -> kernelhost.transport.v2.Message.DataEntry
+	4,  // 14: kernelhost.transport.v2.ConfigureRequest.SettingsEntry.value:type_name -> kernelhost.transport.v2.SettingValue
+	2,  // 15: kernelhost.transport.v2.Transport.Configure:input_type -> kernelhost.transport.v2.ConfigureRequest
+	6,  // 16: kernelhost.transport.v2.Transport.Describe:input_type -> kernelhost.transport.v2.DescribeRequest
+	8,  // 17: kernelhost.transport.v2.Transport.Kernel:input_type -> kernelhost.transport.v2.KernelCall
+	3,  // 18: kernelhost.transport.v2.Transport.Configure:output_type -> kernelhost.transport.v2.ConfigureResponse
+	7,  // 19: kernelhost.transport.v2.Transport.Describe:output_type -> kernelhost.transport.v2.DescribeResponse
+	15, // 20: kernelhost.transport.v2.Transport.Kernel:output_type -> kernelhost.transport.v2.KernelFrame
+	18, // [18:21] is the sub-list for method output_type
+	15, // [15:18] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -1171,6 +1459,13 @@ func file_transport_proto_init() {
 		return
 	}
 	file_transport_proto_msgTypes[2].OneofWrappers = []any{
+		(*SettingValue_Text)(nil),
+		(*SettingValue_Integer)(nil),
+		(*SettingValue_Flag)(nil),
+		(*SettingValue_DurationNanos)(nil),
+		(*SettingValue_Object)(nil),
+	}
+	file_transport_proto_msgTypes[6].OneofWrappers = []any{
 		(*KernelCall_Start)(nil),
 		(*KernelCall_Execute)(nil),
 		(*KernelCall_Interrupt)(nil),
@@ -1184,7 +1479,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -62,14 +62,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Transport_Describe_FullMethodName = "/kernelhost.transport.v2.Transport/Describe"
-	Transport_Kernel_FullMethodName   = "/kernelhost.transport.v2.Transport/Kernel"
+	Transport_Configure_FullMethodName = "/kernelhost.transport.v2.Transport/Configure"
+	Transport_Describe_FullMethodName  = "/kernelhost.transport.v2.Transport/Describe"
+	Transport_Kernel_FullMethodName    = "/kernelhost.transport.v2.Transport/Kernel"
 )
 
 // TransportClient is the client API for Transport service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type TransportClient interface {
+	// Configure hands the plugin its settings, from which it builds its
+	// transport. The host calls it first, once per plugin process; every
+	// other call fails before it. Settings never travel in the plugin's
+	// environment, which its interpreters would inherit and /proc shows: a
+	// Jupyter token comes this way, over the mTLS connection.
+	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
 	// Describe returns the transport's name, version and languages.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 	// Kernel starts one kernel (the first call must be start) and carries all
@@ -83,6 +90,16 @@ type transportClient struct {
 
 func NewTransportClient(cc grpc.ClientConnInterface) TransportClient {
 	return &transportClient{cc}
+}
+
+func (c *transportClient) Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfigureResponse)
+	err := c.cc.Invoke(ctx, Transport_Configure_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (c *transportClient) Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error) {
@@ -112,6 +129,12 @@ type Transport_KernelClient = grpc.BidiStreamingClient[KernelCall, KernelFrame]
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
 type TransportServer interface {
+	// Configure hands the plugin its settings, from which it builds its
+	// transport. The host calls it first, once per plugin process; every
+	// other call fails before it. Settings never travel in the plugin's
+	// environment, which its interpreters would inherit and /proc shows: a
+	// Jupyter token comes this way, over the mTLS connection.
+	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
 	// Describe returns the transport's name, version and languages.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	// Kernel starts one kernel (the first call must be start) and carries all
@@ -127,6 +150,9 @@ type TransportServer interface {
 // pointer dereference when methods are called.
 type UnimplementedTransportServer struct{}
 
+func (UnimplementedTransportServer) Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Configure not implemented")
+}
 func (UnimplementedTransportServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Describe not implemented")
 }
@@ -152,6 +178,24 @@ func RegisterTransportServer(s grpc.ServiceRegistrar, srv TransportServer) {
 		t.testEmbeddedByValue()
 	}
 	s.RegisterService(&Transport_ServiceDesc, srv)
+}
+
+func _Transport_Configure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigureRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).Configure(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_Configure_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).Configure(ctx, req.(*ConfigureRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
 
 func _Transport_Describe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -186,6 +230,10 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "kernelhost.transport.v2.Transport",
 	HandlerType: (*TransportServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Configure",
+			Handler:    _Transport_Configure_Handler,
+		},
 		{
 			MethodName: "Describe",
 			Handler:    _Transport_Describe_Handler,

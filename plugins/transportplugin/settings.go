@@ -1,0 +1,144 @@
+package transportplugin
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	pb "github.com/kernelhost/kernelhost/plugins/transportplugin/proto"
+)
+
+// Settings are the settings the host passed the plugin, by name, each a
+// value of its setting's type: string, bool, int64, time.Duration or
+// map[string]string. kernelhost's own plugins receive their rows of the
+// host's settings table (docs/operating.md: the subprocess plugin
+// "python", "kernel-cgroups", …, the jupyter plugin "jupyter-url", …).
+// They come over the plugin protocol, never in the plugin's environment.
+type Settings struct {
+	values map[string]any
+}
+
+// NewSettings is Settings holding values (each of a type Settings names),
+// for tests of a plugin's settings type.
+func NewSettings(values map[string]any) Settings {
+	return Settings{values: values}
+}
+
+// Decode stores the settings in the struct dst points to: a field tagged
+// `setting:"name"` gets the setting name, if passed. A field's type must be
+// the setting's (an int64 setting also fits an int field). A setting that
+// no field takes, or whose value does not fit its field, is an error: the
+// host and the plugin disagree on the settings, and the plugin does not
+// start. Fields of settings the host did not pass keep their values.
+func (s Settings) Decode(dst any) error {
+	v := reflect.ValueOf(dst)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return fmt.Errorf("decode settings: want a pointer to a struct, got %T", dst)
+	}
+	fields := map[string]reflect.Value{}
+	st := v.Elem().Type()
+	for i := range st.NumField() {
+		if name := st.Field(i).Tag.Get("setting"); name != "" {
+			fields[name] = v.Elem().Field(i)
+		}
+	}
+	var errs []error
+	for _, name := range s.names() {
+		f, ok := fields[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("setting %s: this plugin takes no such setting", name))
+			continue
+		}
+		if err := assign(f, s.values[name]); err != nil {
+			errs = append(errs, fmt.Errorf("setting %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s Settings) names() []string {
+	names := make([]string, 0, len(s.values))
+	for k := range s.values {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// assign stores the setting value v in the field f, if its type fits.
+func assign(f reflect.Value, v any) error {
+	ok := false
+	switch v := v.(type) {
+	case string:
+		ok = f.Kind() == reflect.String
+	case bool:
+		ok = f.Kind() == reflect.Bool
+	case time.Duration:
+		ok = f.Type() == durationType
+	case int64:
+		if ok = f.Type() != durationType && (f.Kind() == reflect.Int || f.Kind() == reflect.Int64); ok {
+			f.SetInt(v)
+			return nil
+		}
+	case map[string]string:
+		ok = f.Type() == reflect.TypeFor[map[string]string]()
+	}
+	if !ok {
+		return fmt.Errorf("a %T does not fit a field of type %s", v, f.Type())
+	}
+	f.Set(reflect.ValueOf(v))
+	return nil
+}
+
+// settingsToPB encodes settings for the plugin protocol: values of the types
+// Settings names (an int is taken as an int64).
+func settingsToPB(values map[string]any) (map[string]*pb.SettingValue, error) {
+	out := make(map[string]*pb.SettingValue, len(values))
+	for name, v := range values {
+		var sv pb.SettingValue
+		switch v := v.(type) {
+		case string:
+			sv.Value = &pb.SettingValue_Text{Text: []byte(v)}
+		case bool:
+			sv.Value = &pb.SettingValue_Flag{Flag: v}
+		case int:
+			sv.Value = &pb.SettingValue_Integer{Integer: int64(v)}
+		case int64:
+			sv.Value = &pb.SettingValue_Integer{Integer: v}
+		case time.Duration:
+			sv.Value = &pb.SettingValue_DurationNanos{DurationNanos: int64(v)}
+		case map[string]string:
+			sv.Value = &pb.SettingValue_Object{Object: &pb.StringMap{Entries: v}}
+		default:
+			return nil, fmt.Errorf("setting %s: a %T cannot be passed to a plugin", name, v)
+		}
+		out[name] = &sv
+	}
+	return out, nil
+}
+
+// settingsFromPB decodes the settings of a Configure call.
+func settingsFromPB(in map[string]*pb.SettingValue) (Settings, error) {
+	values := make(map[string]any, len(in))
+	for name, sv := range in {
+		switch v := sv.GetValue().(type) {
+		case *pb.SettingValue_Text:
+			values[name] = string(v.Text)
+		case *pb.SettingValue_Flag:
+			values[name] = v.Flag
+		case *pb.SettingValue_Integer:
+			values[name] = v.Integer
+		case *pb.SettingValue_DurationNanos:
+			values[name] = time.Duration(v.DurationNanos)
+		case *pb.SettingValue_Object:
+			values[name] = v.Object.GetEntries() // empty: nil, as unset
+		default:
+			return Settings{}, fmt.Errorf("setting %s: a value of no known type (a newer host?)", name)
+		}
+	}
+	return Settings{values: values}, nil
+}
