@@ -68,18 +68,5 @@ func TestJavaEngine(t *testing.T) {
 // TestJavaInterruptLoop: an interrupt stops a loop that never sleeps.
 func TestJavaInterruptLoop(t *testing.T) {
 	needInterpreter(t, "java", "default-jdk-headless")
-	k := startKernel(t, "java", t.TempDir())
-	tt.Exec(t, k, "int kept = 7;", false)
-	e := tt.Send(t, k, "System.out.println(\"start\");\nlong i = 0; while (true) { i++; }", false)
-	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") != "" })
-	if err := k.Interrupt(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
-	if r := e.Reply(); r.Status != core.ReplyError || r.EName != "KeyboardInterrupt" {
-		t.Errorf("reply %+v, want a KeyboardInterrupt error", r)
-	}
-	if got, _ := tt.Exec(t, k, "kept", false).Result(); got != "7" {
-		t.Errorf("state after the interrupt = %q", got)
-	}
+	interruptLoop(t, "java", "int kept = 7;", "System.out.println(\"start\");\nlong i = 0; while (true) { i++; }", "7")
 }

@@ -104,9 +104,18 @@ func TestRValues(t *testing.T) {
 // session and its state survive it.
 func TestRInterruptLoop(t *testing.T) {
 	needInterpreter(t, "Rscript", "r-base-core")
-	k := startKernel(t, "r", t.TempDir())
-	tt.Exec(t, k, "kept <- 7", false)
-	e := tt.Send(t, k, "cat(\"start\\n\"); i <- 0; repeat i <- i + 1", false)
+	interruptLoop(t, "r", "kept <- 7", "cat(\"start\\n\"); i <- 0; repeat i <- i + 1", "[1] 7")
+}
+
+// interruptLoop starts a lang kernel, runs keep (which sets kept), then
+// loop (which prints a line and never sleeps), interrupts it once the line
+// arrived, and checks the reply is a KeyboardInterrupt error and that kept
+// still reads want.
+func interruptLoop(t *testing.T, lang, keep, loop, want string) {
+	t.Helper()
+	k := startKernel(t, lang, t.TempDir())
+	tt.Exec(t, k, keep, false)
+	e := tt.Send(t, k, loop, false)
 	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") != "" })
 	if err := k.Interrupt(context.Background()); err != nil {
 		t.Fatal(err)
@@ -115,8 +124,8 @@ func TestRInterruptLoop(t *testing.T) {
 	if r := e.Reply(); r.Status != core.ReplyError || r.EName != "KeyboardInterrupt" {
 		t.Errorf("reply %+v, want a KeyboardInterrupt error", r)
 	}
-	if got, _ := tt.Exec(t, k, "kept", false).Result(); got != "[1] 7" {
-		t.Errorf("state after the interrupt = %q", got)
+	if got, _ := tt.Exec(t, k, "kept", false).Result(); got != want {
+		t.Errorf("state after the interrupt = %q, want %q", got, want)
 	}
 }
 
