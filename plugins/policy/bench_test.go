@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tetratelabs/wazero"
+
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // BenchmarkEvaluate measures one Chain.Evaluate of one module with pooled
@@ -35,9 +36,8 @@ func BenchmarkEvaluate(b *testing.B) {
 				lat = append(lat, time.Since(t0))
 			}
 			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+			b.ReportMetric(float64(testkit.Quantile(lat, 0.5)), "p50-ns")
+			b.ReportMetric(float64(testkit.Quantile(lat, 0.99)), "p99-ns")
 		})
 		b.Run(name+"/8-callers", func(b *testing.B) {
 			// A long deadline: this measures latency, and on a saturated
@@ -72,10 +72,9 @@ func BenchmarkEvaluate(b *testing.B) {
 			})
 			b.StopTimer()
 			b.ReportMetric(float64(c.cur.mods[0].started.Load()), "instances")
-			slices.Sort(all)
 			if len(all) > 0 {
-				b.ReportMetric(float64(all[len(all)/2].Nanoseconds()), "p50-ns")
-				b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds()), "p99-ns")
+				b.ReportMetric(float64(testkit.Quantile(all, 0.5)), "p50-ns")
+				b.ReportMetric(float64(testkit.Quantile(all, 0.99)), "p99-ns")
 			}
 		})
 	}

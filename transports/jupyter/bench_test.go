@@ -3,7 +3,6 @@ package jupyter
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // BenchmarkRoundTrip measures `1+1` from execute_request to execute_reply and
@@ -115,8 +115,7 @@ func reportMedian(b *testing.B, lat []time.Duration) {
 	if len(lat) == 0 {
 		return
 	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "ms-p50")
+	b.ReportMetric(float64(testkit.Quantile(lat, 0.5))/float64(time.Millisecond), "ms-p50")
 }
 
 // BenchmarkConcurrent runs 8 kernels × 50 sequential `1+1` executions at once,

@@ -125,17 +125,7 @@ func TestKernelGatewayCulling(t *testing.T) {
 // cullingEngine makes an engine on tr and a context whose kernel has x = 41.
 func cullingEngine(t *testing.T, tr core.Transport) (*engine.Engine, string, string) {
 	cwd := t.TempDir()
-	e, err := engine.NewEngine(engine.Config{Transport: tr, DefaultCwd: cwd})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			t.Errorf("engine Close: %v", err)
-		}
-	})
+	e := newEngine(t, tr, cwd)
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	info, err := e.CreateContext(ctx, "python", "")

@@ -94,18 +94,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (eg *fakeEG) transport(t *testing.T, mod func(*Config)) *Transport {
 	t.Helper()
-	cfg := Config{URL: eg.URL + "/"}
-	if mod != nil {
-		mod(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tr, err := New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tr.Close)
-	return tr
+	return connect(t, Config{URL: eg.URL + "/"}, mod)
 }
 
 // Enterprise Gateway's default authorization refuses a start request

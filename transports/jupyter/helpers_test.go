@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
 
@@ -21,7 +22,13 @@ const runTimeout = 60 * time.Second
 // newTransport connects to srv; mod may change the config first.
 func newTransport(tb testing.TB, srv *jupytertest.Server, mod func(*Config)) *Transport {
 	tb.Helper()
-	cfg := Config{URL: srv.URL, Token: srv.Token}
+	return connect(tb, Config{URL: srv.URL, Token: srv.Token}, mod)
+}
+
+// connect makes a transport of cfg, changed by mod first (mod may be nil),
+// and closes it at the end of the test.
+func connect(tb testing.TB, cfg Config, mod func(*Config)) *Transport {
+	tb.Helper()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -33,6 +40,24 @@ func newTransport(tb testing.TB, srv *jupytertest.Server, mod func(*Config)) *Tr
 	}
 	tb.Cleanup(tr.Close)
 	return tr
+}
+
+// newEngine makes an engine on tr whose contexts start in cwd, and closes
+// it at the end of the test.
+func newEngine(t *testing.T, tr core.Transport, cwd string) *engine.Engine {
+	t.Helper()
+	e, err := engine.NewEngine(engine.Config{Transport: tr, DefaultCwd: cwd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("engine Close: %v", err)
+		}
+	})
+	return e
 }
 
 // startKernel starts a Python kernel and shuts it down in cleanup.

@@ -65,17 +65,7 @@ func testRCwd(t *testing.T, srv *jupytertest.Server) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.NewEngine(engine.Config{Transport: newTransport(t, srv, nil), DefaultCwd: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			t.Errorf("engine Close: %v", err)
-		}
-	})
+	e := newEngine(t, newTransport(t, srv, nil), t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	info, err := e.CreateContext(ctx, "r", dir)
