@@ -1,6 +1,7 @@
 package subprocess
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
@@ -59,4 +60,37 @@ func TestConformanceR(t *testing.T) {
 func TestConformanceJava(t *testing.T) {
 	needInterpreter(t, "java", "default-jdk-headless")
 	transporttest.Run(t, newTransport, transporttest.Java)
+}
+
+// pooledTransportForSuite is a Transport whose kernels all take pooled
+// interpreters: it keeps a pool of one for lang in a directory of the
+// test's, and starts every kernel there (the engine cases apply their cwd
+// with the engine's snippet, as after any start).
+type pooledTransportForSuite struct {
+	*Transport
+	dir string
+}
+
+func (p pooledTransportForSuite) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
+	spec.Cwd = p.dir
+	return p.Transport.StartKernel(ctx, spec)
+}
+
+func newPooledTransport(lang string) func(t *testing.T) core.Transport {
+	return func(t *testing.T) core.Transport {
+		dir := t.TempDir()
+		tr := New(Options{PoolSizes: map[string]int{lang: 1}, PoolCwd: dir})
+		t.Cleanup(func() { _ = tr.Close() })
+		return pooledTransportForSuite{tr, dir}
+	}
+}
+
+// The conformance suite on kernels that took pooled interpreters.
+func TestConformancePythonPooled(t *testing.T) {
+	transporttest.Run(t, newPooledTransport("python"), transporttest.Python)
+}
+
+func TestConformanceJavaScriptPooled(t *testing.T) {
+	needNode(t)
+	transporttest.Run(t, newPooledTransport("javascript"), transporttest.JavaScript)
 }

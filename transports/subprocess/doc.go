@@ -175,4 +175,20 @@
 // interpreter that exits on its own (os._exit, bash `exit`, process.exit) is
 // reported as status dead with ParentID "", after what it left is killed;
 // Restart starts a fresh one.
+//
+// # Warm pool
+//
+// Options.PoolSizes keeps interpreters of a language started ahead of need
+// (pool.go; the plugin's KERNELHOST_INTERPRETER_POOL, default python=1,
+// javascript=1): StartKernel and Restart of a kernel in Options.PoolCwd take
+// a ready one, which cuts a context's creation to the engine's set-up
+// request. A pooled interpreter is started exactly as a fresh one and is
+// never sent anything before it is handed out, so it carries no state, env
+// or cwd of anyone; the engine applies a context's cwd and env vars after the
+// hand-out, as after a cold start. Kernels in another cwd start cold (node
+// resolves require() from the directory it started in). The pool refills in
+// the background, replaces an interpreter that died while it waited, and
+// never makes a start wait longer than a cold one: an empty pool means a
+// cold start. Close kills the pooled interpreters; PoolStats reports them
+// and their memory (the plugin serves them in the host's /metrics).
 package subprocess

@@ -15,11 +15,8 @@ import (
 // Kernel is one interpreter process (replaced on Restart). It implements
 // core.Kernel and is safe for concurrent use.
 type Kernel struct {
-	lang     language
-	langName string
-	cwd      string
-	env      []string
-	cgroups  bool // a cgroup per interpreter where the machine offers one
+	procSpec       // how its interpreters start
+	pool     *pool // where it takes a ready one, if any (nil: none)
 
 	msgs     chan core.Message // outlives restarts; closed by Shutdown
 	quit     chan struct{}     // closed when Shutdown begins: unblocks a Restart stuck emitting
@@ -212,12 +209,23 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("subprocess: restart %s kernel: %w", k.langName, ctx.Err())
 	}
-	p, err := k.startProc(ctx)
+	p, err := k.startInterpreter(ctx)
 	if err != nil {
 		return fmt.Errorf("subprocess: restart: %w", err)
 	}
 	k.setProc(p)
 	return nil
+}
+
+// startInterpreter takes a ready interpreter from the pool when one serves
+// the kernel's cwd, and otherwise starts one.
+func (k *Kernel) startInterpreter(ctx context.Context) (*proc, error) {
+	if k.pool.serves(k.cwd) {
+		if p := k.pool.take(ctx, k); p != nil {
+			return p, nil
+		}
+	}
+	return startProc(ctx, k.procSpec, k)
 }
 
 // setProc makes p the current interpreter. Called with mu held.

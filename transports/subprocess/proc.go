@@ -45,11 +45,14 @@ const (
 // pump parks again, instead of waiting for another thread to be woken to
 // steal it (measured: see docs/benchmarks.md, "Subprocess transport").
 type proc struct {
-	k    *Kernel
-	cmd  *exec.Cmd
-	pid  int
-	reqW *os.File    // fd 3 in the child
-	cut  atomic.Bool // writes to reqW are cut: it is about to be killed (Kernel.cutWrites)
+	spec procSpec
+	// owner is the kernel that receives the messages: nil while the
+	// interpreter waits in a pool, where nothing it says is delivered.
+	owner atomic.Pointer[Kernel]
+	cmd   *exec.Cmd
+	pid   int
+	reqW  *os.File    // fd 3 in the child
+	cut   atomic.Bool // writes to reqW are cut: it is about to be killed (Kernel.cutWrites)
 
 	msgF  *os.File // read end of fd 4
 	msgFD int      // its descriptor, for the non-blocking reads after exit
@@ -57,7 +60,9 @@ type proc struct {
 	// and fd are guarded by mu.
 	streams [2]stream
 
-	cg       *cgroup       // the interpreter's own cgroup; nil where the machine offers none (killTree then)
+	cgMu     sync.Mutex
+	cg       *cgroup       // the interpreter's own cgroup until removed; guarded by cgMu
+	inCgroup bool          // it was started in cg; false where the machine offers none (killTree then)
 	stop     chan struct{} // closed when the kernel kills this process on purpose
 	stopOnce sync.Once
 	exited   atomic.Bool   // cmd.Wait returned; set before msgF's deadline wakes the pump
@@ -67,6 +72,10 @@ type proc struct {
 	ready    chan error  // the start's outcome, one value
 	isReady  atomic.Bool // the driver said kh_ready
 	gone     atomic.Bool // the driver is gone (exited or killed)
+	// adoptMu orders a pooled interpreter's hand-out (adopt) against its
+	// death (driverGone): it is handed out alive, and then its owner hears
+	// of its death, or it is not handed out at all.
+	adoptMu sync.Mutex
 
 	// mu serialises each read of fd 1/2 together with the emission of what
 	// it read, against the pump's handling of what it read from fd 4. The
@@ -117,57 +126,115 @@ func pollable(fd int, name string) (*os.File, error) {
 	return f, nil
 }
 
-func (k *Kernel) startProc(ctx context.Context) (_ *proc, err error) {
+// procSpec is everything an interpreter's start depends on. A pooled
+// interpreter is started from the same spec as a fresh one of its language
+// (the host's environment and the language's, the pool's cwd), so the two
+// differ only in when they were started.
+type procSpec struct {
+	lang     language
+	langName string
+	cwd      string
+	env      []string
+	cgroups  bool // a cgroup per interpreter where the machine offers one
+}
+
+// startProc starts an interpreter for spec and waits (bounded by ctx) until
+// its driver reported ready. owner receives its messages; nil for a pooled
+// interpreter, which is given one when it is handed out (adopt).
+func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err error) {
 	p := &proc{
-		k:        k,
+		spec:     spec,
 		stop:     make(chan struct{}),
 		waitDone: make(chan struct{}),
 		pumpDone: make(chan struct{}),
 		ready:    make(chan error, 1),
 		drainBuf: make([]byte, 64<<10),
 	}
+	p.owner.Store(owner)
 	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
-	var childEnds []*os.File // closed in the parent once the child has them
+	childEnds, err := p.openPipes()
 	defer func() {
 		for _, f := range childEnds {
-			f.Close()
+			f.Close() // the parent's copies: the child has its own
 		}
 		if err != nil && p.cmd == nil {
 			p.closeFiles()
 		}
 	}()
-	reqR, reqW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("start %s kernel: %w", k.langName, err)
+		return nil, fmt.Errorf("start %s kernel: %w", spec.langName, err)
 	}
-	p.reqW = reqW
-	childEnds = append(childEnds, reqR)
+	if err := p.launch(childEnds); err != nil {
+		return nil, err
+	}
+	go p.wait()
+	p.readers.Add(2)
+	go p.readStream(&p.streams[0])
+	go p.readStream(&p.streams[1])
+	go p.pump()
+	if err := p.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// childFiles are the child's ends of its pipes, in descriptor order.
+type childFiles struct {
+	requests, messages, stdout, stderr *os.File // fd 3, 4, 1, 2
+}
+
+func (c *childFiles) all() []*os.File {
+	return []*os.File{c.requests, c.messages, c.stdout, c.stderr}
+}
+
+// openPipes makes the four pipes of an interpreter: it keeps the parent's
+// ends in p and returns the child's, to be closed once the child has them.
+func (p *proc) openPipes() (child []*os.File, err error) {
+	var c childFiles
+	// The child's ends made so far are returned whatever happens, for the
+	// caller to close.
+	defer func() {
+		for _, f := range c.all() {
+			if f != nil {
+				child = append(child, f)
+			}
+		}
+	}()
+	if c.requests, p.reqW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
 	for _, e := range []struct {
-		f    **os.File
-		fd   *int
-		name string
-	}{{&p.msgF, &p.msgFD, "fd4"}, {&p.streams[0].f, &p.streams[0].fd, "stdout"}, {&p.streams[1].f, &p.streams[1].fd, "stderr"}} {
+		f     **os.File
+		fd    *int
+		child **os.File
+		name  string
+	}{{&p.msgF, &p.msgFD, &c.messages, "fd4"}, {&p.streams[0].f, &p.streams[0].fd, &c.stdout, "stdout"}, {&p.streams[1].f, &p.streams[1].fd, &c.stderr, "stderr"}} {
 		r, w, err := pipe()
 		if err != nil {
-			return nil, fmt.Errorf("start %s kernel: %w", k.langName, err)
+			return nil, err
 		}
-		childEnds = append(childEnds, os.NewFile(uintptr(w), "child-"+e.name))
+		*e.child = os.NewFile(uintptr(w), "child-"+e.name)
 		if *e.f, err = pollable(r, e.name); err != nil {
-			return nil, fmt.Errorf("start %s kernel: %w", k.langName, err)
+			return nil, err
 		}
 		*e.fd = r
 	}
+	return nil, nil
+}
 
-	cmd := exec.Command(k.lang.path, k.lang.args...)
-	cmd.Dir = k.cwd
-	cmd.Env = k.env
-	cmd.Stdout = childEnds[2]
-	cmd.Stderr = childEnds[3]
-	cmd.ExtraFiles = []*os.File{reqR, childEnds[1]} // fd 3, fd 4
+// launch starts the interpreter on the child's ends of the pipes (as
+// openPipes returned them), in a cgroup of its own where there is one.
+func (p *proc) launch(child []*os.File) (err error) {
+	s := p.spec
+	cmd := exec.Command(s.lang.path, s.lang.args...)
+	cmd.Dir = s.cwd
+	cmd.Env = s.env
+	cmd.ExtraFiles = []*os.File{child[0], child[1]} // fd 3, fd 4
+	cmd.Stdout, cmd.Stderr = child[2], child[3]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if k.cgroups {
+	if s.cgroups {
 		if p.cg, err = newCgroup(); err != nil {
-			return nil, fmt.Errorf("start %s kernel: %w", k.langName, err)
+			return fmt.Errorf("start %s kernel: %w", s.langName, err)
 		}
 		if p.cg != nil {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, p.cg.fd
@@ -175,23 +242,24 @@ func (k *Kernel) startProc(ctx context.Context) (_ *proc, err error) {
 	}
 	err = cmd.Start()
 	if p.cg != nil {
+		p.inCgroup = err == nil
 		p.cg.started()
 		if err != nil {
 			_ = p.cg.kill(killWait)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("start %s kernel in %q: %w", k.langName, k.cwd, err)
+		return fmt.Errorf("start %s kernel in %q: %w", s.langName, s.cwd, err)
 	}
 	p.cmd = cmd
 	p.pid = cmd.Process.Pid
+	return nil
+}
 
-	go p.wait()
-	p.readers.Add(2)
-	go p.readStream(&p.streams[0])
-	go p.readStream(&p.streams[1])
-	go p.pump()
-
+// awaitReady waits for the driver's kh_ready, or for it to fail; on failure
+// the process is killed.
+func (p *proc) awaitReady(ctx context.Context) error {
+	var err error
 	select {
 	case err = <-p.ready:
 	case <-ctx.Done():
@@ -199,9 +267,9 @@ func (k *Kernel) startProc(ctx context.Context) (_ *proc, err error) {
 	}
 	if err != nil {
 		p.kill()
-		return nil, fmt.Errorf("start %s kernel in %q: %w", k.langName, k.cwd, err)
+		return fmt.Errorf("start %s kernel in %q: %w", p.spec.langName, p.spec.cwd, err)
 	}
-	return p, nil
+	return nil
 }
 
 // aLongTimeAgo is a deadline in the past: setting it wakes a parked reader.
@@ -216,7 +284,41 @@ func (p *proc) wait() {
 	close(p.waitDone)
 }
 
+// currentID is the owner's running request; "" when none or while pooled.
+func (p *proc) currentID() string {
+	if k := p.owner.Load(); k != nil {
+		return k.currentID()
+	}
+	return ""
+}
+
+// clearCurrent forgets id if it is the owner's running request.
+func (p *proc) clearCurrent(id string) {
+	if k := p.owner.Load(); k != nil {
+		k.clearCurrent(id)
+	}
+}
+
+// forgetCurrent forgets the owner's running request, whichever it is.
+func (p *proc) forgetCurrent() {
+	if k := p.owner.Load(); k != nil {
+		k.setCurrent("")
+	}
+}
+
 func (p *proc) isGone() bool { return p.gone.Load() }
+
+// adopt hands a pooled interpreter to k, whose Messages then carry what it
+// says; false when it died while it waited.
+func (p *proc) adopt(k *Kernel) bool {
+	p.adoptMu.Lock()
+	defer p.adoptMu.Unlock()
+	if p.gone.Load() {
+		return false
+	}
+	p.owner.Store(k)
+	return true
+}
 
 // kill SIGKILLs the interpreter and every descendant (killAll) and waits
 // (bounded) until the process is reaped and the pump has returned. Safe to
@@ -239,10 +341,14 @@ func (p *proc) kill() {
 
 // killAll SIGKILLs the interpreter and all its descendants, those in
 // sessions of their own included: its cgroup's, or its process tree's.
+// It may run twice at once (a kill while the driver's exit is handled:
+// driverGone), hence cgMu.
 func (p *proc) killAll() {
-	if p.cg != nil {
+	p.cgMu.Lock()
+	defer p.cgMu.Unlock()
+	if p.inCgroup {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		if err := p.cg.kill(0); err == nil {
+		if p.cg != nil && p.cg.kill(0) == nil {
 			p.cg = nil // empty already, and removed
 		}
 		return
@@ -252,8 +358,10 @@ func (p *proc) killAll() {
 
 // removeCgroup waits (bounded) for the killed cgroup to empty and removes it.
 func (p *proc) removeCgroup() {
-	if p.cg != nil {
-		_ = p.cg.kill(killWait)
+	p.cgMu.Lock()
+	defer p.cgMu.Unlock()
+	if p.cg != nil && p.cg.kill(killWait) == nil {
+		p.cg = nil
 	}
 }
 
@@ -269,8 +377,12 @@ func (p *proc) closeFiles() {
 
 // emit hands m to the kernel's Messages; false when the kernel stopped this process.
 func (p *proc) emit(m core.Message) bool {
+	k := p.owner.Load()
+	if k == nil {
+		return true // pooled: nobody listens yet
+	}
 	select {
-	case p.k.msgs <- m:
+	case k.msgs <- m:
 		return true
 	case <-p.stop:
 		return false
@@ -365,72 +477,17 @@ func (p *proc) drain(closing bool) bool {
 // on what it read, so no output written before a message comes after it.
 func (p *proc) pump() {
 	defer close(p.pumpDone)
-	defer func() {
-		// End the stream readers: the flag for one that is about to take
-		// mu, the deadline for one parked in the poller.
-		p.mu.Lock()
-		p.closing = true
-		p.mu.Unlock()
-		for i := range p.streams {
-			_ = p.streams[i].f.SetReadDeadline(aLongTimeAgo)
-		}
-		p.readers.Wait()
-	}()
+	defer p.stopReaders()
 	rc, err := p.msgF.SyscallConn()
 	if err != nil {
 		p.driverGone(err) // only when the file is closed already
 		return
 	}
-	var (
-		lines []byte // what was read from fd 4 and not parsed yet
-		buf   = make([]byte, 64<<10)
-		msgs  []core.Message
-		ok    bool
-		eof   bool
-	)
-	// take parses the complete lines read so far and hands them on. Called
-	// with mu held.
-	take := func(final bool) bool {
-		msgs = msgs[:0]
-		off := 0
-		for {
-			nl := bytes.IndexByte(lines[off:], '\n')
-			if nl < 0 {
-				break
-			}
-			msgs = p.parse(msgs, lines[off:off+nl])
-			off += nl + 1
-		}
-		// Keep the incomplete rest at the start of lines, so its array is reused.
-		lines = lines[:copy(lines, lines[off:])]
-		return p.handle(mergeStreams(msgs), final)
-	}
-	// RawRead calls read when fd 4 may be readable and parks the goroutine
-	// in the poller while it returns false.
-	read := func(uintptr) bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		var n int
-		var err error
-		for {
-			n, err = unix.Read(p.msgFD, buf)
-			if err != unix.EINTR {
-				break
-			}
-		}
-		if err == unix.EAGAIN {
-			return false
-		}
-		if n > 0 {
-			lines = append(lines, buf[:n]...)
-		} else {
-			eof = true // EOF, or an error that will not go away
-		}
-		ok = take(eof)
-		return true
-	}
+	r := &fd4Reader{p: p, buf: make([]byte, 64<<10)}
 	for {
-		if err := rc.Read(read); err != nil {
+		// RawRead calls readReady when fd 4 may be readable and parks the
+		// goroutine in the poller while it returns false.
+		if err := rc.Read(r.readReady); err != nil {
 			if !errors.Is(err, os.ErrDeadlineExceeded) {
 				p.driverGone(err)
 				return
@@ -441,30 +498,102 @@ func (p *proc) pump() {
 			default:
 			}
 			// The process exited (wait set the deadline): everything it
-			// wrote is in the pipes now; take all it left on fd 4.
-			p.mu.Lock()
-			for {
-				n, err := unix.Read(p.msgFD, buf)
-				if n > 0 {
-					lines = append(lines, buf[:n]...)
-					continue
-				}
-				if err == unix.EINTR {
-					continue
-				}
-				break
-			}
-			ok, eof = take(true), true
-			p.mu.Unlock()
+			// wrote is in the pipes now.
+			r.readAfterExit()
 		}
-		if !ok {
+		if !r.ok {
 			return
 		}
-		if eof {
+		if r.eof {
 			p.driverGone(nil)
 			return
 		}
 	}
+}
+
+// stopReaders ends the stream readers once the pump is done: the flag for
+// one that is about to take mu, the deadline for one parked in the poller.
+func (p *proc) stopReaders() {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	for i := range p.streams {
+		_ = p.streams[i].f.SetReadDeadline(aLongTimeAgo)
+	}
+	p.readers.Wait()
+}
+
+// fd4Reader is the pump's state: what it read from fd 4 and the outcome of
+// handing it on.
+type fd4Reader struct {
+	p     *proc
+	lines []byte // what was read from fd 4 and not parsed yet
+	buf   []byte
+	msgs  []core.Message
+	ok    bool // the last hand-on went through (false: the kernel stopped the process)
+	eof   bool // fd 4 ended
+}
+
+// readReady reads fd 4 once it may be readable; false (nothing there yet)
+// parks the pump in the poller again.
+func (r *fd4Reader) readReady(uintptr) bool {
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	var n int
+	var err error
+	for {
+		n, err = unix.Read(r.p.msgFD, r.buf)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err == unix.EAGAIN {
+		return false
+	}
+	if n > 0 {
+		r.lines = append(r.lines, r.buf[:n]...)
+	} else {
+		r.eof = true // EOF, or an error that will not go away
+	}
+	r.ok = r.take(r.eof)
+	return true
+}
+
+// readAfterExit takes all the exited process left on fd 4, and hands it on
+// as the last of it.
+func (r *fd4Reader) readAfterExit() {
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	for {
+		n, err := unix.Read(r.p.msgFD, r.buf)
+		if n > 0 {
+			r.lines = append(r.lines, r.buf[:n]...)
+			continue
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		break
+	}
+	r.ok, r.eof = r.take(true), true
+}
+
+// take parses the complete lines read so far and hands them on. Called with
+// mu held.
+func (r *fd4Reader) take(final bool) bool {
+	r.msgs = r.msgs[:0]
+	off := 0
+	for {
+		nl := bytes.IndexByte(r.lines[off:], '\n')
+		if nl < 0 {
+			break
+		}
+		r.msgs = r.p.parse(r.msgs, r.lines[off:off+nl])
+		off += nl + 1
+	}
+	// Keep the incomplete rest at the start of lines, so its array is reused.
+	r.lines = r.lines[:copy(r.lines, r.lines[off:])]
+	return r.p.handle(mergeStreams(r.msgs), final)
 }
 
 // mergeStreams joins runs of stream messages of one name and request in
@@ -531,7 +660,7 @@ func (p *proc) flushHeld() bool {
 	if len(p.held) == 0 {
 		return true
 	}
-	cur, keep := p.k.currentID(), p.held[:0]
+	cur, keep := p.currentID(), p.held[:0]
 	for _, m := range p.held {
 		switch {
 		case m.ParentID == p.opened && p.opened != "":
@@ -690,7 +819,7 @@ func opensRequest(m core.Message) bool {
 // and emits it.
 func (p *proc) deliver(m core.Message) bool {
 	if m.ParentID == "" {
-		m.ParentID = p.k.currentID()
+		m.ParentID = p.currentID()
 		if m.ParentID == "" {
 			return true // output of no request (e.g. a background thread after idle)
 		}
@@ -699,7 +828,7 @@ func (p *proc) deliver(m core.Message) bool {
 		// A thread's print between requests: hold it until its request
 		// opens, as fd-1/2 output is held; drop it if it belongs to one
 		// that is over.
-		if m.ParentID == p.k.currentID() && len(p.held) < 1024 {
+		if m.ParentID == p.currentID() && len(p.held) < 1024 {
 			p.held = append(p.held, m)
 		}
 		return true
@@ -712,7 +841,7 @@ func (p *proc) deliver(m core.Message) bool {
 	}
 	if m.Type == core.MsgStatus && m.State == core.StateIdle {
 		p.opened = ""
-		p.k.clearCurrent(m.ParentID)
+		p.clearCurrent(m.ParentID)
 	}
 	return true
 }
@@ -741,7 +870,7 @@ func (p *proc) stream(s *stream, data []byte, final bool) bool {
 		}
 		return true
 	}
-	parent := p.k.currentID()
+	parent := p.currentID()
 	if parent == "" {
 		return true
 	}
@@ -779,7 +908,9 @@ func (p *proc) driverGone(cause error) {
 		return // the kernel is killing it: Restart or Shutdown reports
 	default:
 	}
+	p.adoptMu.Lock()
 	p.gone.Store(true)
+	p.adoptMu.Unlock()
 	p.killAll() // what it left behind
 	select {
 	case <-p.waitDone:
@@ -790,7 +921,7 @@ func (p *proc) driverGone(cause error) {
 		p.ready <- startFailure(p, cause) // it died while starting: StartKernel reports it
 		return
 	}
-	p.k.setCurrent("")
+	p.forgetCurrent()
 	p.emit(core.Message{Type: core.MsgStatus, State: core.StateDead})
 }
 

@@ -29,6 +29,14 @@ type Options struct {
 	// Env holds extra "KEY=value" entries appended to the host's environment
 	// (minus its KERNELHOST_* variables) for every interpreter.
 	Env []string
+	// PoolSizes is how many ready interpreters each language keeps (see
+	// pool.go; DefaultPoolSizes, ParsePoolSizes); nil or 0: none, every
+	// kernel starts its interpreter cold. Close kills them.
+	PoolSizes map[string]int
+	// PoolCwd is where pooled interpreters start; only kernels started in
+	// it take one. The host passes its default cwd. "" is this process's
+	// directory.
+	PoolCwd string
 }
 
 // Transport starts local interpreter processes. It is safe for concurrent use.
@@ -39,6 +47,7 @@ type Transport struct {
 	// missing explains each known language whose interpreter was not found:
 	// what was looked for and the Debian package that provides it.
 	missing map[string]string
+	pools   map[string]*pool // by language, those with a size above 0
 }
 
 var _ core.Transport = (*Transport)(nil)
@@ -101,7 +110,39 @@ func New(opts Options) *Transport {
 	// interrupt sent just before the code started.
 	t.add("r", opts.R, "r-base-core", language{args: rDriverArgs, env: []string{rDriverEnv + "=" + driverR}, encode: encodeHeader, resendSigint: true})
 	t.addJava(opts.Java)
+	t.startPools(opts.PoolSizes, cleanCwd(opts.PoolCwd))
 	return t
+}
+
+// startPools starts filling the pool of each language with a size.
+func (t *Transport) startPools(sizes map[string]int, cwd string) {
+	t.pools = map[string]*pool{}
+	for name, size := range sizes {
+		if _, ok := t.langs[name]; !ok || size <= 0 {
+			continue
+		}
+		t.pools[name] = newPool(name, size, cwd, func() (procSpec, error) { return t.spec(name, cwd) })
+	}
+}
+
+// Close kills the pooled interpreters. Kernels are the engine's to shut
+// down. The Transport starts no more interpreters into pools afterwards; it
+// still starts kernels cold.
+func (t *Transport) Close() error {
+	for _, pl := range t.pools {
+		pl.close()
+	}
+	return nil
+}
+
+// PoolStats describes each language's pool, sorted by language.
+func (t *Transport) PoolStats() []PoolStat {
+	stats := make([]PoolStat, 0, len(t.pools))
+	for _, pl := range t.pools {
+		stats = append(stats, pl.stat())
+	}
+	sort.Slice(stats, func(i, j int) bool { return stats[i].Language < stats[j].Language })
+	return stats
 }
 
 // addJava registers java: jshell's API runs in the driver's JVM, so a JDK
@@ -161,10 +202,10 @@ func (t *Transport) Info() core.TransportInfo {
 	return core.TransportInfo{Name: "subprocess", Version: Version, Languages: names}
 }
 
-// StartKernel implements core.Transport: it starts the interpreter in
-// spec.Cwd and returns once its driver reported ready.
+// StartKernel implements core.Transport: it takes a pooled interpreter, or
+// starts one in spec.Cwd, and returns once its driver reported ready.
 func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
-	lang, ok := t.langs[spec.Language]
+	_, ok := t.langs[spec.Language]
 	if why, missing := t.missing[spec.Language]; !ok && missing {
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: language %s is not available: %s", core.Quote(spec.Language), why)}
 	}
@@ -172,32 +213,46 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 		// The client asked for something this host cannot run: KindInvalid (400).
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: unknown language %s (available: %s)", core.Quote(spec.Language), strings.Join(t.Info().Languages, ", "))}
 	}
-	if lang.prepare != nil {
-		args, err := lang.prepare()
-		if err != nil {
-			return nil, fmt.Errorf("subprocess: %s: %w", spec.Language, err)
-		}
-		lang.args = args
-	}
 	if fi, err := os.Stat(spec.Cwd); spec.Cwd != "" && (err != nil || !fi.IsDir()) {
 		// The client's mistake, not ours: the API answers 400.
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("cwd %s is not an existing directory", core.Quote(spec.Cwd)), Err: err}
 	}
+	ps, err := t.spec(spec.Language, spec.Cwd)
+	if err != nil {
+		return nil, err
+	}
 	k := &Kernel{
-		lang:     lang,
-		langName: spec.Language,
-		cwd:      spec.Cwd,
-		cgroups:  t.cgroups,
-		env:      append(append([]string(nil), t.env...), lang.env...),
+		procSpec: ps,
+		pool:     t.pools[spec.Language],
 		msgs:     make(chan core.Message, 1024),
 		quit:     make(chan struct{}),
 	}
-	p, err := k.startProc(ctx)
+	p, err := k.startInterpreter(ctx)
 	if err != nil {
 		return nil, err
 	}
 	k.setProc(p)
 	return k, nil
+}
+
+// spec is how an interpreter of language name starts in cwd: the same for a
+// pooled one and a cold one.
+func (t *Transport) spec(name, cwd string) (procSpec, error) {
+	lang := t.langs[name]
+	if lang.prepare != nil {
+		args, err := lang.prepare()
+		if err != nil {
+			return procSpec{}, fmt.Errorf("subprocess: %s: %w", name, err)
+		}
+		lang.args = args
+	}
+	return procSpec{
+		lang:     lang,
+		langName: name,
+		cwd:      cwd,
+		env:      append(append([]string(nil), t.env...), lang.env...),
+		cgroups:  t.cgroups,
+	}, nil
 }
 
 type jsonRequest struct {

@@ -1,0 +1,291 @@
+package subprocess
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A warm pool keeps interpreters of a language started ahead of need, so a
+// new context (or a restart) takes one that is ready instead of waiting for
+// an interpreter's start-up (docs/benchmarks.md: about half of a context's
+// creation). What a pooled interpreter is and is not:
+//
+//   - It starts exactly as a fresh one would (procSpec: the host's
+//     environment and the language's, a cgroup of its own) in the pool's cwd,
+//     and is never sent anything before it is handed out: it carries no
+//     state, env or cwd of any context or request. Per-request env vars and a
+//     context's cwd are the engine's snippets, applied after the hand-out as
+//     after a cold start.
+//   - It serves only kernels whose cwd is the pool's (the host's default
+//     cwd): an interpreter's start-up directory is not all a later chdir
+//     changes (node resolves require() from it), so another cwd starts cold.
+//   - Nothing waits on the pool for long: a kernel takes a ready interpreter,
+//     else one whose start is under way (it is no further from ready than a
+//     cold start would be), else starts cold. Many contexts created at once
+//     drain it and the rest start cold; it refills in the background.
+//   - One that dies while it waits is dropped and replaced; one that is dead
+//     when taken is dropped and the kernel starts cold. Close kills them all.
+
+// DefaultPoolSizes are the pool sizes of the languages the SDKs use by
+// default. Others start cold unless configured: a JVM (java) or R is slow to
+// start and large to keep idle.
+var DefaultPoolSizes = map[string]int{"python": 1, "javascript": 1}
+
+// maxPoolSize bounds a language's pool: each is an idle interpreter.
+const maxPoolSize = 64
+
+// ParsePoolSizes reads pool sizes as "language=size" pairs separated by
+// commas ("python=2,javascript=1,r=0"); languages not named keep their
+// DefaultPoolSizes entry. Empty: the defaults.
+func ParsePoolSizes(s string) (map[string]int, error) {
+	sizes := make(map[string]int, len(DefaultPoolSizes))
+	for lang, n := range DefaultPoolSizes {
+		sizes[lang] = n
+	}
+	for _, pair := range strings.Split(s, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		lang, size, ok := strings.Cut(pair, "=")
+		lang = strings.TrimSpace(lang)
+		n, err := strconv.Atoi(strings.TrimSpace(size))
+		if !ok || lang == "" || err != nil || n < 0 || n > maxPoolSize {
+			return nil, fmt.Errorf("interpreter pool %q: want language=size pairs separated by commas, sizes 0 to %d (python=1,javascript=1)", pair, maxPoolSize)
+		}
+		sizes[lang] = n
+	}
+	return sizes, nil
+}
+
+// poolStartTimeout bounds a pooled interpreter's start.
+const poolStartTimeout = 2 * time.Minute
+
+// pool holds the ready interpreters of one language.
+type pool struct {
+	lang string
+	size int
+	cwd  string
+	// spec returns the start spec (a java pool compiles its driver first).
+	spec func() (procSpec, error)
+
+	mu     sync.Mutex
+	slots  []*poolSlot // oldest first: ready ones and those still starting
+	closed bool
+	stop   context.CancelFunc // cancels the starts under way
+	ctx    context.Context    // their parent
+	wg     sync.WaitGroup     // starts and watchers
+}
+
+// poolSlot is one pooled interpreter, from the start of its start.
+type poolSlot struct {
+	done  chan struct{} // closed when the start ended; p and err are set then
+	p     *proc
+	err   error
+	taken chan struct{} // closed when a kernel took it (ends the watcher)
+}
+
+func newPool(lang string, size int, cwd string, spec func() (procSpec, error)) *pool {
+	pl := &pool{lang: lang, size: size, cwd: cwd, spec: spec}
+	pl.ctx, pl.stop = context.WithCancel(context.Background())
+	pl.refill()
+	return pl
+}
+
+// serves says whether the pool's interpreters may serve a kernel in cwd.
+func (pl *pool) serves(cwd string) bool {
+	return pl != nil && cleanCwd(cwd) == pl.cwd
+}
+
+func cleanCwd(cwd string) string {
+	if cwd == "" {
+		return ""
+	}
+	return filepath.Clean(cwd)
+}
+
+// take hands out a pooled interpreter to owner: a ready one, else one still
+// starting (waited for within ctx). nil when there is none or it failed: the
+// caller starts one cold. Either way the pool refills in the background.
+func (pl *pool) take(ctx context.Context, owner *Kernel) *proc {
+	defer pl.refill()
+	for {
+		s := pl.claim()
+		if s == nil {
+			return nil
+		}
+		close(s.taken)
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			pl.discardWhenStarted(s)
+			return nil
+		}
+		if s.err != nil {
+			return nil // the pool's starts fail: a cold start says why
+		}
+		if s.p.adopt(owner) {
+			return s.p
+		}
+		s.p.kill() // it died while it waited, and its watcher had not seen it yet
+	}
+}
+
+// claim takes the first ready slot out of the pool, else the oldest one still
+// starting; nil when the pool is empty.
+func (pl *pool) claim() *poolSlot {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if len(pl.slots) == 0 {
+		return nil
+	}
+	i := slices.IndexFunc(pl.slots, func(s *poolSlot) bool { return isClosed(s.done) })
+	if i < 0 {
+		i = 0
+	}
+	s := pl.slots[i]
+	pl.slots = slices.Delete(pl.slots, i, i+1)
+	return s
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// discardWhenStarted kills a claimed interpreter once its start ends.
+func (pl *pool) discardWhenStarted(s *poolSlot) {
+	pl.wg.Add(1)
+	go func() {
+		defer pl.wg.Done()
+		<-s.done
+		if s.p != nil {
+			s.p.kill()
+		}
+	}()
+}
+
+// refill starts interpreters until the pool holds size of them.
+func (pl *pool) refill() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for !pl.closed && len(pl.slots) < pl.size {
+		s := &poolSlot{done: make(chan struct{}), taken: make(chan struct{})}
+		pl.slots = append(pl.slots, s)
+		pl.wg.Add(1)
+		go pl.fill(s)
+	}
+}
+
+// fill starts the interpreter of slot s, then watches it while it waits.
+func (pl *pool) fill(s *poolSlot) {
+	defer pl.wg.Done()
+	spec, err := pl.spec()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(pl.ctx, poolStartTimeout)
+		s.p, err = startProc(ctx, spec, nil)
+		cancel()
+	}
+	s.err = err
+	close(s.done)
+	if err != nil {
+		// Not refilled until the next take: a start that fails (a broken
+		// interpreter) is not retried in a loop; the kernel that takes
+		// this slot starts cold and reports why.
+		return
+	}
+	select {
+	case <-s.taken:
+	case <-s.p.pumpDone:
+		// It died while it waited (killed, out of memory), and the pump is
+		// done reaping it (driverGone): dropped and replaced, unless a
+		// kernel claimed it meanwhile (take sees it dead).
+		if pl.remove(s) {
+			s.p.kill()
+			pl.refill()
+		}
+	case <-pl.ctx.Done():
+	}
+}
+
+// remove takes s out of the pool; false when it was no longer there.
+func (pl *pool) remove(s *poolSlot) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	i := slices.Index(pl.slots, s)
+	if i < 0 {
+		return false
+	}
+	pl.slots = slices.Delete(pl.slots, i, i+1)
+	return true
+}
+
+// close kills every pooled interpreter and waits for the pool's goroutines.
+func (pl *pool) close() {
+	pl.mu.Lock()
+	pl.closed = true
+	slots := pl.slots
+	pl.slots = nil
+	pl.mu.Unlock()
+	pl.stop() // ends the starts under way
+	pl.wg.Wait()
+	for _, s := range slots {
+		if s.p != nil {
+			s.p.kill()
+		}
+	}
+}
+
+// PoolStat describes one language's pool, for metrics.
+type PoolStat struct {
+	Language string
+	Size     int   // the configured size
+	Ready    int   // interpreters ready in the pool
+	RSSBytes int64 // their resident memory, descendants not counted
+}
+
+// stat counts the pool's ready interpreters and their memory.
+func (pl *pool) stat() PoolStat {
+	pl.mu.Lock()
+	var ready []*proc
+	for _, s := range pl.slots {
+		if isClosed(s.done) && s.p != nil && !s.p.isGone() {
+			ready = append(ready, s.p)
+		}
+	}
+	pl.mu.Unlock()
+	st := PoolStat{Language: pl.lang, Size: pl.size, Ready: len(ready)}
+	for _, p := range ready {
+		st.RSSBytes += rssBytes(p.pid)
+	}
+	return st
+}
+
+// rssBytes is the resident memory of process pid (/proc/pid/statm); 0 when
+// it is gone.
+func rssBytes(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
+}
