@@ -199,27 +199,34 @@ func TestEnvVarsBash(t *testing.T) {
 
 func TestCwd(t *testing.T) {
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
-		h := start()
-		dir := t.TempDir()
-		c := h.createContext(fmt.Sprintf(`{"language":"python","cwd":%q}`, dir))
-		if c.Cwd != dir || c.Language != "python" {
-			t.Fatalf("created %+v, want cwd %s", c, dir)
-		}
-		if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())", "context_id": c.ID})); got != dir+"\n" {
-			t.Fatalf("cwd %q, want %s", got, dir)
-		}
-		if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())"})); got != h.cwd+"\n" {
-			t.Fatalf("default context cwd %q, want %s", got, h.cwd)
-		}
-		before := h.contexts()
-		status, body := h.do("POST", "/contexts", `{"cwd":"/does/not/exist"}`)
-		if status != http.StatusBadRequest || !strings.Contains(body, "/does/not/exist") {
-			t.Fatalf("bad cwd: %d %q, want 400 naming it", status, body)
-		}
-		if after := h.contexts(); len(after) != len(before) {
-			t.Fatalf("a failed create left a context: %+v", after)
-		}
+		testCwd(t, start(), t.TempDir())
 	})
+}
+
+// testCwd: code of a context created with dir as its cwd runs there, code
+// of the default context in the host's cwd; a missing cwd is a 400 that
+// names it and leaves no context.
+func testCwd(t *testing.T, h *testHost, dir string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"language": "python", "cwd": dir})
+	c := h.createContext(string(body))
+	if c.Cwd != dir || c.Language != "python" {
+		t.Fatalf("created %+v, want cwd %s", c, dir)
+	}
+	if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())", "context_id": c.ID})); got != dir+"\n" {
+		t.Fatalf("cwd %q, want %q", got, dir)
+	}
+	if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())"})); got != h.cwd+"\n" {
+		t.Fatalf("default context cwd %q, want %s", got, h.cwd)
+	}
+	before := h.contexts()
+	status, text := h.do("POST", "/contexts", `{"cwd":"/does/not/exist"}`)
+	if status != http.StatusBadRequest || !strings.Contains(text, "/does/not/exist") {
+		t.Fatalf("missing cwd: %d %q, want 400 naming it", status, text)
+	}
+	if after := h.contexts(); len(after) != len(before) {
+		t.Fatalf("a failed create left a context: %+v", after)
+	}
 }
 
 func TestContextsLifecycle(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -226,25 +225,7 @@ func testJupyterCwd(t *testing.T, start func(...func(*server.Config)) *testHost)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	body, _ := json.Marshal(map[string]string{"language": "python", "cwd": dir})
-	c := h.createContext(string(body))
-	if c.Cwd != dir || c.Language != "python" {
-		t.Fatalf("created %+v, want cwd %s", c, dir)
-	}
-	if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())", "context_id": c.ID})); got != dir+"\n" {
-		t.Fatalf("cwd %q, want %q", got, dir)
-	}
-	if got := stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())"})); got != h.cwd+"\n" {
-		t.Fatalf("default context cwd %q, want %s", got, h.cwd)
-	}
-	before := h.contexts()
-	status, text := h.do("POST", "/contexts", `{"cwd":"/does/not/exist"}`)
-	if status != http.StatusBadRequest || !strings.Contains(text, "/does/not/exist") {
-		t.Fatalf("missing cwd: %d %q, want 400 naming it", status, text)
-	}
-	if after := h.contexts(); len(after) != len(before) {
-		t.Fatalf("a failed create left a context: %+v", after)
-	}
+	testCwd(t, h, dir)
 }
 
 // testJupyterLifecycle: create, list, restart (state gone, listing kept),
