@@ -31,8 +31,9 @@ import (
 //
 //	go test -run '^$' -bench Jupyter -benchtime 3s -count 1 ./hostcmd/server/
 //
-// RoundTrip alternates `1+1` via the host and direct, and reports both medians
-// and their ratio; Concurrent8x50 runs 8 contexts × 50 sequential `1+1` at
+// RoundTrip alternates `1+1` via the host and direct (each first every other
+// time), and reports both medians, their ratio and their difference;
+// RoundTripPlugin does the same with the transport behind its plugin; Concurrent8x50 runs 8 contexts × 50 sequential `1+1` at
 // once via the host and the same load on 8 bare websockets, twice each per op
 // (host, direct, direct, host), and reports both throughputs and their ratio; Stream200kLines and
 // Flush20kLines count every line at the client and fail on any loss.
@@ -41,22 +42,11 @@ func BenchmarkJupyter(b *testing.B) {
 	inProc := jupyterInProcess(b, srv)
 	direct := &directJupyter{srv: srv}
 
-	b.Run("RoundTrip", func(b *testing.B) {
-		h := startHost(b, inProc)
-		ws := direct.kernel(b)
-		hostOnce := testkit.Timed(func() {
-			if err := hostOneTwo(h.client, h.URL(), ""); err != nil {
-				b.Fatal(err)
-			}
-		})
-		directOnce := testkit.Timed(func() {
-			if err := ws.oneTwo(); err != nil {
-				b.Fatal(err)
-			}
-		})
-		hostD, directD := testkit.Compare(b, 20, hostOnce, directOnce) // 20 pairs warm up both paths
-		testkit.ReportRatio(b, time.Millisecond, "host", hostD, "direct", directD, "host/direct")
-	})
+	// RoundTrip links the transport in; RoundTripPlugin runs it behind its
+	// plugin (one more hop, on the plugin's kernel socket), as the kernelhost
+	// binary does.
+	b.Run("RoundTrip", func(b *testing.B) { roundTripVsDirect(b, startHost(b, inProc), direct) })
+	b.Run("RoundTripPlugin", func(b *testing.B) { roundTripVsDirect(b, startHost(b, jupyterViaPlugin(srv)), direct) })
 
 	b.Run("Concurrent8x50", func(b *testing.B) {
 		const contexts, execs = 8, 50
@@ -128,6 +118,38 @@ func BenchmarkJupyter(b *testing.B) {
 	b.Run("Flush20kLines", func(b *testing.B) {
 		streamLines(b, startHost(b, inProc), 20_000, "print(i, flush=True)")
 	})
+}
+
+// roundTripVsDirect times `1+1` via h and on a bare websocket to another
+// kernel of the same server, each first every other time, and reports both
+// medians, their ratio (host/direct) and their difference (added-p50-ms).
+func roundTripVsDirect(b *testing.B, h *testHost, direct *directJupyter) {
+	ws := direct.kernel(b)
+	hostOnce := testkit.Timed(func() {
+		if err := hostOneTwo(h.client, h.URL(), ""); err != nil {
+			b.Fatal(err)
+		}
+	})
+	directOnce := testkit.Timed(func() {
+		if err := ws.oneTwo(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	hostD, directD := testkit.Compare(b, 20, hostOnce, directOnce) // 20 pairs warm up both paths
+	testkit.ReportRatio(b, time.Millisecond, "host", hostD, "direct", directD, "host/direct")
+	added := testkit.Quantile(hostD, 0.5) - testkit.Quantile(directD, 0.5)
+	b.ReportMetric(float64(added)/float64(time.Millisecond), "added-p50-ms")
+}
+
+// BenchmarkKernelGateway is BenchmarkJupyter's RoundTrip and RoundTripPlugin
+// against Kernel Gateway 2.5.2 (jupytertest.StartKernelGateway):
+//
+//	go test -run '^$' -bench KernelGateway -benchtime 400x -count 1 ./hostcmd/server/
+func BenchmarkKernelGateway(b *testing.B) {
+	kg := jupytertest.StartKernelGateway(b)
+	direct := &directJupyter{srv: kg}
+	b.Run("RoundTrip", func(b *testing.B) { roundTripVsDirect(b, startHost(b, jupyterInProcess(b, kg)), direct) })
+	b.Run("RoundTripPlugin", func(b *testing.B) { roundTripVsDirect(b, startHost(b, jupyterViaPlugin(kg)), direct) })
 }
 
 // streamLines runs `for i in range(n): <stmt>` through h, decodes every
