@@ -46,6 +46,13 @@ type Context struct {
 	// interrupt did not take effect): restart before the next user code.
 	needsRestart bool
 	globals      map[string]string
+	// cwdChoices, for a context created without a cwd when the default cwd
+	// is checked where the kernel runs (Config.DefaultCwdOnKernel), are the
+	// directories its setup tries in order; chosenCwd is where the last
+	// setup ended up. nil: the cwd is info.Cwd, and a kernel that cannot
+	// enter it fails the setup.
+	cwdChoices []string
+	chosenCwd  string
 
 	wake     chan struct{} // capacity 1: the queue changed
 	ctrl     chan struct{} // capacity 1: a control op is waiting (aborts the running execution)
@@ -505,8 +512,16 @@ func (c *Context) setup(ctx context.Context) error {
 			}
 		}
 	}
-	if err := c.helper(setupCode(c.info.Language, c.info.Cwd, globals)); err != nil {
+	code := setupCode(c.info.Language, c.info.Cwd, globals)
+	if c.cwdChoices != nil {
+		code = setupCodeChoosingCwd(c.info.Language, c.cwdChoices, globals)
+	}
+	var out strings.Builder
+	if err := c.request(helperCode(c.info.Language, code), &out); err != nil {
 		return &setupError{cwd: c.info.Cwd, err: err}
+	}
+	if c.cwdChoices != nil {
+		c.noteChosenCwd(out.String())
 	}
 	c.mu.Lock()
 	c.globals = globals
@@ -525,16 +540,39 @@ func (e *setupError) Error() string {
 }
 func (e *setupError) Unwrap() error { return e.err }
 
+// noteChosenCwd records the directory a kernel-side cwd choice ended in
+// (what the setup printed, less the line end: nothing else in it prints, and
+// a directory's name may hold a newline; see Config.DefaultCwdOnKernel),
+// which createContext makes the context's cwd, and says so when it is not
+// the configured default.
+func (c *Context) noteChosenCwd(stdout string) {
+	chosen := strings.TrimSuffix(strings.TrimSuffix(stdout, "\n"), "\r")
+	if chosen == "" {
+		return // a kernel that printed nothing: the cwd stays as configured
+	}
+	c.mu.Lock()
+	c.chosenCwd = chosen
+	c.mu.Unlock()
+	if chosen != c.cwdChoices[0] {
+		c.log.Warn("the default cwd is not a directory where the kernel runs; the context works in another",
+			"default_cwd", c.cwdChoices[0], "cwd", chosen, "tried", c.cwdChoices)
+	}
+}
+
 // helper runs one silent request of the engine's own (cwd, env set/reset) and
 // waits, bounded by Config.HelperTimeout, for the kernel to finish it.
 func (c *Context) helper(code string) error {
-	return c.silentRequest(helperCode(c.info.Language, code))
+	return c.request(helperCode(c.info.Language, code), nil)
 }
 
 // silentRequest runs code as a request of the engine's own (silent where
 // the language allows, see helperSilent) and waits, bounded by
 // Config.HelperTimeout, for the kernel to finish it.
-func (c *Context) silentRequest(code string) error {
+func (c *Context) silentRequest(code string) error { return c.request(code, nil) }
+
+// request is silentRequest, writing what the code printed to stdout to out
+// when out is not nil.
+func (c *Context) request(code string, stdout *strings.Builder) error {
 	k, r := c.current()
 	msgID := newID()
 	rt := r.register(msgID)
@@ -560,6 +598,8 @@ func (c *Context) silentRequest(code string) error {
 				reply = &m
 			case m.Type == core.MsgError && firstErr == nil:
 				firstErr = &m
+			case m.Type == core.MsgStream && m.Name == "stdout" && stdout != nil:
+				stdout.WriteString(m.Text)
 			case m.Type == core.MsgStatus && m.State == core.StateIdle:
 				idle = true
 			}

@@ -40,6 +40,17 @@ type Config struct {
 
 	// DefaultCwd is the cwd of contexts created without one. Default "/home/user".
 	DefaultCwd string
+	// DefaultCwdOnKernel makes DefaultCwd a preference checked where the
+	// kernel runs, for transports whose kernels may run on another machine
+	// (a Jupyter server or gateway), whose directories the host cannot
+	// see: a context created without a cwd enters the first of DefaultCwd
+	// and DefaultCwdFallbacks that is a directory there, else stays in the
+	// kernel's own working directory, and its cwd (ContextInfo.Cwd) is where
+	// it ended up; a log line says so when that is not DefaultCwd. A cwd a
+	// client asked for is never replaced: a kernel that cannot enter it
+	// fails the context's creation.
+	DefaultCwdOnKernel  bool
+	DefaultCwdFallbacks []string
 	// GlobalEnv returns the env vars every context gets, applied after its
 	// kernel starts or restarts. Invalid keys are skipped with a log line.
 	GlobalEnv func(ctx context.Context) (map[string]string, error)
@@ -211,6 +222,7 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 	if cwd != "" && !path.IsAbs(cwd) {
 		return nil, newError(core.KindInvalid, fmt.Sprintf("Invalid cwd %s: want an absolute path", core.Quote(cwd)), nil)
 	}
+	chooseOnKernel := cwd == "" && e.cfg.DefaultCwdOnKernel
 	if cwd == "" {
 		cwd = e.cfg.DefaultCwd
 	}
@@ -240,6 +252,9 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 		return nil, newError(kind, fmt.Sprintf("Failed to create context: %v", err), err)
 	}
 	c := newContext(e, ContextInfo{ID: newID(), Language: language, Cwd: cwd})
+	if chooseOnKernel {
+		c.cwdChoices = append([]string{cwd}, e.cfg.DefaultCwdFallbacks...)
+	}
 	c.attach(k)
 	if err := c.setup(startCtx); err != nil {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), e.cfg.HelperTimeout)
@@ -250,6 +265,9 @@ func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefa
 			return nil, newError(core.KindInvalid, fmt.Sprintf("Failed to set working directory %s: %v", core.Quote(cwd), se.err), err)
 		}
 		return nil, newError(core.KindInternal, fmt.Sprintf("Failed to create context: %v", err), err)
+	}
+	if c.chosenCwd != "" { // not published yet: nobody reads info meanwhile
+		c.info.Cwd = c.chosenCwd
 	}
 	e.mu.Lock()
 	if e.closed {

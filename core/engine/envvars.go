@@ -71,6 +71,10 @@ type snippets struct {
 	setEnv   func(key, value string) string
 	unsetEnv func(key string) string
 	chdir    func(path string) string
+	// chdirFirst enters the first of paths that is a directory it can
+	// enter, or stays where it is, and prints the working directory it is
+	// in then, on a line of its own (see Config.DefaultCwdOnKernel).
+	chdirFirst func(paths []string) string
 	// saveAndSet, when set, applies an execution's env vars after keeping,
 	// inside the kernel, the value each one shadows; restore puts those
 	// values back byte for byte (an inherited PATH, a global). A key whose
@@ -108,8 +112,11 @@ var languageSnippets = map[string]snippets{
 		setEnv: func(k, v string) string {
 			return "__import__('os').environ.__setitem__(" + pyString(k) + ", " + pyString(v) + ")"
 		},
-		unsetEnv:   func(k string) string { return "__import__('os').environ.pop(" + pyString(k) + ", None)" },
-		chdir:      func(p string) string { return "__import__('os').chdir(" + pyString(p) + ")" },
+		unsetEnv: func(k string) string { return "__import__('os').environ.pop(" + pyString(k) + ", None)" },
+		chdir:    func(p string) string { return "__import__('os').chdir(" + pyString(p) + ")" },
+		chdirFirst: func(ps []string) string {
+			return "(lambda o, ds: (next((o.chdir(d) for d in ds if o.path.isdir(d)), None), print(o.getcwd())))(__import__('os'), (" + joinQuoted(ps, pyString) + ",))"
+		},
 		saveAndSet: pySaveAndSet,
 		restore:    pyRestore,
 		helperMark: "# kernelhost helper\n",
@@ -117,9 +124,12 @@ var languageSnippets = map[string]snippets{
 	"javascript": jsSnippets,
 	"typescript": jsSnippets,
 	"r": {
-		setEnv:     func(k, v string) string { return "Sys.setenv(" + rString(k) + " = " + rString(v) + ")" },
-		unsetEnv:   func(k string) string { return "Sys.unsetenv(" + rString(k) + ")" },
-		chdir:      func(p string) string { return "setwd(" + rString(p) + ")" },
+		setEnv:   func(k, v string) string { return "Sys.setenv(" + rString(k) + " = " + rString(v) + ")" },
+		unsetEnv: func(k string) string { return "Sys.unsetenv(" + rString(k) + ")" },
+		chdir:    func(p string) string { return "setwd(" + rString(p) + ")" },
+		chdirFirst: func(ps []string) string {
+			return "local({ for (d in c(" + joinQuoted(ps, rString) + ")) if (dir.exists(d) && !inherits(try(setwd(d), silent = TRUE), \"try-error\")) break; cat(getwd(), \"\\n\", sep = \"\") })"
+		},
 		saveAndSet: rSaveAndSet,
 		restore:    rRestore,
 		helperMark: "# kernelhost helper\n",
@@ -137,24 +147,33 @@ var languageSnippets = map[string]snippets{
 		unsetEnv: func(k string) string {
 			return javaEnvBlock("System.clearProperty(" + javaString(k) + "); if (e != null) e.remove(" + javaString(k) + ");")
 		},
-		chdir:      func(p string) string { return `System.setProperty("user.dir", ` + javaString(p) + ");" },
+		chdir: func(p string) string { return `System.setProperty("user.dir", ` + javaString(p) + ");" },
+		chdirFirst: func(ps []string) string {
+			return "{ for (String d : new String[] {" + joinQuoted(ps, javaString) + `}) { if (new java.io.File(d).isDirectory()) { System.setProperty("user.dir", d); break; } } System.out.println(System.getProperty("user.dir")); }`
+		},
 		saveAndSet: javaSaveAndSet,
 		restore:    javaRestore,
 		helperMark: "// kernelhost helper\n",
 	},
 	"bash": {
-		setEnv:     func(k, v string) string { return "\\export " + k + "=" + shString(v) },
-		unsetEnv:   func(k string) string { return "\\unset -v " + k },
-		chdir:      func(p string) string { return "cd -- " + shString(p) },
+		setEnv:   func(k, v string) string { return "\\export " + k + "=" + shString(v) },
+		unsetEnv: func(k string) string { return "\\unset -v " + k },
+		chdir:    func(p string) string { return "cd -- " + shString(p) },
+		chdirFirst: func(ps []string) string {
+			return "for __kh_d in " + strings.Join(mapStrings(ps, shString), " ") + "; do if [[ -d $__kh_d ]] && cd -- \"$__kh_d\"; then break; fi; done; \\unset -v __kh_d; pwd"
+		},
 		saveAndSet: bashSaveAndSet,
 		restore:    bashRestore,
 	},
 }
 
 var jsSnippets = snippets{
-	setEnv:     func(k, v string) string { return "process.env[" + jsString(k) + "] = " + jsString(v) + ";" },
-	unsetEnv:   func(k string) string { return "delete process.env[" + jsString(k) + "];" },
-	chdir:      func(p string) string { return "process.chdir(" + jsString(p) + ");" },
+	setEnv:   func(k, v string) string { return "process.env[" + jsString(k) + "] = " + jsString(v) + ";" },
+	unsetEnv: func(k string) string { return "delete process.env[" + jsString(k) + "];" },
+	chdir:    func(p string) string { return "process.chdir(" + jsString(p) + ");" },
+	chdirFirst: func(ps []string) string {
+		return "((ds) => { for (const d of ds) { try { process.chdir(d); break; } catch (e) { } } console.log(process.cwd()); })([" + joinQuoted(ps, jsString) + "]);"
+	},
 	saveAndSet: jsSaveAndSet,
 	restore:    jsRestore,
 	helperMark: "// kernelhost helper\n",
@@ -385,6 +404,28 @@ func setupCode(language, cwd string, globals map[string]string) string {
 		lines = append(lines, s.setEnv(k, globals[k]))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// setupCodeChoosingCwd is setupCode for a cwd chosen where the kernel runs:
+// the first of cwds it can enter (see snippets.chdirFirst).
+func setupCodeChoosingCwd(language string, cwds []string, globals map[string]string) string {
+	s, ok := languageSnippets[language]
+	if !ok {
+		return ""
+	}
+	lines := []string{s.chdirFirst(cwds)}
+	for _, k := range sortedKeys(globals) {
+		lines = append(lines, s.setEnv(k, globals[k]))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func mapStrings(in []string, f func(string) string) []string {
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = f(s)
+	}
+	return out
 }
 
 // setEnvCode applies one execution's env vars, keeping the values they shadow

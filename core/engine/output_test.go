@@ -112,3 +112,24 @@ func TestEnvKeyValidation(t *testing.T) {
 		}
 	}
 }
+
+// The kernel-side cwd choice quotes every path as chdir does (checked by
+// hand with python3, node, bash, Rscript and jshell on a directory named
+// like v below: each entered it and printed it).
+func TestChdirFirstEncodesNeverSplice(t *testing.T) {
+	v := "/a'b\"c\\d\ne$(x)😀"
+	for lang, want := range map[string]string{
+		"python":     `(lambda o, ds: (next((o.chdir(d) for d in ds if o.path.isdir(d)), None), print(o.getcwd())))(__import__('os'), ('/x', '/a\'b"c\\d\ne$(x)😀',))`,
+		"javascript": `((ds) => { for (const d of ds) { try { process.chdir(d); break; } catch (e) { } } console.log(process.cwd()); })(["/x", "/a'b\"c\\d\ne$(x)😀"]);`,
+		"r":          `local({ for (d in c("/x", "/a'b\"c\\d\ne$(x)\U{0001f600}")) if (dir.exists(d) && !inherits(try(setwd(d), silent = TRUE), "try-error")) break; cat(getwd(), "\n", sep = "") })`,
+		"java":       `{ for (String d : new String[] {"/x", "/a'b\"c\\d\ne$(x)😀"}) { if (new java.io.File(d).isDirectory()) { System.setProperty("user.dir", d); break; } } System.out.println(System.getProperty("user.dir")); }`,
+		"bash":       `for __kh_d in '/x' '/a'\''b"c\d` + "\n" + `e$(x)😀'; do if [[ -d $__kh_d ]] && cd -- "$__kh_d"; then break; fi; done; \unset -v __kh_d; pwd`,
+	} {
+		if got := languageSnippets[lang].chdirFirst([]string{"/x", v}); got != want {
+			t.Errorf("%s:\n got  %s\n want %s", lang, got, want)
+		}
+	}
+	if languageSnippets["typescript"].chdirFirst == nil {
+		t.Error("typescript has no chdirFirst")
+	}
+}

@@ -55,7 +55,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cwd, err := resolveDefaultCwd(cfg.DefaultCwd, cfg.Workspace, log)
+	cwd, err := resolveDefaultCwd(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -119,25 +119,27 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		observer = met
 	}
 	eng, err = engine.NewEngine(engine.Config{
-		Transport:        transport,
-		Observer:         observer,
-		Policy:           envPolicy,
-		Logger:           log,
-		DefaultCwd:       cwd,
-		GlobalEnv:        func(context.Context) (map[string]string, error) { return globals, nil },
-		KernelSetup:      kernelSetup,
-		QueueDepth:       cfg.QueueDepth,
-		MaxOutputBytes:   cfg.MaxOutputBytes,
-		MaxBufferedBytes: cfg.MaxBufferedBytes,
-		ReplayBytes:      cfg.ReplayBytes,
-		ReplayTTL:        cfg.ReplayTTL,
-		DisconnectPolicy: cfg.DisconnectPolicy,
-		InterruptGrace:   cfg.InterruptGrace,
-		MaxContexts:      max(cfg.MaxContexts, 0), // the engine's 0 is "no limit"
-		ExecutionTimeout: cfg.ExecutionTimeout,
-		MaxEnvVars:       cfg.MaxEnvVars,
-		MaxEnvBytes:      cfg.MaxEnvBytes,
-		StartTimeout:     kernelBounds(cfg).engineStart,
+		Transport:           transport,
+		Observer:            observer,
+		Policy:              envPolicy,
+		Logger:              log,
+		DefaultCwd:          cwd.dir,
+		DefaultCwdOnKernel:  cwd.onKernel,
+		DefaultCwdFallbacks: cwd.fallbacks,
+		GlobalEnv:           func(context.Context) (map[string]string, error) { return globals, nil },
+		KernelSetup:         kernelSetup,
+		QueueDepth:          cfg.QueueDepth,
+		MaxOutputBytes:      cfg.MaxOutputBytes,
+		MaxBufferedBytes:    cfg.MaxBufferedBytes,
+		ReplayBytes:         cfg.ReplayBytes,
+		ReplayTTL:           cfg.ReplayTTL,
+		DisconnectPolicy:    cfg.DisconnectPolicy,
+		InterruptGrace:      cfg.InterruptGrace,
+		MaxContexts:         max(cfg.MaxContexts, 0), // the engine's 0 is "no limit"
+		ExecutionTimeout:    cfg.ExecutionTimeout,
+		MaxEnvVars:          cfg.MaxEnvVars,
+		MaxEnvBytes:         cfg.MaxEnvBytes,
+		StartTimeout:        kernelBounds(cfg).engineStart,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the engine: %w", err)
@@ -202,7 +204,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("start the default contexts %v: %w", defaults, err)
 	}
 	a.ready.Store(true)
-	log.Info("ready", "default_contexts", defaults, "default_cwd", cwd)
+	log.Info("ready", "default_contexts", defaults, "default_cwd", cwd.dir)
 	return h, nil
 }
 
@@ -314,15 +316,55 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	return errors.Join(engineErr, srvErr, pluginErr, policyErr)
 }
 
+// defaultCwd is the engine's default cwd and, when it is checked where the
+// kernels run (core/engine Config.DefaultCwdOnKernel), the directories to
+// try after it there.
+type defaultCwd struct {
+	dir       string
+	onKernel  bool
+	fallbacks []string
+}
+
 // resolveDefaultCwd keeps the configured default cwd when it is a
 // directory (made absolute), and otherwise uses the workspace (default
 // DefaultWorkspace()), creating it: outside an E2B sandbox /home/user usually
 // does not exist, and the host's own working directory (for make run, the
 // repository) is no place for user code's files.
-func resolveDefaultCwd(cwd, workspace string, log *slog.Logger) (string, error) {
-	if fi, err := os.Stat(cwd); err == nil && fi.IsDir() {
-		return filepath.Abs(cwd)
+//
+// The jupyter transport's kernels may run on another machine (a gateway on
+// a cluster), whose directories the host cannot see: there the kernel
+// checks, when a context starts, the default cwd and then the workspace
+// (which exists there when the server runs beside the host), and else stays
+// in its own working directory. The host creates the workspace when it can,
+// but fails for neither.
+func resolveDefaultCwd(cfg Config, log *slog.Logger) (defaultCwd, error) {
+	if cfg.TransportName == "jupyter" {
+		if !filepath.IsAbs(cfg.DefaultCwd) {
+			return defaultCwd{}, fmt.Errorf("the default cwd %s must be an absolute path with the jupyter transport: the kernels may run on another machine (setting %s)", cfg.DefaultCwd, EnvVar("default-cwd"))
+		}
+		d := defaultCwd{dir: cfg.DefaultCwd, onKernel: true}
+		if ws, err := makeWorkspace(cfg.DefaultCwd, cfg.Workspace); err != nil {
+			log.Info("no workspace to fall back on where the kernels run", "err", err)
+		} else if ws != cfg.DefaultCwd {
+			d.fallbacks = []string{ws}
+		}
+		return d, nil
 	}
+	if fi, err := os.Stat(cfg.DefaultCwd); err == nil && fi.IsDir() {
+		dir, err := filepath.Abs(cfg.DefaultCwd)
+		return defaultCwd{dir: dir}, err
+	}
+	ws, err := makeWorkspace(cfg.DefaultCwd, cfg.Workspace)
+	if err != nil {
+		return defaultCwd{}, err
+	}
+	log.Info("the default cwd is not a directory; contexts start in the workspace", "configured", cfg.DefaultCwd, "default_cwd", ws)
+	return defaultCwd{dir: ws}, nil
+}
+
+// makeWorkspace creates the workspace (default DefaultWorkspace()) and
+// returns its absolute path.
+func makeWorkspace(cwd, workspace string) (string, error) {
 	if workspace == "" {
 		workspace = DefaultWorkspace()
 	}
@@ -337,7 +379,6 @@ func resolveDefaultCwd(cwd, workspace string, log *slog.Logger) (string, error) 
 	if err := os.MkdirAll(ws, 0o700); err != nil {
 		return "", fmt.Errorf("create the workspace (setting %s): %w", EnvVar("workspace"), err)
 	}
-	log.Info("the default cwd is not a directory; contexts start in the workspace", "configured", cwd, "default_cwd", ws)
 	return ws, nil
 }
 

@@ -34,7 +34,7 @@ func jupyterInProcess(tb testing.TB, srv *jupytertest.Server) func(*server.Confi
 		tb.Fatalf("jupyter transport for %s: %v", srv.URL, err)
 	}
 	tb.Cleanup(tr.Close)
-	return func(c *server.Config) { c.Transport = tr }
+	return func(c *server.Config) { c.Transport, c.TransportName = tr, "jupyter" }
 }
 
 // jupyterViaPlugin runs the jupyter transport through its plugin, as
