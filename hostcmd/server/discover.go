@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/plugins/transportplugin"
+	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 )
 
 // DiscoveredPlugin is one transport plugin found in the plugin directory.
@@ -52,7 +52,7 @@ func describePlugin(ctx context.Context, cfg Config, path string, startTimeout t
 	if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
 		return core.TransportInfo{}, fmt.Errorf("not an executable file")
 	}
-	s, err := transportplugin.Launch(ctx, transportplugin.Config{
+	s, err := pluginhost.Launch(ctx, pluginhost.Config{
 		Path:     path,
 		Settings: pluginSettings(cfg),
 		// The error carries what the plugin said; its log lines are noise here.

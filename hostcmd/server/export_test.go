@@ -29,7 +29,7 @@ func WithoutKernelEnv() (restore func()) {
 // default as its flag's Go type (string, int, int64, bool, time.Duration).
 func SettingDefaults() map[string]any {
 	out := map[string]any{}
-	for _, s := range settingsTable() {
+	for _, s := range settingsTable {
 		out[s.flagName()] = s.defaultValue()
 	}
 	return out

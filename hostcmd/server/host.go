@@ -17,9 +17,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/kernelenv"
-	"github.com/kernelhost/kernelhost/plugins/transportplugin"
+	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 )
 
 // Host is a running kernelhost: an engine behind an HTTP server.
@@ -27,8 +28,8 @@ type Host struct {
 	Engine *engine.Engine
 
 	log      *slog.Logger
-	plugin   *transportplugin.Supervised // nil when Config.Transport was given
-	policies *policies                   // nil without Config.Policies
+	plugin   *pluginhost.Supervised // nil when Config.Transport was given
+	policies *policies              // nil without Config.Policies
 	api      *api
 	srv      *http.Server
 	ln       net.Listener
@@ -49,80 +50,135 @@ var kernelSetup = kernelenv.Setup
 // ready, or with an error after cleaning up.
 func Start(ctx context.Context, cfg Config) (*Host, error) {
 	cfg = withDefaults(cfg)
-	// Lines logged with a request's context carry its ids (requestlog.go).
-	log := slog.New(requestIDHandler{Handler: cfg.Logger.Handler()})
-	cfg.Logger = log
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// Lines logged with a request's context carry its ids (requestlog.go).
+	log := slog.New(requestIDHandler{Handler: cfg.Logger.Handler()})
+	cfg.Logger = log
 	cwd, err := resolveDefaultCwd(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-
-	// Until the Host owns them (its Shutdown closes them), a failure closes
-	// what was started here.
-	var (
-		plugin *transportplugin.Supervised
-		pols   *policies
-		eng    *engine.Engine
-		met    *metrics
-		owned  bool
-	)
-	if !cfg.DisableMetrics {
-		// eng is set before the server serves, so before any scrape.
-		met = newMetrics(func() int { return len(eng.Contexts()) })
+	h := &Host{log: log, served: make(chan error, 1)}
+	if err := h.assemble(ctx, cfg, cwd); err != nil {
+		h.release()
+		return nil, err
 	}
-	defer func() {
-		if !owned {
-			closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if plugin != nil {
-				_ = plugin.Close()
-			}
-			if pols != nil {
-				_ = pols.close(closeCtx)
-			}
-		}
-	}()
-	// Policies first: a broken module is the cheaper failure.
+	go func() { h.served <- h.srv.Serve(h.ln) }()
+	info := h.Engine.Transport().Info()
+	log.Info("listening", "addr", h.Addr(), "transport", info.Name, "languages", info.Languages)
+
+	defaults := defaultLanguages(info, log)
+	if err := startDefaults(ctx, h.Engine, defaults, cfg.DefaultStartRetry, h.api, log); err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = h.Shutdown(stopCtx)
+		return nil, fmt.Errorf("start the default contexts %v: %w", defaults, err)
+	}
+	h.api.ready.Store(true)
+	log.Info("ready", "default_contexts", defaults, "default_cwd", cwd.dir)
+	return h, nil
+}
+
+// assemble builds the host's parts in order: the metrics, the policies (a
+// broken module is the cheapest failure), the transport, the engine, the
+// API and its listener, pprof. On failure the caller releases what it built.
+func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd) error {
+	var met *metrics
+	if !cfg.DisableMetrics {
+		// The engine is set before the server serves, so before any scrape.
+		met = newMetrics(func() int { return len(h.Engine.Contexts()) })
+	}
 	var envPolicy engine.EnvPolicy
 	if cfg.Policies != "" {
-		if pols, err = loadPolicies(ctx, cfg.Policies, cfg.LookupEnv, cfg.PolicyOptions); err != nil {
-			return nil, fmt.Errorf("load the env-var policies: %w", err)
+		pols, err := loadPolicies(ctx, cfg.Policies, cfg.LookupEnv, cfg.PolicyOptions)
+		if err != nil {
+			return fmt.Errorf("load the env-var policies: %w", err)
 		}
-		envPolicy = pols
+		h.policies, envPolicy = pols, pols
 		if met != nil {
 			envPolicy = met.observePolicy(pols)
 		}
-		log.Info("env-var policies loaded", "modules", pols.modules())
+		h.log.Info("env-var policies loaded", "modules", pols.modules())
+	}
+	transport, err := h.transport(ctx, cfg, met)
+	if err != nil {
+		return err
+	}
+	if h.Engine, err = engine.NewEngine(engineConfig(cfg, transport, met, envPolicy, cwd)); err != nil {
+		return fmt.Errorf("create the engine: %w", err)
+	}
+	if h.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	h.api = newAPI(cfg, h.Engine, met)
+	h.srv = newHTTPServer(cfg, h.api.handler())
+	if cfg.PprofAddr != "" {
+		if h.pprof, err = startPprof(cfg.PprofAddr, h.log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// transport is cfg.Transport, else the transport plugin it launches (which h
+// then owns).
+func (h *Host) transport(ctx context.Context, cfg Config, met *metrics) (core.Transport, error) {
+	if cfg.Transport != nil {
+		return cfg.Transport, nil
 	}
 	if cfg.Jupyter.InsecureSkipVerify && cfg.TransportName == "jupyter" {
-		log.Warn("INSECURE: the jupyter transport accepts any server certificate (jupyter-insecure-skip-verify): anyone on the path can read the token and every execution's code and output; use it only to test a set-up, and -jupyter-ca-file otherwise",
+		h.log.Warn("INSECURE: the jupyter transport accepts any server certificate (jupyter-insecure-skip-verify): anyone on the path can read the token and every execution's code and output; use it only to test a set-up, and -jupyter-ca-file otherwise",
 			"setting", EnvVar("jupyter-insecure-skip-verify"))
 	}
-	transport := cfg.Transport
-	if transport == nil {
-		var onRestart func()
-		if met != nil {
-			onRestart = met.pluginRestarted
-		}
-		if plugin, err = launchTransport(ctx, cfg, onRestart); err != nil {
-			return nil, err
-		}
-		transport = plugin
+	var onRestart func()
+	if met != nil {
+		onRestart = met.pluginRestarted
 	}
-	globals := cfg.GlobalEnv
+	var err error
+	if h.plugin, err = launchTransport(ctx, cfg, onRestart); err != nil {
+		return nil, err
+	}
+	return h.plugin, nil
+}
+
+// release closes what assemble built, newest first, when Start fails before
+// the host serves.
+func (h *Host) release() {
+	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if h.pprof != nil {
+		h.pprof.close()
+	}
+	if h.ln != nil {
+		_ = h.ln.Close()
+	}
+	if h.Engine != nil {
+		_ = h.Engine.Close(context.Background())
+	}
+	if h.plugin != nil {
+		_ = h.plugin.Close()
+	}
+	if h.policies != nil {
+		_ = h.policies.close(closeCtx)
+	}
+}
+
+// engineConfig is the engine's configuration: cfg's settings (every one set,
+// withDefaults) and the parts the host built.
+func engineConfig(cfg Config, transport core.Transport, met *metrics, policy engine.EnvPolicy, cwd defaultCwd) engine.Config {
 	// A nil *metrics must not become a non-nil engine.Observer.
 	var observer engine.Observer
 	if met != nil {
 		observer = met
 	}
-	eng, err = engine.NewEngine(engine.Config{
+	globals := cfg.GlobalEnv
+	return engine.Config{
 		Transport:           transport,
 		Observer:            observer,
-		Policy:              envPolicy,
-		Logger:              log,
+		Policy:              policy,
+		Logger:              cfg.Logger,
 		DefaultCwd:          cwd.dir,
 		DefaultCwdOnKernel:  cwd.onKernel,
 		DefaultCwdFallbacks: cwd.fallbacks,
@@ -130,82 +186,57 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		KernelSetup:         kernelSetup,
 		QueueDepth:          cfg.QueueDepth,
 		MaxOutputBytes:      cfg.MaxOutputBytes,
-		MaxBufferedBytes:    cfg.MaxBufferedBytes,
+		MaxBufferedBytes:    cfg.MaxBufferedBytes, // negative: no bound, as in Config
 		ReplayBytes:         cfg.ReplayBytes,
 		ReplayTTL:           cfg.ReplayTTL,
 		DisconnectPolicy:    cfg.DisconnectPolicy,
 		InterruptGrace:      cfg.InterruptGrace,
-		MaxContexts:         max(cfg.MaxContexts, 0), // the engine's 0 is "no limit"
+		MaxContexts:         max(cfg.MaxContexts, 0), // the engine's 0 is "no limit", Config's -1
 		ExecutionTimeout:    cfg.ExecutionTimeout,
 		MaxEnvVars:          cfg.MaxEnvVars,
 		MaxEnvBytes:         cfg.MaxEnvBytes,
 		StartTimeout:        kernelBounds(cfg).engineStart,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create the engine: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		_ = eng.Close(context.Background())
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-	}
-	a := &api{engine: eng, log: log, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
-		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
-		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, log), writeTimeout: cfg.WriteTimeout}
-	a.closing, a.beginShutdown = context.WithCancel(context.Background())
-	var pprof *pprofServer
-	if cfg.PprofAddr != "" {
-		if pprof, err = startPprof(cfg.PprofAddr, log); err != nil {
-			_ = ln.Close()
-			_ = eng.Close(context.Background())
-			return nil, err
-		}
-	}
-	owned = true
-	h := &Host{
-		Engine:   eng,
-		log:      log,
-		plugin:   plugin,
-		policies: pols,
-		api:      a,
-		ln:       ln,
-		served:   make(chan error, 1),
-		pprof:    pprof,
-		srv: &http.Server{
-			Handler:           a.handler(),
-			IdleTimeout:       cfg.IdleTimeout,
-			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-			// ReadTimeout covers headers and body; net/http lifts it once the
-			// body is read, so streams are not cut (TestReadTimeoutDoesNotCutStreams).
-			ReadTimeout: cfg.ReadTimeout,
-			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-			// No WriteTimeout: /execute streams for as long as the code runs;
-			// each of a stream's writes has its own deadline (Config.WriteTimeout).
-		},
-	}
-	go func() { h.served <- h.srv.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "transport", transport.Info().Name, "languages", transport.Info().Languages)
+}
 
-	// The SDKs expect python and javascript defaults (docs/api-contract.md §8.3);
-	// a transport without them (e.g. the example bash plugin) gets none.
+// newAPI is the HTTP API over e, as cfg sets it up.
+func newAPI(cfg Config, e *engine.Engine, met *metrics) *api {
+	a := &api{engine: e, log: cfg.Logger, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
+		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
+		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.Logger), writeTimeout: cfg.WriteTimeout}
+	a.closing, a.beginShutdown = context.WithCancel(context.Background())
+	return a
+}
+
+// newHTTPServer serves handler with cfg's timeouts.
+func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		IdleTimeout:       cfg.IdleTimeout,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		// ReadTimeout covers headers and body; net/http lifts it once the
+		// body is read, so streams are not cut (TestReadTimeoutDoesNotCutStreams).
+		ReadTimeout: cfg.ReadTimeout,
+		ErrorLog:    slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		// No WriteTimeout: /execute streams for as long as the code runs;
+		// each of a stream's writes has its own deadline (Config.WriteTimeout).
+	}
+}
+
+// defaultLanguages are the languages of the default contexts: the SDKs
+// expect python and javascript (docs/api-contract.md §8.3); a transport
+// without them (e.g. the example bash plugin) gets none.
+func defaultLanguages(info core.TransportInfo, log *slog.Logger) []string {
 	var defaults []string
 	for _, lang := range []string{"python", "javascript"} {
-		if slices.Contains(transport.Info().Languages, lang) {
+		if slices.Contains(info.Languages, lang) {
 			defaults = append(defaults, lang)
 		}
 	}
 	if len(defaults) == 0 {
-		log.Warn("the transport has neither python nor javascript: no default contexts", "languages", transport.Info().Languages)
+		log.Warn("the transport has neither python nor javascript: no default contexts", "languages", info.Languages)
 	}
-	if err := startDefaults(ctx, eng, defaults, cfg.DefaultStartRetry, a, log); err != nil {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = h.Shutdown(stopCtx)
-		return nil, fmt.Errorf("start the default contexts %v: %w", defaults, err)
-	}
-	a.ready.Store(true)
-	log.Info("ready", "default_contexts", defaults, "default_cwd", cwd.dir)
-	return h, nil
+	return defaults
 }
 
 // Backoff between attempts to start the default contexts.

@@ -232,389 +232,124 @@ func PluginDirFor(exe string) string {
 // flag. In Config the zero value of a setting means its default (Config{}
 // is a host with every default); settings that Config holds in another form
 // (a JSON object, a list, "no limit") convert in load and out.
-func settingsTable() []setting {
-	return []setting{
-		&row[string]{name: ConfigFlag, help: "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it"},
-		&row[string]{name: "addr", def: DefaultAddr, help: "listen address (host:port)",
-			field: func(c *Config) *string { return &c.Addr }},
-		&row[string]{name: "default-cwd", def: DefaultCwd, help: "working directory of contexts created without one; when it is not a directory, the workspace",
-			field: func(c *Config) *string { return &c.DefaultCwd }},
-		&row[string]{name: "workspace", help: "directory contexts start in when default-cwd is not a directory, created (0700) if missing; empty: $XDG_DATA_HOME/kernelhost/workspace, else ~/.local/share/kernelhost/workspace",
-			field: func(c *Config) *string { return &c.Workspace }},
-		&row[string]{name: "env-file", help: "path of a JSON object of global env vars every context gets",
-			field: func(c *Config) *string { return &c.envFile }},
-		&row[string]{name: "env", help: "JSON object of global env vars every context gets (wins over -env-file for the same key)",
-			field: func(c *Config) *string { return &c.envInline }},
-		&row[string]{name: "disconnect-policy", def: string(engine.DisconnectInterrupt), help: "what happens to running code when its client leaves: interrupt or continue",
-			load: func(c *Config, v string) (err error) {
-				c.DisconnectPolicy, err = engine.ParseDisconnectPolicy(v)
-				return err
-			},
-			out: func(c *Config) string { return string(c.DisconnectPolicy) }},
-		&row[time.Duration]{name: "interrupt-grace", def: 5 * time.Second, help: "after an interrupt that was ignored this long, the context is restarted",
-			field: func(c *Config) *time.Duration { return &c.InterruptGrace }, check: positive[time.Duration]},
-		&row[int]{name: "queue-depth", def: 32, help: "executions that may wait per context before requests get 429",
-			field: func(c *Config) *int { return &c.QueueDepth }, check: positive[int]},
-		&row[int]{name: "max-env-vars", def: DefaultMaxEnvVars, help: "env_vars one execution may set (400 above): each costs the interpreter a setenv, linear in its environment's size",
-			field: func(c *Config) *int { return &c.MaxEnvVars }, check: positive[int]},
-		&row[int]{name: "max-env-bytes", def: DefaultMaxEnvBytes, help: "bytes of one execution's env_vars, names and values together (400 above)",
-			field: func(c *Config) *int { return &c.MaxEnvBytes }, check: positive[int]},
-		&row[int64]{name: "max-body-bytes", def: DefaultMaxBodyBytes, help: "largest request body accepted (413 above)",
-			field: func(c *Config) *int64 { return &c.MaxBodyBytes }, check: positive[int64]},
-		&row[int]{name: "max-output-bytes", def: 64 << 20, help: "output buffered per execution for a slow client before it is dropped",
-			field: func(c *Config) *int { return &c.MaxOutputBytes }, check: positive[int]},
-		noLimit("max-buffered-bytes", 256<<20, "output buffered for slow clients across all executions; past it the stream furthest behind is cut (its execution goes on and can be re-attached); 0: no bound",
-			func(c *Config) *int { return &c.MaxBufferedBytes }),
-		&row[int]{name: "replay-bytes", def: 256 << 10, help: "newest output kept per execution for a client that re-attaches (GET /executions/{id}/stream); each output counts its text and about 200 bytes",
-			field: func(c *Config) *int { return &c.ReplayBytes }, check: positive[int]},
-		&row[time.Duration]{name: "replay-ttl", def: 5 * time.Minute, help: "how long a finished execution stays available to GET /executions/{id} and re-attaching",
-			field: func(c *Config) *time.Duration { return &c.ReplayTTL }, check: positive[time.Duration]},
-		&row[time.Duration]{name: "keepalive", def: DefaultKeepalive, help: "silence on an /execute stream before a keepalive line",
-			field: func(c *Config) *time.Duration { return &c.Keepalive }, check: positive[time.Duration]},
-		noLimit("max-contexts", DefaultMaxContexts, "live contexts at most (each is an interpreter); beyond it POST /contexts gets 429; 0: no limit",
-			func(c *Config) *int { return &c.MaxContexts }),
-		&row[time.Duration]{name: "execution-timeout", help: "default bound on an execution's run (an /execute body's \"timeout\" in seconds overrides it); the stream ends with an ExecutionTimeout error and the code is interrupted; 0: none",
-			field: func(c *Config) *time.Duration { return &c.ExecutionTimeout }, check: notNegative[time.Duration]},
-		// No "none" for the HTTP timeouts: without them one client holds a
-		// connection and a goroutine for ever (slowloris).
-		&row[time.Duration]{name: "read-header-timeout", def: DefaultReadHeaderTimeout, help: "time a client has to send a request's headers",
-			field: func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }, check: positive[time.Duration]},
-		&row[time.Duration]{name: "read-timeout", def: DefaultReadTimeout, help: "time a client has to send a request's headers and body (not the response: streams last as long as the code)",
-			field: func(c *Config) *time.Duration { return &c.ReadTimeout }, check: positive[time.Duration]},
-		&row[time.Duration]{name: "write-timeout", def: DefaultWriteTimeout, help: "a stream's client that takes none of a write for this long is cut (the disconnect policy applies; the execution can be re-attached)",
-			field: func(c *Config) *time.Duration { return &c.WriteTimeout }, check: positive[time.Duration]},
-		&row[time.Duration]{name: "idle-timeout", def: DefaultIdleTimeout, help: "an idle keep-alive connection is closed after this",
-			field: func(c *Config) *time.Duration { return &c.IdleTimeout }, check: positive[time.Duration]},
-		&row[string]{name: "access-token", help: "if set, clients must send \"Authorization: Bearer <token>\" (prefer the environment variable: flags show in ps); see -access-token-scope",
-			field: func(c *Config) *string { return &c.AccessToken }, check: checkAccessToken},
-		&row[string]{name: "access-token-scope", def: ScopeAll, help: "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token as the official SDKs send it, and /executions/...)",
-			field: func(c *Config) *string { return &c.AccessTokenScope }, check: checkTokenScope},
-		list("allowed-hosts", DefaultAllowedHosts, "host names a request's Host header may name besides loopback names and addresses (DNS-rebinding protection), separated by commas: name, *.suffix, or * for any",
-			func(c *Config) *[]string { return &c.AllowedHosts }, checkAllowedHosts),
-		list("allowed-origins", nil, "browser origins allowed to call the API, with CORS (scheme://host[:port], separated by commas, or * for any); a request from another origin is refused; empty: no CORS",
-			func(c *Config) *[]string { return &c.AllowedOrigins }, checkAllowedOrigins),
+var settingsTable = []setting{
+	&row[string]{name: ConfigFlag, help: "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it"},
+	&row[string]{name: "addr", def: DefaultAddr, help: "listen address (host:port)",
+		field: func(c *Config) *string { return &c.Addr }},
+	&row[string]{name: "default-cwd", def: DefaultCwd, help: "working directory of contexts created without one; when it is not a directory, the workspace",
+		field: func(c *Config) *string { return &c.DefaultCwd }},
+	&row[string]{name: "workspace", help: "directory contexts start in when default-cwd is not a directory, created (0700) if missing; empty: $XDG_DATA_HOME/kernelhost/workspace, else ~/.local/share/kernelhost/workspace",
+		field: func(c *Config) *string { return &c.Workspace }},
+	&row[string]{name: "env-file", help: "path of a JSON object of global env vars every context gets",
+		field: func(c *Config) *string { return &c.envFile }},
+	&row[string]{name: "env", help: "JSON object of global env vars every context gets (wins over -env-file for the same key)",
+		field: func(c *Config) *string { return &c.envInline }},
+	&row[string]{name: "disconnect-policy", def: string(engine.DisconnectInterrupt), help: "what happens to running code when its client leaves: interrupt or continue",
+		load: func(c *Config, v string) (err error) {
+			c.DisconnectPolicy, err = engine.ParseDisconnectPolicy(v)
+			return err
+		},
+		out: func(c *Config) string { return string(c.DisconnectPolicy) }},
+	&row[time.Duration]{name: "interrupt-grace", def: 5 * time.Second, help: "after an interrupt that was ignored this long, the context is restarted",
+		field: func(c *Config) *time.Duration { return &c.InterruptGrace }, check: positive[time.Duration]},
+	&row[int]{name: "queue-depth", def: 32, help: "executions that may wait per context before requests get 429",
+		field: func(c *Config) *int { return &c.QueueDepth }, check: positive[int]},
+	&row[int]{name: "max-env-vars", def: DefaultMaxEnvVars, help: "env_vars one execution may set (400 above): each costs the interpreter a setenv, linear in its environment's size",
+		field: func(c *Config) *int { return &c.MaxEnvVars }, check: positive[int]},
+	&row[int]{name: "max-env-bytes", def: DefaultMaxEnvBytes, help: "bytes of one execution's env_vars, names and values together (400 above)",
+		field: func(c *Config) *int { return &c.MaxEnvBytes }, check: positive[int]},
+	&row[int64]{name: "max-body-bytes", def: DefaultMaxBodyBytes, help: "largest request body accepted (413 above)",
+		field: func(c *Config) *int64 { return &c.MaxBodyBytes }, check: positive[int64]},
+	&row[int]{name: "max-output-bytes", def: 64 << 20, help: "output buffered per execution for a slow client before it is dropped",
+		field: func(c *Config) *int { return &c.MaxOutputBytes }, check: positive[int]},
+	noLimit("max-buffered-bytes", 256<<20, "output buffered for slow clients across all executions; past it the stream furthest behind is cut (its execution goes on and can be re-attached); 0: no bound",
+		func(c *Config) *int { return &c.MaxBufferedBytes }),
+	&row[int]{name: "replay-bytes", def: 256 << 10, help: "newest output kept per execution for a client that re-attaches (GET /executions/{id}/stream); each output counts its text and about 200 bytes",
+		field: func(c *Config) *int { return &c.ReplayBytes }, check: positive[int]},
+	&row[time.Duration]{name: "replay-ttl", def: 5 * time.Minute, help: "how long a finished execution stays available to GET /executions/{id} and re-attaching",
+		field: func(c *Config) *time.Duration { return &c.ReplayTTL }, check: positive[time.Duration]},
+	&row[time.Duration]{name: "keepalive", def: DefaultKeepalive, help: "silence on an /execute stream before a keepalive line",
+		field: func(c *Config) *time.Duration { return &c.Keepalive }, check: positive[time.Duration]},
+	noLimit("max-contexts", DefaultMaxContexts, "live contexts at most (each is an interpreter); beyond it POST /contexts gets 429; 0: no limit",
+		func(c *Config) *int { return &c.MaxContexts }),
+	&row[time.Duration]{name: "execution-timeout", help: "default bound on an execution's run (an /execute body's \"timeout\" in seconds overrides it); the stream ends with an ExecutionTimeout error and the code is interrupted; 0: none",
+		field: func(c *Config) *time.Duration { return &c.ExecutionTimeout }, check: notNegative[time.Duration]},
+	// No "none" for the HTTP timeouts: without them one client holds a
+	// connection and a goroutine for ever (slowloris).
+	&row[time.Duration]{name: "read-header-timeout", def: DefaultReadHeaderTimeout, help: "time a client has to send a request's headers",
+		field: func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }, check: positive[time.Duration]},
+	&row[time.Duration]{name: "read-timeout", def: DefaultReadTimeout, help: "time a client has to send a request's headers and body (not the response: streams last as long as the code)",
+		field: func(c *Config) *time.Duration { return &c.ReadTimeout }, check: positive[time.Duration]},
+	&row[time.Duration]{name: "write-timeout", def: DefaultWriteTimeout, help: "a stream's client that takes none of a write for this long is cut (the disconnect policy applies; the execution can be re-attached)",
+		field: func(c *Config) *time.Duration { return &c.WriteTimeout }, check: positive[time.Duration]},
+	&row[time.Duration]{name: "idle-timeout", def: DefaultIdleTimeout, help: "an idle keep-alive connection is closed after this",
+		field: func(c *Config) *time.Duration { return &c.IdleTimeout }, check: positive[time.Duration]},
+	&row[string]{name: "access-token", help: "if set, clients must send \"Authorization: Bearer <token>\" (prefer the environment variable: flags show in ps); see -access-token-scope",
+		field: func(c *Config) *string { return &c.AccessToken }, check: checkAccessToken},
+	&row[string]{name: "access-token-scope", def: ScopeAll, help: "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token as the official SDKs send it, and /executions/...)",
+		field: func(c *Config) *string { return &c.AccessTokenScope }, check: checkTokenScope},
+	list("allowed-hosts", DefaultAllowedHosts, "host names a request's Host header may name besides loopback names and addresses (DNS-rebinding protection), separated by commas: name, *.suffix, or * for any",
+		func(c *Config) *[]string { return &c.AllowedHosts }, checkAllowedHosts),
+	list("allowed-origins", nil, "browser origins allowed to call the API, with CORS (scheme://host[:port], separated by commas, or * for any); a request from another origin is refused; empty: no CORS",
+		func(c *Config) *[]string { return &c.AllowedOrigins }, checkAllowedOrigins),
 
-		// The subprocess transport's.
-		&row[string]{name: "python", def: "python3", help: "Python interpreter", transport: "subprocess",
-			field: func(c *Config) *string { return &c.Interpreters.Python }},
-		&row[string]{name: "node", def: "node", help: "Node.js interpreter (javascript contexts)", transport: "subprocess",
-			field: func(c *Config) *string { return &c.Interpreters.Node }},
-		&row[string]{name: "bash", def: "bash", help: "bash interpreter", transport: "subprocess",
-			field: func(c *Config) *string { return &c.Interpreters.Bash }},
-		&row[string]{name: "rscript", def: "Rscript", help: "R's Rscript (r contexts; Debian r-base-core)", transport: "subprocess",
-			field: func(c *Config) *string { return &c.Interpreters.R }},
-		&row[string]{name: "java", def: "java", help: "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)", transport: "subprocess",
-			field: func(c *Config) *string { return &c.Interpreters.Java }},
-		negated("kernel-cgroups", "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only", "subprocess",
-			func(c *Config) *bool { return &c.NoKernelCgroups }),
+	// The subprocess transport's.
+	&row[string]{name: "python", def: "python3", help: "Python interpreter", transport: "subprocess",
+		field: func(c *Config) *string { return &c.Interpreters.Python }},
+	&row[string]{name: "node", def: "node", help: "Node.js interpreter (javascript contexts)", transport: "subprocess",
+		field: func(c *Config) *string { return &c.Interpreters.Node }},
+	&row[string]{name: "bash", def: "bash", help: "bash interpreter", transport: "subprocess",
+		field: func(c *Config) *string { return &c.Interpreters.Bash }},
+	&row[string]{name: "rscript", def: "Rscript", help: "R's Rscript (r contexts; Debian r-base-core)", transport: "subprocess",
+		field: func(c *Config) *string { return &c.Interpreters.R }},
+	&row[string]{name: "java", def: "java", help: "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)", transport: "subprocess",
+		field: func(c *Config) *string { return &c.Interpreters.Java }},
+	negated("kernel-cgroups", "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only", "subprocess",
+		func(c *Config) *bool { return &c.NoKernelCgroups }),
 
-		&row[string]{name: "transport", def: DefaultTransport, help: "transport plugin: subprocess (local interpreters), jupyter, or NAME for PLUGIN_DIR/kernelhost-transport-NAME",
-			field: func(c *Config) *string { return &c.TransportName }, check: checkTransportName},
-		&row[string]{name: "plugin-dir", def: DefaultPluginDir(), help: "directory of the transport plugins (make plugins builds them into bin/plugins)",
-			field: func(c *Config) *string { return &c.PluginDir }},
+	&row[string]{name: "transport", def: DefaultTransport, help: "transport plugin: subprocess (local interpreters), jupyter, or NAME for PLUGIN_DIR/kernelhost-transport-NAME",
+		field: func(c *Config) *string { return &c.TransportName }, check: checkTransportName},
+	&row[string]{name: "plugin-dir", def: DefaultPluginDir(), help: "directory of the transport plugins (make plugins builds them into bin/plugins)",
+		field: func(c *Config) *string { return &c.PluginDir }},
 
-		// The jupyter transport's.
-		&row[string]{name: "jupyter-url", def: DefaultJupyterURL, help: "jupyter transport: the Jupyter Server's base URL", transport: "jupyter",
-			field: func(c *Config) *string { return &c.Jupyter.URL }},
-		&row[string]{name: "jupyter-token", help: "jupyter transport: the server's token (prefer the environment variable: flags show in ps)", transport: "jupyter",
-			field: func(c *Config) *string { return &c.Jupyter.Token }},
-		jsonObject("jupyter-kernel-env", "jupyter transport: JSON object sent as the \"env\" of every kernel-start request: Enterprise Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, KERNEL_LAUNCH_TIMEOUT and other KERNEL_* values (Kernel Gateway passes KERNEL_* into the kernel's environment)",
-			func(c *Config) *map[string]string { return &c.Jupyter.KernelEnv }),
-		&row[time.Duration]{name: "jupyter-start-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on a kernel-start request (Enterprise Gateway answers it once the remote kernel is up); a kernel created after its start was abandoned is deleted", transport: "jupyter",
-			field: func(c *Config) *time.Duration { return &c.Jupyter.StartTimeout }, check: positive[time.Duration]},
-		&row[time.Duration]{name: "jupyter-connect-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on opening a kernel's websocket (the server holds it until the kernel answers: a slow kernel start shows here)", transport: "jupyter",
-			field: func(c *Config) *time.Duration { return &c.Jupyter.ConnectTimeout }, check: positive[time.Duration]},
-		&row[time.Duration]{name: "jupyter-restart-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on a kernel restart, until the new kernel answers", transport: "jupyter",
-			field: func(c *Config) *time.Duration { return &c.Jupyter.RestartTimeout }, check: positive[time.Duration]},
-		&row[string]{name: "jupyter-ca-file", help: "jupyter transport: PEM file of CA certificates trusted for the server besides the system's (a gateway with a private CA)", transport: "jupyter",
-			field: func(c *Config) *string { return &c.Jupyter.CAFile }},
-		&row[string]{name: "jupyter-client-cert", help: "jupyter transport: PEM client certificate for servers that require one (with -jupyter-client-key)", transport: "jupyter",
-			field: func(c *Config) *string { return &c.Jupyter.ClientCert }},
-		&row[string]{name: "jupyter-client-key", help: "jupyter transport: PEM key of -jupyter-client-cert", transport: "jupyter",
-			field: func(c *Config) *string { return &c.Jupyter.ClientKey }},
-		&row[bool]{name: "jupyter-insecure-skip-verify", help: "jupyter transport: accept any server certificate; anyone on the path can read the token and the code: for testing a set-up only (logged as a warning)", transport: "jupyter",
-			field: func(c *Config) *bool { return &c.Jupyter.InsecureSkipVerify }},
-		jsonObject("jupyter-headers", "jupyter transport: JSON object of headers added to every request to the server (an auth proxy in front of a gateway); prefer the environment variable if they hold secrets",
-			func(c *Config) *map[string]string { return &c.Jupyter.Headers }),
-		jsonObject("jupyter-kernel-names", "jupyter transport: JSON object mapping a language to the kernel spec to start for it ({\"python\":\"python_kubernetes\"}); otherwise the server's default spec of that language, else the first by name",
-			func(c *Config) *map[string]string { return &c.Jupyter.KernelNames }),
-		&row[time.Duration]{name: "jupyter-keep-alive", help: "jupyter transport: if set, every kernel gets a kernel_info_request this often, so a server that culls idle kernels (cull_idle_timeout) keeps them while their contexts exist; set it below the cull timeout; 0: off", transport: "jupyter",
-			field: func(c *Config) *time.Duration { return &c.Jupyter.KeepAlive }, check: notNegative[time.Duration]},
+	// The jupyter transport's.
+	&row[string]{name: "jupyter-url", def: DefaultJupyterURL, help: "jupyter transport: the Jupyter Server's base URL", transport: "jupyter",
+		field: func(c *Config) *string { return &c.Jupyter.URL }},
+	&row[string]{name: "jupyter-token", help: "jupyter transport: the server's token (prefer the environment variable: flags show in ps)", transport: "jupyter",
+		field: func(c *Config) *string { return &c.Jupyter.Token }},
+	jsonObject("jupyter-kernel-env", "jupyter transport: JSON object sent as the \"env\" of every kernel-start request: Enterprise Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, KERNEL_LAUNCH_TIMEOUT and other KERNEL_* values (Kernel Gateway passes KERNEL_* into the kernel's environment)",
+		func(c *Config) *map[string]string { return &c.Jupyter.KernelEnv }),
+	&row[time.Duration]{name: "jupyter-start-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on a kernel-start request (Enterprise Gateway answers it once the remote kernel is up); a kernel created after its start was abandoned is deleted", transport: "jupyter",
+		field: func(c *Config) *time.Duration { return &c.Jupyter.StartTimeout }, check: positive[time.Duration]},
+	&row[time.Duration]{name: "jupyter-connect-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on opening a kernel's websocket (the server holds it until the kernel answers: a slow kernel start shows here)", transport: "jupyter",
+		field: func(c *Config) *time.Duration { return &c.Jupyter.ConnectTimeout }, check: positive[time.Duration]},
+	&row[time.Duration]{name: "jupyter-restart-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on a kernel restart, until the new kernel answers", transport: "jupyter",
+		field: func(c *Config) *time.Duration { return &c.Jupyter.RestartTimeout }, check: positive[time.Duration]},
+	&row[string]{name: "jupyter-ca-file", help: "jupyter transport: PEM file of CA certificates trusted for the server besides the system's (a gateway with a private CA)", transport: "jupyter",
+		field: func(c *Config) *string { return &c.Jupyter.CAFile }},
+	&row[string]{name: "jupyter-client-cert", help: "jupyter transport: PEM client certificate for servers that require one (with -jupyter-client-key)", transport: "jupyter",
+		field: func(c *Config) *string { return &c.Jupyter.ClientCert }},
+	&row[string]{name: "jupyter-client-key", help: "jupyter transport: PEM key of -jupyter-client-cert", transport: "jupyter",
+		field: func(c *Config) *string { return &c.Jupyter.ClientKey }},
+	&row[bool]{name: "jupyter-insecure-skip-verify", help: "jupyter transport: accept any server certificate; anyone on the path can read the token and the code: for testing a set-up only (logged as a warning)", transport: "jupyter",
+		field: func(c *Config) *bool { return &c.Jupyter.InsecureSkipVerify }},
+	jsonObject("jupyter-headers", "jupyter transport: JSON object of headers added to every request to the server (an auth proxy in front of a gateway); prefer the environment variable if they hold secrets",
+		func(c *Config) *map[string]string { return &c.Jupyter.Headers }),
+	jsonObject("jupyter-kernel-names", "jupyter transport: JSON object mapping a language to the kernel spec to start for it ({\"python\":\"python_kubernetes\"}); otherwise the server's default spec of that language, else the first by name",
+		func(c *Config) *map[string]string { return &c.Jupyter.KernelNames }),
+	&row[time.Duration]{name: "jupyter-keep-alive", help: "jupyter transport: if set, every kernel gets a kernel_info_request this often, so a server that culls idle kernels (cull_idle_timeout) keeps them while their contexts exist; set it below the cull timeout; 0: off", transport: "jupyter",
+		field: func(c *Config) *time.Duration { return &c.Jupyter.KeepAlive }, check: notNegative[time.Duration]},
 
-		&row[time.Duration]{name: "default-start-retry", help: "how long a failed start of the default contexts is retried (backoff 1s doubling to 30s) before start-up fails; /health says what it waits for; 0: fail at once",
-			field: func(c *Config) *time.Duration { return &c.DefaultStartRetry }, check: notNegative[time.Duration]},
-		&row[string]{name: "policies", help: "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them",
-			field: func(c *Config) *string { return &c.Policies }},
-		&row[string]{name: "log-format", def: "text", help: "log format: text or json",
-			field: func(c *Config) *string { return &c.logFormat }},
-		&row[string]{name: "log-level", def: "info", help: "log level: debug, info, warn or error",
-			field: func(c *Config) *string { return &c.logLevel }},
-		&row[string]{name: "pprof-addr", help: "if set, serve net/http/pprof (/debug/pprof/) on this separate address; use a loopback address (profiles show memory contents); empty: off",
-			field: func(c *Config) *string { return &c.PprofAddr }},
-	}
-}
-
-// setting is a row of the table, whatever its type.
-type setting interface {
-	// flagName is the setting's name: its flag, config key and, through
-	// EnvVar, its environment variable.
-	flagName() string
-	// register adds the setting's flag to fs; apply then stores the parsed
-	// value in c.
-	register(fs *flag.FlagSet) (apply func(c *Config) error)
-	// setDefault gives c the default when c leaves the setting zero.
-	setDefault(c *Config)
-	// validate checks c's value.
-	validate(c *Config) error
-	// pluginValue is c's value as the transport plugin transport receives
-	// it; ok is false when that plugin does not receive this setting.
-	pluginValue(c *Config, transport string) (v any, ok bool)
-	// defaultValue is the default, of the flag's Go type.
-	defaultValue() any
-}
-
-// flagType are the Go types of flags (flag.FlagSet's XxxVar).
-type flagType interface {
-	string | int | int64 | bool | time.Duration
-}
-
-// row is a setting whose flag has type T.
-type row[T flagType] struct {
-	name, help string
-	def        T
-	// field is where Config holds the setting, as a T. Settings that Config
-	// holds in another form have load (flag value into c) and out (c's value
-	// as a T) instead; a setting with neither is read by Load itself (config).
-	field func(*Config) *T
-	load  func(c *Config, v T) error
-	out   func(c *Config) T
-	// check validates the value (nil: every value of T). Its error follows
-	// the setting's name: "must be positive, got 0".
-	check func(T) error
-	// transport names the transport plugin that receives the setting
-	// (pluginSettings); "" for the host's own.
-	transport string
-}
-
-func (r *row[T]) flagName() string { return r.name }
-
-func (r *row[T]) register(fs *flag.FlagSet) func(*Config) error {
-	v := new(T)
-	switch p := any(v).(type) {
-	case *string:
-		fs.StringVar(p, r.name, any(r.def).(string), r.help)
-	case *int:
-		fs.IntVar(p, r.name, any(r.def).(int), r.help)
-	case *int64:
-		fs.Int64Var(p, r.name, any(r.def).(int64), r.help)
-	case *bool:
-		fs.BoolVar(p, r.name, any(r.def).(bool), r.help)
-	case *time.Duration:
-		fs.DurationVar(p, r.name, any(r.def).(time.Duration), r.help)
-	}
-	return func(c *Config) error { return r.set(c, *v) }
-}
-
-func (r *row[T]) set(c *Config, v T) error {
-	switch {
-	case r.field != nil:
-		*r.field(c) = v
-	case r.load != nil:
-		return r.load(c, v)
-	}
-	return nil
-}
-
-func (r *row[T]) get(c *Config) T {
-	switch {
-	case r.field != nil:
-		return *r.field(c)
-	case r.out != nil:
-		return r.out(c)
-	}
-	var zero T
-	return zero
-}
-
-func (r *row[T]) setDefault(c *Config) {
-	var zero T
-	switch {
-	case r.field != nil && *r.field(c) == zero:
-		*r.field(c) = r.def
-	case r.load != nil && r.out(c) == zero:
-		_ = r.load(c, r.def) // the default is valid
-	}
-}
-
-func (r *row[T]) validate(c *Config) error {
-	if r.check == nil {
-		return nil
-	}
-	if err := r.check(r.get(c)); err != nil {
-		return fmt.Errorf("%s %w (%s)", r.name, err, EnvVar(r.name))
-	}
-	return nil
-}
-
-func (r *row[T]) pluginValue(c *Config, transport string) (any, bool) {
-	if r.transport == "" || r.transport != transport {
-		return nil, false
-	}
-	return r.get(c), true
-}
-
-func (r *row[T]) defaultValue() any { return r.def }
-
-func positive[T int | int64 | time.Duration](v T) error {
-	if v <= 0 {
-		return fmt.Errorf("must be positive, got %v", v)
-	}
-	return nil
-}
-
-func notNegative[T int | int64 | time.Duration](v T) error {
-	if v < 0 {
-		return fmt.Errorf("must not be negative, got %v", v)
-	}
-	return nil
-}
-
-// noLimit is an int setting whose 0 means no limit. Config's zero is the
-// default, as everywhere, so Config holds "no limit" as -1.
-func noLimit(name string, def int, help string, field func(*Config) *int) setting {
-	return &limitRow{row[int]{name: name, def: def, help: help, field: field}}
-}
-
-type limitRow struct{ row[int] }
-
-func (r *limitRow) register(fs *flag.FlagSet) func(*Config) error {
-	v := fs.Int(r.name, r.def, r.help)
-	return func(c *Config) error {
-		if err := notNegative(*v); err != nil {
-			return fmt.Errorf("%s %w (%s)", r.name, err, EnvVar(r.name))
-		}
-		*r.field(c) = *v
-		if *v == 0 {
-			*r.field(c) = -1
-		}
-		return nil
-	}
-}
-
-// negated is a boolean setting, default true, that Config holds negated so
-// that its zero value is the default (Config.NoKernelCgroups).
-func negated(name, help, transport string, field func(*Config) *bool) setting {
-	return &negatedRow{row[bool]{name: name, def: true, help: help, transport: transport,
-		load: func(c *Config, v bool) error { *field(c) = !v; return nil },
-		out:  func(c *Config) bool { return !*field(c) }}}
-}
-
-type negatedRow struct{ row[bool] }
-
-func (r *negatedRow) setDefault(*Config) {} // the zero value is the default
-
-// list is a setting of names separated by commas. nil in Config is the
-// default; an empty list is a value of its own (none).
-func list(name string, def []string, help string, field func(*Config) *[]string, check func([]string) error) setting {
-	return &listRow{row: row[string]{name: name, def: strings.Join(def, ","), help: help}, field: field, defList: def, check: check}
-}
-
-type listRow struct {
-	row[string]
-	field   func(*Config) *[]string
-	defList []string
-	check   func([]string) error
-}
-
-func (r *listRow) register(fs *flag.FlagSet) func(*Config) error {
-	v := fs.String(r.name, r.def, r.help)
-	return func(c *Config) error {
-		l := parseList(*v)
-		if l == nil {
-			l = []string{} // set, to nothing: not the default
-		}
-		*r.field(c) = l
-		return nil
-	}
-}
-
-func (r *listRow) setDefault(c *Config) {
-	if *r.field(c) == nil {
-		*r.field(c) = r.defList
-	}
-}
-
-func (r *listRow) validate(c *Config) error { return r.check(*r.field(c)) }
-
-// jsonObject is a jupyter transport setting holding a JSON object of
-// strings. Errors name the setting, never its text: it may hold secrets.
-func jsonObject(name, help string, field func(*Config) *map[string]string) setting {
-	return &objectRow{row: row[string]{name: name, help: help, transport: "jupyter"}, field: field}
-}
-
-type objectRow struct {
-	row[string]
-	field func(*Config) *map[string]string
-}
-
-func (r *objectRow) register(fs *flag.FlagSet) func(*Config) error {
-	v := fs.String(r.name, r.def, r.help)
-	return func(c *Config) (err error) {
-		*r.field(c), err = parseObject(r.name, *v)
-		return err
-	}
-}
-
-func (r *objectRow) pluginValue(c *Config, transport string) (any, bool) {
-	if r.transport != transport {
-		return nil, false
-	}
-	return *r.field(c), true
-}
-
-// parseObject parses the JSON object of strings of setting name; an empty
-// value is nil.
-func parseObject(name, value string) (map[string]string, error) {
-	if value == "" {
-		return nil, nil
-	}
-	var m map[string]string
-	if err := json.Unmarshal([]byte(value), &m); err != nil {
-		// The value may hold secrets: name the setting, not the text.
-		return nil, fmt.Errorf("%s: want a JSON object of strings: %w", EnvVar(name), err)
-	}
-	return m, nil
-}
-
-// checkTransportName accepts plugin names only, not paths: the plugin is
-// always looked up in the plugin directory.
-func checkTransportName(name string) error {
-	if name == "" {
-		return fmt.Errorf("is empty: want subprocess, jupyter or a plugin name")
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') || name == "." || name == ".." {
-			return fmt.Errorf("%q: want a plugin name (letters, digits, - _ .), not a path; put the plugin in %s", name, EnvVar("plugin-dir"))
-		}
-	}
-	return nil
-}
-
-// checkAccessToken refuses a token with surrounding spaces, which never
-// matches what a client's header parser hands over. The message does not
-// echo the token.
-func checkAccessToken(token string) error {
-	if strings.TrimSpace(token) != token {
-		return errors.New("has leading or trailing white space")
-	}
-	return nil
-}
-
-func checkTokenScope(scope string) error {
-	if scope != ScopeAll && scope != ScopeExecute {
-		return fmt.Errorf("%q: want %s or %s", scope, ScopeAll, ScopeExecute)
-	}
-	return nil
+	&row[time.Duration]{name: "default-start-retry", help: "how long a failed start of the default contexts is retried (backoff 1s doubling to 30s) before start-up fails; /health says what it waits for; 0: fail at once",
+		field: func(c *Config) *time.Duration { return &c.DefaultStartRetry }, check: notNegative[time.Duration]},
+	&row[string]{name: "policies", help: "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them",
+		field: func(c *Config) *string { return &c.Policies }},
+	&row[string]{name: "log-format", def: "text", help: "log format: text or json",
+		field: func(c *Config) *string { return &c.logFormat }},
+	&row[string]{name: "log-level", def: "info", help: "log level: debug, info, warn or error",
+		field: func(c *Config) *string { return &c.logLevel }},
+	&row[string]{name: "pprof-addr", help: "if set, serve net/http/pprof (/debug/pprof/) on this separate address; use a loopback address (profiles show memory contents); empty: off",
+		field: func(c *Config) *string { return &c.PprofAddr }},
 }
 
 // Load reads the configuration from command-line flags, KERNELHOST_*
@@ -628,7 +363,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	// usage goes to stderr for -help only.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	table := settingsTable()
+	table := settingsTable
 	apply := make([]func(*Config) error, len(table))
 	for i, s := range table {
 		apply[i] = s.register(fs)
@@ -663,7 +398,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 
 // withDefaults gives every setting c leaves zero its default (settingsTable).
 func withDefaults(c Config) Config {
-	for _, s := range settingsTable() {
+	for _, s := range settingsTable {
 		s.setDefault(&c)
 	}
 	if c.Logger == nil {
@@ -674,7 +409,7 @@ func withDefaults(c Config) Config {
 
 // validate checks every setting (settingsTable).
 func (c *Config) validate() error {
-	for _, s := range settingsTable() {
+	for _, s := range settingsTable {
 		if err := s.validate(c); err != nil {
 			return err
 		}
@@ -687,7 +422,7 @@ func (c *Config) validate() error {
 // time.Duration or map[string]string.
 func pluginSettings(c Config) map[string]any {
 	out := map[string]any{}
-	for _, s := range settingsTable() {
+	for _, s := range settingsTable {
 		if v, ok := s.pluginValue(&c, c.TransportName); ok {
 			out[s.flagName()] = v
 		}

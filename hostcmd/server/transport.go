@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kernelhost/kernelhost/plugins/transportplugin"
+	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 )
 
 // PluginPrefix starts the file name of every transport plugin.
@@ -21,13 +21,13 @@ func PluginPath(dir, name string) string {
 // LaunchTransport starts the configured transport plugin and returns it under
 // supervision: the host's one way to get a transport outside tests. The
 // caller closes it after the engine.
-func LaunchTransport(ctx context.Context, cfg Config) (*transportplugin.Supervised, error) {
+func LaunchTransport(ctx context.Context, cfg Config) (*pluginhost.Supervised, error) {
 	return launchTransport(ctx, cfg, nil)
 }
 
 // launchTransport is LaunchTransport with a hook called at each restart of
 // the plugin (the host's restart counter).
-func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*transportplugin.Supervised, error) {
+func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*pluginhost.Supervised, error) {
 	cfg = withDefaults(cfg)
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*transp
 		return nil, fmt.Errorf("transport %q: plugin %s is not an executable file", cfg.TransportName, path)
 	}
 	bounds := kernelBounds(cfg)
-	s, err := transportplugin.Launch(ctx, transportplugin.Config{
+	s, err := pluginhost.Launch(ctx, pluginhost.Config{
 		Path:               path,
 		Settings:           pluginSettings(cfg),
 		Logger:             cfg.Logger,

@@ -1,23 +1,21 @@
-// Package transportplugin runs a core.Transport in a separate process with
-// hashicorp/go-plugin over gRPC, and is the one package both sides import.
-//
-// A transport author writes a core.Transport and a main of a few lines:
+// Package transportplugin is what a transport plugin's author uses: Serve (or
+// ServeConfigured, for a transport built from the host's settings), Settings
+// and Logger. A transport author writes a core.Transport and a main of a few
+// lines:
 //
 //	func main() { transportplugin.Serve(mytransport.New()) }
 //
-// The host starts the binary with Launch and gets back a *Supervised, which is
-// itself a core.Transport: the engine cannot tell it from an in-process one.
-// The supervisor notices at once when the plugin process exits, ends that
-// plugin's kernels (a kernel-wide dead status, then their Messages channels
-// close), starts the plugin again with bounded backoff, and kills it on Close.
+// Nothing of the host is here: the host launches and supervises plugins with
+// package pluginhost. Both ends of the protocol live in internal/pluginrpc,
+// which these two small packages expose to their two audiences, so the
+// protocol can change without either of them changing.
 //
 // The wire protocol is the gRPC service in proto/transport.proto, version
 // ProtocolVersion, negotiated in the go-plugin handshake; authors never see
 // its types. Each kernel is one bidirectional stream: calls one way, frames
-// of messages and call results the other (server.go is the plugin's end,
-// kernel.go the host's), carried on the plugin's kernel socket (socket.go:
-// length-prefixed frames on a unix socket, the fast path) or on a gRPC
-// stream (Config.GRPCKernelStreams, or a plugin without the socket). A
-// transport's error crosses as its text and its core.ErrorKind (errors.go),
-// so the host's caller sees the same kind as with the transport linked in.
+// of messages and call results the other, carried on the plugin's kernel
+// socket (length-prefixed frames on a unix socket, the fast path) or on a
+// gRPC stream. A transport's error crosses as its text and its
+// core.ErrorKind, so the host's caller sees the same kind as with the
+// transport linked in.
 package transportplugin

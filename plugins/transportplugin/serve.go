@@ -1,24 +1,20 @@
 package transportplugin
 
 import (
-	"context"
-	"os"
-	"os/signal"
-	"runtime"
-	"syscall"
-	"time"
-
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
-	"google.golang.org/grpc"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/plugins/transportplugin/internal/pluginrpc"
 )
 
-// kernelShutdownTimeout bounds how long a plugin on its way out waits for its
-// kernels to stop. It is below go-plugin's 2 s grace period, after which the
-// host kills the plugin outright.
-const kernelShutdownTimeout = 1500 * time.Millisecond
+// ProtocolVersion is the transport plugin protocol version this package
+// speaks; a host and a plugin that share no version refuse each other at
+// start-up with a clear error.
+const ProtocolVersion = pluginrpc.ProtocolVersion
+
+// MaxMessageBytes bounds one frame of the protocol (a rich result such as a
+// 20 MB PNG fits), in both directions.
+const MaxMessageBytes = pluginrpc.MaxMessageBytes
 
 // Serve runs t as a transport plugin and returns when the host is done with it
 // (or is gone). It is the whole body of a plugin's main:
@@ -39,11 +35,14 @@ const kernelShutdownTimeout = 1500 * time.Millisecond
 // stopping its kernels, so a plugin never outlives a SIGKILLed host.
 //
 // Serve runs the plugin on one OS thread at a time (GOMAXPROCS 1) unless the
-// plugin's environment sets GOMAXPROCS (the host's Config.Env can); see
-// pluginMaxProcs.
-func Serve(t core.Transport) {
-	serve(func(context.Context, Settings) (core.Transport, error) { return t, nil }, ProtocolVersion)
-}
+// plugin's environment sets GOMAXPROCS (the host's pluginhost.Config.Env
+// can): a plugin shuttles frames between the host and its kernels, and a
+// second thread only adds hand-offs (docs/RATIONALE.md).
+func Serve(t core.Transport) { pluginrpc.Serve(t) }
+
+// NewTransport builds a plugin's transport from the host's settings. ctx
+// bounds the building only.
+type NewTransport = pluginrpc.NewTransport
 
 // ServeConfigured is Serve for a transport built from the host's settings:
 // newTransport gets them (Settings.Decode reads them into a struct) when the
@@ -60,121 +59,21 @@ func Serve(t core.Transport) {
 //			return mytransport.New(ctx, opts)
 //		})
 //	}
-func ServeConfigured(newTransport NewTransport) {
-	serve(newTransport, ProtocolVersion)
-}
+func ServeConfigured(newTransport NewTransport) { pluginrpc.ServeConfigured(newTransport) }
+
+// Settings are the settings the host passed the plugin, by name, each a
+// value of its setting's type: string, bool, int64, time.Duration or
+// map[string]string. kernelhost's own plugins receive their rows of the
+// host's settings table (docs/operating.md: the subprocess plugin "python",
+// "kernel-cgroups", ...; the jupyter plugin "jupyter-url", ...). They come
+// over the plugin protocol, never in the plugin's environment. Decode stores
+// them in a struct's fields tagged `setting:"name"`.
+type Settings = pluginrpc.Settings
+
+// NewSettings is Settings holding values (each of a type Settings names),
+// for tests of a plugin's settings type.
+func NewSettings(values map[string]any) Settings { return pluginrpc.NewSettings(values) }
 
 // Logger returns the logger a plugin should use: hclog JSON on stderr, which
 // the host parses and re-logs under the plugin's name at the same level.
-func Logger() hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
-		Name:       "transport",
-		Level:      hclog.Debug,
-		Output:     os.Stderr,
-		JSONFormat: true,
-	})
-}
-
-// streamWorkers is the number of goroutines serving calls; calls beyond it
-// get a goroutine of their own, as by default.
-const streamWorkers = 4
-
-// pluginMaxProcs is the plugin's GOMAXPROCS unless its environment sets one.
-//
-// Why 1: a plugin shuttles frames between the host and its kernels, and each
-// round trip hands work from one goroutine to another (socket reader, then
-// the kernel's sender). With a second P idle, every such hand-off makes the
-// Go scheduler wake another thread to spin and steal the goroutine, and the
-// sysmon thread takes the P away in the socket write: measured on the echo
-// kernel, 7 context switches of the plugin per round trip against 3 with
-// one P, its CPU per trip 125-170 µs against 80-100 and the round trip
-// 30-60 µs shorter; 200,000 streamed lines were faster too (0.79-1.03x the
-// in-process time against 1.15-1.37x), on a machine where the host and the
-// interpreters need the cores. Interpreters are processes of their own and
-// keep every core.
-const pluginMaxProcs = 1
-
-// serve is ServeConfigured with the protocol version as a parameter, so
-// tests can build a plugin that speaks a version the host does not.
-func serve(newTransport NewTransport, version int) {
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(pluginMaxProcs)
-	}
-	log := Logger()
-	srv := newServer(newTransport, log)
-	keepStdoutForHandshake(log)
-
-	done := make(chan struct{})
-	defer close(done)
-	becomeSubreaper(log, done)
-	go stopWhenTold(srv, log, done)
-
-	restoreHandshakeEnv() // for plugin.Serve to read; see env.go
-	// The kernel socket goes in go-plugin's private socket directory.
-	if ks, err := listenKernelSocket(os.Getenv("PLUGIN_UNIX_SOCKET_DIR")); err != nil {
-		log.Warn("no kernel socket; kernels go over gRPC streams (slower)", "error", err)
-	} else {
-		srv.socket = ks
-		defer ks.close()
-		go ks.serve(srv, log)
-	}
-	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: handshake,
-		VersionedPlugins: map[int]plugin.PluginSet{
-			version: {pluginName: &grpcPlugin{srv: srv}},
-		},
-		GRPCServer: newGRPCServer,
-		Logger:     log,
-	})
-	// The host closed the plugin (client.Kill): stop what is left.
-	srv.stop()
-	srv.closeTransport()
-}
-
-// stopWhenTold stops the plugin's kernels and exits the process when the host
-// dies (the plugin's parent changes) or sends SIGTERM, until done closes.
-func stopWhenTold(srv *server, log hclog.Logger, done <-chan struct{}) {
-	exit := func(why string) {
-		log.Info("stopping kernels and exiting", "reason", why)
-		srv.stop()
-		os.Exit(0)
-	}
-	go watchParent(done, exit)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	select {
-	case <-sig:
-		exit("SIGTERM")
-	case <-done:
-	}
-}
-
-// stop ends the plugin's kernels and the processes it adopted as a
-// subreaper.
-func (s *server) stop() {
-	s.shutdownAll(kernelShutdownTimeout)
-	killAdopted()
-}
-
-// newGRPCServer is the plugin's gRPC server, with the protocol's message and
-// window sizes.
-func newGRPCServer(opts []grpc.ServerOption) *grpc.Server {
-	opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
-		grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
-		// Serve unary calls on long-lived workers: a fresh goroutine per
-		// call (gRPC's default) grows its stack on every Execute.
-		grpc.NumStreamWorkers(streamWorkers),
-		// The host's first call means go-plugin is done with its
-		// environment variables: take them out before any call can start
-		// an interpreter that would inherit them.
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			scrubHandshakeEnv()
-			return h(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			scrubHandshakeEnv()
-			return h(srv, ss)
-		}))
-	return grpc.NewServer(opts...)
-}
+func Logger() hclog.Logger { return pluginrpc.Logger() }

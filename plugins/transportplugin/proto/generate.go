@@ -1,6 +1,7 @@
 // Package transportpb holds the generated protobuf and gRPC code of the
-// transport plugin protocol (transport.proto). Only transportplugin imports it;
-// plugin authors never see these types.
+// transport plugin protocol (transport.proto). Only
+// transportplugin/internal/pluginrpc imports it; plugin authors never see
+// these types.
 //
 // Regenerate with `go generate ./plugins/transportplugin/proto` (or `make
 // generate`); it needs protoc on PATH (Debian: protobuf-compiler) and uses the

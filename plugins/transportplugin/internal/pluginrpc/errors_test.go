@@ -1,4 +1,4 @@
-package transportplugin
+package pluginrpc
 
 import (
 	"context"
@@ -33,7 +33,7 @@ var everyKind = map[string]core.ErrorKind{
 // TestEveryKindIsListed reads core/errors.go and checks that everyKind holds
 // each ErrorKind constant declared there.
 func TestEveryKindIsListed(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "../../core/errors.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "../../../../core/errors.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

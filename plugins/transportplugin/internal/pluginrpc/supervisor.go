@@ -1,4 +1,4 @@
-package transportplugin
+package pluginrpc
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package transportplugin
+package pluginrpc
 
 import (
 	"errors"
@@ -10,12 +10,8 @@ import (
 	pb "github.com/kernelhost/kernelhost/plugins/transportplugin/proto"
 )
 
-// Settings are the settings the host passed the plugin, by name, each a
-// value of its setting's type: string, bool, int64, time.Duration or
-// map[string]string. kernelhost's own plugins receive their rows of the
-// host's settings table (docs/operating.md: the subprocess plugin
-// "python", "kernel-cgroups", …, the jupyter plugin "jupyter-url", …).
-// They come over the plugin protocol, never in the plugin's environment.
+// Settings are the settings the host passed the plugin, by name
+// (transportplugin.Settings).
 type Settings struct {
 	values map[string]any
 }
