@@ -478,6 +478,7 @@ func (e *Engine) Execute(ctx context.Context, req ExecRequest) (*Execution, erro
 		timeout:  timeout,
 		out:      newOutputLog(e.cfg.MaxOutputBytes, e.cfg.ReplayBytes, e.buffered),
 		queuedAt: time.Now(),
+		outcome:  OutcomeOK,
 	}
 	x.firstGen, _ = x.out.attach(0)
 	x.state = ExecutionState{ID: x.id, ContextID: c.info.ID, Status: StatusQueued, CreatedAt: x.queuedAt.UTC()}

@@ -591,6 +591,33 @@ func TestRestartSetupIsNotToldOfItsOwnRestart(t *testing.T) {
 	}
 }
 
+// An execution's env vars are reset on the interpreter that got them, never
+// on one that replaced it: when the restart after an ignored interrupt fails,
+// the context starts a new kernel, which never had them, and a reset there
+// would take away the global value its setup gave it.
+func TestNoEnvResetOnAKernelThatNeverHadTheEnvVars(t *testing.T) {
+	globals := func(context.Context) (map[string]string, error) { return map[string]string{"A": "global"}, nil }
+	e, ft := newTestEngine(t, Config{GlobalEnv: globals, InterruptGrace: 10 * time.Millisecond})
+	collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print warm"}))
+	k := ft.kernel(0)
+	k.mu.Lock()
+	k.failRestart = true
+	k.mu.Unlock()
+
+	x := execute(t, e, context.Background(), ExecRequest{Code: "ignoreint", EnvVars: map[string]string{"A": "1"}, Timeout: 10 * time.Millisecond})
+	assertEnded(t, collect(t, x))
+	outs := collect(t, execute(t, e, context.Background(), ExecRequest{Code: "getenv A"}))
+	if got := stdout(outs); got != "A=global" {
+		t.Fatalf("after a new kernel replaced the one that had A=1: %q, want A=global", got)
+	}
+	ft.mu.Lock()
+	n := len(ft.kernels)
+	ft.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d kernels started, want 2 (the restart failed)", n)
+	}
+}
+
 func TestContextsListingAndDefaults(t *testing.T) {
 	e, _ := newTestEngine(t, Config{})
 	ctx := context.Background()

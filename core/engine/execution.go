@@ -45,13 +45,11 @@ type Execution struct {
 	out      *outputLog
 	firstGen uint64 // the generation of the stream Next reads
 
-	// Owned by the context's loop, for the Observer's outcome.
-	queuedAt   time.Time
-	errorSent  bool // an error line was pushed
-	hostEnded  bool // the host ended it (end), not the kernel
-	timedOut   bool
-	clientLeft bool // the client left while it ran
-	finished   bool // ExecutionFinished was reported
+	// Owned by the context's loop (or, for an execution that never ran, by
+	// whoever took it out of the queue).
+	queuedAt  time.Time
+	errorSent bool    // the stream has its one error line (docs/api-contract.md §5.2)
+	outcome   Outcome // how it ends, as far as is known yet: see settle
 
 	mu    sync.Mutex // guards state
 	state ExecutionState
@@ -153,29 +151,80 @@ func (s *Stream) Next(ctx context.Context, dst []Output) ([]Output, error) {
 // its outputs are kept for a later Attach, within Config.ReplayBytes.
 func (s *Stream) Close() { s.x.out.detach(s.gen) }
 
-// finish records x's outcome and reports it to the observer, once.
-func (x *Execution) finish(obs Observer, outcome Outcome, ran time.Duration) {
-	if x.finished {
-		return
+// settle records something that decides how x ends. The most telling
+// outcome wins, whatever the order things happened in: a timeout, then a
+// client that left (under DisconnectInterrupt), then an end by the host, then
+// an error from the code, then ok. Once x's stream has ended the outcome is
+// fixed: it is what the stream told the client.
+func (x *Execution) settle(o Outcome) {
+	if outcomeRank(o) > outcomeRank(x.outcome) && !x.streamEnded() {
+		x.outcome = o
 	}
-	x.finished = true
-	x.env, x.code = nil, "" // a retained execution keeps no secrets or code
-	x.setStatus(StatusFinished, outcome)
-	x.context.e.retain(x)
-	obs.ExecutionFinished(x.context.info.ID, outcome, ran)
 }
 
-// outcome is how x ended, once it ran.
-func (x *Execution) outcome(policy DisconnectPolicy) Outcome {
-	switch {
-	case x.timedOut:
-		return OutcomeTimeout
-	case x.clientLeft && policy == DisconnectInterrupt:
-		return OutcomeClientGone
-	case x.hostEnded:
-		return OutcomeAborted
-	case x.errorSent:
-		return OutcomeError
+func outcomeRank(o Outcome) int {
+	switch o {
+	case OutcomeError:
+		return 1
+	case OutcomeAborted:
+		return 2
+	case OutcomeClientGone:
+		return 3
+	case OutcomeTimeout:
+		return 4
 	}
-	return OutcomeOK
+	return 0 // OutcomeOK
+}
+
+// pushError emits o, an error line, unless the stream already has one: each
+// error line fires the SDK's onError, and docs/api-contract.md §5.2 allows one.
+func (x *Execution) pushError(o Output) {
+	if x.errorSent {
+		return
+	}
+	x.errorSent = true
+	x.settle(OutcomeError)
+	x.out.push(o)
+}
+
+// end ends x's stream abnormally: an error line (unless the kernel already
+// sent one; then the kernel's error is the outcome, not the host's end),
+// then end_of_execution.
+func (x *Execution) end(name, value string) {
+	if !x.errorSent {
+		x.settle(OutcomeAborted)
+	}
+	x.pushError(errorOutput(name, value, ""))
+	x.endStream()
+}
+
+// endStream ends x's stream with end_of_execution, once. It is the moment x
+// is finished: its state turns finished, with its outcome, and it is
+// retained, before the end line is pushed, so that a client that has read the
+// end finds it finished. The context may hold its slot a while longer (the
+// env reset, a restart after an ignored interrupt): finish reports when it is
+// done with it.
+func (x *Execution) endStream() {
+	if x.streamEnded() {
+		return
+	}
+	x.code = "" // a retained execution keeps no code
+	x.setStatus(StatusFinished, x.outcome)
+	x.context.e.retain(x)
+	x.out.push(Output{Type: OutEndOfExecution})
+	x.out.close()
+}
+
+func (x *Execution) streamEnded() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.state.Status == StatusFinished
+}
+
+// finish reports x to the observer once the context is done with it (every
+// execution reaches it exactly once, on the one path that ended it). ran is
+// how long x held the context, its env reset included; 0 if it never ran.
+func (x *Execution) finish(obs Observer, ran time.Duration) {
+	x.env = nil // a retained execution keeps no secrets
+	obs.ExecutionFinished(x.context.info.ID, x.outcome, ran)
 }

@@ -82,6 +82,11 @@ type fakeKernel struct {
 	maxOutstanding int
 	aborted        int
 	shut           bool
+	// resetGate, if set, holds every env reset (the restore snippet) until
+	// a value comes on it.
+	resetGate chan struct{}
+	// failRestart makes Restart fail, leaving the kernel as it is.
+	failRestart bool
 }
 
 func (k *fakeKernel) Messages() <-chan core.Message { return k.msgs }
@@ -119,6 +124,9 @@ func (k *fakeKernel) Interrupt(ctx context.Context) error {
 func (k *fakeKernel) Restart(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.failRestart {
+		return errors.New("fake kernel: restart failed")
+	}
 	k.gen++
 	close(k.kill)
 	k.kill = make(chan struct{})
@@ -379,6 +387,12 @@ func (k *fakeKernel) saveAndSet(rest string) error {
 
 // restore applies pyRestore's tuple of keys (rest holds its literals).
 func (k *fakeKernel) restore(rest string) error {
+	k.mu.Lock()
+	gate := k.resetGate
+	k.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	keys, err := pyLiterals(rest)
 	if err != nil {
 		return err

@@ -3,7 +3,11 @@ package engine
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
+	"time"
 	"unicode/utf8"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // OutputType is the `type` of one line of an /execute stream.
@@ -59,6 +63,48 @@ const (
 // errorOutput builds an error line.
 func errorOutput(name, value, traceback string) Output {
 	return Output{Type: OutError, ErrName: name, ErrValue: value, Traceback: traceback}
+}
+
+// messageOutput translates one kernel message of an execution into the line
+// its stream gets for it, if any:
+//
+//	execute_input                      → number_of_executions
+//	stream                             → stdout, or stderr for Name "stderr"
+//	execute_result, display_data       → result (main for execute_result)
+//	error                              → error
+//	execute_reply with status error    → error
+//	execute_reply with status aborted  → error ExecutionAborted
+//
+// and nothing for the others (status, update_display_data, an ok reply). A
+// stream line keeps the kernel's timestamp, else gets now(). A stream holds
+// one error line at most: the caller drops those after the first.
+func messageOutput(m core.Message, now func() string) (Output, bool) {
+	switch m.Type {
+	case core.MsgExecuteInput:
+		return Output{Type: OutNumberOfExecutions, ExecutionCount: m.ExecutionCount}, true
+	case core.MsgStream:
+		t := OutStdout
+		if m.Name == "stderr" {
+			t = OutStderr
+		}
+		ts := m.Timestamp
+		if ts == "" {
+			ts = now()
+		}
+		return Output{Type: t, Text: m.Text, Timestamp: ts}, true
+	case core.MsgExecuteResult, core.MsgDisplayData:
+		return Output{Type: OutResult, Bundle: m.Data, IsMainResult: m.Type == core.MsgExecuteResult}, true
+	case core.MsgError:
+		return errorOutput(m.EName, m.EValue, strings.Join(m.Traceback, "\n")), true
+	case core.MsgExecuteReply:
+		switch m.Status {
+		case core.ReplyError:
+			return errorOutput(m.EName, m.EValue, strings.Join(m.Traceback, "\n")), true
+		case core.ReplyAborted, "abort":
+			return errorOutput(errNameAborted, "Execution was aborted", ""), true
+		}
+	}
+	return Output{}, false
 }
 
 // mimeFields maps MIME types to the result line's top-level fields. Every other
@@ -258,3 +304,6 @@ func appendRawASCII(dst []byte, raw json.RawMessage) []byte {
 	}
 	return dst
 }
+
+// now is the time a stream line gets when the kernel sent none.
+func now() string { return time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00") }

@@ -2,8 +2,11 @@ package engine
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 func TestAppendLineFollowsTheFramingRules(t *testing.T) {
@@ -131,5 +134,50 @@ func TestChdirFirstEncodesNeverSplice(t *testing.T) {
 	}
 	if languageSnippets["typescript"].chdirFirst == nil {
 		t.Error("typescript has no chdirFirst")
+	}
+}
+
+// messageOutput is the whole translation of kernel messages into stream
+// lines: one row per message type and reply status.
+func TestMessageOutput(t *testing.T) {
+	clock := func() string { return "NOW" }
+	bundle := map[string]json.RawMessage{"text/plain": json.RawMessage(`"2"`)}
+	tb := []string{"Traceback", "NameError: x"}
+	for _, tc := range []struct {
+		name string
+		in   core.Message
+		want Output
+		ok   bool
+	}{
+		{"execute_input", core.Message{Type: core.MsgExecuteInput, ExecutionCount: 7},
+			Output{Type: OutNumberOfExecutions, ExecutionCount: 7}, true},
+		{"stdout keeps the kernel's clock", core.Message{Type: core.MsgStream, Name: "stdout", Text: "a\n", Timestamp: "T1"},
+			Output{Type: OutStdout, Text: "a\n", Timestamp: "T1"}, true},
+		{"stderr without a clock gets now", core.Message{Type: core.MsgStream, Name: "stderr", Text: "b\n"},
+			Output{Type: OutStderr, Text: "b\n", Timestamp: "NOW"}, true},
+		{"an unknown stream name is stdout", core.Message{Type: core.MsgStream, Name: "other", Text: "c", Timestamp: "T"},
+			Output{Type: OutStdout, Text: "c", Timestamp: "T"}, true},
+		{"execute_result is the main result", core.Message{Type: core.MsgExecuteResult, Data: bundle, ExecutionCount: 1},
+			Output{Type: OutResult, Bundle: bundle, IsMainResult: true}, true},
+		{"display_data is another result", core.Message{Type: core.MsgDisplayData, Data: bundle},
+			Output{Type: OutResult, Bundle: bundle}, true},
+		{"error", core.Message{Type: core.MsgError, EName: "NameError", EValue: "x", Traceback: tb},
+			Output{Type: OutError, ErrName: "NameError", ErrValue: "x", Traceback: "Traceback\nNameError: x"}, true},
+		{"reply error", core.Message{Type: core.MsgExecuteReply, Status: core.ReplyError, EName: "E", EValue: "v", Traceback: tb},
+			Output{Type: OutError, ErrName: "E", ErrValue: "v", Traceback: "Traceback\nNameError: x"}, true},
+		{"reply aborted", core.Message{Type: core.MsgExecuteReply, Status: core.ReplyAborted},
+			Output{Type: OutError, ErrName: "ExecutionAborted", ErrValue: "Execution was aborted"}, true},
+		{"reply abort (old kernels)", core.Message{Type: core.MsgExecuteReply, Status: "abort"},
+			Output{Type: OutError, ErrName: "ExecutionAborted", ErrValue: "Execution was aborted"}, true},
+		{"reply ok", core.Message{Type: core.MsgExecuteReply, Status: core.ReplyOK}, Output{}, false},
+		{"status", core.Message{Type: core.MsgStatus, State: core.StateIdle}, Output{}, false},
+		{"update_display_data", core.Message{Type: core.MsgUpdateDisplayData, Data: bundle}, Output{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := messageOutput(tc.in, clock)
+			if ok != tc.ok || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("messageOutput(%+v) = %+v, %v; want %+v, %v", tc.in, got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -147,6 +148,48 @@ func TestExecutionStateAndRetention(t *testing.T) {
 		if gone := i < 2; gone != (core.KindOf(err) == core.KindNotFound) {
 			t.Fatalf("execution %d of %d: err = %v", i, len(ids), err)
 		}
+	}
+}
+
+// The end of an execution's stream and its finished state are one step: a
+// client that has read end_of_execution finds the execution finished, with
+// its outcome, and retained, while the context still resets the execution's
+// env vars (held here until the test lets it go). The context stays busy
+// until then: the observer hears of the end, and the next execution's code
+// runs, only after the reset.
+func TestStreamEndIsTheFinishedState(t *testing.T) {
+	obs := newRecordingObserver()
+	e, ft := newTestEngine(t, Config{Observer: obs})
+	collect(t, execute(t, e, context.Background(), ExecRequest{Code: "print warm"}))
+	obs.awaitFinished(t, 1)
+	k := ft.kernel(0)
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release) // before the engine closes, should the test fail
+	k.mu.Lock()
+	k.resetGate = gate
+	k.mu.Unlock()
+
+	x := execute(t, e, context.Background(), ExecRequest{Code: "raise", EnvVars: map[string]string{"A": "1"}})
+	assertEnded(t, collect(t, x))
+	if st := x.State(); st.Status != StatusFinished || st.Outcome != OutcomeError || st.FinishedAt == nil {
+		t.Fatalf("state right after the stream's end: %+v", st)
+	}
+	if got, err := e.Execution(x.ID()); err != nil || got != x {
+		t.Fatalf("lookup right after the stream's end: %v, %v", got, err)
+	}
+	next := execute(t, e, context.Background(), ExecRequest{Code: "getenv A"})
+	select {
+	case <-obs.finished:
+		t.Fatal("ExecutionFinished was reported before the env reset")
+	default:
+	}
+	release()
+	if outs := collect(t, next); stdout(outs) != "A unset" {
+		t.Fatalf("the next execution saw %q, want the env var reset first", stdout(outs))
+	}
+	if outcomes := obs.awaitFinished(t, 2); !slices.Equal(outcomes, []Outcome{OutcomeOK, OutcomeError, OutcomeOK}) {
+		t.Fatalf("outcomes %v", outcomes)
 	}
 }
 

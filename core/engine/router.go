@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"fmt"
 	"sync"
 
 	"github.com/kernelhost/kernelhost/core"
@@ -12,6 +14,20 @@ import (
 // gone. Kernel-wide status messages (ParentID "") go to every registered
 // request, so whatever is in flight learns that the kernel restarted, died or
 // lost its connection.
+//
+// The router is the one layer that owns restart fencing: the guarantee that a
+// request sent after a restart never sees a message of the interpreter the
+// restart replaced. Messages of that interpreter's requests cannot reach it:
+// they carry other msg_ids, unregistered when those requests ended. Its
+// kernel-wide events (a late "dead" would end the new request for nothing)
+// cannot either: the router counts the restarting events it passes, under the
+// lock with which requests register, and Context.restartKernel sends nothing
+// after Kernel.Restart returns until the router has passed the restarting
+// event of that restart (awaitRestart); every event before it has gone to the
+// requests of the old interpreter by then. All it asks of a transport is the
+// order the Kernel contract writes: messages in kernel order, restarting after
+// the replaced interpreter's last message. The plugin client and the
+// transports keep that order; they need not fence restarts otherwise.
 type router struct {
 	mu     sync.Mutex
 	routes map[string]*route
@@ -21,6 +37,10 @@ type router struct {
 	// onKernelEvent records kernel-wide states on the context even when no
 	// request is in flight. It runs with mu held (see broadcast).
 	onKernelEvent func(state string)
+	// restarts counts the restarting events passed; restarted is closed and
+	// replaced at each. Both under mu.
+	restarts  int
+	restarted chan struct{}
 }
 
 type route struct {
@@ -29,7 +49,7 @@ type route struct {
 }
 
 func newRouter(msgs <-chan core.Message, onKernelEvent func(state string)) *router {
-	r := &router{routes: make(map[string]*route), gone: make(chan struct{}), onKernelEvent: onKernelEvent}
+	r := &router{routes: make(map[string]*route), gone: make(chan struct{}), onKernelEvent: onKernelEvent, restarted: make(chan struct{})}
 	go r.run(msgs)
 	return r
 }
@@ -59,6 +79,11 @@ func (r *router) run(msgs <-chan core.Message) {
 // not be told of that same restart.
 func (r *router) broadcast(m core.Message) {
 	r.mu.Lock()
+	if m.State == core.StateRestarting {
+		r.restarts++
+		close(r.restarted)
+		r.restarted = make(chan struct{})
+	}
 	r.onKernelEvent(m.State)
 	routes := make([]*route, 0, len(r.routes))
 	for _, rt := range r.routes {
@@ -94,5 +119,31 @@ func (r *router) unregister(msgID string) {
 	r.mu.Unlock()
 	if rt != nil {
 		close(rt.done)
+	}
+}
+
+// restartsPassed is the number of restarting events the router has passed.
+func (r *router) restartsPassed() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.restarts
+}
+
+// awaitRestart waits until the router has passed more than before restarting
+// events: from then on no event of the interpreter a restart replaced reaches
+// a request registered.
+func (r *router) awaitRestart(ctx context.Context, before int) error {
+	for {
+		r.mu.Lock()
+		seen, restarted := r.restarts > before, r.restarted
+		r.mu.Unlock()
+		if seen {
+			return nil
+		}
+		select {
+		case <-restarted:
+		case <-ctx.Done():
+			return fmt.Errorf("the kernel did not report that it restarted: %w", ctx.Err())
+		}
 	}
 }

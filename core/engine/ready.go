@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// ensureReady brings the kernel to a state where user code may run: restarted
+// if it died, was lost or is not trusted, and with cwd and globals applied.
+//
+// replaced says why the interpreter the context had is gone, when it was not
+// the client's doing ("" otherwise): it died, or the server no longer has
+// it (a Jupyter server culled or deleted it).
+func (c *Context) ensureReady() (replaced string, err error) {
+	c.mu.Lock()
+	restart := c.dead || c.needsRestart
+	setup := c.needsSetup
+	dead := c.dead || (setup && !c.needsRestart) // a restarting event: the server replaced a dead kernel
+	r := c.rt
+	c.mu.Unlock()
+	select {
+	case <-r.gone:
+		restart = true
+		replaced = "the kernel is gone: the server shut it down (e.g. culled it as idle) or lost it"
+	default:
+		if dead {
+			replaced = "the kernel died"
+		}
+	}
+	if restart {
+		return replaced, c.restartKernel()
+	}
+	if setup {
+		return replaced, c.setup(context.Background())
+	}
+	return "", nil
+}
+
+// lostMeanwhile reports whether r's kernel was found gone: its Messages
+// close before its Execute fails, and the router notices a moment later.
+func lostMeanwhile(r *router) bool {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-r.gone:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// replacedNotice is the stderr line of the first execution on a kernel that
+// replaced one nobody asked to replace.
+func replacedNotice(why string) string {
+	return "kernelhost: this context's kernel was replaced since its last execution (" + why +
+		"): its variables, imports and other state are gone; its working directory and env vars were applied again.\n"
+}
+
+// restartKernel restarts the kernel (or starts a new one when it is lost) and
+// applies cwd and globals again.
+func (c *Context) restartKernel() error {
+	k, r := c.current()
+	ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.StartTimeout)
+	defer cancel()
+	select {
+	case <-r.gone:
+	default:
+		before := r.restartsPassed()
+		err := k.Restart(ctx)
+		if err == nil {
+			// The router's restart fence: nothing is sent to the fresh
+			// interpreter before the router has passed its restarting event.
+			if err = r.awaitRestart(ctx, before); err == nil {
+				c.mu.Lock()
+				c.dead, c.needsRestart, c.needsSetup = false, false, true
+				c.mu.Unlock()
+				return c.setup(ctx)
+			}
+		}
+		c.log.Warn("kernel restart failed; starting a new kernel", "err", err)
+		_ = k.Shutdown(ctx)
+	}
+	nk, err := c.e.cfg.Transport.StartKernel(ctx, core.KernelSpec{Language: c.e.kernelLanguage(c.info.Language), Cwd: c.info.Cwd})
+	if err != nil {
+		return fmt.Errorf("start a new %s kernel: %w", c.info.Language, err)
+	}
+	c.attach(nk)
+	c.mu.Lock()
+	c.needsRestart = false
+	c.mu.Unlock()
+	return c.setup(ctx)
+}
+
+// interpreter identifies one interpreter of a context: its kernel's router
+// and the restarting events that router had passed.
+type interpreter struct {
+	r        *router
+	restarts int
+}
+
+func (c *Context) interpreter() interpreter {
+	_, r := c.current()
+	return interpreter{r: r, restarts: r.restartsPassed()}
+}
+
+// setup applies the kernel setup (Config.KernelSetup), the cwd and the global
+// env vars. It always sends a request, even an empty one, which also serves
+// as a barrier behind the kernel's earlier events.
+func (c *Context) setup(ctx context.Context) error {
+	var globals map[string]string
+	if c.e.cfg.GlobalEnv != nil {
+		g, err := c.e.cfg.GlobalEnv(ctx)
+		if err != nil {
+			return fmt.Errorf("fetch global env vars: %w", err)
+		}
+		globals = make(map[string]string, len(g))
+		for k, v := range g {
+			if err := errors.Join(validateEnvKey(k), ValidateEnvValue(k, v)); err != nil {
+				c.log.Warn("skipping global env var", "key", k, "err", err)
+				continue
+			}
+			globals[k] = v
+		}
+	}
+	if c.e.cfg.KernelSetup != nil {
+		// A request of its own, not a helper: the subprocess drivers run
+		// helpers apart from user code, with stand-ins for os and sys,
+		// and the kernel environment must reach the interpreter's own.
+		if code := c.e.cfg.KernelSetup(c.info.Language); code != "" {
+			if err := c.silentRequest(code, nil); err != nil {
+				// Not a setupError: nothing the client sent (the cwd) is wrong.
+				return fmt.Errorf("kernel setup: %w", err)
+			}
+		}
+	}
+	code := setupCode(c.info.Language, c.info.Cwd, globals)
+	if c.cwdChoices != nil {
+		code = setupCodeChoosingCwd(c.info.Language, c.cwdChoices, globals)
+	}
+	var out strings.Builder
+	if err := c.silentRequest(helperCode(c.info.Language, code), &out); err != nil {
+		return &setupError{cwd: c.info.Cwd, err: err}
+	}
+	if c.cwdChoices != nil {
+		c.noteChosenCwd(out.String())
+	}
+	c.mu.Lock()
+	c.globals = globals
+	c.needsSetup = false
+	c.mu.Unlock()
+	return nil
+}
+
+type setupError struct {
+	cwd string
+	err error
+}
+
+func (e *setupError) Error() string {
+	return fmt.Sprintf("Failed to set up the context (working directory %s, global env vars): %v", core.Quote(e.cwd), e.err)
+}
+func (e *setupError) Unwrap() error { return e.err }
+
+// noteChosenCwd records the directory a kernel-side cwd choice ended in
+// (what the setup printed, less the line end: nothing else in it prints, and
+// a directory's name may hold a newline; see Config.DefaultCwdOnKernel),
+// which createContext makes the context's cwd, and says so when it is not
+// the configured default.
+func (c *Context) noteChosenCwd(stdout string) {
+	chosen := strings.TrimSuffix(strings.TrimSuffix(stdout, "\n"), "\r")
+	if chosen == "" {
+		return // a kernel that printed nothing: the cwd stays as configured
+	}
+	c.mu.Lock()
+	c.chosenCwd = chosen
+	c.mu.Unlock()
+	if chosen != c.cwdChoices[0] {
+		c.log.Warn("the default cwd is not a directory where the kernel runs; the context works in another",
+			"default_cwd", c.cwdChoices[0], "cwd", chosen, "tried", c.cwdChoices)
+	}
+}
