@@ -9,26 +9,16 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/kernelenv"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
-
-// debianPython has IPython, matplotlib, pandas and PIL (python3-ipython,
-// python3-matplotlib, python3-pandas, python3-pil: `make test` installs them).
-const debianPython = "/usr/bin/python3"
 
 // runPython runs code in a fresh Debian python and returns its stdout. The
 // test fails (under CI) or skips (elsewhere) when that python or one of the
 // packages is missing.
 func runPython(t testing.TB, code string) string {
 	t.Helper()
-	check := exec.Command(debianPython, "-c", "import IPython, matplotlib, pandas, PIL")
-	if out, err := check.CombinedOutput(); err != nil {
-		msg := "needs " + debianPython + " with IPython, matplotlib, pandas and PIL (make test installs them): " + err.Error() + ": " + string(out)
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	cmd := exec.Command(debianPython, "-c", code)
+	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
+	cmd := exec.Command(testkit.DebianPython, "-c", code)
 	cmd.Env = append(os.Environ(), "MPLBACKEND=agg")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -2,13 +2,12 @@ package server_test
 
 import (
 	"encoding/base64"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // ipythonPython is Debian's python3, which has python3-ipython and
@@ -17,13 +16,8 @@ import (
 // it under CI.
 func ipythonPython(t *testing.T) func(*server.Config) {
 	t.Helper()
-	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import IPython, matplotlib").CombinedOutput(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s has no IPython or matplotlib (make test installs python3-ipython python3-matplotlib): %v %s", python, err, out)
-		}
-		t.Skipf("%s has no IPython or matplotlib: %v", python, err)
-	}
+	python := testkit.DebianPython
+	testkit.NeedPythonModules(t, python, "IPython", "matplotlib")
 	return func(c *server.Config) {
 		c.Interpreters.Python = python // the plugin's
 		if c.Transport != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // copyModule copies a built module into dir under name, so a test can put a
@@ -98,7 +99,7 @@ func TestPolicyDenylist(t *testing.T) {
 // 403 naming the module, within its deadline; the others keep working.
 func TestPolicyHostileModule(t *testing.T) {
 	if loopWasm == "" {
-		missingTool(t, watMissing)
+		testkit.Missing(t, watMissing)
 	}
 	h := startHost(t, viaPlugin, func(c *server.Config) { c.Policies = denylist + "," + loopWasm })
 	for i := range 2 {
@@ -202,12 +203,4 @@ func TestPolicyReload(t *testing.T) {
 	if status, body := h.execStatus(preload); status != 200 {
 		t.Fatalf("after emptying the list: %d %q", status, body)
 	}
-}
-
-func missingTool(t *testing.T, err error) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatal(err)
-	}
-	t.Skip(err)
 }

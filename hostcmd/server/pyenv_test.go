@@ -2,14 +2,13 @@ package server_test
 
 import (
 	"encoding/base64"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // Charts, data and images over HTTP: kernelhost's python kernel environment
@@ -18,33 +17,13 @@ import (
 // (ipykernel, whose kernels the test does not change). The official SDK's
 // view of the same is hostcmd/sdktest/sdk-charts.test.mjs.
 
-// debianPython has matplotlib, pandas and PIL (python3-matplotlib,
-// python3-pandas, python3-pil: `make test` installs them); pyenv's python3 on
-// PATH does not see them.
-const debianPython = "/usr/bin/python3"
-
-// requirePlotting fails (under CI) or skips the test when debianPython lacks
-// the packages the kernel environment serves.
-func requirePlotting(tb testing.TB) {
-	tb.Helper()
-	out, err := exec.Command(debianPython, "-c", "import IPython, matplotlib, pandas, PIL").CombinedOutput()
-	if err == nil {
-		return
-	}
-	msg := "needs " + debianPython + " with IPython, matplotlib, pandas and PIL (make test installs them): " + err.Error() + ": " + string(out)
-	if os.Getenv("CI") != "" {
-		tb.Fatal(msg)
-	}
-	tb.Skip(msg)
-}
-
-// onDebianPython runs the subprocess transport, linked in, on debianPython.
+// onDebianPython runs the subprocess transport, linked in, on Debian's python3.
 func onDebianPython(c *server.Config) {
-	c.Transport = subprocess.New(subprocess.Options{Python: debianPython})
+	c.Transport = subprocess.New(subprocess.Options{Python: testkit.DebianPython})
 }
 
 func TestPythonResults(t *testing.T) {
-	requirePlotting(t)
+	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
 	t.Run("subprocess", func(t *testing.T) { testPythonResults(t, startHost(t, onDebianPython)) })
 	t.Run("jupyter", func(t *testing.T) {
 		srv := jupytertest.Start(t)
@@ -150,7 +129,7 @@ func testPythonResults(t *testing.T, h *testHost) {
 // one that does not, both on Debian's python through the subprocess driver,
 // alternating in one loop. It reports both medians and their difference.
 func BenchmarkPythonEnvPlainCell(b *testing.B) {
-	requirePlotting(b)
+	testkit.NeedPythonModules(b, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
 	restore := server.WithoutKernelEnv()
 	without := startHost(b, onDebianPython)
 	restore()

@@ -2,13 +2,12 @@ package subprocess
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -25,40 +24,22 @@ func TestConformanceBash(t *testing.T) {
 }
 
 func TestConformanceJavaScript(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, newTransport, transporttest.JavaScript)
 }
 
 func TestConformanceTypeScript(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, newTransport, transporttest.TypeScript)
 }
 
-// needNode skips a test without node, except under CI, where it fails.
-func needNode(t *testing.T) {
-	t.Helper()
-	needInterpreter(t, "node", "nodejs")
-}
-
-// needInterpreter skips t when the interpreter is not installed, or fails it
-// under CI, where `make test` installs it (from debianPackage).
-func needInterpreter(t testing.TB, name, debianPackage string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed (Debian package %s; make deps installs it)", name, debianPackage)
-		}
-		t.Skipf("%s is not installed (Debian package %s)", name, debianPackage)
-	}
-}
-
 func TestConformanceR(t *testing.T) {
-	needInterpreter(t, "Rscript", "r-base-core")
+	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	transporttest.Run(t, newTransport, transporttest.R)
 }
 
 func TestConformanceJava(t *testing.T) {
-	needInterpreter(t, "java", "default-jdk-headless")
+	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	transporttest.Run(t, newTransport, transporttest.Java)
 }
 
@@ -91,6 +72,6 @@ func TestConformancePythonPooled(t *testing.T) {
 }
 
 func TestConformanceJavaScriptPooled(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, newPooledTransport("javascript"), transporttest.JavaScript)
 }

@@ -5,44 +5,33 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
-// debianPython has Debian's python3-ipython and python3-matplotlib, which
-// `make test` installs; python3 on PATH may be another interpreter.
-const debianPython = "/usr/bin/python3"
-
-// needIPython returns debianPython, skipping the test where it lacks IPython
-// or matplotlib, or failing it under CI, where `make test` installed them.
+// needIPython returns Debian's python3, skipping the test where it lacks
+// IPython or matplotlib, or failing it under CI, where `make test` installed
+// them.
 func needIPython(t *testing.T) string {
 	t.Helper()
-	if out, err := exec.Command(debianPython, "-c", "import IPython, matplotlib").CombinedOutput(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s has no IPython or matplotlib (make test installs python3-ipython python3-matplotlib): %v %s", debianPython, err, out)
-		}
-		t.Skipf("%s has no IPython or matplotlib: %v", debianPython, err)
-	}
-	return debianPython
+	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython", "matplotlib")
+	return testkit.DebianPython
 }
 
-// pythonWithoutIPython is debianPython without site-packages (-S): the
+// pythonWithoutIPython is Debian's python3 without site-packages (-S): the
 // standard library only, as on a machine without python3-ipython.
 func pythonWithoutIPython(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat(debianPython); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+	if _, err := os.Stat(testkit.DebianPython); err != nil {
+		testkit.Missing(t, err)
 	}
 	path := filepath.Join(t.TempDir(), "python-no-site")
-	if err := os.WriteFile(path, []byte("#!/bin/sh\nexec "+debianPython+" -S \"$@\"\n"), 0o755); err != nil {
+	if err := os.WriteFile(path, []byte("#!/bin/sh\nexec "+testkit.DebianPython+" -S \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -16,7 +17,7 @@ import (
 // errors name the exception; a busy loop is interrupted and the session
 // keeps its state.
 func TestJavaEngine(t *testing.T) {
-	needInterpreter(t, "java", "default-jdk-headless")
+	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +68,6 @@ func TestJavaEngine(t *testing.T) {
 
 // TestJavaInterruptLoop: an interrupt stops a loop that never sleeps.
 func TestJavaInterruptLoop(t *testing.T) {
-	needInterpreter(t, "java", "default-jdk-headless")
+	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	interruptLoop(t, "java", "int kept = 7;", "System.out.println(\"start\");\nlong i = 0; while (true) { i++; }", "7")
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -34,7 +35,7 @@ func failure(t *testing.T, k *Kernel, code string) (name, traceback string) {
 }
 
 func TestTypeScriptCells(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "typescript", t.TempDir())
 	for _, c := range []struct{ code, want string }{
 		{"function subtract(x: number, y: number): number {\n  return x - y;\n}\n\nsubtract(1, 2)", "-1"},
@@ -59,7 +60,7 @@ func TestTypeScriptCells(t *testing.T) {
 // Errors point at the cell's own lines and columns, although the code that
 // ran is esbuild's (types gone, lines reflowed).
 func TestTypeScriptErrorLines(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "typescript", t.TempDir())
 	// A runtime error: f's throw is on line 6 of the cell, column 9.
 	code := "interface Box {\n  value: number\n}\n\nfunction f(b: Box): number {\n  throw new RangeError('at six: ' + b.value)\n}\nf({ value: 1 })"
@@ -95,7 +96,7 @@ func TestTypeScriptErrorLines(t *testing.T) {
 // typescript cells: default, named and namespace; the names stay for later
 // cells; export is harmless.
 func TestESMImports(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	cwd := t.TempDir()
 	writePackage(t, cwd, "kh-esm", `{"name":"kh-esm","type":"module","exports":"./index.js"}`,
 		"export default function greet(who) { return 'hi ' + who }\nexport const answer = 42\n")

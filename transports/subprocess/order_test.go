@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -138,7 +139,7 @@ func TestPythonInterruptLongPrint(t *testing.T) {
 // console.log, console.error and process.stdout/stderr.write keep their
 // order, stdout against stderr included.
 func TestNodeStreamsInOrder(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "javascript", t.TempDir())
 	var want strings.Builder
 	for i := range 100 {
@@ -163,7 +164,7 @@ func TestNodeStreamsInOrder(t *testing.T) {
 // An interrupt sent right after the request, whatever phase the request is
 // in when it lands (not read yet, compiling, running, awaiting), ends it.
 func TestNodeInterruptAnyPhase(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "javascript", t.TempDir())
 	for range 20 {
 		e := tt.Send(t, k, "await new Promise(r => setTimeout(r, 60000))", false)
@@ -210,7 +211,7 @@ func TestPythonPrintArrivesDuringSleep(t *testing.T) {
 // A console.log followed by a long wait arrives long before the wait ends,
 // whether the cell awaits or computes without yielding.
 func TestNodeLogArrivesDuringWait(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "javascript", t.TempDir())
 	printedWhileRunning(t, k, "console.log('start'); await new Promise(r => setTimeout(r, 120000))")
 	printedWhileRunning(t, k, "process.stdout.write('start\\n'); const end = Date.now() + 120000; while (Date.now() < end) {}")

@@ -93,7 +93,7 @@ func TestPooledKernelHasNoStateOfAnother(t *testing.T) {
 	for _, lang := range []string{"python", "javascript"} {
 		t.Run(lang, func(t *testing.T) {
 			if lang == "javascript" {
-				needNode(t)
+				testkit.NeedCommand(t, "node", "nodejs")
 			}
 			tr, dir := pooledTransport(t, lang)
 			elsewhere := t.TempDir()

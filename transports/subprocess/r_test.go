@@ -12,6 +12,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -34,7 +35,7 @@ func dataString(t *testing.T, m core.Message, mime string) string {
 // displays, invisible values not at all, data.frames with HTML, plots as
 // PNG, warnings on stderr, errors with R's message and the user's calls.
 func TestRValues(t *testing.T) {
-	needInterpreter(t, "Rscript", "r-base-core")
+	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	k := startKernel(t, "r", t.TempDir())
 
 	e := tt.Exec(t, k, `Sys.setenv(FOO = "bar"); Sys.getenv("FOO")`, false)
@@ -103,7 +104,7 @@ func TestRValues(t *testing.T) {
 // TestRInterruptLoop: an interrupt stops R code that never sleeps, and the
 // session and its state survive it.
 func TestRInterruptLoop(t *testing.T) {
-	needInterpreter(t, "Rscript", "r-base-core")
+	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	interruptLoop(t, "r", "kept <- 7", "cat(\"start\\n\"); i <- 0; repeat i <- i + 1", "[1] 7")
 }
 
@@ -153,7 +154,7 @@ func TestMissingInterpreterNamesPackage(t *testing.T) {
 // global environment neither keeps a request's var from arriving nor from
 // being removed, and the helpers take no execution counts.
 func TestREnvHelpersResistRedefinition(t *testing.T) {
-	needInterpreter(t, "Rscript", "r-base-core")
+	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"testing"
 )
 
 // Module is the module path; packages are built by import path so the tests'
@@ -64,17 +63,6 @@ func Wat(src, out string) error {
 		return fmt.Errorf("wat2wasm %s: %v\n%s", src, err, b)
 	}
 	return nil
-}
-
-// Missing skips the test for a missing optional tool, or fails it under CI,
-// where `make test` has installed everything and a skip would hide a broken
-// setup.
-func Missing(tb testing.TB, err error) {
-	tb.Helper()
-	if os.Getenv("CI") != "" {
-		tb.Fatal(err)
-	}
-	tb.Skip(err)
 }
 
 func goBuild(env []string, args ...string) error {

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	jupyterdeploy "github.com/kernelhost/kernelhost/deploy/jupyter"
+
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // StartTimeout bounds how long Start waits for the server to answer.
@@ -136,23 +138,13 @@ func Binary() (path string, pre []string, err error) {
 	return "", nil, fmt.Errorf("jupyter-server is not installed (apt-get install jupyter-server python3-ipykernel)")
 }
 
-// missing skips the test, or fails it under CI, where a missing server is a
-// broken setup and must never pass silently.
-func missing(tb testing.TB, format string, args ...any) {
-	tb.Helper()
-	if os.Getenv("CI") != "" {
-		tb.Fatalf(format, args...)
-	}
-	tb.Skipf(format, args...)
-}
-
 // Start starts a server for the test and stops it (and its kernels) in
 // tb.Cleanup. extra arguments are added to Args, replacing those they set again.
 func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	bin, pre, err := Binary()
 	if err != nil {
-		missing(tb, "%v", err)
+		testkit.Missingf(tb, "%v", err)
 	}
 	s, port := newServer(tb)
 	args := append(pre, override(Args(port, s.Token, s.RootDir), extra)...)
@@ -187,11 +179,11 @@ func StartKernelGateway(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	dir := filepath.Join(repoRoot(), filepath.FromSlash(KernelGatewayDir))
 	if _, err := os.Stat(filepath.Join(dir, "kernel_gateway", "__init__.py")); err != nil {
-		missing(tb, "Kernel Gateway 2.5.2 is not at %s (it is ../shared/third_party beside the repository)", dir)
+		testkit.Missingf(tb, "Kernel Gateway 2.5.2 is not at %s (it is ../shared/third_party beside the repository)", dir)
 	}
 	const python = "/usr/bin/python3"
 	if out, err := exec.Command(python, "-c", "import notebook, jupyter_client, ipykernel").CombinedOutput(); err != nil {
-		missing(tb, "Kernel Gateway needs Debian's python3-notebook and python3-ipykernel (apt-get install python3-notebook python3-ipykernel): %v\n%s", err, out)
+		testkit.Missingf(tb, "Kernel Gateway needs Debian's python3-notebook and python3-ipykernel (apt-get install python3-notebook python3-ipykernel): %v\n%s", err, out)
 	}
 	s, port := newServer(tb)
 	cmd := exec.Command(python, append([]string{"-m", "kernel_gateway"}, override(KernelGatewayArgs(port), extra)...)...)
@@ -337,7 +329,7 @@ func (s *Server) checkPython(tb testing.TB) {
 			return
 		}
 	}
-	missing(tb, "the jupyter server has no Python kernel spec (apt-get install python3-ipykernel)")
+	testkit.Missingf(tb, "the jupyter server has no Python kernel spec (apt-get install python3-ipykernel)")
 }
 
 // stop asks the server to shut down (it then stops its kernels), and kills the

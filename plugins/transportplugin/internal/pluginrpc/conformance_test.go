@@ -2,12 +2,11 @@ package pluginrpc
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -40,25 +39,13 @@ func TestConformanceSubprocessPluginBash(t *testing.T) {
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Bash)
 }
 
-// needNode skips a test without node, except under CI, where a missing
-// dependency fails: make test installs node.
-func needNode(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("node is not on PATH (make test installs Debian nodejs): %v", err)
-		}
-		t.Skipf("node is not on PATH: %v", err)
-	}
-}
-
 func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.JavaScript)
 }
 
 func TestConformanceSubprocessPluginTypeScript(t *testing.T) {
-	needNode(t)
+	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.TypeScript)
 }
 
