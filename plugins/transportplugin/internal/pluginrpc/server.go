@@ -358,135 +358,167 @@ func (ss *session) run(ctx context.Context, s *server, c *pb.KernelCall) (err er
 // frame of its own. Waking once, for the result, and sending one frame is
 // most of what a round trip costs on a busy two-core machine.
 func (ss *session) send() error {
-	ch := ss.k.Messages()
-	var (
-		b       batcher
-		res     []*pb.CallResult
-		closed  bool // the kernel's channel closed
-		last    bool // a Shutdown's result is in res
-		held    bool // the current hold ran out: let messages flow
-		timer   = time.NewTimer(time.Hour)
-		graceAt time.Time
-	)
-	timer.Stop()
-	take := func(r callResult) {
-		ss.pending.Add(-1)
-		res = append(res, r.pb)
-		last = last || r.shutdown
-		held = false
-	}
-	// waitResult waits up to d for a result; it reports false if the stream
-	// ended.
-	waitResult := func(d time.Duration) (timedOut, ok bool) {
-		timer.Reset(d)
-		select {
-		case r := <-ss.results:
-			timer.Stop()
-			take(r)
-			return false, true
-		case <-timer.C:
-			return true, true
-		case <-ss.ctx.Done():
-			timer.Stop()
-			return false, false
-		}
-	}
+	sn := &sender{ss: ss, ch: ss.k.Messages(), timer: time.NewTimer(time.Hour)}
+	sn.timer.Stop()
 	for {
-		b.reset()
-		res = res[:0]
-		switch {
-		case closed:
-			// Only results can still come: wait for the pending ones, a
-			// little.
-			if ss.pending.Load() == 0 {
-				return nil
-			}
-			if graceAt.IsZero() {
-				graceAt = time.Now().Add(closeGrace)
-			}
-			timedOut, ok := waitResult(time.Until(graceAt))
-			if !ok {
-				return ss.ctx.Err()
-			}
-			if timedOut {
-				return nil
-			}
-		case ss.pending.Load() > 0 && !held:
-			timedOut, ok := waitResult(holdForResult)
-			if !ok {
-				return ss.ctx.Err()
-			}
-			held = timedOut
-		default:
-			select {
-			case <-ss.ctx.Done():
-				return ss.ctx.Err()
-			case r := <-ss.results:
-				take(r)
-			case ic := <-ss.inline:
-				callErr, chClosed, err := ss.runInline(ic, ch)
-				if err != nil {
-					return err
-				}
-				closed = chClosed
-				res = append(res, result(ic.c.Id, callErr))
-			case m, ok := <-ch:
-				if !ok {
-					closed = true
-				} else {
-					b.add(m)
-				}
-			}
+		sn.b.reset()
+		sn.res = sn.res[:0]
+		if done, err := sn.wait(); done {
+			return err
 		}
-		if !closed {
-			closed = b.fill(ch)
+		if err := sn.gather(); err != nil {
+			return err
 		}
-		if len(res) == 0 && !closed && len(b.msgs) > 0 {
-			if ss.pending.Load() > 0 && !held {
-				// A call came in after this message: its result is due.
-				timedOut, ok := waitResult(holdForResult)
-				if !ok {
-					return ss.ctx.Err()
-				}
-				held = timedOut
-				if !closed {
-					closed = b.fill(ch)
-				}
-			} else if b.streaming() {
-				closed = b.linger(ch, timer)
-			}
+		if err := sn.flush(); err != nil {
+			return err
 		}
-		// Results that are ready too, each after the messages its call
-		// emitted (they are in ch by now).
-		for more := true; more; {
-			select {
-			case r := <-ss.results:
-				take(r)
-				if !closed {
-					closed = b.fill(ch)
-				}
-			default:
-				more = false
-			}
-		}
-		// A full batch goes out first, so the results follow every
-		// message their calls emitted.
-		for len(res) > 0 && !closed && !b.room() {
-			if err := ss.stream.Send(b.frame(nil)); err != nil {
-				return err
-			}
-			b.reset()
-			closed = b.fill(ch)
-		}
-		if len(b.msgs) > 0 || len(res) > 0 {
-			if err := ss.stream.Send(b.frame(res)); err != nil {
-				return err
-			}
-		}
-		if last {
+		if sn.last {
 			return nil
 		}
 	}
+}
+
+// sender is the state of session.send between its frames.
+type sender struct {
+	ss      *session
+	ch      <-chan core.Message
+	b       batcher
+	res     []*pb.CallResult
+	closed  bool // the kernel's channel closed
+	last    bool // a Shutdown's result is in res
+	held    bool // the current hold ran out: let messages flow
+	timer   *time.Timer
+	graceAt time.Time
+}
+
+// take adds a call's result to the frame.
+func (sn *sender) take(r callResult) {
+	sn.ss.pending.Add(-1)
+	sn.res = append(sn.res, r.pb)
+	sn.last = sn.last || r.shutdown
+	sn.held = false
+}
+
+// waitResult waits up to d for a result; ok is false if the stream ended.
+func (sn *sender) waitResult(d time.Duration) (timedOut, ok bool) {
+	sn.timer.Reset(d)
+	select {
+	case r := <-sn.ss.results:
+		sn.timer.Stop()
+		sn.take(r)
+		return false, true
+	case <-sn.timer.C:
+		return true, true
+	case <-sn.ss.ctx.Done():
+		sn.timer.Stop()
+		return false, false
+	}
+}
+
+// hold waits up to holdForResult for the result of a running call; after a
+// hold that ran out, messages flow until the next result.
+func (sn *sender) hold() error {
+	timedOut, ok := sn.waitResult(holdForResult)
+	if !ok {
+		return sn.ss.ctx.Err()
+	}
+	sn.held = timedOut
+	return nil
+}
+
+// wait waits for the first thing of the next frame: a result, an inline
+// Execute (which it runs), or a message. done reports that send is over,
+// with err (nil when the kernel's channel closed and the results due are in
+// or overdue).
+func (sn *sender) wait() (done bool, err error) {
+	ss := sn.ss
+	switch {
+	case sn.closed:
+		// Only results can still come: wait for the pending ones, a little.
+		if ss.pending.Load() == 0 {
+			return true, nil
+		}
+		if sn.graceAt.IsZero() {
+			sn.graceAt = time.Now().Add(closeGrace)
+		}
+		timedOut, ok := sn.waitResult(time.Until(sn.graceAt))
+		if !ok {
+			return true, ss.ctx.Err()
+		}
+		return timedOut, nil
+	case ss.pending.Load() > 0 && !sn.held:
+		err := sn.hold()
+		return err != nil, err
+	}
+	select {
+	case <-ss.ctx.Done():
+		return true, ss.ctx.Err()
+	case r := <-ss.results:
+		sn.take(r)
+	case ic := <-ss.inline:
+		callErr, chClosed, err := ss.runInline(ic, sn.ch)
+		if err != nil {
+			return true, err
+		}
+		sn.closed = chClosed
+		sn.res = append(sn.res, result(ic.c.Id, callErr))
+	case m, ok := <-sn.ch:
+		if !ok {
+			sn.closed = true
+		} else {
+			sn.b.add(m)
+		}
+	}
+	return false, nil
+}
+
+// gather adds to the frame what is ready besides the first thing: the
+// kernel's messages, a little more of a stream, and the results that are
+// ready, each after the messages its call emitted (they are in ch by then).
+func (sn *sender) gather() error {
+	if !sn.closed {
+		sn.closed = sn.b.fill(sn.ch)
+	}
+	if len(sn.res) == 0 && !sn.closed && len(sn.b.msgs) > 0 {
+		if sn.ss.pending.Load() > 0 && !sn.held {
+			// A call came in after this message: its result is due.
+			if err := sn.hold(); err != nil {
+				return err
+			}
+			if !sn.closed {
+				sn.closed = sn.b.fill(sn.ch)
+			}
+		} else if sn.b.streaming() {
+			sn.closed = sn.b.linger(sn.ch, sn.timer)
+		}
+	}
+	for {
+		select {
+		case r := <-sn.ss.results:
+			sn.take(r)
+			if !sn.closed {
+				sn.closed = sn.b.fill(sn.ch)
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// flush sends the frame. A full batch goes out first, so the results follow
+// every message their calls emitted.
+func (sn *sender) flush() error {
+	for len(sn.res) > 0 && !sn.closed && !sn.b.room() {
+		if err := sn.ss.stream.Send(sn.b.frame(nil)); err != nil {
+			return err
+		}
+		sn.b.reset()
+		sn.closed = sn.b.fill(sn.ch)
+	}
+	if len(sn.b.msgs) > 0 || len(sn.res) > 0 {
+		return sn.ss.stream.Send(sn.b.frame(sn.res))
+	}
+	return nil
 }
 
 // batcher builds the messages of one KernelFrame from what the kernel has ready. It never
