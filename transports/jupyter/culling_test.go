@@ -125,7 +125,7 @@ func TestKernelGatewayCulling(t *testing.T) {
 // cullingEngine makes an engine on tr and a context whose kernel has x = 41.
 func cullingEngine(t *testing.T, tr core.Transport) (*engine.Engine, string, string) {
 	cwd := t.TempDir()
-	e := newEngine(t, tr, cwd)
+	e := transporttest.NewEngine(t, engine.Config{Transport: tr, DefaultCwd: cwd})
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	info, err := e.CreateContext(ctx, "python", "")

@@ -10,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
 
@@ -40,24 +39,6 @@ func connect(tb testing.TB, cfg Config, mod func(*Config)) *Transport {
 	}
 	tb.Cleanup(tr.Close)
 	return tr
-}
-
-// newEngine makes an engine on tr whose contexts start in cwd, and closes
-// it at the end of the test.
-func newEngine(t *testing.T, tr core.Transport, cwd string) *engine.Engine {
-	t.Helper()
-	e, err := engine.NewEngine(engine.Config{Transport: tr, DefaultCwd: cwd})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			t.Errorf("engine Close: %v", err)
-		}
-	})
-	return e
 }
 
 // startKernel starts a Python kernel and shuts it down in cleanup.

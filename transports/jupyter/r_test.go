@@ -66,7 +66,7 @@ func testRCwd(t *testing.T, srv *jupytertest.Server) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, newTransport(t, srv, nil), t.TempDir())
+	e := transporttest.NewEngine(t, engine.Config{Transport: newTransport(t, srv, nil)})
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	info, err := e.CreateContext(ctx, "r", dir)

@@ -12,18 +12,7 @@ import (
 
 func newEnvEngine(t *testing.T) *engine.Engine {
 	t.Helper()
-	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			t.Errorf("engine Close: %v", err)
-		}
-	})
-	return e
+	return transporttest.NewEngine(t, engine.Config{Transport: New(Options{})})
 }
 
 // Code a request leaves in its context must not turn the engine's env reset

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
@@ -18,18 +17,7 @@ import (
 // inputs of a fuzz run: starting interpreters per input would make the fuzzer
 // a benchmark of process start-up.
 func fuzzEngine(f *testing.F) *engine.Engine {
-	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: f.TempDir()})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			f.Error(err)
-		}
-	})
-	return e
+	return transporttest.NewEngine(f, engine.Config{Transport: New(Options{})})
 }
 
 // FuzzEnvValueRoundTrip: any value the API accepts reaches real python3 and

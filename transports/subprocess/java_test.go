@@ -18,11 +18,7 @@ import (
 // keeps its state.
 func TestJavaEngine(t *testing.T) {
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
-	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close(context.Background()) })
+	e := tt.NewEngine(t, engine.Config{Transport: New(Options{})})
 	ctx := context.Background()
 	run := func(code string, env map[string]string) []engine.Output {
 		return tt.EngineRun(t, e, ctx, engine.ExecRequest{Language: "java", Code: code, EnvVars: env})

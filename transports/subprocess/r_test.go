@@ -155,11 +155,7 @@ func TestMissingInterpreterNamesPackage(t *testing.T) {
 // being removed, and the helpers take no execution counts.
 func TestREnvHelpersResistRedefinition(t *testing.T) {
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
-	e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close(context.Background()) })
+	e := tt.NewEngine(t, engine.Config{Transport: New(Options{})})
 	ctx := context.Background()
 	run := func(code string, env map[string]string) (stdout string, count int) {
 		outs := tt.EngineRun(t, e, ctx, engine.ExecRequest{Language: "r", Code: code, EnvVars: env})

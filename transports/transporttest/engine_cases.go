@@ -39,18 +39,26 @@ var EnvValues = []string{
 func newEngine(t *testing.T, s *Suite, cfg engine.Config) *engine.Engine {
 	t.Helper()
 	cfg.Transport = s.NewTransport(t)
+	return NewEngine(t, cfg)
+}
+
+// NewEngine makes an engine of cfg, with a fresh temporary directory as its
+// default cwd when cfg has none, and closes it at the end of the test (a
+// Close that fails or takes over StartTimeout fails the test).
+func NewEngine(tb testing.TB, cfg engine.Config) *engine.Engine {
+	tb.Helper()
 	if cfg.DefaultCwd == "" {
-		cfg.DefaultCwd = t.TempDir()
+		cfg.DefaultCwd = tb.TempDir()
 	}
 	e, err := engine.NewEngine(cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 		defer cancel()
 		if err := e.Close(ctx); err != nil {
-			t.Errorf("engine Close: %v", err)
+			tb.Errorf("engine Close: %v", err)
 		}
 	})
 	return e
