@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,4 +225,63 @@ func vmHWM() int64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkPoolCost checks that a warm pool of interpreters (default python=1,
+// javascript=1) slows nothing down while it waits: `1+1` over HTTP, and 8
+// contexts × 50 sequential `1+1` at once, on a host whose transport keeps
+// pools and on one without, alternated (see compareRuns).
+func BenchmarkPoolCost(b *testing.B) {
+	pooled := func(c *server.Config) {
+		c.Transport = subprocess.New(subprocess.Options{PoolSizes: map[string]int{"python": 1, "javascript": 1}, PoolCwd: c.DefaultCwd})
+	}
+	closePool := func(h *testHost) {
+		b.Cleanup(func() { _ = h.Engine.Transport().(*subprocess.Transport).Close() })
+	}
+	b.Run("RoundTrip", func(b *testing.B) {
+		a, c := startHost(b, pooled), startHost(b, inProcess)
+		closePool(a)
+		compareRoundTrips(b, "pool", a, "no-pool", c)
+	})
+	b.Run("Concurrent8x50", func(b *testing.B) {
+		a, c := startHost(b, pooled), startHost(b, inProcess)
+		closePool(a)
+		compareRuns(b, "pool", concurrentRuns(b, a, 8, 50), "no-pool", concurrentRuns(b, c, 8, 50))
+	})
+}
+
+// concurrentRuns creates n contexts on h and returns a run of m sequential
+// `1+1` on each of them at once.
+func concurrentRuns(b *testing.B, h *testHost, n, m int) func() {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = h.createContext(`{"language":"python"}`).ID
+	}
+	return func() {
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				body := []byte(`{"code":"1+1","context_id":"` + id + `"}`)
+				for range m {
+					resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					out, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || !bytes.Contains(out, []byte(`"text":"2"`)) {
+						b.Errorf("context %s: %v %q", id, err, out)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if b.Failed() {
+			b.FailNow()
+		}
+	}
 }

@@ -113,10 +113,34 @@ func postCountLines(b *testing.B, h *testHost, body []byte) int {
 
 // BenchmarkFloorContextStart: POST /contexts for python, until the context
 // is ready (the response), against a bare `python3 -c pass` start and exit.
-// Each context is deleted after it is timed.
+// Each context is deleted after it is timed. pooled: the transport keeps a
+// warm pool of one python interpreter (the default of the plugin), and each
+// timed start waits, untimed, until the pool has refilled; cold: no pool.
 func BenchmarkFloorContextStart(b *testing.B) {
-	h := startFloorHost(b)
+	for _, pooled := range []bool{true, false} {
+		name := "cold"
+		if pooled {
+			name = "pooled"
+		}
+		b.Run(name, func(b *testing.B) { floorContextStart(b, pooled) })
+	}
+}
+
+func floorContextStart(b *testing.B, pooled bool) {
+	var tr *subprocess.Transport
+	h := startHost(b, func(c *server.Config) {
+		opts := subprocess.Options{Python: floorPython(), Node: "node"}
+		if pooled {
+			opts.PoolSizes, opts.PoolCwd = map[string]int{"python": 1}, c.DefaultCwd
+		}
+		tr = subprocess.New(opts)
+		c.Transport = tr
+	})
+	b.Cleanup(func() { _ = tr.Close() })
 	start := func() time.Duration {
+		if pooled {
+			awaitPoolReady(b, tr)
+		}
 		t0 := time.Now()
 		status, text := h.do("POST", "/contexts", `{"language":"python"}`)
 		d := time.Since(t0)
@@ -142,6 +166,24 @@ func BenchmarkFloorContextStart(b *testing.B) {
 		return time.Since(t0)
 	}
 	reportRatio(b, "context", start, "bare", bare)
+}
+
+// awaitPoolReady waits (bounded) until every pool of tr is full.
+func awaitPoolReady(b *testing.B, tr *subprocess.Transport) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		full := true
+		for _, st := range tr.PoolStats() {
+			full = full && st.Ready == st.Size
+		}
+		if full {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the pool did not refill within a minute: %+v", tr.PoolStats())
+		}
+		time.Sleep(5 * time.Millisecond) // the pool's start is not awaitable from here
+	}
 }
 
 // BenchmarkFloorIdleRSS: the resident memory of an idle context's

@@ -102,9 +102,15 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd) error {
 		}
 		h.log.Info("env-var policies loaded", "modules", pols.modules())
 	}
+	// Pooled interpreters (the subprocess plugin's) start where contexts
+	// start by default.
+	cfg.DefaultCwd = cwd.dir
 	transport, err := h.transport(ctx, cfg, met)
 	if err != nil {
 		return err
+	}
+	if met != nil {
+		met.observeTransport(transport, h.log)
 	}
 	if h.Engine, err = engine.NewEngine(engineConfig(cfg, transport, met, envPolicy, cwd)); err != nil {
 		return fmt.Errorf("create the engine: %w", err)

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"sort"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 )
 
 // Admission outcomes: executions that /execute refused before they were
@@ -228,4 +231,57 @@ func (p *observedPolicy) Evaluate(ctx context.Context, in engine.PolicyInput) (e
 	}
 	p.m.policyDecisions.WithLabelValues(decision).Inc()
 	return d, err
+}
+
+// gaugeSource is a transport that reports gauges of its own: the plugin
+// supervisor (pluginhost.Supervised) asks its plugin at each scrape.
+type gaugeSource interface {
+	Gauges(ctx context.Context) ([]pluginhost.Gauge, error)
+}
+
+// transportGauges serves a transport's own gauges (the subprocess
+// transport's warm pools) in /metrics, asked for at each scrape. It is an
+// unchecked collector: the transport names its gauges.
+type transportGauges struct {
+	src gaugeSource
+	log *slog.Logger
+}
+
+// transportGaugesWait bounds the plugin's answer at a scrape.
+const transportGaugesWait = 2 * time.Second
+
+func (g transportGauges) Describe(chan<- *prometheus.Desc) {}
+
+func (g transportGauges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), transportGaugesWait)
+	defer cancel()
+	gauges, err := g.src.Gauges(ctx)
+	if err != nil {
+		g.log.Warn("transport gauges are missing from this scrape", "err", err)
+		return
+	}
+	for _, s := range gauges {
+		names := make([]string, 0, len(s.Labels))
+		for k := range s.Labels {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		values := make([]string, len(names))
+		for i, k := range names {
+			values[i] = s.Labels[k]
+		}
+		m, err := prometheus.NewConstMetric(prometheus.NewDesc(s.Name, s.Help, names, nil), prometheus.GaugeValue, s.Value, values...)
+		if err != nil {
+			g.log.Warn("a transport gauge is not valid", "name", s.Name, "err", err)
+			continue
+		}
+		ch <- m
+	}
+}
+
+// observeTransport adds the transport's own gauges, if it reports any.
+func (m *metrics) observeTransport(t core.Transport, log *slog.Logger) {
+	if src, ok := t.(gaugeSource); ok {
+		m.reg.MustRegister(transportGauges{src: src, log: log})
+	}
 }

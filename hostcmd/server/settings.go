@@ -119,6 +119,9 @@ type Config struct {
 	// process tree, and the plugin, a child subreaper, ends those it adopted
 	// when it stops.
 	NoKernelCgroups bool
+	// InterpreterPool sizes the subprocess transport's warm pools of ready
+	// interpreters: "language=size" pairs separated by commas.
+	InterpreterPool string
 
 	// Transport, if set, is used instead of launching a plugin (tests run
 	// transports in-process this way). The caller owns it.
@@ -236,8 +239,10 @@ var settingsTable = []setting{
 	&row[string]{name: ConfigFlag, help: "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it"},
 	&row[string]{name: "addr", def: DefaultAddr, help: "listen address (host:port)",
 		field: func(c *Config) *string { return &c.Addr }},
+	// The subprocess plugin gets it for its warm pools (the resolved one:
+	// Start), whose interpreters start there.
 	&row[string]{name: "default-cwd", def: DefaultCwd, help: "working directory of contexts created without one; when it is not a directory, the workspace",
-		field: func(c *Config) *string { return &c.DefaultCwd }},
+		field: func(c *Config) *string { return &c.DefaultCwd }, transport: "subprocess"},
 	&row[string]{name: "workspace", help: "directory contexts start in when default-cwd is not a directory, created (0700) if missing; empty: $XDG_DATA_HOME/kernelhost/workspace, else ~/.local/share/kernelhost/workspace",
 		field: func(c *Config) *string { return &c.Workspace }},
 	&row[string]{name: "env-file", help: "path of a JSON object of global env vars every context gets",
@@ -304,6 +309,8 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.Interpreters.R }},
 	&row[string]{name: "java", def: "java", help: "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)", transport: "subprocess",
 		field: func(c *Config) *string { return &c.Interpreters.Java }},
+	&row[string]{name: "interpreter-pool", def: "python=1,javascript=1", help: "subprocess transport: ready interpreters kept per language for new contexts and restarts in the default cwd, as language=size pairs separated by commas (python=2,javascript=1,r=1); languages not named have none; python=0,javascript=0 turns them off", transport: "subprocess",
+		field: func(c *Config) *string { return &c.InterpreterPool }},
 	negated("kernel-cgroups", "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only", "subprocess",
 		func(c *Config) *bool { return &c.NoKernelCgroups }),
 

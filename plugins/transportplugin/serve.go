@@ -77,3 +77,13 @@ func NewSettings(values map[string]any) Settings { return pluginrpc.NewSettings(
 // Logger returns the logger a plugin should use: hclog JSON on stderr, which
 // the host parses and re-logs under the plugin's name at the same level.
 func Logger() hclog.Logger { return pluginrpc.Logger() }
+
+// Gauge is one gauge sample a transport reports about itself (a warm pool's
+// interpreters and their memory, say); the host serves it in /metrics.
+// Samples of one Name share Help and label names.
+type Gauge = pluginrpc.Gauge
+
+// GaugeReporter is what a transport implements to have gauges of its own in
+// the host's /metrics (the plugin protocol's Stats call asks at each
+// scrape); it must answer quickly.
+type GaugeReporter = pluginrpc.GaugeReporter

@@ -179,7 +179,7 @@
 // # Warm pool
 //
 // Options.PoolSizes keeps interpreters of a language started ahead of need
-// (pool.go; the plugin's KERNELHOST_INTERPRETER_POOL, default python=1,
+// (pool.go; the host's -interpreter-pool, default python=1,
 // javascript=1): StartKernel and Restart of a kernel in Options.PoolCwd take
 // a ready one, which cuts a context's creation to the engine's set-up
 // request. A pooled interpreter is started exactly as a fresh one and is

@@ -33,22 +33,16 @@ import (
 //   - One that dies while it waits is dropped and replaced; one that is dead
 //     when taken is dropped and the kernel starts cold. Close kills them all.
 
-// DefaultPoolSizes are the pool sizes of the languages the SDKs use by
-// default. Others start cold unless configured: a JVM (java) or R is slow to
-// start and large to keep idle.
-var DefaultPoolSizes = map[string]int{"python": 1, "javascript": 1}
-
 // maxPoolSize bounds a language's pool: each is an idle interpreter.
 const maxPoolSize = 64
 
 // ParsePoolSizes reads pool sizes as "language=size" pairs separated by
-// commas ("python=2,javascript=1,r=0"); languages not named keep their
-// DefaultPoolSizes entry. Empty: the defaults.
+// commas ("python=2,javascript=1,r=0"); languages not named have no pool.
+// The host's default (its -interpreter-pool) is python=1,javascript=1: a JVM
+// (java) or R is slow to start and large to keep idle, so they are off
+// unless asked for.
 func ParsePoolSizes(s string) (map[string]int, error) {
-	sizes := make(map[string]int, len(DefaultPoolSizes))
-	for lang, n := range DefaultPoolSizes {
-		sizes[lang] = n
-	}
+	sizes := map[string]int{}
 	for _, pair := range strings.Split(s, ",") {
 		pair = strings.TrimSpace(pair)
 		if pair == "" {

@@ -309,11 +309,11 @@ func TestPoolStats(t *testing.T) {
 
 func TestParsePoolSizes(t *testing.T) {
 	got, err := ParsePoolSizes(" python=2, r=1,javascript=0 ")
-	if err != nil || got["python"] != 2 || got["r"] != 1 || got["javascript"] != 0 {
+	if err != nil || len(got) != 3 || got["python"] != 2 || got["r"] != 1 || got["javascript"] != 0 {
 		t.Fatalf("%v %v", got, err)
 	}
-	if got, err := ParsePoolSizes(""); err != nil || got["python"] != 1 || got["javascript"] != 1 || len(got) != 2 {
-		t.Fatalf("defaults: %v %v", got, err)
+	if got, err := ParsePoolSizes(""); err != nil || len(got) != 0 {
+		t.Fatalf("empty: %v %v", got, err)
 	}
 	for _, bad := range []string{"python", "python=-1", "python=x", "=1", "python=65"} {
 		if _, err := ParsePoolSizes(bad); err == nil || !strings.Contains(err.Error(), "language=size") {

@@ -30,7 +30,7 @@ type Options struct {
 	// (minus its KERNELHOST_* variables) for every interpreter.
 	Env []string
 	// PoolSizes is how many ready interpreters each language keeps (see
-	// pool.go; DefaultPoolSizes, ParsePoolSizes); nil or 0: none, every
+	// pool.go, ParsePoolSizes); nil or 0: none, every
 	// kernel starts its interpreter cold. Close kills them.
 	PoolSizes map[string]int
 	// PoolCwd is where pooled interpreters start; only kernels started in

@@ -1,7 +1,9 @@
 // Command kernelhost-transport-subprocess is the subprocess transport (local
 // python, bash, node, R and Java interpreters) as a plugin. Its settings are
-// the host's (-python, -node, -bash, -rscript, -java, -kernel-cgroups;
-// docs/operating.md), which the host passes over the plugin protocol.
+// the host's (-python, -node, -bash, -rscript, -java, -kernel-cgroups,
+// -interpreter-pool, -default-cwd; docs/operating.md), which the host passes
+// over the plugin protocol. It reports its warm pools as gauges for the
+// host's /metrics.
 package main
 
 import (
@@ -21,6 +23,10 @@ type settings struct {
 	R             string `setting:"rscript"`
 	Java          string `setting:"java"`
 	KernelCgroups bool   `setting:"kernel-cgroups"` // false: process trees only (see reap.go)
+	// Pool sizes the warm pools (subprocess.ParsePoolSizes), whose
+	// interpreters start in DefaultCwd, where contexts start by default.
+	Pool       string `setting:"interpreter-pool"`
+	DefaultCwd string `setting:"default-cwd"`
 }
 
 // newTransport builds the transport from the host's settings.
@@ -29,10 +35,30 @@ func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transpor
 	if err := hs.Decode(&s); err != nil {
 		return nil, err
 	}
-	return subprocess.New(subprocess.Options{
+	pools, err := subprocess.ParsePoolSizes(s.Pool)
+	if err != nil {
+		return nil, err
+	}
+	return withGauges{subprocess.New(subprocess.Options{
 		Python: s.Python, Node: s.Node, Bash: s.Bash, R: s.R, Java: s.Java,
 		NoCgroups: !s.KernelCgroups,
-	}), nil
+		PoolSizes: pools, PoolCwd: s.DefaultCwd,
+	})}, nil
+}
+
+// withGauges reports the transport's pools as gauges in the host's /metrics.
+type withGauges struct{ *subprocess.Transport }
+
+func (w withGauges) Gauges() []transportplugin.Gauge {
+	var gauges []transportplugin.Gauge
+	for _, st := range w.PoolStats() {
+		lang := map[string]string{"language": st.Language}
+		gauges = append(gauges,
+			transportplugin.Gauge{Name: "kernelhost_pool_interpreters", Help: "Interpreters ready in the subprocess transport's warm pool, per language.", Labels: lang, Value: float64(st.Ready)},
+			transportplugin.Gauge{Name: "kernelhost_pool_size", Help: "Configured size of the subprocess transport's warm pool, per language (interpreter-pool).", Labels: lang, Value: float64(st.Size)},
+			transportplugin.Gauge{Name: "kernelhost_pool_rss_bytes", Help: "Resident memory of the interpreters ready in the subprocess transport's warm pool, per language.", Labels: lang, Value: float64(st.RSSBytes)})
+	}
+	return gauges
 }
 
 func main() { transportplugin.ServeConfigured(newTransport) }

@@ -35,3 +35,7 @@ type Supervised = pluginrpc.Supervised
 func Launch(ctx context.Context, cfg Config) (*Supervised, error) {
 	return pluginrpc.Launch(ctx, cfg)
 }
+
+// Gauge is one gauge sample of the plugin's transport
+// (transportplugin.GaugeReporter), as Supervised.Gauges returns them.
+type Gauge = pluginrpc.Gauge

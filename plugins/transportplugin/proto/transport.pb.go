@@ -487,6 +487,156 @@ func (*DescribeRequest) Descriptor() ([]byte, []int) {
 	return file_transport_proto_rawDescGZIP(), []int{4}
 }
 
+type StatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsRequest) Reset() {
+	*x = StatsRequest{}
+	mi := &file_transport_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsRequest) ProtoMessage() {}
+
+func (x *StatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
+func (*StatsRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{5}
+}
+
+type StatsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gauges        []*Gauge               `protobuf:"bytes,1,rep,name=gauges,proto3" json:"gauges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsResponse) Reset() {
+	*x = StatsResponse{}
+	mi := &file_transport_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsResponse) ProtoMessage() {}
+
+func (x *StatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
+func (*StatsResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *StatsResponse) GetGauges() []*Gauge {
+	if x != nil {
+		return x.Gauges
+	}
+	return nil
+}
+
+// Gauge is one Prometheus gauge sample. Samples of one name have the same
+// help and label names.
+type Gauge struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Help          string                 `protobuf:"bytes,2,opt,name=help,proto3" json:"help,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Value         float64                `protobuf:"fixed64,4,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Gauge) Reset() {
+	*x = Gauge{}
+	mi := &file_transport_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Gauge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Gauge) ProtoMessage() {}
+
+func (x *Gauge) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Gauge.ProtoReflect.Descriptor instead.
+func (*Gauge) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Gauge) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Gauge) GetHelp() string {
+	if x != nil {
+		return x.Help
+	}
+	return ""
+}
+
+func (x *Gauge) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Gauge) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
 type DescribeResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -513,7 +663,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_transport_proto_msgTypes[5]
+	mi := &file_transport_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +675,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[5]
+	mi := &file_transport_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +688,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{5}
+	return file_transport_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DescribeResponse) GetName() string {
@@ -604,7 +754,7 @@ type KernelCall struct {
 
 func (x *KernelCall) Reset() {
 	*x = KernelCall{}
-	mi := &file_transport_proto_msgTypes[6]
+	mi := &file_transport_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +766,7 @@ func (x *KernelCall) String() string {
 func (*KernelCall) ProtoMessage() {}
 
 func (x *KernelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[6]
+	mi := &file_transport_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +779,7 @@ func (x *KernelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelCall.ProtoReflect.Descriptor instead.
 func (*KernelCall) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{6}
+	return file_transport_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KernelCall) GetId() uint64 {
@@ -752,7 +902,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_transport_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +914,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_transport_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +927,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{7}
+	return file_transport_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Start) GetLanguage() string {
@@ -807,7 +957,7 @@ type Execute struct {
 
 func (x *Execute) Reset() {
 	*x = Execute{}
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_transport_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +969,7 @@ func (x *Execute) String() string {
 func (*Execute) ProtoMessage() {}
 
 func (x *Execute) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_transport_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +982,7 @@ func (x *Execute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execute.ProtoReflect.Descriptor instead.
 func (*Execute) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{8}
+	return file_transport_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Execute) GetMsgId() string {
@@ -864,7 +1014,7 @@ type Interrupt struct {
 
 func (x *Interrupt) Reset() {
 	*x = Interrupt{}
-	mi := &file_transport_proto_msgTypes[9]
+	mi := &file_transport_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1026,7 @@ func (x *Interrupt) String() string {
 func (*Interrupt) ProtoMessage() {}
 
 func (x *Interrupt) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[9]
+	mi := &file_transport_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1039,7 @@ func (x *Interrupt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupt.ProtoReflect.Descriptor instead.
 func (*Interrupt) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{9}
+	return file_transport_proto_rawDescGZIP(), []int{12}
 }
 
 type Restart struct {
@@ -900,7 +1050,7 @@ type Restart struct {
 
 func (x *Restart) Reset() {
 	*x = Restart{}
-	mi := &file_transport_proto_msgTypes[10]
+	mi := &file_transport_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1062,7 @@ func (x *Restart) String() string {
 func (*Restart) ProtoMessage() {}
 
 func (x *Restart) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[10]
+	mi := &file_transport_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1075,7 @@ func (x *Restart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restart.ProtoReflect.Descriptor instead.
 func (*Restart) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{10}
+	return file_transport_proto_rawDescGZIP(), []int{13}
 }
 
 // Shutdown stops the kernel; the plugin ends the stream after its result.
@@ -937,7 +1087,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_transport_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1099,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_transport_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1112,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{11}
+	return file_transport_proto_rawDescGZIP(), []int{14}
 }
 
 // Cancel cancels the context of the call with this KernelCall's id (the
@@ -976,7 +1126,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_transport_proto_msgTypes[12]
+	mi := &file_transport_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1138,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[12]
+	mi := &file_transport_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1151,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{12}
+	return file_transport_proto_rawDescGZIP(), []int{15}
 }
 
 // KernelFrame is what the plugin had ready at once: messages (merged and
@@ -1020,7 +1170,7 @@ type KernelFrame struct {
 
 func (x *KernelFrame) Reset() {
 	*x = KernelFrame{}
-	mi := &file_transport_proto_msgTypes[13]
+	mi := &file_transport_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1182,7 @@ func (x *KernelFrame) String() string {
 func (*KernelFrame) ProtoMessage() {}
 
 func (x *KernelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[13]
+	mi := &file_transport_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1195,7 @@ func (x *KernelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelFrame.ProtoReflect.Descriptor instead.
 func (*KernelFrame) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{13}
+	return file_transport_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KernelFrame) GetMessages() []*Message {
@@ -1086,7 +1236,7 @@ type CallResult struct {
 
 func (x *CallResult) Reset() {
 	*x = CallResult{}
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_transport_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1248,7 @@ func (x *CallResult) String() string {
 func (*CallResult) ProtoMessage() {}
 
 func (x *CallResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_transport_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1261,7 @@ func (x *CallResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResult.ProtoReflect.Descriptor instead.
 func (*CallResult) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{14}
+	return file_transport_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CallResult) GetId() uint64 {
@@ -1166,7 +1316,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_proto_msgTypes[15]
+	mi := &file_transport_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1328,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[15]
+	mi := &file_transport_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1341,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{15}
+	return file_transport_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Message) GetParentId() string {
@@ -1308,7 +1458,18 @@ const file_transport_proto_rawDesc = "" +
 	"\fEntriesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x11\n" +
-	"\x0fDescribeRequest\"\xd1\x01\n" +
+	"\x0fDescribeRequest\"\x0e\n" +
+	"\fStatsRequest\"G\n" +
+	"\rStatsResponse\x126\n" +
+	"\x06gauges\x18\x01 \x03(\v2\x1e.kernelhost.transport.v2.GaugeR\x06gauges\"\xc4\x01\n" +
+	"\x05Gauge\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04help\x18\x02 \x01(\tR\x04help\x12B\n" +
+	"\x06labels\x18\x03 \x03(\v2*.kernelhost.transport.v2.Gauge.LabelsEntryR\x06labels\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\x01R\x05value\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1c\n" +
@@ -1381,11 +1542,12 @@ const file_transport_proto_rawDesc = "" +
 	"\rKIND_REJECTED\x10\x05\x12\x14\n" +
 	"\x10KIND_UNAVAILABLE\x10\x06\x12\x12\n" +
 	"\x0eKIND_TOO_LARGE\x10\a\x12\r\n" +
-	"\tKIND_GONE\x10\b2\xa9\x02\n" +
+	"\tKIND_GONE\x10\b2\x81\x03\n" +
 	"\tTransport\x12b\n" +
 	"\tConfigure\x12).kernelhost.transport.v2.ConfigureRequest\x1a*.kernelhost.transport.v2.ConfigureResponse\x12_\n" +
 	"\bDescribe\x12(.kernelhost.transport.v2.DescribeRequest\x1a).kernelhost.transport.v2.DescribeResponse\x12W\n" +
-	"\x06Kernel\x12#.kernelhost.transport.v2.KernelCall\x1a$.kernelhost.transport.v2.KernelFrame(\x010\x01BLZJgithub.com/kernelhost/kernelhost/plugins/transportplugin/proto;transportpbb\x06proto3"
+	"\x06Kernel\x12#.kernelhost.transport.v2.KernelCall\x1a$.kernelhost.transport.v2.KernelFrame(\x010\x01\x12V\n" +
+	"\x05Stats\x12%.kernelhost.transport.v2.StatsRequest\x1a&.kernelhost.transport.v2.StatsResponseBLZJgithub.com/kernelhost/kernelhost/plugins/transportplugin/proto;transportpbb\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -1400,7 +1562,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_transport_proto_goTypes = []any{
 	(Code)(0),                 // 0: kernelhost.transport.v2.Code
 	(ErrorKind)(0),            // 1: kernelhost.transport.v2.ErrorKind
@@ -1409,48 +1571,56 @@ var file_transport_proto_goTypes = []any{
 	(*SettingValue)(nil),      // 4: kernelhost.transport.v2.SettingValue
 	(*StringMap)(nil),         // 5: kernelhost.transport.v2.StringMap
 	(*DescribeRequest)(nil),   // 6: kernelhost.transport.v2.DescribeRequest
-	(*DescribeResponse)(nil),  // 7: kernelhost.transport.v2.DescribeResponse
-	(*KernelCall)(nil),        // 8: kernelhost.transport.v2.KernelCall
-	(*Start)(nil),             // 9: kernelhost.transport.v2.Start
-	(*Execute)(nil),           // 10: kernelhost.transport.v2.Execute
-	(*Interrupt)(nil),         // 11: kernelhost.transport.v2.Interrupt
-	(*Restart)(nil),           // 12: kernelhost.transport.v2.Restart
-	(*Shutdown)(nil),          // 13: kernelhost.transport.v2.Shutdown
-	(*Cancel)(nil),            // 14: kernelhost.transport.v2.Cancel
-	(*KernelFrame)(nil),       // 15: kernelhost.transport.v2.KernelFrame
-	(*CallResult)(nil),        // 16: kernelhost.transport.v2.CallResult
-	(*Message)(nil),           // 17: kernelhost.transport.v2.Message
-	nil,                       // 18: kernelhost.transport.v2.ConfigureRequest.SettingsEntry
-	nil,                       // 19: kernelhost.transport.v2.StringMap.EntriesEntry
-	nil,                       // 20: kernelhost.transport.v2.Message.DataEntry
+	(*StatsRequest)(nil),      // 7: kernelhost.transport.v2.StatsRequest
+	(*StatsResponse)(nil),     // 8: kernelhost.transport.v2.StatsResponse
+	(*Gauge)(nil),             // 9: kernelhost.transport.v2.Gauge
+	(*DescribeResponse)(nil),  // 10: kernelhost.transport.v2.DescribeResponse
+	(*KernelCall)(nil),        // 11: kernelhost.transport.v2.KernelCall
+	(*Start)(nil),             // 12: kernelhost.transport.v2.Start
+	(*Execute)(nil),           // 13: kernelhost.transport.v2.Execute
+	(*Interrupt)(nil),         // 14: kernelhost.transport.v2.Interrupt
+	(*Restart)(nil),           // 15: kernelhost.transport.v2.Restart
+	(*Shutdown)(nil),          // 16: kernelhost.transport.v2.Shutdown
+	(*Cancel)(nil),            // 17: kernelhost.transport.v2.Cancel
+	(*KernelFrame)(nil),       // 18: kernelhost.transport.v2.KernelFrame
+	(*CallResult)(nil),        // 19: kernelhost.transport.v2.CallResult
+	(*Message)(nil),           // 20: kernelhost.transport.v2.Message
+	nil,                       // 21: kernelhost.transport.v2.ConfigureRequest.SettingsEntry
+	nil,                       // 22: kernelhost.transport.v2.StringMap.EntriesEntry
+	nil,                       // 23: kernelhost.transport.v2.Gauge.LabelsEntry
+	nil,                       // 24: kernelhost.transport.v2.Message.DataEntry
 }
 var file_transport_proto_depIdxs = []int32{
-	18, // 0: kernelhost.transport.v2.ConfigureRequest.settings:type_name -> kernelhost.transport.v2.ConfigureRequest.SettingsEntry
+	21, // 0: kernelhost.transport.v2.ConfigureRequest.settings:type_name -> kernelhost.transport.v2.ConfigureRequest.SettingsEntry
 	5,  // 1: kernelhost.transport.v2.SettingValue.object:type_name -> kernelhost.transport.v2.StringMap
-	19, // 2: kernelhost.transport.v2.StringMap.entries:type_name -> kernelhost.transport.v2.StringMap.EntriesEntry
-	9,  // 3: kernelhost.transport.v2.KernelCall.start:type_name -> kernelhost.transport.v2.Start
-	10, // 4: kernelhost.transport.v2.KernelCall.execute:type_name -> kernelhost.transport.v2.Execute
-	11, // 5: kernelhost.transport.v2.KernelCall.interrupt:type_name -> kernelhost.transport.v2.Interrupt
-	12, // 6: kernelhost.transport.v2.KernelCall.restart:type_name -> kernelhost.transport.v2.Restart
-	13, // 7: kernelhost.transport.v2.KernelCall.shutdown:type_name -> kernelhost.transport.v2.Shutdown
-	14, // 8: kernelhost.transport.v2.KernelCall.cancel:type_name -> kernelhost.transport.v2.Cancel
-	17, // 9: kernelhost.transport.v2.KernelFrame.messages:type_name -> kernelhost.transport.v2.Message
-	16, // 10: kernelhost.transport.v2.KernelFrame.results:type_name -> kernelhost.transport.v2.CallResult
-	0,  // 11: kernelhost.transport.v2.CallResult.code:type_name -> kernelhost.transport.v2.Code
-	1,  // 12: kernelhost.transport.v2.CallResult.kind:type_name -> kernelhost.transport.v2.ErrorKind
-	20, // 13: kernelhost.transport.v2.Message.data:type_name -> kernelhost.transport.v2.Message.DataEntry
-	4,  // 14: kernelhost.transport.v2.ConfigureRequest.SettingsEntry.value:type_name -> kernelhost.transport.v2.SettingValue
-	2,  // 15: kernelhost.transport.v2.Transport.Configure:input_type -> kernelhost.transport.v2.ConfigureRequest
-	6,  // 16: kernelhost.transport.v2.Transport.Describe:input_type -> kernelhost.transport.v2.DescribeRequest
-	8,  // 17: kernelhost.transport.v2.Transport.Kernel:input_type -> kernelhost.transport.v2.KernelCall
-	3,  // 18: kernelhost.transport.v2.Transport.Configure:output_type -> kernelhost.transport.v2.ConfigureResponse
-	7,  // 19: kernelhost.transport.v2.Transport.Describe:output_type -> kernelhost.transport.v2.DescribeResponse
-	15, // 20: kernelhost.transport.v2.Transport.Kernel:output_type -> kernelhost.transport.v2.KernelFrame
-	18, // [18:21] is the sub-list for method output_type
-	15, // [15:18] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	22, // 2: kernelhost.transport.v2.StringMap.entries:type_name -> kernelhost.transport.v2.StringMap.EntriesEntry
+	9,  // 3: kernelhost.transport.v2.StatsResponse.gauges:type_name -> kernelhost.transport.v2.Gauge
+	23, // 4: kernelhost.transport.v2.Gauge.labels:type_name -> kernelhost.transport.v2.Gauge.LabelsEntry
+	12, // 5: kernelhost.transport.v2.KernelCall.start:type_name -> kernelhost.transport.v2.Start
+	13, // 6: kernelhost.transport.v2.KernelCall.execute:type_name -> kernelhost.transport.v2.Execute
+	14, // 7: kernelhost.transport.v2.KernelCall.interrupt:type_name -> kernelhost.transport.v2.Interrupt
+	15, // 8: kernelhost.transport.v2.KernelCall.restart:type_name -> kernelhost.transport.v2.Restart
+	16, // 9: kernelhost.transport.v2.KernelCall.shutdown:type_name -> kernelhost.transport.v2.Shutdown
+	17, // 10: kernelhost.transport.v2.KernelCall.cancel:type_name -> kernelhost.transport.v2.Cancel
+	20, // 11: kernelhost.transport.v2.KernelFrame.messages:type_name -> kernelhost.transport.v2.Message
+	19, // 12: kernelhost.transport.v2.KernelFrame.results:type_name -> kernelhost.transport.v2.CallResult
+	0,  // 13: kernelhost.transport.v2.CallResult.code:type_name -> kernelhost.transport.v2.Code
+	1,  // 14: kernelhost.transport.v2.CallResult.kind:type_name -> kernelhost.transport.v2.ErrorKind
+	24, // 15: kernelhost.transport.v2.Message.data:type_name -> kernelhost.transport.v2.Message.DataEntry
+	4,  // 16: kernelhost.transport.v2.ConfigureRequest.SettingsEntry.value:type_name -> kernelhost.transport.v2.SettingValue
+	2,  // 17: kernelhost.transport.v2.Transport.Configure:input_type -> kernelhost.transport.v2.ConfigureRequest
+	6,  // 18: kernelhost.transport.v2.Transport.Describe:input_type -> kernelhost.transport.v2.DescribeRequest
+	11, // 19: kernelhost.transport.v2.Transport.Kernel:input_type -> kernelhost.transport.v2.KernelCall
+	7,  // 20: kernelhost.transport.v2.Transport.Stats:input_type -> kernelhost.transport.v2.StatsRequest
+	3,  // 21: kernelhost.transport.v2.Transport.Configure:output_type -> kernelhost.transport.v2.ConfigureResponse
+	10, // 22: kernelhost.transport.v2.Transport.Describe:output_type -> kernelhost.transport.v2.DescribeResponse
+	18, // 23: kernelhost.transport.v2.Transport.Kernel:output_type -> kernelhost.transport.v2.KernelFrame
+	8,  // 24: kernelhost.transport.v2.Transport.Stats:output_type -> kernelhost.transport.v2.StatsResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -1465,7 +1635,7 @@ func file_transport_proto_init() {
 		(*SettingValue_DurationNanos)(nil),
 		(*SettingValue_Object)(nil),
 	}
-	file_transport_proto_msgTypes[6].OneofWrappers = []any{
+	file_transport_proto_msgTypes[9].OneofWrappers = []any{
 		(*KernelCall_Start)(nil),
 		(*KernelCall_Execute)(nil),
 		(*KernelCall_Interrupt)(nil),
@@ -1479,7 +1649,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

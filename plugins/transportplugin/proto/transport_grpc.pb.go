@@ -65,6 +65,7 @@ const (
 	Transport_Configure_FullMethodName = "/kernelhost.transport.v2.Transport/Configure"
 	Transport_Describe_FullMethodName  = "/kernelhost.transport.v2.Transport/Describe"
 	Transport_Kernel_FullMethodName    = "/kernelhost.transport.v2.Transport/Kernel"
+	Transport_Stats_FullMethodName     = "/kernelhost.transport.v2.Transport/Stats"
 )
 
 // TransportClient is the client API for Transport service.
@@ -82,6 +83,10 @@ type TransportClient interface {
 	// Kernel starts one kernel (the first call must be start) and carries all
 	// later calls on it and all its messages, until it is shut down or lost.
 	Kernel(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KernelCall, KernelFrame], error)
+	// Stats returns the transport's own gauges (a warm pool's interpreters
+	// and their memory, say), which the host serves in /metrics at each
+	// scrape. A plugin without any answers with none.
+	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 }
 
 type transportClient struct {
@@ -125,6 +130,16 @@ func (c *transportClient) Kernel(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Transport_KernelClient = grpc.BidiStreamingClient[KernelCall, KernelFrame]
 
+func (c *transportClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatsResponse)
+	err := c.cc.Invoke(ctx, Transport_Stats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -140,6 +155,10 @@ type TransportServer interface {
 	// Kernel starts one kernel (the first call must be start) and carries all
 	// later calls on it and all its messages, until it is shut down or lost.
 	Kernel(grpc.BidiStreamingServer[KernelCall, KernelFrame]) error
+	// Stats returns the transport's own gauges (a warm pool's interpreters
+	// and their memory, say), which the host serves in /metrics at each
+	// scrape. A plugin without any answers with none.
+	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -158,6 +177,9 @@ func (UnimplementedTransportServer) Describe(context.Context, *DescribeRequest) 
 }
 func (UnimplementedTransportServer) Kernel(grpc.BidiStreamingServer[KernelCall, KernelFrame]) error {
 	return status.Error(codes.Unimplemented, "method Kernel not implemented")
+}
+func (UnimplementedTransportServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -223,6 +245,24 @@ func _Transport_Kernel_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Transport_KernelServer = grpc.BidiStreamingServer[KernelCall, KernelFrame]
 
+func _Transport_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).Stats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_Stats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).Stats(ctx, req.(*StatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -237,6 +277,10 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Describe",
 			Handler:    _Transport_Describe_Handler,
+		},
+		{
+			MethodName: "Stats",
+			Handler:    _Transport_Stats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -103,6 +103,7 @@ func stopWhenTold(srv *server, log hclog.Logger, done <-chan struct{}) {
 	exit := func(why string) {
 		log.Info("stopping kernels and exiting", "reason", why)
 		srv.stop()
+		srv.closeTransport() // its own processes: the subprocess transport's pooled interpreters
 		os.Exit(0)
 	}
 	go watchParent(done, exit)
