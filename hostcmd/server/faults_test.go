@@ -325,130 +325,17 @@ func (s *jupyterServer) stop() {
 	<-s.done
 }
 
-// tcpProxy forwards loopback connections to a target; it can cut every live
-// connection or stall them (stop forwarding, keep them open).
-type tcpProxy struct {
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	pairs  map[*proxyPair]bool
-	wg     sync.WaitGroup
-}
-
-// proxyPair is a client connection and its upstream.
-type proxyPair struct {
-	c, u    net.Conn
-	stalled chan struct{} // closed: forward nothing more
-	cut     chan struct{} // closed: both ends are closed
-	once    sync.Once
-}
-
-func (pp *proxyPair) close() {
-	pp.once.Do(func() {
-		pp.c.Close()
-		pp.u.Close()
-		close(pp.cut)
-	})
-}
-
-func startProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{l: l, target: target, pairs: map[*proxyPair]bool{}}
-	p.wg.Go(p.serve)
-	t.Cleanup(func() {
-		l.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *tcpProxy) url() string { return "http://" + p.l.Addr().String() + "/" }
-
-func (p *tcpProxy) serve() {
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		pp := &proxyPair{c: c, u: u, stalled: make(chan struct{}), cut: make(chan struct{})}
-		p.mu.Lock()
-		p.pairs[pp] = true
-		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			defer func() {
-				pp.close()
-				p.mu.Lock()
-				delete(p.pairs, pp)
-				p.mu.Unlock()
-			}()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := src.Read(buf)
-				select {
-				case <-pp.stalled: // hold the bytes until the pair is cut
-					<-pp.cut
-					return
-				default:
-				}
-				if n > 0 {
-					if _, werr := dst.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}
-		p.wg.Go(func() { pipe(u, c) })
-		p.wg.Go(func() { pipe(c, u) })
-	}
-}
-
-// cut closes every live connection.
-func (p *tcpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for pp := range p.pairs {
-		pp.close()
-	}
-}
-
-// stall stops forwarding on every live connection (they stay open); new
-// connections pass.
-func (p *tcpProxy) stall() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for pp := range p.pairs {
-		select {
-		case <-pp.stalled:
-		default:
-			close(pp.stalled)
-		}
-	}
-}
-
 // jupyterHost starts a Jupyter Server and a host on it whose (in-process)
 // jupyter transport goes through a TCP proxy, with short ping bounds so a
 // stalled connection is noticed within a second.
-func jupyterHost(t *testing.T) (*testHost, *jupyterServer, *tcpProxy) {
+func jupyterHost(t *testing.T) (*testHost, *jupyterServer, *testkit.Proxy) {
 	t.Helper()
 	srv := startJupyter(t)
-	p := startProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.port))
+	p := testkit.StartProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.port))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tr, err := jupyter.New(ctx, jupyter.Config{
-		URL: p.url(), Token: srv.token,
+		URL: p.URL(), Token: srv.token,
 		PingInterval: 300 * time.Millisecond, PongTimeout: 700 * time.Millisecond,
 		ReconnectTimeout: 20 * time.Second,
 	})
@@ -531,9 +418,9 @@ func TestFaultJupyterWebsocket(t *testing.T) {
 			s := h.start(ctx, map[string]any{"code": "import time\nprint('running', flush=True)\ntime.sleep(3)\nprint('woke', flush=True)", "context_id": id})
 			s.until("stdout")
 			if fault == "cut" {
-				p.cut()
+				p.Cut()
 			} else {
-				p.stall()
+				p.Stall()
 			}
 			began := time.Now()
 			rest := s.rest()
