@@ -100,6 +100,15 @@ type Config struct {
 // that their buffers take at most this many times Config.ReplayBytes.
 const maxRetainedExecutions = 128
 
+// Defaults is the Config a zero one becomes, every field at its default:
+// the host's settings table takes the defaults of the engine's settings
+// from it, so each is written once, here.
+func Defaults() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

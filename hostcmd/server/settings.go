@@ -162,13 +162,10 @@ type Interpreters struct {
 // Defaults.
 const (
 	DefaultAddr         = "127.0.0.1:49999"
-	DefaultCwd          = "/home/user"
 	DefaultMaxBodyBytes = 16 << 20
 	DefaultKeepalive    = 5 * time.Second
 	DefaultTransport    = "subprocess"
 	DefaultMaxContexts  = 64
-	DefaultMaxEnvVars   = 1000
-	DefaultMaxEnvBytes  = 1 << 20
 	// DefaultJupyterURL is where the jupyter transport finds its server.
 	DefaultJupyterURL = "http://127.0.0.1:8888/"
 	// DefaultJupyterKernelTimeout is the default of the jupyter-*-timeout
@@ -235,13 +232,17 @@ func PluginDirFor(exe string) string {
 // flag. In Config the zero value of a setting means its default (Config{}
 // is a host with every default); settings that Config holds in another form
 // (a JSON object, a list, "no limit") convert in load and out.
+// engineDefaults are the engine's own defaults, the defaults of the
+// settings that configure it.
+var engineDefaults = engine.Defaults()
+
 var settingsTable = []setting{
 	&row[string]{name: ConfigFlag, help: "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it"},
 	&row[string]{name: "addr", def: DefaultAddr, help: "listen address (host:port)",
 		field: func(c *Config) *string { return &c.Addr }},
 	// The subprocess plugin gets it for its warm pools (the resolved one:
 	// Start), whose interpreters start there.
-	&row[string]{name: "default-cwd", def: DefaultCwd, help: "working directory of contexts created without one; when it is not a directory, the workspace",
+	&row[string]{name: "default-cwd", def: engineDefaults.DefaultCwd, help: "working directory of contexts created without one; when it is not a directory, the workspace",
 		field: func(c *Config) *string { return &c.DefaultCwd }, transport: "subprocess"},
 	&row[string]{name: "workspace", help: "directory contexts start in when default-cwd is not a directory, created (0700) if missing; empty: $XDG_DATA_HOME/kernelhost/workspace, else ~/.local/share/kernelhost/workspace",
 		field: func(c *Config) *string { return &c.Workspace }},
@@ -249,29 +250,29 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.envFile }},
 	&row[string]{name: "env", help: "JSON object of global env vars every context gets (wins over -env-file for the same key)",
 		field: func(c *Config) *string { return &c.envInline }},
-	&row[string]{name: "disconnect-policy", def: string(engine.DisconnectInterrupt), help: "what happens to running code when its client leaves: interrupt or continue",
+	&row[string]{name: "disconnect-policy", def: string(engineDefaults.DisconnectPolicy), help: "what happens to running code when its client leaves: interrupt or continue",
 		load: func(c *Config, v string) (err error) {
 			c.DisconnectPolicy, err = engine.ParseDisconnectPolicy(v)
 			return err
 		},
 		out: func(c *Config) string { return string(c.DisconnectPolicy) }},
-	&row[time.Duration]{name: "interrupt-grace", def: 5 * time.Second, help: "after an interrupt that was ignored this long, the context is restarted",
+	&row[time.Duration]{name: "interrupt-grace", def: engineDefaults.InterruptGrace, help: "after an interrupt that was ignored this long, the context is restarted",
 		field: func(c *Config) *time.Duration { return &c.InterruptGrace }, check: positive[time.Duration]},
-	&row[int]{name: "queue-depth", def: 32, help: "executions that may wait per context before requests get 429",
+	&row[int]{name: "queue-depth", def: engineDefaults.QueueDepth, help: "executions that may wait per context before requests get 429",
 		field: func(c *Config) *int { return &c.QueueDepth }, check: positive[int]},
-	&row[int]{name: "max-env-vars", def: DefaultMaxEnvVars, help: "env_vars one execution may set (400 above): each costs the interpreter a setenv, linear in its environment's size",
+	&row[int]{name: "max-env-vars", def: engineDefaults.MaxEnvVars, help: "env_vars one execution may set (400 above): each costs the interpreter a setenv, linear in its environment's size",
 		field: func(c *Config) *int { return &c.MaxEnvVars }, check: positive[int]},
-	&row[int]{name: "max-env-bytes", def: DefaultMaxEnvBytes, help: "bytes of one execution's env_vars, names and values together (400 above)",
+	&row[int]{name: "max-env-bytes", def: engineDefaults.MaxEnvBytes, help: "bytes of one execution's env_vars, names and values together (400 above)",
 		field: func(c *Config) *int { return &c.MaxEnvBytes }, check: positive[int]},
 	&row[int64]{name: "max-body-bytes", def: DefaultMaxBodyBytes, help: "largest request body accepted (413 above)",
 		field: func(c *Config) *int64 { return &c.MaxBodyBytes }, check: positive[int64]},
-	&row[int]{name: "max-output-bytes", def: 64 << 20, help: "output buffered per execution for a slow client before it is dropped",
+	&row[int]{name: "max-output-bytes", def: engineDefaults.MaxOutputBytes, help: "output buffered per execution for a slow client before it is dropped",
 		field: func(c *Config) *int { return &c.MaxOutputBytes }, check: positive[int]},
-	noLimit("max-buffered-bytes", 256<<20, "output buffered for slow clients across all executions; past it the stream furthest behind is cut (its execution goes on and can be re-attached); 0: no bound",
+	noLimit("max-buffered-bytes", engineDefaults.MaxBufferedBytes, "output buffered for slow clients across all executions; past it the stream furthest behind is cut (its execution goes on and can be re-attached); 0: no bound",
 		func(c *Config) *int { return &c.MaxBufferedBytes }),
-	&row[int]{name: "replay-bytes", def: 256 << 10, help: "newest output kept per execution for a client that re-attaches (GET /executions/{id}/stream); each output counts its text and about 200 bytes",
+	&row[int]{name: "replay-bytes", def: engineDefaults.ReplayBytes, help: "newest output kept per execution for a client that re-attaches (GET /executions/{id}/stream); each output counts its text and about 200 bytes",
 		field: func(c *Config) *int { return &c.ReplayBytes }, check: positive[int]},
-	&row[time.Duration]{name: "replay-ttl", def: 5 * time.Minute, help: "how long a finished execution stays available to GET /executions/{id} and re-attaching",
+	&row[time.Duration]{name: "replay-ttl", def: engineDefaults.ReplayTTL, help: "how long a finished execution stays available to GET /executions/{id} and re-attaching",
 		field: func(c *Config) *time.Duration { return &c.ReplayTTL }, check: positive[time.Duration]},
 	&row[time.Duration]{name: "keepalive", def: DefaultKeepalive, help: "silence on an /execute stream before a keepalive line",
 		field: func(c *Config) *time.Duration { return &c.Keepalive }, check: positive[time.Duration]},

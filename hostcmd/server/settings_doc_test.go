@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/jupyter"
 )
 
 // docs/operating.md's settings table names every setting of the table in
@@ -131,4 +132,12 @@ func expandVar(first, end, want string) string {
 		}
 	}
 	return end
+}
+
+// The host does not link the jupyter transport (it runs it as a plugin), so
+// it states the transport's default timeout again: the two must agree.
+func TestJupyterTimeoutDefaultIsTheTransports(t *testing.T) {
+	if server.DefaultJupyterKernelTimeout != jupyter.DefaultKernelTimeout {
+		t.Fatalf("server.DefaultJupyterKernelTimeout %v, jupyter.DefaultKernelTimeout %v", server.DefaultJupyterKernelTimeout, jupyter.DefaultKernelTimeout)
+	}
 }

@@ -40,7 +40,7 @@ keepalive = "7s"
 		want want
 	}{
 		"defaults without a file": {
-			want: want{server.DefaultCwd, 32, server.DefaultKeepalive},
+			want: want{"/home/user", 32, server.DefaultKeepalive},
 		},
 		"file over defaults": {
 			args: []string{"-config", file},
