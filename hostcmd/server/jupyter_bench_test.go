@@ -69,7 +69,7 @@ func BenchmarkJupyter(b *testing.B) {
 			}
 			return wss[i].oneTwo()
 		}
-		if err := concurrently(contexts, warm); err != nil {
+		if err := testkit.Concurrently(contexts, warm); err != nil {
 			b.Fatal(err)
 		}
 		viaHost := func(i int) error {
@@ -91,7 +91,7 @@ func BenchmarkJupyter(b *testing.B) {
 		var hostT, directT time.Duration
 		timed := func(f func(int) error, total *time.Duration) {
 			t0 := time.Now()
-			if err := concurrently(contexts, f); err != nil {
+			if err := testkit.Concurrently(contexts, f); err != nil {
 				b.Fatal(err)
 			}
 			*total += time.Since(t0)
@@ -213,21 +213,6 @@ func hostOneTwo(client *http.Client, url, id string) error {
 		return fmt.Errorf("host 1+1: %v %q", err, out)
 	}
 	return nil
-}
-
-// concurrently runs f(0..n-1) on n goroutines and returns the first error.
-func concurrently(n int, f func(i int) error) error {
-	errs := make(chan error, n)
-	for i := range n {
-		go func() { errs <- f(i) }()
-	}
-	var first error
-	for range n {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
 }
 
 // directJupyter starts kernels on srv over REST and talks to them on bare

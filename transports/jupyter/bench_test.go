@@ -133,14 +133,16 @@ func BenchmarkConcurrent(b *testing.B) {
 			ks[i] = startKernel(b, tr)
 		}
 		for b.Loop() {
-			concurrently(b, kernels, func(i int) error {
+			if err := testkit.Concurrently(kernels, func(i int) error {
 				for range execs {
 					if err := roundTrip(ks[i]); err != nil {
 						return err
 					}
 				}
 				return nil
-			})
+			}); err != nil {
+				b.Error(err)
+			}
 		}
 		b.ReportMetric(float64(kernels*execs*b.N)/b.Elapsed().Seconds(), "exec/s")
 	})
@@ -163,27 +165,17 @@ func BenchmarkConcurrent(b *testing.B) {
 			directRoundTrip(b, wss[i])
 		}
 		for b.Loop() {
-			concurrently(b, kernels, func(i int) error {
+			if err := testkit.Concurrently(kernels, func(i int) error {
 				for range execs {
 					directRoundTrip(b, wss[i])
 				}
 				return nil
-			})
+			}); err != nil {
+				b.Error(err)
+			}
 		}
 		b.ReportMetric(float64(kernels*execs*b.N)/b.Elapsed().Seconds(), "exec/s")
 	})
-}
-
-func concurrently(b *testing.B, n int, f func(i int) error) {
-	errs := make(chan error, n)
-	for i := range n {
-		go func() { errs <- f(i) }()
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			b.Error(err)
-		}
-	}
 }
 
 // roundTrip runs `1+1` on k without testing.TB, for use off the test goroutine.

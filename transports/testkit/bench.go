@@ -1,8 +1,10 @@
 package testkit
 
 import (
+	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -86,4 +88,16 @@ func unitName(unit time.Duration) string {
 		return "ms"
 	}
 	panic("testkit: benchmark unit " + unit.String() + " is not ns, µs or ms")
+}
+
+// Concurrently runs f(0), …, f(n-1) on n goroutines at once, waits for all,
+// and returns their errors joined (nil when none failed).
+func Concurrently(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = f(i) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
