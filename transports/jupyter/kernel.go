@@ -358,46 +358,59 @@ func (k *kernel) serve(c *conn) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(cfg.PingInterval)
-		defer t.Stop()
-		var keepAlive <-chan time.Time
-		if cfg.KeepAlive > 0 {
-			ka := time.NewTicker(cfg.KeepAlive)
-			defer ka.Stop()
-			keepAlive = ka.C
-		}
-		for {
-			select {
-			case <-stopPing:
-				return
-			case <-keepAlive:
-				k.sendKeepAlive(c)
-			case <-t.C:
-				if c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.PongTimeout)) != nil {
-					return // the reader sees the failure too
-				}
-				if k.deletedOnServer(cfg.PongTimeout) {
-					// jupyter-server keeps the websocket of a kernel it shut
-					// down (culled, deleted by someone else) open and silent:
-					// close it, so the supervisor's redial learns it is gone.
-					c.ws.Close()
-					return
-				}
-			}
-		}
+		k.ping(c, stopPing)
 	}()
 	defer func() {
 		close(stopPing)
 		wg.Wait()
 		c.ws.Close()
 	}()
+	k.read(c, func() { _ = extend("") })
+}
 
+// ping pings the server every PingInterval (and sends the keep-alive
+// requests, Config.KeepAlive) until stop is closed or the connection fails.
+func (k *kernel) ping(c *conn, stop <-chan struct{}) {
+	cfg := k.c.cfg
+	t := time.NewTicker(cfg.PingInterval)
+	defer t.Stop()
+	var keepAlive <-chan time.Time
+	if cfg.KeepAlive > 0 {
+		ka := time.NewTicker(cfg.KeepAlive)
+		defer ka.Stop()
+		keepAlive = ka.C
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-keepAlive:
+			k.sendKeepAlive(c)
+		case <-t.C:
+			if c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.PongTimeout)) != nil {
+				return // the reader sees the failure too
+			}
+			if k.deletedOnServer(cfg.PongTimeout) {
+				// jupyter-server keeps the websocket of a kernel it shut
+				// down (culled, deleted by someone else) open and silent:
+				// close it, so the supervisor's redial learns it is gone.
+				c.ws.Close()
+				return
+			}
+		}
+	}
+}
+
+// read is the connection's only reader: it decodes every frame, notes its
+// counter and forwards what the engine uses, until the connection fails or
+// the kernel is shut down. alive extends the read deadline after each frame.
+func (k *kernel) read(c *conn, alive func()) {
 	for {
 		typ, frame, err := c.ws.ReadMessage()
 		if err != nil {
 			return
 		}
-		_ = extend("")
+		alive()
 		m, err := decodeFrame(c.v1, typ == websocket.BinaryMessage, frame)
 		if err != nil {
 			continue // not a kernel message
@@ -438,80 +451,102 @@ func (k *kernel) forward(msg core.Message) bool {
 	}
 	defer k.release()
 	if msg.ParentID == "" {
-		if msg.Type != core.MsgStatus || (msg.State != core.StateRestarting && msg.State != core.StateDead) {
-			return true // e.g. "starting", or busy/idle of the server's own probes
-		}
-		if msg.State == core.StateRestarting {
-			k.mu.Lock()
-			manual := k.restarts > 0
-			k.mu.Unlock()
-			if manual {
-				return true // Restart has reported it already
-			}
-			// The server's restarter only acts on a kernel that died: say
-			// so, then that it was replaced (its state is gone).
-			k.forgetAll()
-			k.nudgeInBackground()
-			dead := msg
-			dead.State = core.StateDead
-			if k.send(k.ctx, dead) != nil {
-				return false
-			}
-		}
-		k.forgetAll()
-		return k.send(k.ctx, msg) == nil
+		return k.forwardKernelWide(msg)
 	}
-	k.liveMu.Lock()
-	req, ok := k.live[msg.ParentID]
-	var out []core.Message
-	switch {
-	case !ok:
-		if ch, isNudge := k.nudges[msg.ParentID]; isNudge && msg.Type == core.MsgStatus {
-			delete(k.nudges, msg.ParentID)
-			close(ch)
-		}
-		if target, isProbe := k.probes[msg.ParentID]; isProbe && msg.Type == core.MsgStatus && msg.State == core.StateIdle {
-			delete(k.probes, msg.ParentID)
-			if req := k.live[target]; req != nil && req.reply != nil && !req.idle {
-				req.probe.Stop()
-				delete(k.live, target)
-				// Its idle is lost, and whatever the counter says besides.
-				lost := 1 + k.counters.lost(req)
-				out = []core.Message{
-					lostNotice(target, msg.Timestamp, lost),
-					*req.reply,
-					{ParentID: target, Type: core.MsgStatus, State: core.StateIdle, Timestamp: msg.Timestamp},
-				}
-			}
-		}
-		// else another client's, a forgotten request's, or the server's own
-	case msg.Type == core.MsgExecuteReply && !req.idle:
-		// The reply travels on the shell channel, which is not ordered with
-		// IOPub: hold it until idle so the messages come out in the order
-		// the kernel sent them (outputs, reply, idle).
-		req.reply = &msg
-		id := msg.ParentID
-		req.probe = time.AfterFunc(idleProbeDelay, func() { k.probeIdle(id) })
-	case msg.Type == core.MsgExecuteReply:
-		delete(k.live, msg.ParentID)
-		out = append(k.lostNotices(req, msg.Timestamp), msg)
-	case msg.Type == core.MsgStatus && msg.State == core.StateIdle && req.reply != nil:
-		req.probe.Stop()
-		delete(k.live, msg.ParentID)
-		out = append(k.lostNotices(req, msg.Timestamp), *req.reply, msg)
-	case msg.Type == core.MsgStatus && msg.State == core.StateIdle:
-		req.idle = true
-		out = []core.Message{msg}
-	default:
-		out = []core.Message{msg}
-	}
-	k.liveMu.Unlock()
-	for _, m := range out {
+	for _, m := range k.deliverable(msg) {
 		if k.send(k.ctx, m) != nil {
 			return false
 		}
 	}
 	return true
+}
+
+// forwardKernelWide delivers a status of no request: a restart or death
+// forgets every request; anything else (e.g. "starting", or busy/idle of
+// the server's own probes) is dropped. The caller holds emitSem.
+func (k *kernel) forwardKernelWide(msg core.Message) bool {
+	if msg.Type != core.MsgStatus || (msg.State != core.StateRestarting && msg.State != core.StateDead) {
+		return true
+	}
+	if msg.State == core.StateRestarting {
+		k.mu.Lock()
+		manual := k.restarts > 0
+		k.mu.Unlock()
+		if manual {
+			return true // Restart has reported it already
+		}
+		// The server's restarter only acts on a kernel that died: say
+		// so, then that it was replaced (its state is gone).
+		k.forgetAll()
+		k.nudgeInBackground()
+		dead := msg
+		dead.State = core.StateDead
+		if k.send(k.ctx, dead) != nil {
+			return false
+		}
+	}
+	k.forgetAll()
+	return k.send(k.ctx, msg) == nil
+}
+
+// deliverable returns what msg, a message of a request, lets out, in the order
+// the kernel sent it: outputs at once; the execute_reply, which travels on
+// the shell channel (not ordered with IOPub), held until the idle; then
+// both. A message of no live request is the transport's own or someone
+// else's (see auxiliary).
+func (k *kernel) deliverable(msg core.Message) []core.Message {
+	k.liveMu.Lock()
+	defer k.liveMu.Unlock()
+	req, ok := k.live[msg.ParentID]
+	switch {
+	case !ok:
+		return k.auxiliary(msg)
+	case msg.Type == core.MsgExecuteReply && !req.idle:
+		req.reply = &msg
+		id := msg.ParentID
+		req.probe = time.AfterFunc(idleProbeDelay, func() { k.probeIdle(id) })
+		return nil
+	case msg.Type == core.MsgExecuteReply:
+		delete(k.live, msg.ParentID)
+		return append(k.lostNotices(req, msg.Timestamp), msg)
+	case msg.Type == core.MsgStatus && msg.State == core.StateIdle && req.reply != nil:
+		req.probe.Stop()
+		delete(k.live, msg.ParentID)
+		return append(k.lostNotices(req, msg.Timestamp), *req.reply, msg)
+	case msg.Type == core.MsgStatus && msg.State == core.StateIdle:
+		req.idle = true
+	}
+	return []core.Message{msg}
+}
+
+// auxiliary handles a message of no live request: a nudge's first status
+// ends the nudge; an idle probe's idle releases its request's held reply
+// when the request's own idle was lost. Anything else is another client's,
+// a forgotten request's or the server's own, and dropped. The caller holds
+// liveMu.
+func (k *kernel) auxiliary(msg core.Message) []core.Message {
+	if ch, isNudge := k.nudges[msg.ParentID]; isNudge && msg.Type == core.MsgStatus {
+		delete(k.nudges, msg.ParentID)
+		close(ch)
+	}
+	target, isProbe := k.probes[msg.ParentID]
+	if !isProbe || msg.Type != core.MsgStatus || msg.State != core.StateIdle {
+		return nil
+	}
+	delete(k.probes, msg.ParentID)
+	req := k.live[target]
+	if req == nil || req.reply == nil || req.idle {
+		return nil
+	}
+	req.probe.Stop()
+	delete(k.live, target)
+	// Its idle is lost, and whatever the counter says besides.
+	lost := 1 + k.counters.lost(req)
+	return []core.Message{
+		lostNotice(target, msg.Timestamp, lost),
+		*req.reply,
+		{ParentID: target, Type: core.MsgStatus, State: core.StateIdle, Timestamp: msg.Timestamp},
+	}
 }
 
 // emitKernelWide forgets every request sent so far and reports state with

@@ -230,20 +230,7 @@ func newServer(tb testing.TB) (*Server, int) {
 // and stops it in tb.Cleanup.
 func (s *Server) launch(tb testing.TB, what string, cmd *exec.Cmd, ready string) {
 	tb.Helper()
-	cmd.Dir = s.RootDir
-	if cmd.Env == nil {
-		cmd.Env = os.Environ()
-	}
-	cmd.Env = append(cmd.Env,
-		"JUPYTER_CONFIG_DIR="+filepath.Join(s.dir, "config"),
-		"JUPYTER_DATA_DIR="+s.DataDir,
-		"JUPYTER_RUNTIME_DIR="+filepath.Join(s.dir, "runtime"),
-		"IPYTHONDIR="+filepath.Join(s.dir, "ipython"),
-		"PYDEVD_DISABLE_FILE_VALIDATION=1",
-	)
-	// Its own process group, so cleanup also reaches the kernels it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	setDeathSignal(cmd.SysProcAttr)
+	s.prepare(cmd)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -255,26 +242,7 @@ func (s *Server) launch(tb testing.TB, what string, cmd *exec.Cmd, ready string)
 		tb.Fatalf("start %s: %v", what, err)
 	}
 	pw.Close()
-
-	running := make(chan struct{})
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		announced := false
-		for sc.Scan() {
-			line := sc.Text()
-			s.mu.Lock()
-			s.stderr.WriteString(line + "\n")
-			s.mu.Unlock()
-			if !announced && strings.Contains(line, ready) {
-				announced = true
-				close(running)
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
+	running, logDone := s.collectLog(pr, ready)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -294,6 +262,49 @@ func (s *Server) launch(tb testing.TB, what string, cmd *exec.Cmd, ready string)
 		tb.Fatalf("%s not ready after %v\n%s", what, StartTimeout, s.Log())
 	}
 	s.checkPython(tb)
+}
+
+// prepare makes cmd run in s's root dir with s's own Jupyter dirs, in a
+// process group of its own (so that cleanup also reaches the kernels it
+// started), killed when the test process dies.
+func (s *Server) prepare(cmd *exec.Cmd) {
+	cmd.Dir = s.RootDir
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env,
+		"JUPYTER_CONFIG_DIR="+filepath.Join(s.dir, "config"),
+		"JUPYTER_DATA_DIR="+s.DataDir,
+		"JUPYTER_RUNTIME_DIR="+filepath.Join(s.dir, "runtime"),
+		"IPYTHONDIR="+filepath.Join(s.dir, "ipython"),
+		"PYDEVD_DISABLE_FILE_VALIDATION=1",
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setDeathSignal(cmd.SysProcAttr)
+}
+
+// collectLog keeps the server's output (s.Log) until pr ends. running is
+// closed at the first line that contains ready, logDone when pr is drained.
+func (s *Server) collectLog(pr io.Reader, ready string) (running, logDone chan struct{}) {
+	running, logDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		announced := false
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.stderr.WriteString(line + "\n")
+			s.mu.Unlock()
+			if !announced && strings.Contains(line, ready) {
+				announced = true
+				close(running)
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	return running, logDone
 }
 
 // checkPython makes sure the server answers with the token and has a Python
