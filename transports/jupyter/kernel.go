@@ -198,7 +198,8 @@ func (k *kernel) Restart(ctx context.Context) error {
 	defer cancel()
 	timedOut := func(err error) error {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && outer.Err() == nil {
-			return fmt.Errorf("restart kernel %s: not back within the restart timeout (%v): %w", k.id, k.c.cfg.RestartTimeout, err)
+			// %v, not %w: see ownTimeout.
+			return fmt.Errorf("restart kernel %s: not back within the restart timeout (%v): %v", k.id, k.c.cfg.RestartTimeout, ownTimeout(err))
 		}
 		return fmt.Errorf("restart kernel %s: %w", k.id, err)
 	}

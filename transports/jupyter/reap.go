@@ -46,7 +46,7 @@ func (t *Transport) createKernel(ctx context.Context, name string) (kernelModel,
 		t.reapLate(name, before)
 	}
 	if errors.Is(rctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-		return km, fmt.Errorf("the server did not answer the start request within the start timeout (%v); a kernel it creates later is deleted: %w", timeout, err)
+		return km, fmt.Errorf("the server did not answer the start request within the start timeout (%v); a kernel it creates later is deleted: %v", timeout, ownTimeout(err))
 	}
 	return km, err
 }

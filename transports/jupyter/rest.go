@@ -123,6 +123,14 @@ func (c *client) auth(h http.Header) {
 	}
 }
 
+// ownTimeout is err, the error under one of this transport's own bounds
+// that ran out (start, connect, restart timeout), for the text of the error
+// that says which: those errors print it with %v instead of wrapping it,
+// because a caller reads a wrapped context.DeadlineExceeded as its own
+// deadline and words it so (the plugin boundary answered "did not answer
+// in time (call deadline 1m0s)" for a 2 s restart timeout).
+func ownTimeout(err error) string { return err.Error() }
+
 // tlsConfig is cfg.TLSClientConfig (or a new one) with the CA file, the
 // client certificate and InsecureSkipVerify of cfg applied; nil when none is
 // set.
@@ -268,7 +276,7 @@ func (c *client) dialChannels(ctx context.Context, kernelID, session string) (*w
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
 			// The server holds the upgrade until the kernel answers.
-			return nil, fmt.Errorf("connect to kernel %s: the kernel did not answer within the connect timeout (%v): %w", kernelID, c.cfg.ConnectTimeout, err)
+			return nil, fmt.Errorf("connect to kernel %s: the kernel did not answer within the connect timeout (%v): %v", kernelID, c.cfg.ConnectTimeout, ownTimeout(err))
 		}
 		return nil, fmt.Errorf("connect to kernel %s: %w", kernelID, err)
 	}
