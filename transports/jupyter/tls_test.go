@@ -2,14 +2,25 @@ package jupyter
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
 
 // A gateway behind TLS with a private CA and an auth proxy that wants a
@@ -59,4 +70,119 @@ func TestTLSAndHeaders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A server that requires client certificates (mutual TLS): a TLS reverse
+// proxy on 127.0.0.1 in front of a real Jupyter Server, verifying clients
+// against a CA of its own. With ClientCertFile/ClientKeyFile the REST calls
+// and the kernel's websocket get through and `1+1` runs; without a
+// certificate, or with one of another CA, New fails saying why.
+func TestClientCertificate(t *testing.T) {
+	srv := jupytertest.Start(t)
+	target, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCA := newTestCA(t, "kernelhost test client CA")
+	proxy := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(target))
+	proxy.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCA.pool()}
+	proxy.StartTLS()
+	defer proxy.Close()
+	dir := t.TempDir()
+	serverCA := filepath.Join(dir, "server-ca.pem")
+	if err := os.WriteFile(serverCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxy.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, key := clientCA.issue(t, dir, "client")
+	otherCert, otherKey := newTestCA(t, "another CA").issue(t, dir, "other")
+	base := Config{URL: proxy.URL + "/", Token: srv.Token, CAFile: serverCA}
+
+	t.Run("WithCertificate", func(t *testing.T) {
+		tr := connect(t, base, func(c *Config) { c.ClientCertFile, c.ClientKeyFile = cert, key })
+		k := startKernel(t, tr)
+		if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
+			t.Fatalf("1+1 through the mutual-TLS proxy: stdout %q", r.stdout.String())
+		}
+	})
+	for name, files := range map[string][2]string{"NoCertificate": {"", ""}, "AnotherCA": {otherCert, otherKey}} {
+		t.Run(name, func(t *testing.T) {
+			cfg := base
+			cfg.ClientCertFile, cfg.ClientKeyFile = files[0], files[1]
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			tr, err := New(ctx, cfg)
+			if err == nil {
+				tr.Close()
+				t.Fatal("New succeeded without a certificate the server accepts")
+			}
+			if !strings.Contains(err.Error(), "certificate") {
+				t.Fatalf("New: %v, want an error about the certificate", err)
+			}
+		})
+	}
+}
+
+// testCA is a throwaway certificate authority for TLS tests.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key}
+}
+
+func (ca *testCA) pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.cert)
+	return p
+}
+
+// issue writes a client certificate signed by ca and its key into dir, as
+// PEM files, and returns their paths.
+func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
