@@ -29,13 +29,13 @@ func (c *Context) silentRequest(code string, stdout *strings.Builder) error {
 		return err
 	}
 	defer q.close()
-	var reply, firstErr *core.Message
+	var reply, firstErr core.Message // firstErr.Type is "" until an error came
 	end := q.wait(&watch{deadline: ctx.Done()}, func(m core.Message) {
 		switch {
 		case m.Type == core.MsgExecuteReply:
-			reply = &m
-		case m.Type == core.MsgError && firstErr == nil:
-			firstErr = &m
+			reply = m
+		case m.Type == core.MsgError && firstErr.Type == "":
+			firstErr = m
 		case m.Type == core.MsgStream && m.Name == "stdout" && stdout != nil:
 			stdout.WriteString(m.Text)
 		}
@@ -56,11 +56,11 @@ func (c *Context) silentRequest(code string, stdout *strings.Builder) error {
 
 // helperResult is what a finished helper request's reply (and its first
 // error message, if any) says: nil for ok, else the error it raised.
-func helperResult(reply, firstErr *core.Message) error {
+func helperResult(reply, firstErr core.Message) error {
 	if reply.Status == core.ReplyOK {
 		return nil
 	}
-	if firstErr == nil {
+	if firstErr.Type == "" {
 		firstErr = reply
 	}
 	if firstErr.EName == "" {

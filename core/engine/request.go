@@ -30,13 +30,15 @@ type request struct {
 
 // send registers a fresh msg_id with the context's current kernel and sends
 // code with it. On an error nothing stays registered. ctx bounds the send.
-func (c *Context) send(ctx context.Context, code string, silent bool) (*request, error) {
+// The request is a value, kept by its caller (on the stack: one request per
+// execution or helper costs no allocation of its own).
+func (c *Context) send(ctx context.Context, code string, silent bool) (request, error) {
 	k, r := c.current()
-	q := &request{msgID: newID(), k: k, r: r}
+	q := request{msgID: newID(), k: k, r: r}
 	q.rt = r.register(q.msgID)
 	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: q.msgID, Code: code, Silent: silent}); err != nil {
 		q.close()
-		return nil, err
+		return request{}, err
 	}
 	return q, nil
 }

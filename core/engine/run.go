@@ -101,15 +101,15 @@ func (c *Context) runUserCode(x *Execution) {
 		c.endUnsent(x, err)
 		return
 	}
-	defer q.close()
 	u := &userRun{c: c, x: x, q: q, w: watch{clientGone: x.ctx.Done(), control: c.ctrl}}
+	defer u.q.close()
 	if x.timeout > 0 {
 		deadline, cancel := context.WithTimeout(context.Background(), x.timeout)
 		defer cancel()
 		u.w.deadline = deadline.Done()
 	}
 	defer u.stopGrace()
-	for !u.handle(q.wait(&u.w, u.message)) {
+	for !u.handle(u.q.wait(&u.w, u.message)) {
 	}
 }
 
@@ -134,7 +134,7 @@ func (c *Context) endUnsent(x *Execution, err error) {
 type userRun struct {
 	c     *Context
 	x     *Execution
-	q     *request
+	q     request
 	w     watch
 	grace *time.Timer // started by the first interrupt
 }
