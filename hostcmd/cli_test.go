@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"flag"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,7 +135,7 @@ func TestCLIPluginsList(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "README"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	url := "http://" + closedPort(t) + "/"
+	url := "http://" + testkit.FreeAddr(t) + "/"
 	status, stdout, stderr := run(t, kernelhost, "", hostEnv("KERNELHOST_JUPYTER_URL="+url), "plugins", "list", "-plugin-dir", dir)
 	// The jupyter plugin's error (its transport found no server at url) is
 	// checked here, then masked with the plugin's log lines (JSON records
@@ -157,18 +156,6 @@ func TestCLIPluginsList(t *testing.T) {
 		status, stdout, stderr := run(t, kernelhost, "", hostEnv(), "plugins", "list", "-plugin-dir", missing)
 		golden(t, "plugins-list-missing", status, stdout, stderr, replacer(missing, "MISSING"))
 	})
-}
-
-// closedPort is a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // policy eval on the example modules: allow, rewrite and reject, and the

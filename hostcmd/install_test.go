@@ -60,7 +60,7 @@ func TestInstall(t *testing.T) {
 	})
 
 	t.Run("plugins list finds the installed plugins", func(t *testing.T) {
-		status, stdout, stderr := run(t, exe, "", hostEnv("KERNELHOST_JUPYTER_URL=http://"+closedPort(t)+"/"), "plugins", "list")
+		status, stdout, stderr := run(t, exe, "", hostEnv("KERNELHOST_JUPYTER_URL=http://"+testkit.FreeAddr(t)+"/"), "plugins", "list")
 		want := "plugin directory: " + filepath.Join(prefix, "lib", "kernelhost", "plugins") + "\n"
 		if status != 0 || !strings.HasPrefix(stdout, want) || !regexp.MustCompile(`(?m)^subprocess +subprocess +\S+ +\S*python\S* +ok$`).MatchString(stdout) {
 			t.Fatalf("status %d, want 0 and output starting %q with subprocess ok:\n%s%s", status, want, stdout, stderr)
@@ -72,7 +72,7 @@ func TestInstall(t *testing.T) {
 
 	t.Run("start-sandbox.sh and one execution", func(t *testing.T) {
 		dir := t.TempDir()
-		addr := closedPort(t)
+		addr := testkit.FreeAddr(t)
 		config := writeFile(t, dir, "kernelhost.toml", `addr = "`+addr+`"
 default-cwd = "`+dir+`"
 policies = "`+filepath.Join(prefix, "share", "kernelhost", "policies", "denylist.wasm")+`"
@@ -93,7 +93,7 @@ log-format = "json"
 
 	t.Run("start-sandbox.sh reports a bad config", func(t *testing.T) {
 		dir := t.TempDir()
-		addr := closedPort(t)
+		addr := testkit.FreeAddr(t)
 		config := writeFile(t, dir, "kernelhost.toml", "addr = \""+addr+"\"\nqueue-dept = 8\n")
 		_, stderr := runSandboxScript(t, dir, exe, config, addr, 1)
 		for _, want := range []string{"exited with status 2", config + ":2: queue-dept: unknown setting"} {

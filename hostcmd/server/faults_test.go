@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -234,13 +233,7 @@ func startJupyter(t *testing.T) *jupyterServer {
 	if _, _, err := jupytertest.Binary(); err != nil {
 		t.Skip(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &jupyterServer{t: t, port: port, token: fmt.Sprintf("tok%d", rand.Int64()), dir: t.TempDir()}
+	s := &jupyterServer{t: t, port: testkit.FreePort(t), token: fmt.Sprintf("tok%d", rand.Int64()), dir: t.TempDir()}
 	if err := os.Mkdir(filepath.Join(s.dir, "root"), 0o755); err != nil {
 		t.Fatal(err)
 	}

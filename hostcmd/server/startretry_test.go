@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // flakyStarts is a real transport whose first fails kernel starts fail, as
@@ -36,15 +36,6 @@ func (f *flakyStarts) StartKernel(ctx context.Context, spec core.KernelSpec) (co
 	return f.Transport.StartKernel(ctx, spec)
 }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func health(addr string) (int, string) {
 	resp, err := http.Get("http://" + addr + "/health")
 	if err != nil {
@@ -60,7 +51,7 @@ func health(addr string) (int, string) {
 // without it the first failure ends start-up, as before.
 func TestDefaultStartRetried(t *testing.T) {
 	cfg := server.Config{
-		Addr:              freeAddr(t),
+		Addr:              testkit.FreeAddr(t),
 		DefaultCwd:        t.TempDir(),
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Transport:         &flakyStarts{Transport: subprocess.New(subprocess.Options{}), fails: 2},
@@ -106,7 +97,7 @@ func TestDefaultStartRetried(t *testing.T) {
 		t.Errorf("/health when ready: %d %q", status, body)
 	}
 
-	cfg.Addr = freeAddr(t)
+	cfg.Addr = testkit.FreeAddr(t)
 	cfg.Transport = &flakyStarts{Transport: subprocess.New(subprocess.Options{}), fails: 1}
 	cfg.DefaultStartRetry = 0
 	if h, err := server.Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "the cluster is busy") {

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -206,10 +205,7 @@ func newServer(tb testing.TB) (*Server, int) {
 	if err := os.Mkdir(root, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	port, err := freePort()
-	if err != nil {
-		tb.Fatalf("find a free port: %v", err)
-	}
+	port := testkit.FreePort(tb)
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
 	s := &Server{
@@ -376,13 +372,4 @@ func override(args, extra []string) []string {
 		}
 	}
 	return append(out, extra...)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
