@@ -138,7 +138,7 @@ func TestMetricsMove(t *testing.T) {
 	mod := copyModule(t, denylist, dir, "denylist.wasm")
 	// TZ is injected when a request does not set it (a rewrite); a request
 	// that sets it is allowed unchanged.
-	writeFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
+	testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
 	h := startHost(t, func(c *server.Config) { c.Policies = mod; c.QueueDepth = 1 })
 
 	before := h.scrapeMetrics(t, nil)
@@ -241,7 +241,7 @@ func startHeld(t *testing.T, h *testHost, ctx context.Context, id string) (s *st
 	s = h.start(ctx, map[string]any{"context_id": id, "code": fmt.Sprintf(
 		"import os, time\nprint('go', flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.005)", flag)})
 	s.until("stdout")
-	return s, func() { writeFile(t, flag, "") }
+	return s, func() { testkit.WriteFile(t, flag, "") }
 }
 
 // A queued execution deleted with its context leaves no queue-depth series

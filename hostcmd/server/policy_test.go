@@ -32,13 +32,6 @@ func copyModule(t *testing.T, src, dir, name string) string {
 	return dst
 }
 
-func writeFile(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // execStatus sends an execution and returns the status and the whole body.
 func (h *testHost) execStatus(req map[string]any) (int, string) {
 	h.t.Helper()
@@ -60,7 +53,7 @@ func TestPolicyDenylist(t *testing.T) {
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		dir := t.TempDir()
 		mod := copyModule(t, denylist, dir, "denylist.wasm")
-		writeFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
+		testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
 		h := start(func(c *server.Config) { c.Policies = mod })
 
 		marker := filepath.Join(t.TempDir(), "ran")
@@ -120,7 +113,7 @@ func TestPolicyHostileModule(t *testing.T) {
 // A module that does not load is a start-up error naming the file.
 func TestPolicyBrokenAtStart(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "broken.wasm")
-	writeFile(t, bad, "not wasm")
+	testkit.WriteFile(t, bad, "not wasm")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := server.Start(ctx, server.Config{
@@ -149,7 +142,7 @@ func TestPolicyReload(t *testing.T) {
 	dir := t.TempDir()
 	mod := copyModule(t, denylist, dir, "denylist.wasm")
 	list := filepath.Join(dir, "policies.list")
-	writeFile(t, list, "# nothing yet\n")
+	testkit.WriteFile(t, list, "# nothing yet\n")
 	h := startHost(t, viaPlugin, func(c *server.Config) { c.Policies = "@" + list })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -165,14 +158,14 @@ func TestPolicyReload(t *testing.T) {
 		t.Fatalf("with an empty list: %d %q", status, body)
 	}
 
-	writeFile(t, list, "denylist.wasm # relative to the list file\n")
+	testkit.WriteFile(t, list, "denylist.wasm # relative to the list file\n")
 	reload("denylist")
 	if status, body := h.execStatus(preload); status != http.StatusForbidden {
 		t.Fatalf("after adding denylist: %d %q, want 403", status, body)
 	}
 
 	// a changed config, same list: reloaded in place
-	writeFile(t, filepath.Join(dir, "denylist.config"), `{"deny":["SECRET"],"deny_prefixes":[]}`)
+	testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"deny":["SECRET"],"deny_prefixes":[]}`)
 	reload("denylist")
 	if status, body := h.execStatus(preload); status != 200 {
 		t.Fatalf("after the config allowed LD_PRELOAD: %d %q", status, body)
@@ -182,13 +175,13 @@ func TestPolicyReload(t *testing.T) {
 	}
 
 	// a broken config or module: the error names it, the old set serves on
-	writeFile(t, filepath.Join(dir, "denylist.config"), `{"deny":`)
+	testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"deny":`)
 	if status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden {
 		t.Fatalf("before reloading a bad config: %d %q", status, body)
 	}
 	bad := filepath.Join(dir, "broken.wasm")
-	writeFile(t, bad, "not wasm")
-	writeFile(t, list, mod+"\n"+bad+"\n")
+	testkit.WriteFile(t, bad, "not wasm")
+	testkit.WriteFile(t, list, mod+"\n"+bad+"\n")
 	if _, err := h.ReloadPolicies(ctx); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("reload with a broken module: %v, want an error naming %s", err, bad)
 	}
@@ -198,7 +191,7 @@ func TestPolicyReload(t *testing.T) {
 	if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
 		t.Fatalf("after a failed reload: %q", got)
 	}
-	writeFile(t, list, "")
+	testkit.WriteFile(t, list, "")
 	reload()
 	if status, body := h.execStatus(preload); status != 200 {
 		t.Fatalf("after emptying the list: %d %q", status, body)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 func TestDenylist(t *testing.T) {
@@ -352,7 +353,7 @@ func TestReload(t *testing.T) {
 	dir := t.TempDir()
 	wasm, cfg := filepath.Join(dir, "p.wasm"), filepath.Join(dir, "p.config")
 	copyFile(t, wasmPath("reserved"), wasm)
-	writeFile(t, cfg, "A_\n")
+	testkit.WriteFile(t, cfg, "A_\n")
 	mcs, err := ParseList(wasm, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -401,19 +402,19 @@ func TestReload(t *testing.T) {
 		}
 	})
 
-	writeFile(t, cfg, "B_")
+	testkit.WriteFile(t, cfg, "B_")
 	if err := c.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	wantRejected("B_X")
 
-	writeFile(t, wasm, "not a module")
+	testkit.WriteFile(t, wasm, "not a module")
 	err = c.Reload(context.Background())
 	wantModuleError(t, err, ErrLoad, "p", wasm)
 	wantRejected("B_X") // the old set still serves
 
 	copyFile(t, wasmPath("denylist"), wasm)
-	writeFile(t, cfg, `{"deny":["A_X"]}`)
+	testkit.WriteFile(t, cfg, `{"deny":["A_X"]}`)
 	if err := c.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -498,14 +499,7 @@ func copyFile(t *testing.T, from, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, to, string(b))
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, to, string(b))
 }
 
 // FuzzReservedWAT checks the WAT example against its specification, written
