@@ -7,12 +7,15 @@
 # order; output written to fd 1/2 directly (os.system, child processes, C
 # code) is forwarded by the host, which drains fd 1/2 before each fd-4 read
 # it hands on, so none comes after a later message.
+import _thread
 import ast
 import base64
 import builtins
+import codecs
 import collections
 import fcntl
 import inspect
+import io
 import itertools
 import json
 import linecache
@@ -33,45 +36,93 @@ REQ_FD, MSG_FD = 3, 4
 os.set_inheritable(REQ_FD, False)
 os.set_inheritable(MSG_FD, False)
 
-_write_lock = threading.Lock()
 _parent = ""  # msg_id of the request being run, "" between requests
 _running = False  # True only while user code runs: SIGINT is ignored otherwise
 _early_int = False  # SIGINT came after the request arrived, before its code ran
-_defer_int = False  # the main thread is writing a long message: hold SIGINT
-_held_int = False  # a SIGINT held back by _defer_int
-_main_thread = threading.get_ident()
+_held_int = False  # a SIGINT that came while the main thread was in the output code, not raised yet
+_main_thread = _thread.get_ident()
 _driver_file = sys._getframe().f_code.co_filename
 _quote = json.encoder.encode_basestring_ascii  # the C quoting json.dumps uses
 
+# Output.
+#
+# print and sys.stdout.write run in C, as in a plain interpreter: sys.stdout
+# is an io.TextIOWrapper over an io.BufferedWriter over _StdoutRaw, whose
+# write is called once per flush of the buffer, not once per print, and
+# sends what it is given as one stream message. So a loop of prints costs
+# about what printing into a file costs.
+#
+# sys.stderr is a TextIOWrapper too, but each of its writes reaches
+# _StderrRaw.write, which first flushes stdout and then queues the text in
+# _err; _err leaves ahead of anything else written to fd 4 (_write_msgs). So
+# stdout and stderr keep the order they were written in, and a run of
+# stderr writes still leaves as one message. (stderr is rarely a hot path.)
+#
+# Output is sent before any other message of the driver (_send: display,
+# result, error, reply), before a child process starts (_on_audit), on
+# flush() and print(flush=True), when the 64 KiB buffer is full, at the end
+# of each cell, and by the flusher thread, which flushes every _FLUSH_DELAY
+# while a cell runs: a print followed by time.sleep, or by a long
+# computation, reaches the client within milliseconds.
+_write_lock = threading.Lock()
+_err = collections.deque()  # (parent_id, text) of each stderr write not sent yet
+_err_chars = 0  # about how many characters _err holds (threads may race on it)
+_err_at = 0.0  # when the last of _err was written
+_clock = time.monotonic
+_FLUSH_BYTES = 1 << 16
+_err_flush_chars = _FLUSH_BYTES  # 0 in a forked child, which has no flusher thread: it sends each write
+_FLUSH_DELAY = 0.002  # seconds
+_FLUSHER_IDLE = 1.0  # seconds without a cell after which the flusher thread ends
+_flusher_go = threading.Event()  # set while the flusher thread has work: a cell runs, or stderr is queued
+_flusher_lock = threading.Lock()
+_flusher_thread = None
+_fork_guard = threading.Lock()  # held by the flusher while it flushes, and by a fork
+_STDOUT_HEAD = '{"type":"stream","name":"stdout","parent_id":'
+_STDERR_HEAD = '{"type":"stream","name":"stderr","parent_id":'
 
-def _send(data=b""):
-    """Write the stream output not yet sent, then data (whole JSON lines), to fd 4.
 
-    Everything goes out in the order it was written: pending prints before
-    the message that follows them. A KeyboardInterrupt must never lose
-    output taken from the buffer nor leave half a line on fd 4 (the next
-    message would be glued to it and both lost), so the main thread holds
-    SIGINT back from taking the buffer until the last byte is out, and
-    raises it after.
-    """
-    global _defer_int, _held_int
-    main = threading.get_ident() == _main_thread
-    if main:
-        _defer_int = True
+def _write_msgs(data):
+    """Write data, whole JSON lines, to fd 4, after the stderr output queued before it."""
+    with _write_lock:
+        if _err:
+            data = _take_err() + data
+        view = memoryview(data)
+        while view:
+            view = view[os.write(MSG_FD, view) :]
+
+
+def _take_err():
+    """The stream messages of the text in _err, which it empties (under _write_lock)."""
+    global _err_chars
+    popleft = _err.popleft
+    # len(_err), not until empty: a thread may keep writing.
+    writes = [popleft() for _ in range(len(_err))]
+    _err_chars = 0
+    return "".join(
+        _STDERR_HEAD + _quote(parent) + ',"text":' + _quote("".join(map(_text_of, run))) + "}\n"
+        for parent, run in itertools.groupby(writes, _parent_of)
+    ).encode()
+
+
+_parent_of = operator.itemgetter(0)
+_text_of = operator.itemgetter(1)
+
+
+def _flush_output():
+    """Send all the output not sent yet, in the order it was written."""
     try:
-        with _write_lock:
-            if _out:
-                data = _take_output() + data
-            view = memoryview(data)
-            while view:
-                view = view[os.write(MSG_FD, view) :]
-    finally:
-        if main:
-            _defer_int = False
-    if main and _held_int:
-        _held_int = False
-        if _running:
-            raise KeyboardInterrupt
+        _stdout.flush()  # stdout's buffer, after the stderr queued before it
+    except ValueError:  # user code closed sys.stdout: give the cells after a new one
+        _open_stdout()
+    if _err:
+        _write_msgs(b"")
+
+
+def _send(data):
+    """Write data, whole JSON lines, to fd 4, after all the output written before it."""
+    _raise_held()
+    _flush_output()
+    _write_msgs(data)
 
 
 def _emit(*msgs):
@@ -80,156 +131,23 @@ def _emit(*msgs):
     _send("".join(json.dumps(m) + "\n" for m in msgs).encode())
 
 
-# Stream output is coalesced: each write of sys.stdout/sys.stderr goes into
-# _out, and all of it leaves as few stream messages as possible (one per run
-# of writes to one stream), so a loop of prints costs about what printing
-# costs instead of one message and one os.write each. It is sent before any
-# other message (_send), before a child process starts (_on_audit), at the
-# end of each cell (the closing messages), when it holds _FLUSH_CHARS
-# characters, on flush(), and at the latest _FLUSH_DELAY after it was
-# written, by the flusher thread: a print followed by a long sleep or a long
-# computation still reaches the client within milliseconds.
-_out = collections.deque()  # ((message head, parent_id), text) of each write not sent yet
-_out_chars = 0  # about how many characters _out holds (threads may race on it)
-_FLUSH_CHARS = 1 << 16
-_FLUSH_DELAY = 0.002  # seconds
-_FLUSHER_IDLE = 1.0  # seconds without output after which the flusher thread ends
-_flush_due = threading.Event()  # set while _out holds output the flusher must send
-_flusher_awake = False  # _flush_due.is_set(), read without a call on each write
-_flusher_lock = threading.Lock()
-_flusher_thread = None
-_flush_chars = _FLUSH_CHARS  # 0 in a forked child, which has no flusher thread: it sends each write
+class _StreamRaw(io.RawIOBase):
+    """The bottom of sys.stdout or sys.stderr: bytes in, stream messages out."""
 
-
-def _take_output():
-    """The JSON lines of the output in _out, which it empties (under _write_lock)."""
-    global _out_chars
-    popleft = _out.popleft
-    # len(_out), not until empty: a thread may keep printing. Both steps run
-    # in C per item, which keeps a flush cheap next to the prints it sends.
-    writes = [popleft() for _ in range(len(_out))]
-    _out_chars = 0
-    return "".join(
-        key[0] + _quote(key[1]) + ',"text":' + _quote("".join(map(_text_of, run))) + "}\n"
-        for key, run in itertools.groupby(writes, _key_of)
-    ).encode()
-
-
-_key_of = operator.itemgetter(0)
-_text_of = operator.itemgetter(1)
-
-
-def _wake_flusher():
-    """Have the flusher thread send _out within _FLUSH_DELAY; start it if it is not running."""
-    global _flusher_thread, _flusher_awake, _defer_int, _held_int
-    main = threading.get_ident() == _main_thread
-    if main:
-        _defer_int = True  # an interrupt here must not leave a thread half started
-    try:
-        with _flusher_lock:
-            _flusher_awake = True
-            _flush_due.set()
-            if _flusher_thread is None:
-                _flusher_thread = threading.Thread(target=_flush_loop, name="kernelhost-output", daemon=True)
-                _flusher_thread.start()
-    finally:
-        if main:
-            _defer_int = False
-    if main and _held_int:
-        _held_int = False
-        if _running:
-            raise KeyboardInterrupt
-
-
-def _flush_loop():
-    # The thread ends after _FLUSHER_IDLE without output, so an idle context
-    # has no extra thread (os.fork warns about threads on Python 3.12+).
-    global _flusher_thread, _flusher_awake
-    while True:
-        if not _flush_due.wait(_FLUSHER_IDLE):
-            with _flusher_lock:
-                if not _flush_due.is_set():
-                    _flusher_thread = None
-                    return
-            continue
-        time.sleep(_FLUSH_DELAY)
-        _flusher_awake = False  # a write after this wakes the thread again
-        _flush_due.clear()
-        try:
-            _send()
-        except OSError:  # the host closed fd 4: nobody reads the output any more
-            pass
-
-
-def _after_fork_in_child():
-    # A forked child (multiprocessing, os.fork) has no flusher thread, and
-    # the parent's may have held _write_lock: it writes at once, as the
-    # driver did before coalescing.
-    global _flush_chars, _flusher_thread, _write_lock, _flusher_lock
-    _flush_chars = 0
-    _flusher_thread = None
-    _write_lock = threading.Lock()
-    _flusher_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-_os_exit = os._exit
-
-
-def _exit_after_output(status):
-    """os._exit, once the output printed before it is out."""
-    if _out:
-        _send()
-    _os_exit(status)
-
-
-_exit_after_output.__name__ = _exit_after_output.__qualname__ = "_exit"
-_exit_after_output.__doc__ = _os_exit.__doc__
-os._exit = _exit_after_output
-
-
-class _Stream:
-    """sys.stdout/sys.stderr: writes become stream messages on fd 4, coalesced (see _out).
-
-    One channel for print, display and results keeps them in the order they
-    were written, stdout against stderr included (as ipykernel does over
-    IOPub).
-    """
-
-    encoding = "utf-8"
-    errors = "replace"
+    # A class attribute, not IOBase's property: TextIOWrapper asks on every
+    # write, and a lookup is cheaper than a call. Closing is refused instead
+    # (close).
+    closed = False
 
     def __init__(self, name, fd):
-        self.name = name
+        self.name = "<%s>" % name
         self._fd = fd
-        self._head = '{"type":"stream","name":"%s","parent_id":' % name
-        self._key = (self._head, "")  # the key of this stream's writes in _out
+        # Whole characters only: a sequence split over two writes (a write
+        # to .buffer) is held until it is complete; invalid bytes become U+FFFD.
+        self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
 
-    def write(self, s):
-        global _out_chars
-        if not isinstance(s, str):
-            raise TypeError("write() argument must be str, not " + type(s).__name__)
-        if s:
-            # parent_id "" (a thread writing between requests): the host
-            # gives it the running request's id, or drops it.
-            key = self._key
-            if key[1] is not _parent:
-                key = self._key = (self._head, _parent)
-            _out.append((key, s))
-            _out_chars += len(s)
-            if _out_chars >= _flush_chars:
-                _send()
-            elif not _flusher_awake:
-                _wake_flusher()
-        return len(s)
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
-
-    def flush(self):
-        if _out:
-            _send()
+    def writable(self):
+        return True
 
     def fileno(self):
         return self._fd
@@ -237,18 +155,144 @@ class _Stream:
     def isatty(self):
         return False
 
-    def readable(self):
-        return False
 
-    def writable(self):
-        return True
+class _StdoutRaw(_StreamRaw):
+    def write(self, b):
+        _raise_held()
+        text = self._decode(b)
+        if text:
+            try:
+                _write_msgs((_STDOUT_HEAD + _quote(_parent) + ',"text":' + _quote(text) + "}\n").encode())
+            except OSError:  # the host closed fd 4: nobody reads the output any more
+                pass
+        return len(b)
 
-    def seekable(self):
-        return False
 
-    @property
-    def closed(self):
-        return False
+class _StderrRaw(_StreamRaw):
+    def write(self, b):
+        global _err_chars, _err_at
+        _raise_held()
+        try:
+            _stdout.flush()  # what stdout holds was written before
+        except ValueError:
+            pass
+        text = self._decode(b)
+        if text:
+            # parent_id "" (a thread writing between requests): the host
+            # gives it the running request's id, or drops it.
+            _err.append((_parent, text))
+            _err_chars += len(text)
+            _err_at = _clock()
+            if _err_chars >= _err_flush_chars:
+                _write_msgs(b"")
+            elif not _flusher_go.is_set():
+                _wake_flusher()
+        return len(b)
+
+
+def _open_stdout():
+    """Make sys.stdout (again: user code may close it)."""
+    global _stdout
+    old = _stdout
+    _stdout = io.TextIOWrapper(io.BufferedWriter(_StdoutRaw("stdout", 1), _FLUSH_BYTES), encoding="utf-8", errors="replace")
+    if sys.stdout is old:
+        sys.stdout = _stdout
+
+
+_stdout = sys.stdout
+_open_stdout()
+# Each write reaches _StderrRaw (write_through, no buffer between).
+sys.stderr = io.TextIOWrapper(_StderrRaw("stderr", 2), encoding="utf-8", errors="replace", write_through=True)
+
+
+def _wake_flusher():
+    """Have the flusher thread flush every _FLUSH_DELAY (while _running, else once); start it if it is not running."""
+    global _flusher_thread
+    with _flusher_lock:
+        _flusher_go.set()
+        if _flusher_thread is None:
+            _flusher_thread = threading.Thread(target=_flush_loop, name="kernelhost-output", daemon=True)
+            _flusher_thread.start()
+
+
+def _flush_loop():
+    # The thread ends after _FLUSHER_IDLE without a cell, so an idle context
+    # has no extra thread (os.fork warns about threads on Python 3.12+).
+    global _flusher_thread
+    while True:
+        if not _flusher_go.wait(_FLUSHER_IDLE):
+            with _flusher_lock:
+                if not _flusher_go.is_set():
+                    _flusher_thread = None
+                    return
+            continue
+        time.sleep(_FLUSH_DELAY)
+        # Clear, then look: a cell that starts in between sets it again.
+        _flusher_go.clear()
+        if _running:
+            _flusher_go.set()
+        with _fork_guard:
+            try:
+                _flush_from_thread()
+            except Exception:  # OSError: the host closed fd 4, nobody reads the output any more
+                pass
+
+
+def _flush_from_thread():
+    """_flush_output, but stderr that ends a line not yet and came within
+    _FLUSH_DELAY waits one more turn: print(x, file=sys.stderr) writes x and
+    then "\n", which should leave as one message."""
+    _stdout.flush()
+    try:
+        last = _err[-1][1]
+    except IndexError:
+        return
+    if last[-1:] == "\n" or _clock() - _err_at >= _FLUSH_DELAY:
+        _write_msgs(b"")
+
+
+def _before_fork():
+    # No flush may be half done in the child (its BufferedWriter lock would
+    # stay taken there), and the child must not inherit unsent output.
+    _fork_guard.acquire()
+    try:
+        _flush_output()
+    except OSError:
+        pass
+
+
+def _after_fork_in_child():
+    # A forked child (multiprocessing, os.fork) has no flusher thread: its
+    # stdout is flushed at each newline and its stderr at each write instead.
+    global _flusher_thread, _write_lock, _flusher_lock, _flusher_go, _fork_guard, _err_flush_chars
+    _err_flush_chars = 0
+    _flusher_thread = None
+    _write_lock = threading.Lock()
+    _flusher_lock = threading.Lock()
+    _flusher_go = threading.Event()
+    _fork_guard = threading.Lock()
+    try:
+        _stdout.reconfigure(line_buffering=True)
+    except ValueError:
+        pass
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_fork_guard.release, after_in_child=_after_fork_in_child)
+_os_exit = os._exit
+
+
+def _exit_after_output(status):
+    """os._exit, once the output printed before it is out."""
+    try:
+        _flush_output()
+    except OSError:
+        pass
+    _os_exit(status)
+
+
+_exit_after_output.__name__ = _exit_after_output.__qualname__ = "_exit"
+_exit_after_output.__doc__ = _os_exit.__doc__
+os._exit = _exit_after_output
 
 
 # A child process writes to fd 1/2, which the host reads apart from fd 4. The
@@ -267,8 +311,7 @@ _SYNC_WAIT = 1.0  # seconds, for each of the two waits
 
 def _on_audit(event, args):
     if event in _SPAWN_EVENTS:
-        if _out:
-            _send()
+        _flush_output()
         if _wait_fd4_read():
             with _write_lock:
                 os.write(MSG_FD, b"\n")  # an empty line: the host skips it
@@ -296,29 +339,44 @@ def _wait_fd4_read():
 
 sys.addaudithook(_on_audit)
 
-sys.stdout = _Stream("stdout", 1)
-sys.stderr = _Stream("stderr", 2)
-
-_print = builtins.print
-
-
-def _kh_print(*args, sep=" ", end="\n", file=None, flush=False):
-    # print() calls write once per argument, separator and end; notebook
-    # clients expect "hello\n" as one chunk, so render first and write once.
-    if file is None:
-        file = sys.stdout
-    if not isinstance(file, _Stream):
-        return _print(*args, sep=sep, end=end, file=file, flush=flush)
-    if sep is None:
-        sep = " "
-    if end is None:
-        end = "\n"
-    file.write(sep.join(map(str, args)) + end)
-    if flush:
-        file.flush()
+# An interrupt must never land inside the driver's output code: there it
+# could lose output taken from a buffer, leave half a message on fd 4 (the
+# next one would be glued to it and both lost), or make a BufferedWriter
+# send a flush twice (_StdoutRaw.write raising after its write). The SIGINT
+# handler does not raise while one of these functions is on the stack: it
+# holds the interrupt, which the next call of the output code raises before
+# it takes any output (_raise_held: a loop of long prints spends most of its
+# time writing), and has the signal sent again every 0.5 ms until it is
+# raised (_interrupt_again), so that it lands in user code that prints no
+# more.
+_OUTPUT_CODES = frozenset(
+    f.__code__ for f in (_write_msgs, _flush_output, _send, _emit, _StdoutRaw.write, _StderrRaw.write, _wake_flusher, _exit_after_output)
+)
 
 
-builtins.print = _kh_print
+def _in_output(frame):
+    while frame is not None:
+        if frame.f_code in _OUTPUT_CODES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _interrupt_again():
+    # Another thread sends it: sent from the handler itself, the signal would
+    # be handled again at once, inside the handler.
+    while _held_int and _running:
+        time.sleep(0.0005)
+        if _held_int and _running:
+            _thread.interrupt_main()
+
+
+def _raise_held():
+    """Raise a KeyboardInterrupt held back in the output code, in the main thread."""
+    global _held_int
+    if _held_int and _running and _thread.get_ident() == _main_thread:
+        _held_int = False
+        raise KeyboardInterrupt
 
 # Rich display and IPython's cell semantics, loaded when first needed.
 #
@@ -546,11 +604,16 @@ builtins.display = display
 
 
 def _on_sigint(signum, frame):
-    global _held_int, _early_int
+    global _early_int, _held_int
     if _running:
-        if _defer_int:
-            _held_int = True  # _send raises it once its output is out
+        if _in_output(frame):
+            # Held: the next output call raises it before it takes anything
+            # (_raise_held), or it is raised again where user code runs.
+            if not _held_int:
+                _held_int = True
+                _thread.start_new_thread(_interrupt_again, ())
             return
+        _held_int = False
         raise KeyboardInterrupt
     if _parent:
         # The request is in, its code not started yet: interrupt it when it does.
@@ -766,6 +829,8 @@ def _execute(req):
             if silent and code.startswith(HELPER_MARK):
                 value = _run_helper(code)
             else:
+                if not _flusher_go.is_set():
+                    _wake_flusher()  # a print while the cell runs is sent within _FLUSH_DELAY
                 value = _run(code, filename, silent)
             post_execute = _shell_obj is not None and not silent  # the cell may have created it
             if value is not None and not silent:
@@ -830,7 +895,7 @@ def _main():
         except KeyboardInterrupt:  # a late interrupt between requests
             continue
         if not line:
-            _send()  # what threads printed since the last request
+            _flush_output()  # what threads printed since the last request
             return
         try:
             _execute(json.loads(line))
