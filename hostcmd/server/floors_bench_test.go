@@ -47,38 +47,53 @@ func startFloorHost(b *testing.B) *testHost {
 	})
 }
 
-// BenchmarkFloorPrints: 200,000 print(i) lines streamed to the client (sent,
-// streamed and decoded, timed from the POST to end_of_execution) against
-// the same loop printing into /dev/null inside one interpreter, timed by
-// the interpreter itself (its start-up excluded).
+// BenchmarkFloorPrints: 200,000 lines printed (python: print(i);
+// javascript: console.log(i)) and streamed to the client (sent, streamed
+// and decoded, timed from the POST to end_of_execution) against the same
+// loop printing into /dev/null inside one interpreter, timed by the
+// interpreter itself (its start-up excluded).
 func BenchmarkFloorPrints(b *testing.B) {
 	const n = 200_000
-	loop := "for i in range(" + strconv.Itoa(n) + "):\n    print(i)"
-	h := startFloorHost(b)
-	body, _ := json.Marshal(map[string]string{"code": loop})
-	streamed := func() time.Duration {
-		t0 := time.Now()
-		if lines := postCountLines(b, h, body); lines != n {
-			b.Fatalf("got %d lines, want %d", lines, n)
-		}
-		return time.Since(t0)
+	for _, c := range []struct {
+		lang, interp, flag, loop, floor string
+	}{{
+		lang: "python", interp: floorPython(), flag: "-c",
+		loop: "for i in range(" + strconv.Itoa(n) + "):\n    print(i)",
+		floor: "import sys, time\nsys.stdout = open('/dev/null', 'w')\nt = time.perf_counter()\n%s" +
+			"\nsys.stdout.flush()\nsys.stderr.write(repr(time.perf_counter() - t))",
+	}, {
+		lang: "javascript", interp: "node", flag: "-e",
+		loop: "for (let i = 0; i < " + strconv.Itoa(n) + "; i++) console.log(i)",
+		// stdout is /dev/null (exec.Cmd's nil Stdout): console.log writes
+		// a file synchronously, one write per call.
+		floor: "const t = performance.now();\n%s\nprocess.stderr.write(String((performance.now() - t) / 1000))",
+	}} {
+		b.Run(c.lang, func(b *testing.B) {
+			h := startFloorHost(b)
+			body, _ := json.Marshal(map[string]string{"code": c.loop, "language": c.lang})
+			streamed := func() time.Duration {
+				t0 := time.Now()
+				if lines := postCountLines(b, h, body); lines != n {
+					b.Fatalf("got %d lines, want %d", lines, n)
+				}
+				return time.Since(t0)
+			}
+			floor := func() time.Duration {
+				var stderr bytes.Buffer
+				cmd := exec.Command(c.interp, c.flag, fmt.Sprintf(c.floor, c.loop))
+				cmd.Stderr = &stderr
+				if err := cmd.Run(); err != nil {
+					b.Fatalf("floor: %v: %s", err, stderr.String())
+				}
+				secs, err := strconv.ParseFloat(strings.TrimSpace(stderr.String()), 64)
+				if err != nil {
+					b.Fatalf("floor: %q: %v", stderr.String(), err)
+				}
+				return time.Duration(secs * float64(time.Second))
+			}
+			reportRatio(b, "streamed", streamed, "floor", floor)
+		})
 	}
-	floorCode := "import sys, time\nsys.stdout = open('/dev/null', 'w')\nt = time.perf_counter()\n" + loop +
-		"\nsys.stdout.flush()\nsys.stderr.write(repr(time.perf_counter() - t))"
-	floor := func() time.Duration {
-		var stderr bytes.Buffer
-		cmd := exec.Command(floorPython(), "-c", floorCode)
-		cmd.Stderr = &stderr
-		if err := cmd.Run(); err != nil {
-			b.Fatalf("floor: %v: %s", err, stderr.String())
-		}
-		secs, err := strconv.ParseFloat(strings.TrimSpace(stderr.String()), 64)
-		if err != nil {
-			b.Fatalf("floor: %q: %v", stderr.String(), err)
-		}
-		return time.Duration(secs * float64(time.Second))
-	}
-	reportRatio(b, "streamed", streamed, "floor", floor)
 }
 
 // postCountLines posts an execution and counts the stdout lines the client

@@ -55,7 +55,9 @@ function send(data) {
 // output not sent yet goes first: everything keeps the order it was
 // written in.
 function emit(...msgs) {
-  send(Buffer.from(takeOutput() + msgs.map((m) => JSON.stringify(m) + '\n').join('')));
+  const output = takeOutput();
+  send(Buffer.from(output + msgs.map((m) => JSON.stringify(m) + '\n').join('')));
+  if (output) lastSent = performance.now();
 }
 
 // Stream output (console, process.stdout/stderr.write) is coalesced: a
@@ -81,7 +83,10 @@ let runParent = '';
 let runTexts = [];
 let outChars = 0;
 let outSince = 0; // performance.now() of the oldest pending write
-let lastSent = 0; // performance.now() of the last write to fd 4
+// performance.now() when the last stream output was written to fd 4 (after
+// the write: a write that waited for the host must not make the next
+// writes look late and go out one by one).
+let lastSent = 0;
 let flushTimer = null;
 
 function closeRun() {
@@ -98,7 +103,6 @@ function takeOutput() {
   const lines = outLines;
   outLines = '';
   outChars = 0;
-  lastSent = performance.now();
   return lines;
 }
 
@@ -108,7 +112,10 @@ function flushOutput() {
     flushTimer = null;
   }
   const lines = takeOutput();
-  if (lines) send(Buffer.from(lines));
+  if (lines) {
+    send(Buffer.from(lines));
+    lastSent = performance.now();
+  }
 }
 
 // writeStream queues chunk (a string or bytes) as stream output.
@@ -156,12 +163,15 @@ process.on('exit', flushOutput);
 // A minimal stream for console.Console: each write is queued at once
 // (writeStream), with no stream state, so a script interrupted inside console.log
 // (by breakOnSigint) cannot leave it stuck, as a stream.Writable would be.
+// The write callback gets null, as a Writable's does: Console's callback
+// takes anything else for an error and throws and catches a TypeError per
+// call looking at the stream's state (~20 µs a console.log).
 function streamOf(name) {
   const stream = {
     write(chunk, enc, cb) {
       writeStream(name, chunk);
-      if (typeof enc === 'function') enc();
-      else if (typeof cb === 'function') cb();
+      if (typeof enc === 'function') enc(null);
+      else if (typeof cb === 'function') cb(null);
       return true;
     },
     once() { return stream; },
@@ -173,13 +183,15 @@ function streamOf(name) {
   };
   return stream;
 }
-const userConsole = new console.Console({ stdout: streamOf('stdout'), stderr: streamOf('stderr') });
+// colorMode false, not 'auto': 'auto' reads process.env per call (no
+// colors either way, the streams are no TTYs).
+const userConsole = new console.Console({ stdout: streamOf('stdout'), stderr: streamOf('stderr'), colorMode: false });
 // process.stdout/stderr.write too (user code shares the driver's process).
 for (const name of ['stdout', 'stderr']) {
   process[name].write = (chunk, enc, cb) => {
     writeStream(name, chunk);
-    if (typeof enc === 'function') enc();
-    else if (typeof cb === 'function') cb();
+    if (typeof enc === 'function') enc(null);
+    else if (typeof cb === 'function') cb(null);
     return true;
   };
 }
