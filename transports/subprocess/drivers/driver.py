@@ -364,11 +364,12 @@ def _in_output(frame):
 
 def _interrupt_again():
     # Another thread sends it: sent from the handler itself, the signal would
-    # be handled again at once, inside the handler.
+    # be handled again at once, inside the handler. A real signal, not
+    # _thread.interrupt_main: it must also end a time.sleep.
     while _held_int and _running:
         time.sleep(0.0005)
         if _held_int and _running:
-            _thread.interrupt_main()
+            signal.pthread_kill(_main_thread, signal.SIGINT)
 
 
 def _raise_held():
