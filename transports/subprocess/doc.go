@@ -75,23 +75,51 @@
 // # Output coalescing
 //
 // The python and node drivers do not send one message per write call: a
-// write joins the pending output, and each run of writes to one stream
-// leaves as one stream message, so a fast loop of prints costs about what
-// printing costs. Pending output is sent before any other message of the
-// driver (display, result, error, reply, in the same write), before a child
-// process starts (python: the audit hook; node: child_process's spawn and
-// spawnSync), on flush() (python), when 64 KiB are pending, at the end of
-// each cell, and at the latest 2 ms after it was written: python's flusher
-// thread sends it (a print followed by time.sleep arrives at once); node's
-// timer sends it while the event loop runs (a cell that awaits), and a
-// write after 2 ms without output goes out at once, so only the last writes
-// of a fast burst followed by synchronous code that never yields wait for
-// that code to end. The order guarantees below are unchanged. An interrupt
-// never splits a message: python holds SIGINT back from taking the pending
-// output until it is written. Node's breakOnSigint can stop user code inside
-// a flush it started (on size or age); the host's SIGINT comes only for
-// code that still runs 50 ms after the interrupt record (see Signals), and
-// such a flush may then lose the output it carried, at most 2 ms of it.
+// run of writes to one stream leaves as one stream message, so a fast loop
+// of prints costs about what printing costs.
+//
+// Python: print and sys.stdout.write run in C, as in a plain interpreter.
+// sys.stdout is an io.TextIOWrapper over a 64 KiB io.BufferedWriter whose
+// raw writer sends what each flush of the buffer hands it as one message;
+// sys.stderr is a TextIOWrapper whose every write reaches the driver,
+// which first flushes stdout (so the two keep their order) and queues the
+// text. Output is sent before any other message of the driver (display,
+// result, error, reply, in order), before a child process starts (the
+// audit hook), on flush() and print(flush=True), when the buffer is full,
+// at the end of each cell, and every 2 ms while a cell runs, by a flusher
+// thread (a print followed by time.sleep or a long computation arrives
+// within milliseconds). A stderr write that does not end a line waits one
+// more turn of the flusher, so print(x, file=sys.stderr) (two writes)
+// leaves as one message. sys.stdout and sys.stderr have .buffer (bytes
+// are decoded as UTF-8, a sequence split between two writes is joined,
+// invalid bytes become U+FFFD), fileno() 1 and 2, and encoding utf-8; a
+// cell that closes sys.stdout leaves a new one to the cells after it. A
+// forked child (os.fork, multiprocessing) has no flusher thread: its
+// stdout is sent at each newline, its stderr at each write, the rest on
+// os._exit or exit. Between cells the flusher sleeps: what a thread
+// prints to stdout then waits for the driver's next message (at the
+// latest the next request's busy, whose request it then joins); stderr
+// wakes the flusher and goes out within 2 ms.
+//
+// Node: console and process.stdout/stderr.write queue the text; the queue
+// is sent before any other message, before a child process starts
+// (child_process's spawn and spawnSync), when 64 KiB are pending, and at
+// the latest 2 ms after it was written: node's timer sends it while the
+// event loop runs (a cell that awaits), and a write after 2 ms without
+// output goes out at once, so only the last writes of a fast burst
+// followed by synchronous code that never yields wait for that code to
+// end.
+//
+// The order guarantees above are unchanged. An interrupt never splits a
+// message, loses output taken for sending, or sends output twice: python's
+// SIGINT handler does not raise while the main thread is in the driver's
+// output code; it holds the interrupt, which the next output call raises
+// before it takes anything (a loop of long prints spends most of its time
+// writing), and sends SIGINT to the main thread again every 0.5 ms until
+// it lands in user code. Node's breakOnSigint can stop user code inside a
+// flush it started (on size or age); the host's SIGINT comes only for code
+// that still runs 50 ms after the interrupt record (see Signals), and such
+// a flush may then lose the output it carried, at most 2 ms of it.
 //
 // Output read before its request's busy is held until busy and
 // execute_input are out. All three read ends go through Go's netpoller, so
