@@ -99,10 +99,9 @@ func TestAttachTakesOverAndRefusesWhatItCannotGive(t *testing.T) {
 }
 
 func TestExecutionStateAndRetention(t *testing.T) {
-	// An execution is finished, and retained, a moment after its stream
-	// ends (its env reset comes between): the observer says when.
-	obs := newRecordingObserver()
-	e, ft := newTestEngine(t, Config{ReplayTTL: time.Minute, Observer: obs})
+	// An execution is finished, and retained, once its stream has ended
+	// (TestStreamEndIsTheFinishedState): no wait is needed after collect.
+	e, ft := newTestEngine(t, Config{ReplayTTL: time.Minute})
 	var mu sync.Mutex
 	now := time.Now()
 	e.clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -120,7 +119,6 @@ func TestExecutionStateAndRetention(t *testing.T) {
 	releaseBlock(t, ft.kernel(0))
 	collect(t, running)
 	collect(t, queued)
-	obs.awaitFinished(t, 2)
 	if st := queued.State(); st.Status != StatusFinished || st.Outcome != OutcomeError || st.FinishedAt == nil {
 		t.Fatalf("finished: %+v", st)
 	}
@@ -140,7 +138,6 @@ func TestExecutionStateAndRetention(t *testing.T) {
 	for i := range maxRetainedExecutions + 2 {
 		x := execute(t, e, context.Background(), ExecRequest{Code: "print " + strconv.Itoa(i)})
 		collect(t, x)
-		obs.awaitFinished(t, 1)
 		ids = append(ids, x.ID())
 	}
 	for i, id := range ids {

@@ -1,0 +1,39 @@
+package engine
+
+import (
+	"context"
+	"testing"
+)
+
+// BenchmarkEngineRoundTrip is the engine's own cost of one execution, with
+// no interpreter and no HTTP: Execute, the context's loop, the request on
+// the fake kernel, routing, the stream read to its end. The Env case adds
+// the set and reset helper requests around the code.
+func BenchmarkEngineRoundTrip(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"Plain", nil},
+		{"Env", map[string]string{"A": "1", "B": "2"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			e, err := NewEngine(Config{Transport: &fakeTransport{}, DefaultCwd: "/home/user"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = e.Close(context.Background()) })
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				x, err := e.Execute(ctx, ExecRequest{Code: "print 2", EnvVars: bc.env})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for err == nil {
+					_, err = x.Next(ctx, nil)
+				}
+			}
+		})
+	}
+}
