@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -207,24 +206,9 @@ func BenchmarkStream200kLines(b *testing.B) {
 func report(b *testing.B, n int, elapsed time.Duration) {
 	b.StopTimer()
 	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "lines/s")
-	if hwm := vmHWM(); hwm > 0 {
+	if hwm, err := testkit.StatusBytes(0, "VmHWM"); err == nil && hwm > 0 {
 		b.ReportMetric(float64(hwm)/(1<<20), "peak-RSS-MiB")
 	}
-}
-
-// vmHWM is the process's peak resident set size in bytes, 0 when unknown.
-func vmHWM() int64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // BenchmarkPoolCost checks that a warm pool of interpreters (default python=1,

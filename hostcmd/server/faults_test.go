@@ -485,16 +485,10 @@ func TestFaultClientsDisconnect(t *testing.T) {
 	}
 }
 
-// vmRSS is the test process's resident set, in bytes.
+// vmRSS is the test process's resident set, in bytes (0 when unknown).
 func vmRSS() int64 {
-	b, _ := os.ReadFile("/proc/self/status")
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			kb, _ := strconv.ParseInt(strings.Fields(l)[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	rss, _ := testkit.StatusBytes(0, "VmRSS")
+	return rss
 }
 
 // A client that reads 1 byte per second from an execution writing 100 MB:

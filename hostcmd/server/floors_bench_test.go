@@ -293,18 +293,11 @@ func childPIDs() map[int]bool {
 }
 
 func rssOf(b *testing.B, pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := testkit.StatusBytes(pid, "VmRSS")
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	b.Fatalf("no VmRSS for %d", pid)
-	return 0
+	return rss
 }
 
 // reportRatio alternates a and floor (either first every other time) for

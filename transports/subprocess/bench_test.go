@@ -233,7 +233,7 @@ func BenchmarkKernelStart(b *testing.B) {
 // groupRSSMB sums VmRSS over the processes of process group pgid.
 func groupRSSMB(pgid int) float64 {
 	entries, _ := os.ReadDir("/proc")
-	var kB int
+	var total int64
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -242,16 +242,9 @@ func groupRSSMB(pgid int) float64 {
 		if g, err := syscall.Getpgid(pid); err != nil || g != pgid {
 			continue
 		}
-		status, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		for _, line := range bytes.Split(status, []byte("\n")) {
-			if v, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
-				n, _ := strconv.Atoi(string(bytes.Fields(v)[0]))
-				kB += n
-			}
+		if rss, err := testkit.StatusBytes(pid, "VmRSS"); err == nil {
+			total += rss
 		}
 	}
-	return float64(kB) / 1024
+	return float64(total) / (1 << 20)
 }

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -54,4 +55,24 @@ func AwaitGone(tb testing.TB, what string, timeout time.Duration, pids ...int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// StatusBytes reads a memory field of /proc/PID/status ("VmRSS", "VmHWM",
+// …), counted in kB there, in bytes; pid 0 is the test's own process.
+func StatusBytes(pid int, field string) (int64, error) {
+	path := "/proc/self/status"
+	if pid != 0 {
+		path = "/proc/" + strconv.Itoa(pid) + "/status"
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("%s has no %s", path, field)
 }
