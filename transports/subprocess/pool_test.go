@@ -373,22 +373,5 @@ func TestPooledContextSeesNoRequestEnvOfAnother(t *testing.T) {
 // run executes code in context id and returns its stdout; an error output fails t.
 func run(ctx context.Context, t *testing.T, e *engine.Engine, id, code string, env map[string]string) string {
 	t.Helper()
-	x, err := e.Execute(ctx, engine.ExecRequest{ContextID: id, Code: code, EnvVars: env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var outs []engine.Output
-	for err == nil {
-		outs, err = x.Next(ctx, outs)
-	}
-	var stdout strings.Builder
-	for _, o := range outs {
-		switch o.Type {
-		case engine.OutStdout:
-			stdout.WriteString(o.Text)
-		case engine.OutError:
-			t.Fatalf("%s: %s", o.ErrName, o.ErrValue)
-		}
-	}
-	return stdout.String()
+	return tt.EngineStdout(t, tt.EngineRun(t, e, ctx, engine.ExecRequest{ContextID: id, Code: code, EnvVars: env}))
 }
