@@ -124,7 +124,7 @@ func (Code) EnumDescriptor() ([]byte, []int) {
 }
 
 // ErrorKind has one value for each core.ErrorKind, and KIND_NONE; the one
-// mapping between the two is the kinds table in transportplugin/errors.go.
+// mapping between the two is the kinds table in transportplugin/internal/pluginrpc/errors.go.
 type ErrorKind int32
 
 const (
