@@ -21,7 +21,8 @@ import (
 // -default-cwd is also KERNELHOST_DEFAULT_CWD.
 const EnvPrefix = "KERNELHOST_"
 
-// Config is the host's configuration. Zero values get the defaults of Load.
+// Config is the host's configuration. A zero field takes its setting's default
+// (settingsTable; Load starts from the same defaults); "no limit" is -1.
 type Config struct {
 	Addr       string // listen address
 	DefaultCwd string // cwd of contexts created without one
@@ -62,7 +63,7 @@ type Config struct {
 	// MaxBufferedBytes bounds the output buffered for slow clients across
 	// all executions (MaxOutputBytes is per execution); past it the streams
 	// furthest behind are cut, their executions going on to be re-attached.
-	// 0: the engine's default (256 MiB); negative: no bound.
+	// 0: the default (256 MiB); negative: no bound.
 	MaxBufferedBytes int
 	// AccessToken, when set, is required as "Authorization: Bearer <token>"
 	// (see AccessTokenScope and docs/operating.md). Empty: no check.
