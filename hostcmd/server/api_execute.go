@@ -198,7 +198,8 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.C
 			return // the client left; the engine applies the disconnect policy
 		}
 		line, end, takenOver = streamTail(line, err, appendLine)
-		if !a.writeLines(w, rc, deadline, line) || end {
+		last := end || len(outs) > 0 && outs[len(outs)-1].Type == engine.OutEndOfExecution
+		if !a.writeLines(w, rc, deadline, line, !last) || end {
 			return takenOver
 		}
 	}
@@ -246,18 +247,24 @@ func streamTail(line []byte, err error, appendLine func([]byte, engine.Output) [
 	}
 }
 
-// writeLines writes and flushes line, if any; false if the client is gone.
-// A client that takes no bytes for writeTimeout is gone: the write fails,
-// the handler returns and the disconnect policy applies, instead of the
-// stream pinning its buffer for ever.
-func (a *api) writeLines(w http.ResponseWriter, rc *http.ResponseController, deadline *writeGuard, line []byte) bool {
+// writeLines writes line, if any, and flushes it if flush; false if the
+// client is gone. A client that takes no bytes for writeTimeout is gone: the
+// write fails, the handler returns and the disconnect policy applies,
+// instead of the stream pinning its buffer for ever.
+//
+// The stream's last lines are not flushed here: net/http sends them with
+// the response's end (the terminating chunk) in one write as the handler
+// returns, where a flush would send them alone and the end in a second
+// write, which the client waits for too (one write and one wake-up of the
+// client fewer per execution).
+func (a *api) writeLines(w http.ResponseWriter, rc *http.ResponseController, deadline *writeGuard, line []byte, flush bool) bool {
 	if len(line) == 0 {
 		return true
 	}
 	deadline.arm()
 	n, err := w.Write(line)
 	a.metrics.streamed(n)
-	return err == nil && rc.Flush() == nil
+	return err == nil && (!flush || rc.Flush() == nil)
 }
 
 // requestMetadata is what env-var policies see of the request: the id that

@@ -125,12 +125,15 @@ func BenchmarkJupyter(b *testing.B) {
 // medians, their ratio (host/direct) and their difference (added-p50-ms).
 func roundTripVsDirect(b *testing.B, h *testHost, direct *directJupyter) {
 	ws := direct.kernel(b)
+	var hostUse, directUse usage
 	hostOnce := testkit.Timed(func() {
+		defer hostUse.add(takeUsage())
 		if err := hostOneTwo(h.client, h.URL(), ""); err != nil {
 			b.Fatal(err)
 		}
 	})
 	directOnce := testkit.Timed(func() {
+		defer directUse.add(takeUsage())
 		if err := ws.oneTwo(); err != nil {
 			b.Fatal(err)
 		}
@@ -139,6 +142,49 @@ func roundTripVsDirect(b *testing.B, h *testHost, direct *directJupyter) {
 	testkit.ReportRatio(b, time.Millisecond, "host", hostD, "direct", directD, "host/direct")
 	added := testkit.Quantile(hostD, 0.5) - testkit.Quantile(directD, 0.5)
 	b.ReportMetric(float64(added)/float64(time.Millisecond), "added-p50-ms")
+	// What the load does not blur: this process's CPU time and context
+	// switches per round trip (the host, linked in or the plugin's client
+	// end, plus the client; not the plugin process, the server or the
+	// kernel).
+	hostUse.report(b, "host", len(hostD))
+	directUse.report(b, "direct", len(directD))
+}
+
+// usage sums this process's CPU time and voluntary context switches over
+// the calls it was added for.
+type usage struct {
+	cpu   time.Duration
+	nvcsw int64
+}
+
+// takeUsage returns a function that, called at the end of a call, gives
+// what the process used since takeUsage.
+func takeUsage() func() usage {
+	before := rusage()
+	return func() usage {
+		after := rusage()
+		return usage{cpu: after.cpu - before.cpu, nvcsw: after.nvcsw - before.nvcsw}
+	}
+}
+
+func (u *usage) add(since func() usage) {
+	d := since()
+	u.cpu += d.cpu
+	u.nvcsw += d.nvcsw
+}
+
+func (u *usage) report(b *testing.B, name string, n int) {
+	if n == 0 {
+		return
+	}
+	b.ReportMetric(float64(u.cpu.Microseconds())/float64(n)/1000, name+"-cpu-ms/op")
+	b.ReportMetric(float64(u.nvcsw)/float64(n), name+"-ctxsw/op")
+}
+
+func rusage() usage {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nvcsw: ru.Nvcsw}
 }
 
 // BenchmarkKernelGateway is BenchmarkJupyter's RoundTrip and RoundTripPlugin
