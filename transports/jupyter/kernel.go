@@ -196,34 +196,38 @@ func (k *kernel) Restart(ctx context.Context) error {
 	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, k.c.cfg.RestartTimeout)
 	defer cancel()
-	timedOut := func(err error) error {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) && outer.Err() == nil {
-			// %v, not %w: see ownTimeout.
-			return fmt.Errorf("restart kernel %s: not back within the restart timeout (%v): %v", k.id, k.c.cfg.RestartTimeout, ownTimeout(err))
-		}
-		return fmt.Errorf("restart kernel %s: %w", k.id, err)
+	err := k.restartOnServer(ctx)
+	if err == nil {
+		err = k.nudge(ctx)
 	}
-	// The server answers 500 while its own restarter is still bringing back
-	// a kernel that died (it reported restarting before it restarts): retry.
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && outer.Err() == nil:
+		// %v, not %w: see ownTimeout.
+		return fmt.Errorf("restart kernel %s: not back within the restart timeout (%v): %v", k.id, k.c.cfg.RestartTimeout, ownTimeout(err))
+	}
+	return fmt.Errorf("restart kernel %s: %w", k.id, err)
+}
+
+// restartOnServer asks the server to restart the kernel. The server answers
+// 500 while its own restarter is still bringing back a kernel that died (it
+// reported restarting before it restarts): that is retried, with backoff,
+// until ctx ends.
+func (k *kernel) restartOnServer(ctx context.Context) error {
 	delay := reconnectFirstDelay
 	for {
 		err := k.c.restartKernel(ctx, k.id)
 		var ae *apiError
 		if err == nil || !errors.As(err, &ae) || ae.Status != http.StatusInternalServerError {
-			if err != nil {
-				return timedOut(err)
-			}
-			if err := k.nudge(ctx); err != nil {
-				return timedOut(err)
-			}
-			return nil
+			return err
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return timedOut(fmt.Errorf("%w (last answer: %v)", ctx.Err(), err))
+			return fmt.Errorf("%w (last answer: %v)", ctx.Err(), err)
 		}
 		delay = min(2*delay, time.Second)
 	}
