@@ -57,6 +57,46 @@ func TestRKernel(t *testing.T) {
 		})
 	}
 	t.Run("Cwd", func(t *testing.T) { testRCwd(t, srv) })
+	t.Run("DefaultCwdOnKernel", func(t *testing.T) { testRDefaultCwdOnKernel(t, srv) })
+}
+
+// testRDefaultCwdOnKernel: with the default cwd checked where the kernel runs
+// (engine.Config.DefaultCwdOnKernel), IRkernel's chdirFirst snippet (sent as a
+// normal request: IRkernel hides a silent one's errors) skips a default cwd
+// that does not exist, enters the fallback whose name has quotes, $(…) and
+// non-ASCII, and the context's cwd says so; with none there, the kernel
+// stays in its own cwd (the server's root dir).
+func testRDefaultCwdOnKernel(t *testing.T, srv *jupytertest.Server) {
+	fallback := filepath.Join(t.TempDir(), `it's a "dir" with $(x) ü 😀`)
+	if err := os.Mkdir(fallback, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		name      string
+		fallbacks []string
+		want      string
+	}{
+		{"Fallback", []string{missing + "-too", fallback}, fallback},
+		{"Nowhere", []string{missing + "-too"}, srv.RootDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := transporttest.NewEngine(t, engine.Config{
+				Transport:  newTransport(t, srv, nil),
+				DefaultCwd: missing, DefaultCwdOnKernel: true, DefaultCwdFallbacks: tc.fallbacks,
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+			defer cancel()
+			info, err := e.CreateContext(ctx, "r", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, engine.ExecRequest{ContextID: info.ID, Code: rSnippets.PrintCwd}))
+			if info.Cwd != tc.want || got != tc.want {
+				t.Fatalf("context cwd %q, getwd() %q, want %q", info.Cwd, got, tc.want)
+			}
+		})
+	}
 }
 
 // testRCwd: core's setwd snippet enters a directory whose name has quotes,
