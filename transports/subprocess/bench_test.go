@@ -32,16 +32,23 @@ func startRawDriver(b *testing.B) *rawDriver {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The tick pipe, as the host gives it (see proc.startTicks); no tick
+	// is sent: the host sends none to a cell shorter than tickEvery.
+	tickR, tickW, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
 	cmd := exec.Command("python3", "-c", driverPython)
 	cmd.Dir = b.TempDir()
-	cmd.ExtraFiles = []*os.File{reqR, msgW}
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
+	cmd.ExtraFiles = []*os.File{reqR, msgW, tickR}
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", tickFDEnv+"=5")
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	reqR.Close()
 	msgW.Close()
-	b.Cleanup(func() { reqW.Close(); cmd.Process.Kill(); cmd.Wait(); msgR.Close() })
+	tickR.Close()
+	b.Cleanup(func() { reqW.Close(); tickW.Close(); cmd.Process.Kill(); cmd.Wait(); msgR.Close() })
 	d := &rawDriver{reqW: reqW, rd: bufio.NewReader(msgR)}
 	if _, err := d.rd.ReadBytes('\n'); err != nil { // kh_ready
 		b.Fatal(err)

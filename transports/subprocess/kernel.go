@@ -81,6 +81,7 @@ func (k *Kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		k.clearCurrent(req.MsgID)
 		return fmt.Errorf("subprocess: send request %s to %s kernel: %w", req.MsgID, k.langName, err)
 	}
+	p.startTicks(req.MsgID)
 	return nil
 }
 

@@ -208,6 +208,56 @@ func TestPythonPrintArrivesDuringSleep(t *testing.T) {
 	}
 }
 
+// So does a write to stderr (queued apart from stdout's buffer, see driver.py).
+func TestPythonStderrArrivesDuringSleep(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	e := tt.Send(t, k, "import sys, time\nsys.stderr.write('start\\n')\ntime.sleep(120)", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stderr") == "start\n" })
+	if r := e.Reply(); r.Type != "" {
+		t.Fatalf("the cell ended (%+v) before its write arrived:%s", r, e)
+	}
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+}
+
+// The same without the host's flush ticks (the driver run by an older
+// host or by hand): its flusher thread keeps the time itself.
+func TestPythonPrintArrivesDuringSleepWithoutTicks(t *testing.T) {
+	tr := New(Options{})
+	python := tr.langs["python"]
+	python.ticks = false
+	tr.langs["python"] = python
+	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+	defer cancel()
+	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Shutdown(context.Background()) })
+	for range 2 {
+		printedWhileRunning(t, k.(*Kernel), "import time\nprint('start')\ntime.sleep(120)")
+	}
+}
+
+// A pooled interpreter has the tick pipe too.
+func TestPooledPythonPrintArrivesDuringSleep(t *testing.T) {
+	tr, dir := pooledTransport(t, "python")
+	pooled := readyPid(t, tr, "python")
+	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+	defer cancel()
+	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Shutdown(context.Background()) })
+	if pid := k.(*Kernel).Pid(); pid != pooled {
+		t.Fatalf("kernel runs pid %d, not the pooled %d", pid, pooled)
+	}
+	printedWhileRunning(t, k.(*Kernel), "import time\nprint('start')\ntime.sleep(120)")
+}
+
 // A console.log followed by a long wait arrives long before the wait ends,
 // whether the cell awaits or computes without yielding.
 func TestNodeLogArrivesDuringWait(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,12 @@ type proc struct {
 	opened   string         // the request whose busy was delivered
 	held     []core.Message // fd-1/2 output of a request that has not opened yet
 	drainBuf []byte         // the pump's buffer for drains
+
+	// The flush ticks (startTicks), for a driver that reads them.
+	tickMu    sync.Mutex
+	tickFD    int         // non-blocking write end of the tick pipe (fd 5 in the child); -1: none, or closed
+	tickTimer *time.Timer // the one timer of this process, made by the first request
+	tickFor   string      // the request the ticks are for; "": none
 }
 
 // stream is the read end of fd 1 or 2.
@@ -149,6 +156,7 @@ func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err 
 		pumpDone: make(chan struct{}),
 		ready:    make(chan error, 1),
 		drainBuf: make([]byte, 64<<10),
+		tickFD:   -1,
 	}
 	p.owner.Store(owner)
 	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
@@ -181,14 +189,16 @@ func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err 
 // childFiles are the child's ends of its pipes, in descriptor order.
 type childFiles struct {
 	requests, messages, stdout, stderr *os.File // fd 3, 4, 1, 2
+	ticks                              *os.File // fd 5, for a driver that reads flush ticks
 }
 
 func (c *childFiles) all() []*os.File {
-	return []*os.File{c.requests, c.messages, c.stdout, c.stderr}
+	return []*os.File{c.requests, c.messages, c.stdout, c.stderr, c.ticks}
 }
 
-// openPipes makes the four pipes of an interpreter: it keeps the parent's
-// ends in p and returns the child's, to be closed once the child has them.
+// openPipes makes the pipes of an interpreter (four, five with ticks): it
+// keeps the parent's ends in p and returns the child's, to be closed once
+// the child has them.
 func (p *proc) openPipes() (child []*os.File, err error) {
 	var c childFiles
 	// The child's ends made so far are returned whatever happens, for the
@@ -219,7 +229,28 @@ func (p *proc) openPipes() (child []*os.File, err error) {
 		}
 		*e.fd = r
 	}
+	if p.spec.lang.ticks {
+		if c.ticks, err = p.openTickPipe(); err != nil {
+			return nil, err
+		}
+	}
 	return nil, nil
+}
+
+// openTickPipe makes the tick pipe: the child's read end blocks (its
+// flusher thread waits in read), the parent's write end never does.
+func (p *proc) openTickPipe() (child *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(fds[1], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, err
+	}
+	p.tickFD = fds[1]
+	return os.NewFile(uintptr(fds[0]), "child-ticks"), nil
 }
 
 // launch starts the interpreter on the child's ends of the pipes (as
@@ -231,6 +262,10 @@ func (p *proc) launch(child []*os.File) (err error) {
 	cmd.Env = s.env
 	cmd.ExtraFiles = []*os.File{child[0], child[1]} // fd 3, fd 4
 	cmd.Stdout, cmd.Stderr = child[2], child[3]
+	if len(child) > 4 { // the tick pipe: fd 5, named to the driver
+		cmd.ExtraFiles = append(cmd.ExtraFiles, child[4])
+		cmd.Env = append(slices.Clip(s.env), tickFDEnv+"=5")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if s.cgroups {
 		if p.cg, err = newCgroup(); err != nil {
@@ -365,9 +400,77 @@ func (p *proc) removeCgroup() {
 	}
 }
 
+// Flush ticks. A driver that coalesces output (python) sends what it
+// buffered on a timer while a cell runs; waking that timer at the start of
+// every cell costs a short cell (1+1) 15-20 µs. So the host keeps the time
+// instead: while a request runs tickEvery after it was sent, it writes a
+// byte to the tick pipe every tickEvery until the request's idle arrives,
+// and the driver's flusher thread, blocked reading the pipe, flushes on
+// each. A cell shorter than tickEvery costs nothing. The write never
+// blocks: a full pipe (a driver that does not read) drops the tick.
+const tickEvery = 2 * time.Millisecond
+
+// tickFDEnv names the variable that tells the driver its tick fd; the
+// driver unsets it first thing.
+const tickFDEnv = "KH_TICK_FD"
+
+var tickByte = []byte{0}
+
+// startTicks has ticks sent for request id (sent just now) until its idle
+// (stopTicks); a no-op for a driver without the tick pipe.
+func (p *proc) startTicks(id string) {
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	if p.tickFD < 0 {
+		return
+	}
+	p.tickFor = id
+	if p.tickTimer == nil {
+		p.tickTimer = time.AfterFunc(tickEvery, p.tick)
+	} else {
+		p.tickTimer.Reset(tickEvery)
+	}
+}
+
+func (p *proc) tick() {
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	if p.tickFor == "" || p.tickFD < 0 {
+		return
+	}
+	_, _ = unix.Write(p.tickFD, tickByte) // EAGAIN: the pipe holds ticks enough
+	p.tickTimer.Reset(tickEvery)
+}
+
+// stopTicks stops the ticks of request id; of any request when id is "".
+func (p *proc) stopTicks(id string) {
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	if id != "" && id != p.tickFor {
+		return
+	}
+	p.tickFor = ""
+	if p.tickTimer != nil {
+		p.tickTimer.Stop()
+	}
+}
+
+// closeTicks stops the ticks for good and closes the tick pipe, under
+// tickMu so that no tick writes to a descriptor number reused meanwhile.
+func (p *proc) closeTicks() {
+	p.stopTicks("")
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	if p.tickFD >= 0 {
+		unix.Close(p.tickFD)
+		p.tickFD = -1
+	}
+}
+
 // closeFiles closes the parent's ends; the pump and the readers are done
 // with them (or never ran).
 func (p *proc) closeFiles() {
+	p.closeTicks()
 	for _, f := range []*os.File{p.reqW, p.msgF, p.streams[0].f, p.streams[1].f} {
 		if f != nil {
 			f.Close()
@@ -841,6 +944,7 @@ func (p *proc) deliver(m core.Message) bool {
 	}
 	if m.Type == core.MsgStatus && m.State == core.StateIdle {
 		p.opened = ""
+		p.stopTicks(m.ParentID)
 		p.clearCurrent(m.ParentID)
 	}
 	return true
@@ -922,6 +1026,7 @@ func (p *proc) driverGone(cause error) {
 		return
 	}
 	p.forgetCurrent()
+	p.stopTicks("")
 	p.emit(core.Message{Type: core.MsgStatus, State: core.StateDead})
 }
 

@@ -72,6 +72,9 @@ type language struct {
 	// prepare, when set, readies the driver before the first start and
 	// returns the arguments that run it (java compiles its driver once).
 	prepare func() ([]string, error)
+	// ticks: the driver reads flush ticks on fd 5 (see proc.startTicks and
+	// doc.go, "Output coalescing").
+	ticks bool
 }
 
 // New returns a Transport for the interpreters of opts that exist on this
@@ -99,7 +102,7 @@ func New(opts Options) *Transport {
 		missing: map[string]string{},
 	}
 	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
-	t.add("python", opts.Python, "python3", language{args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON})
+	t.add("python", opts.Python, "python3", language{args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true})
 	t.add("bash", opts.Bash, "bash", language{args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true})
 	// typescript runs on the same driver: the host compiles each cell (see
 	// jscell.go), so node is all either needs.

@@ -64,6 +64,15 @@ _quote = json.encoder.encode_basestring_ascii  # the C quoting json.dumps uses
 # of each cell, and by the flusher thread, which flushes every _FLUSH_DELAY
 # while a cell runs: a print followed by time.sleep, or by a long
 # computation, reaches the client within milliseconds.
+#
+# The host keeps that time when it gives the driver a tick pipe
+# (KH_TICK_FD): from _FLUSH_DELAY after it sent a request until the reply
+# arrives it writes a byte to the pipe every _FLUSH_DELAY, and the flusher
+# thread, blocked reading the pipe (the GIL released), flushes on each. A
+# cell shorter than that costs nothing: waking a thread of our own at each
+# cell's start cost 1+1 15-20 µs. Without the pipe (a host that does not
+# send ticks, a driver run by hand) the cell's start wakes the flusher,
+# which then flushes every _FLUSH_DELAY itself (_wake_flusher).
 _write_lock = threading.Lock()
 _err = collections.deque()  # (parent_id, text) of each stderr write not sent yet
 _err_chars = 0  # about how many characters _err holds (threads may race on it)
@@ -77,6 +86,18 @@ _flusher_go = threading.Event()  # set while the flusher thread has work: a cell
 _flusher_lock = threading.Lock()
 _flusher_thread = None
 _fork_guard = threading.Lock()  # held by the flusher while it flushes, and by a fork
+
+
+def _take_tick_fd():
+    fd = os.environ.pop("KH_TICK_FD", None)  # user code and its children do not see it
+    if fd is None:
+        return None
+    fd = int(fd)
+    os.set_inheritable(fd, False)
+    return fd
+
+
+_tick_fd = _take_tick_fd()  # None: no ticks, the flusher keeps the time
 _STDOUT_HEAD = '{"type":"stream","name":"stdout","parent_id":'
 _STDERR_HEAD = '{"type":"stream","name":"stderr","parent_id":'
 
@@ -185,8 +206,10 @@ class _StderrRaw(_StreamRaw):
             _err_at = _clock()
             if _err_chars >= _err_flush_chars:
                 _write_msgs(b"")
-            elif not _flusher_go.is_set():
+            elif _tick_fd is None and not _flusher_go.is_set():
                 _wake_flusher()
+            # With ticks, the next tick or the end of the cell sends it
+            # (between cells, the next cell's first message).
         return len(b)
 
 
@@ -238,6 +261,28 @@ def _flush_loop():
                 pass
 
 
+def _start_tick_flusher():
+    """Start the flusher thread that flushes on each tick of the host; it runs for good."""
+    global _flusher_thread
+    _flusher_thread = threading.Thread(target=_tick_loop, args=(_tick_fd,), name="kernelhost-output", daemon=True)
+    _flusher_thread.start()
+
+
+def _tick_loop(fd):
+    read = os.read
+    while True:
+        try:
+            if not read(fd, 512):  # all the ticks that came: one flush for them
+                return  # the host closed the pipe
+        except OSError:
+            return
+        with _fork_guard:
+            try:
+                _flush_from_thread()
+            except Exception:  # OSError: the host closed fd 4, nobody reads the output any more
+                pass
+
+
 def _flush_from_thread():
     """_flush_output, but stderr that ends a line not yet and came within
     _FLUSH_DELAY waits one more turn: print(x, file=sys.stderr) writes x and
@@ -264,9 +309,15 @@ def _before_fork():
 def _after_fork_in_child():
     # A forked child (multiprocessing, os.fork) has no flusher thread: its
     # stdout is flushed at each newline and its stderr at each write instead.
-    global _flusher_thread, _write_lock, _flusher_lock, _flusher_go, _fork_guard, _err_flush_chars
+    global _flusher_thread, _write_lock, _flusher_lock, _flusher_go, _fork_guard, _err_flush_chars, _tick_fd
     _err_flush_chars = 0
     _flusher_thread = None
+    if _tick_fd is not None:  # the parent's: its ticks are not the child's
+        try:
+            os.close(_tick_fd)
+        except OSError:
+            pass
+        _tick_fd = None
     _write_lock = threading.Lock()
     _flusher_lock = threading.Lock()
     _flusher_go = threading.Event()
@@ -350,7 +401,7 @@ sys.addaudithook(_on_audit)
 # raised (_interrupt_again), so that it lands in user code that prints no
 # more.
 _OUTPUT_CODES = frozenset(
-    f.__code__ for f in (_write_msgs, _flush_output, _send, _emit, _StdoutRaw.write, _StderrRaw.write, _wake_flusher, _exit_after_output)
+    f.__code__ for f in (_write_msgs, _flush_output, _send, _emit, _StdoutRaw.write, _StderrRaw.write, _wake_flusher, _start_tick_flusher, _exit_after_output)
 )
 
 
@@ -830,8 +881,12 @@ def _execute(req):
             if silent and code.startswith(HELPER_MARK):
                 value = _run_helper(code)
             else:
-                if not _flusher_go.is_set():
-                    _wake_flusher()  # a print while the cell runs is sent within _FLUSH_DELAY
+                # A print while the cell runs is sent within _FLUSH_DELAY.
+                if _tick_fd is None:
+                    if not _flusher_go.is_set():
+                        _wake_flusher()
+                elif _flusher_thread is None:
+                    _start_tick_flusher()
                 value = _run(code, filename, silent)
             post_execute = _shell_obj is not None and not silent  # the cell may have created it
             if value is not None and not silent:
