@@ -86,20 +86,31 @@
 // text. Output is sent before any other message of the driver (display,
 // result, error, reply, in order), before a child process starts (the
 // audit hook), on flush() and print(flush=True), when the buffer is full,
-// at the end of each cell, and every 2 ms while a cell runs, by a flusher
-// thread (a print followed by time.sleep or a long computation arrives
-// within milliseconds). A stderr write that does not end a line waits one
-// more turn of the flusher, so print(x, file=sys.stderr) (two writes)
-// leaves as one message. sys.stdout and sys.stderr have .buffer (bytes
+// at the end of each cell, and about every 2 ms while a cell runs, by a
+// flusher thread (a print followed by time.sleep or a long computation
+// arrives within milliseconds). The host keeps that time: python gets a
+// fifth pipe, the tick pipe (fd 5, named by KH_TICK_FD, which the driver
+// unsets), and from 2 ms after the host sent a request until its idle
+// arrives the host writes a byte to it every 2 ms (one timer per
+// interpreter, re-armed per request; the write is non-blocking and dropped
+// when the pipe is full). The flusher thread blocks reading the pipe, GIL
+// released, and flushes on each tick, so a cell shorter than 2 ms (1+1)
+// costs no wake of it. Without the tick pipe (the driver run by hand or by
+// another host) the driver wakes the flusher at each cell's start, which
+// then flushes every 2 ms itself: the same guarantees, 10-20 µs more per
+// cell. A stderr write that does not end a line waits one more tick, so
+// print(x, file=sys.stderr) (two writes) leaves as one message. sys.stdout and sys.stderr have .buffer (bytes
 // are decoded as UTF-8, a sequence split between two writes is joined,
 // invalid bytes become U+FFFD), fileno() 1 and 2, and encoding utf-8; a
 // cell that closes sys.stdout leaves a new one to the cells after it. A
 // forked child (os.fork, multiprocessing) has no flusher thread: its
 // stdout is sent at each newline, its stderr at each write, the rest on
-// os._exit or exit. Between cells the flusher sleeps: what a thread
-// prints to stdout then waits for the driver's next message (at the
-// latest the next request's busy, whose request it then joins); stderr
-// wakes the flusher and goes out within 2 ms.
+// os._exit or exit; it does not read the tick pipe (it closes its copy).
+// Between cells the flusher sleeps: what a thread prints then waits for
+// the driver's next message (at the latest the next request's busy, whose
+// request it then joins). Without ticks, stderr written between cells
+// wakes the flusher and goes out within 2 ms (the host drops it when no
+// request runs).
 //
 // Node: console and process.stdout/stderr.write queue the text; the queue
 // is sent before any other message, before a child process starts
