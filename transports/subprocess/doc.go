@@ -99,7 +99,8 @@
 // another host) the driver wakes the flusher at each cell's start, which
 // then flushes every 2 ms itself: the same guarantees, 10-20 µs more per
 // cell. A stderr write that does not end a line waits one more tick, so
-// print(x, file=sys.stderr) (two writes) leaves as one message. sys.stdout and sys.stderr have .buffer (bytes
+// print(x, file=sys.stderr) (two writes) leaves as one message.
+// sys.stdout and sys.stderr have .buffer (bytes
 // are decoded as UTF-8, a sequence split between two writes is joined,
 // invalid bytes become U+FFFD), fileno() 1 and 2, and encoding utf-8; a
 // cell that closes sys.stdout leaves a new one to the cells after it. A
