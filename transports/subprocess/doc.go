@@ -117,8 +117,8 @@
 // is sent before any other message, before a child process starts
 // (child_process's spawn and spawnSync), when 64 KiB are pending, and at
 // the latest 2 ms after it was written: node's timer sends it while the
-// event loop runs (a cell that awaits), and a write after 2 ms without
-// output goes out at once, so only the last writes of a fast burst
+// event loop runs (a cell that awaits), and a cell's first write and a
+// write after 2 ms without output go out at once, so only the last writes of a fast burst
 // followed by synchronous code that never yields wait for that code to
 // end.
 //

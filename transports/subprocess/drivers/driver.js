@@ -340,6 +340,10 @@ async function execute(req) {
     opening.push({ type: 'execute_input', parent_id: msgId, execution_count: count });
   }
   emit(...opening);
+  // A cell's first write goes out at once: output the previous cell sent
+  // just before is no burst this cell's writes belong to, and a cell that
+  // writes and then computes without yielding would otherwise hold it.
+  lastSent = 0;
   const reply = { type: 'execute_reply', parent_id: msgId, status: 'ok', execution_count: count };
   const filename = `Cell In[${count}]`;
   let mapped = null; // the source map of the code, once the imports ran
