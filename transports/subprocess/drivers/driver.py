@@ -238,10 +238,19 @@ def _wake_flusher():
             _flusher_thread.start()
 
 
+def _output_thread_takes_no_sigint():
+    # A SIGINT the kernel delivers to this thread sets Python's flag but
+    # does not wake the main thread out of a blocking call (time.sleep(120)
+    # slept on, the interrupt lost): with SIGINT blocked here it always goes
+    # to a thread that runs user code.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
 def _flush_loop():
     # The thread ends after _FLUSHER_IDLE without a cell, so an idle context
     # has no extra thread (os.fork warns about threads on Python 3.12+).
     global _flusher_thread
+    _output_thread_takes_no_sigint()
     while True:
         if not _flusher_go.wait(_FLUSHER_IDLE):
             with _flusher_lock:
@@ -269,6 +278,7 @@ def _start_tick_flusher():
 
 
 def _tick_loop(fd):
+    _output_thread_takes_no_sigint()
     read = os.read
     while True:
         try:
