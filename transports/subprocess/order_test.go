@@ -188,10 +188,16 @@ func TestNodeInterruptAnyPhase(t *testing.T) {
 // for the line is bounded by ExecTimeout, which is shorter than the cell.
 func printedWhileRunning(t *testing.T, k *Kernel, code string) {
 	t.Helper()
+	writtenWhileRunning(t, k, "stdout", code)
+}
+
+// writtenWhileRunning is printedWhileRunning for the line "start" on stream.
+func writtenWhileRunning(t *testing.T, k *Kernel, stream, code string) {
+	t.Helper()
 	e := tt.Send(t, k, code, false)
-	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") == "start\n" })
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream(stream) == "start\n" })
 	if r := e.Reply(); r.Type != "" {
-		t.Fatalf("the cell ended (%+v) before its print arrived:%s", r, e)
+		t.Fatalf("the cell ended (%+v) before its %s line arrived:%s", r, stream, e)
 	}
 	if err := k.Interrupt(context.Background()); err != nil {
 		t.Fatal(err)
@@ -211,15 +217,7 @@ func TestPythonPrintArrivesDuringSleep(t *testing.T) {
 // So does a write to stderr (queued apart from stdout's buffer, see driver.py).
 func TestPythonStderrArrivesDuringSleep(t *testing.T) {
 	k := startKernel(t, "python", t.TempDir())
-	e := tt.Send(t, k, "import sys, time\nsys.stderr.write('start\\n')\ntime.sleep(120)", false)
-	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stderr") == "start\n" })
-	if r := e.Reply(); r.Type != "" {
-		t.Fatalf("the cell ended (%+v) before its write arrived:%s", r, e)
-	}
-	if err := k.Interrupt(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+	writtenWhileRunning(t, k, "stderr", "import sys, time\nsys.stderr.write('start\\n')\ntime.sleep(120)")
 }
 
 // The same without the host's flush ticks (the driver run by an older

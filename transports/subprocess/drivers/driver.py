@@ -263,11 +263,7 @@ def _flush_loop():
         _flusher_go.clear()
         if _running:
             _flusher_go.set()
-        with _fork_guard:
-            try:
-                _flush_from_thread()
-            except Exception:  # OSError: the host closed fd 4, nobody reads the output any more
-                pass
+        _flush_from_thread()
 
 
 def _start_tick_flusher():
@@ -286,14 +282,21 @@ def _tick_loop(fd):
                 return  # the host closed the pipe
         except OSError:
             return
-        with _fork_guard:
-            try:
-                _flush_from_thread()
-            except Exception:  # OSError: the host closed fd 4, nobody reads the output any more
-                pass
+        _flush_from_thread()
 
 
 def _flush_from_thread():
+    """_flush_output for the output thread, under the fork guard (no flush is
+    half done in a forked child), with an error swallowed (OSError: the host
+    closed fd 4, nobody reads the output any more)."""
+    with _fork_guard:
+        try:
+            _flush_pending()
+        except Exception:
+            pass
+
+
+def _flush_pending():
     """_flush_output, but stderr that ends a line not yet and came within
     _FLUSH_DELAY waits one more turn: print(x, file=sys.stderr) writes x and
     then "\n", which should leave as one message."""
