@@ -2,10 +2,16 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
 
 	"github.com/kernelhost/kernelhost/transports/testkit"
 )
@@ -15,32 +21,10 @@ import (
 // takes the pooled one; shutting the host down ends every interpreter the
 // plugin started, pooled ones included.
 func TestPoolThroughPlugin(t *testing.T) {
-	if _, err := exec.LookPath("node"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("node is not installed (Debian nodejs; make deps installs it)")
-		}
-		t.Skip("node is not installed")
-	}
+	needNode(t)
 	h := startHost(t, viaPlugin)
-	awaitPool := func(lang string) (rss float64) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			s := h.scrapeMetrics(t, nil)
-			if m := s.metric("kernelhost_pool_interpreters", "language", lang); m != nil && m.GetGauge().GetValue() == 1 {
-				if size := s.value(t, "kernelhost_pool_size", "language", lang); size != 1 {
-					t.Fatalf("%s pool size %v, want the default 1", lang, size)
-				}
-				return s.value(t, "kernelhost_pool_rss_bytes", "language", lang)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no ready %s interpreter in the pool's gauges after 60 s", lang)
-			}
-			time.Sleep(20 * time.Millisecond) // nothing to wait on over HTTP but the next scrape
-		}
-	}
 	for _, lang := range []string{"python", "javascript"} {
-		if rss := awaitPool(lang); rss < 1<<20 {
+		if rss := h.awaitPool(t, lang); rss < 1<<20 {
 			t.Errorf("%s pool rss %v bytes, want an interpreter's", lang, rss)
 		}
 	}
@@ -61,4 +45,118 @@ func TestPoolThroughPlugin(t *testing.T) {
 		pids = append(pids, p)
 	}
 	testkit.AwaitGone(t, "the host's shutdown", 15*time.Second, pids...)
+}
+
+func needNode(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("node is not installed (Debian nodejs; make deps installs it)")
+		}
+		t.Skip("node is not installed")
+	}
+}
+
+// awaitPool waits (bounded) until /metrics shows a ready lang interpreter
+// in the pool of the default size 1, and returns the pool's memory.
+func (h *testHost) awaitPool(t *testing.T, lang string) (rss float64) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s := h.scrapeMetrics(t, nil)
+		if m := s.metric("kernelhost_pool_interpreters", "language", lang); m != nil && m.GetGauge().GetValue() == 1 {
+			if size := s.value(t, "kernelhost_pool_size", "language", lang); size != 1 {
+				t.Fatalf("%s pool size %v, want the default 1", lang, size)
+			}
+			return s.value(t, "kernelhost_pool_rss_bytes", "language", lang)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready %s interpreter in the pool's gauges after 60 s", lang)
+		}
+		time.Sleep(20 * time.Millisecond) // nothing to wait on over HTTP but the next scrape
+	}
+}
+
+// cwdProbes print, per language, what of a context depends on its
+// directory: the cwd, a relative file, a child process's cwd, modules there
+// (python: khlate.py is written after the context was created), a package
+// in its node_modules, an ES module import, PWD.
+var cwdProbes = map[string]string{
+	"python": `import os, sys, subprocess, khmod, khlate
+print(os.getcwd())
+print(open('data.txt').read())
+print(subprocess.check_output([sys.executable, '-c', 'import os; print(os.getcwd())'], text=True).strip())
+print(khmod.V, khlate.V, os.path.relpath(khmod.__file__))
+print(os.environ.get('PWD'), repr(sys.path[0]))`,
+	"javascript": `const fs = require('fs');
+console.log(process.cwd());
+console.log(fs.readFileSync('data.txt', 'utf8'));
+console.log(require('child_process').execFileSync(process.execPath, ['-p', 'process.cwd()'], { encoding: 'utf8' }).trim());
+console.log(require('./khmod'), require('khpkg'), require.resolve('./khmod'));
+console.log((await import('./khesm.mjs')).v);
+console.log(process.env.PWD);`,
+}
+
+var cwdPidProbes = map[string]string{"python": "import os; print(os.getpid())", "javascript": "console.log(process.pid)"}
+
+// The user's path (the SDK's createCodeContext({cwd}), through the real
+// plugin with its default pools): a python or javascript context created in
+// a directory of its own takes the pooled interpreter, and everything
+// cwdProbes prints is what the same context prints on a host without pools.
+func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
+	needNode(t)
+	pooled := startHost(t, viaPlugin)
+	cold := startHost(t, viaPlugin, func(c *server.Config) { c.InterpreterPool = "python=0,javascript=0" })
+	for _, lang := range []string{"python", "javascript"} {
+		t.Run(lang, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, text := range map[string]string{
+				"data.txt":                        "data of " + dir,
+				"khmod.py":                        "V = 'py-module'\n",
+				"khmod.js":                        "module.exports = 'cjs-module';\n",
+				"khesm.mjs":                       "export const v = 'es-module';\n",
+				"node_modules/khpkg/package.json": `{"name": "khpkg", "main": "index.js"}`,
+				"node_modules/khpkg/index.js":     "module.exports = 'package';\n",
+			} {
+				path := filepath.Join(dir, name)
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			body := fmt.Sprintf(`{"language": %q, "cwd": %q}`, lang, dir)
+			pooled.awaitPool(t, lang)
+			before := descendants(pooled.PluginPID())
+			pc := pooled.createContext(body)
+			pid, err := strconv.Atoi(strings.TrimSpace(stdout(pooled.run(map[string]any{"code": cwdPidProbes[lang], "context_id": pc.ID}))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := before[pid]; !ok {
+				t.Errorf("the context runs pid %d, which was not running before it was created (pooled: %v)", pid, before)
+			}
+			cc := cold.createContext(body)
+			if pc.Cwd != dir || cc.Cwd != dir {
+				t.Errorf("contexts' cwd %q (pooled), %q (cold), want %q", pc.Cwd, cc.Cwd, dir)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "khlate.py"), []byte("V = 'late'\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			probe := func(h *testHost, id string) string {
+				t.Helper()
+				lines := h.run(map[string]any{"code": cwdProbes[lang], "context_id": id})
+				noError(t, lines)
+				return stdout(lines)
+			}
+			want := probe(cold, cc.ID)
+			if got := probe(pooled, pc.ID); got != want {
+				t.Errorf("the pooled context prints\n%s\nthe cold one\n%s", got, want)
+			}
+			if !strings.HasPrefix(want, dir+"\ndata of "+dir+"\n"+dir+"\n") {
+				t.Errorf("the probe prints\n%s", want)
+			}
+		})
+	}
 }

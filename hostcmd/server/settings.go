@@ -311,7 +311,7 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.Interpreters.R }},
 	&row[string]{name: "java", def: "java", help: "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)", transport: "subprocess",
 		field: func(c *Config) *string { return &c.Interpreters.Java }},
-	&row[string]{name: "interpreter-pool", def: "python=1,javascript=1", help: "subprocess transport: ready interpreters kept per language for new contexts and restarts in the default cwd, as language=size pairs separated by commas (python=2,javascript=1,r=1); languages not named have none; python=0,javascript=0 turns them off", transport: "subprocess",
+	&row[string]{name: "interpreter-pool", def: "python=1,javascript=1", help: "subprocess transport: ready interpreters kept per language for new contexts and restarts (python, javascript and typescript in any cwd, others in the default cwd), as language=size pairs separated by commas (python=2,javascript=1,r=1); languages not named have none; python=0,javascript=0 turns them off", transport: "subprocess",
 		field: func(c *Config) *string { return &c.InterpreterPool }},
 	negated("kernel-cgroups", "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only", "subprocess",
 		func(c *Config) *bool { return &c.NoKernelCgroups }),

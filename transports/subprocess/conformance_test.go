@@ -1,7 +1,6 @@
 package subprocess
 
 import (
-	"context"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -43,26 +42,16 @@ func TestConformanceJava(t *testing.T) {
 	transporttest.Run(t, newTransport, transporttest.Java)
 }
 
-// pooledTransportForSuite is a Transport whose kernels all take pooled
-// interpreters: it keeps a pool of one for lang in a directory of the
-// test's, and starts every kernel there (the engine cases apply their cwd
-// with the engine's snippet, as after any start).
-type pooledTransportForSuite struct {
-	*Transport
-	dir string
-}
-
-func (p pooledTransportForSuite) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
-	spec.Cwd = p.dir
-	return p.Transport.StartKernel(ctx, spec)
-}
-
+// newPooledTransport returns Transports that keep a pool of one for lang,
+// started in a directory of the test's: every kernel of the suite starts in
+// a temporary directory of its own, so each takes a pooled interpreter moved
+// there on hand-out (when the pool has refilled by then; else it starts
+// cold, as a host's would).
 func newPooledTransport(lang string) func(t *testing.T) core.Transport {
 	return func(t *testing.T) core.Transport {
-		dir := t.TempDir()
-		tr := New(Options{PoolSizes: map[string]int{lang: 1}, PoolCwd: dir})
+		tr := New(Options{PoolSizes: map[string]int{lang: 1}, PoolCwd: t.TempDir()})
 		t.Cleanup(func() { _ = tr.Close() })
-		return pooledTransportForSuite{tr, dir}
+		return tr
 	}
 }
 
@@ -74,4 +63,9 @@ func TestConformancePythonPooled(t *testing.T) {
 func TestConformanceJavaScriptPooled(t *testing.T) {
 	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, newPooledTransport("javascript"), transporttest.JavaScript)
+}
+
+func TestConformanceTypeScriptPooled(t *testing.T) {
+	testkit.NeedCommand(t, "node", "nodejs")
+	transporttest.Run(t, newPooledTransport("typescript"), transporttest.TypeScript)
 }

@@ -19,9 +19,12 @@
 //     and Java (no JSON parser in base R or the JDK) a header line
 //     "<silent 0|1> <code bytes> <msg_id>" followed by the code. A javascript request may also carry
 //     "imports", "source_map" or "compile_error" (see TypeScript and ES
-//     modules).
+//     modules). A pooled python or node interpreter gets {"cwd": "<dir>"}
+//     when it is handed out (see Warm pool).
 //   - fd 4, messages (driver → host): one JSON core.Message per line. The
-//     first line is {"type":"kh_ready"}. A line may also hold a JSON array of
+//     first line is {"type":"kh_ready"}; a {"cwd"} record is answered by
+//     {"type":"kh_cwd"}, with "evalue" when the driver could not enter the
+//     directory. A line may also hold a JSON array of
 //     messages; an empty line is skipped. For every request the driver
 //     writes, in order: status busy and execute_input (not for silent
 //     requests) in one write, the outputs, execute_reply, status idle. A
@@ -220,15 +223,27 @@
 //
 // Options.PoolSizes keeps interpreters of a language started ahead of need
 // (pool.go; the host's -interpreter-pool, default python=1,
-// javascript=1): StartKernel and Restart of a kernel in Options.PoolCwd take
-// a ready one, which cuts a context's creation to the engine's set-up
-// request. A pooled interpreter is started exactly as a fresh one and is
-// never sent anything before it is handed out, so it carries no state, env
-// or cwd of anyone; the engine applies a context's cwd and env vars after the
-// hand-out, as after a cold start. Kernels in another cwd start cold (node
-// resolves require() from the directory it started in). The pool refills in
-// the background, replaces an interpreter that died while it waited, and
-// never makes a start wait longer than a cold one: an empty pool means a
-// cold start. Close kills the pooled interpreters; PoolStats reports them
-// and their memory (the plugin serves them in the host's /metrics).
+// javascript=1): StartKernel and Restart take a ready one, which cuts a
+// context's creation to the engine's set-up request. A pooled interpreter
+// starts in Options.PoolCwd exactly as a fresh one would and is sent nothing
+// before it is handed out, so it carries no state, env or cwd of anyone. A
+// python, javascript or typescript kernel in any other existing cwd takes it
+// too: on hand-out the transport sends the driver {"cwd": dir} and waits
+// for its kh_cwd; the driver chdirs, sets PWD, and re-derives what its start
+// took from its directory (node's require() of the cells; python's import
+// caches), so the kernel is as one started in dir: os.getcwd() and
+// process.cwd(), relative paths, children's cwd, import and require of
+// modules and node_modules there. The transport does this itself rather
+// than rely on the engine's cwd helper: a transport user other than the
+// engine gets the kernel it asked for, and the engine's kernel setup
+// request runs before its cwd helper. A cwd that does not exist fails as
+// without a pool. bash, R and java kernels take a pooled interpreter only in
+// PoolCwd (pool.go says why). Every interpreter, pooled or cold, starts
+// with PWD set to its cwd, not the host's. The engine applies a context's
+// env vars (and its cwd again) after the hand-out, as after a cold start.
+// The pool refills in the background, replaces an interpreter that died
+// while it waited, and never makes a start wait longer than a cold one: an
+// empty pool means a cold start. Close kills the pooled interpreters;
+// PoolStats reports them and their memory (the plugin serves them in the
+// host's /metrics).
 package subprocess

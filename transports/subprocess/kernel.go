@@ -218,11 +218,11 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	return nil
 }
 
-// startInterpreter takes a ready interpreter from the pool when one serves
-// the kernel's cwd, and otherwise starts one.
+// startInterpreter takes a ready interpreter from the pool when it serves
+// the kernel's cwd (moved there: see pool.go), and otherwise starts one.
 func (k *Kernel) startInterpreter(ctx context.Context) (*proc, error) {
-	if k.pool.serves(k.cwd) {
-		if p := k.pool.take(ctx, k); p != nil {
+	if k.pool.serves(k.lang, k.cwd) {
+		if p := k.pool.take(ctx, k, k.cwd); p != nil {
 			return p, nil
 		}
 	}

@@ -19,13 +19,26 @@ import (
 //
 //   - It starts exactly as a fresh one would (procSpec: the host's
 //     environment and the language's, a cgroup of its own) in the pool's cwd,
-//     and is never sent anything before it is handed out: it carries no
-//     state, env or cwd of any context or request. Per-request env vars and a
-//     context's cwd are the engine's snippets, applied after the hand-out as
-//     after a cold start.
-//   - It serves only kernels whose cwd is the pool's (the host's default
-//     cwd): an interpreter's start-up directory is not all a later chdir
-//     changes (node resolves require() from it), so another cwd starts cold.
+//     and is sent nothing before it is handed out but, on hand-out, the cwd
+//     of the kernel that took it: it carries no state, env or cwd of any
+//     context or request. Per-request env vars and a context's env are the
+//     engine's snippets, applied after the hand-out as after a cold start.
+//   - It serves a kernel in any cwd where its driver can be moved (python,
+//     javascript, typescript: language.enterCwd). Before the kernel gets it,
+//     take sends it the kernel's cwd, absolute, and waits for the driver's
+//     answer: the driver chdirs, sets PWD as a cold start's (pwdOf), and
+//     redoes what its start derived from the directory (python: import's
+//     directory caches; node: the cells' require(), which resolves from
+//     the directory node started in). So it behaves as one started there,
+//     for any user of the transport, not only for the engine, whose cwd
+//     helper comes after its kernel setup request. A directory that
+//     vanished in between fails the hand-out (the interpreter is killed)
+//     and the kernel starts cold, which reports the error a cold start
+//     always did. Other pools (off by default) serve only kernels in the
+//     pool's cwd: a cd leaves bash's OLDPWD (`cd -`) unlike a fresh
+//     start's; R's driver has no such record; a JVM cannot change its
+//     process's cwd (user.dir is a property; children and the JDK's file
+//     access use the process's).
 //   - Nothing waits on the pool for long: a kernel takes a ready interpreter,
 //     else one whose start is under way (it is no further from ready than a
 //     cold start would be), else starts cold. Many contexts created at once
@@ -93,9 +106,10 @@ func newPool(lang string, size int, cwd string, spec func() (procSpec, error)) *
 	return pl
 }
 
-// serves says whether the pool's interpreters may serve a kernel in cwd.
-func (pl *pool) serves(cwd string) bool {
-	return pl != nil && cleanCwd(cwd) == pl.cwd
+// serves says whether the pool's interpreters may serve a kernel of lang in
+// cwd: one in the pool's cwd, or anywhere the driver can be moved.
+func (pl *pool) serves(lang language, cwd string) bool {
+	return pl != nil && (cleanCwd(cwd) == pl.cwd || lang.enterCwd != nil)
 }
 
 func cleanCwd(cwd string) string {
@@ -105,11 +119,16 @@ func cleanCwd(cwd string) string {
 	return filepath.Clean(cwd)
 }
 
-// take hands out a pooled interpreter to owner: a ready one, else one still
-// starting (waited for within ctx). nil when there is none or it failed: the
-// caller starts one cold. Either way the pool refills in the background.
-func (pl *pool) take(ctx context.Context, owner *Kernel) *proc {
+// take hands out a pooled interpreter to owner, in cwd: a ready one, else
+// one still starting (waited for within ctx). nil when there is none or it
+// failed, or could not enter cwd: the caller starts one cold. Either way the
+// pool refills in the background.
+func (pl *pool) take(ctx context.Context, owner *Kernel, cwd string) *proc {
 	defer pl.refill()
+	dir, move, ok := pl.moveTo(cwd)
+	if !ok {
+		return nil
+	}
 	for {
 		s := pl.claim()
 		if s == nil {
@@ -125,11 +144,36 @@ func (pl *pool) take(ctx context.Context, owner *Kernel) *proc {
 		if s.err != nil {
 			return nil // the pool's starts fail: a cold start says why
 		}
+		if move {
+			if err := s.p.enterCwd(ctx, dir); err != nil {
+				// Gone, or it died (a cold start says why it cannot start
+				// there): it is not handed out.
+				s.p.kill()
+				return nil
+			}
+		}
 		if s.p.adopt(owner) {
 			return s.p
 		}
 		s.p.kill() // it died while it waited, and its watcher had not seen it yet
 	}
+}
+
+// moveTo says whether a pooled interpreter must be moved to serve a kernel
+// in cwd, and into which directory: cwd made absolute (the interpreter's
+// own cwd is the pool's, not the host's, to resolve a relative one), the
+// same path a cold start's PWD gets (pwdOf). ok is false when the kernel
+// starts cold instead: a kernel without a cwd (the host's directory) from a
+// pool with one keeps the host's PWD, which a move could not give back.
+func (pl *pool) moveTo(cwd string) (dir string, move, ok bool) {
+	cwd = cleanCwd(cwd)
+	if cwd == pl.cwd {
+		return "", false, true
+	}
+	if dir = pwdOf(cwd); dir == "" {
+		return "", false, false
+	}
+	return dir, true, true
 }
 
 // claim takes the first ready slot out of the pool, else the oldest one still

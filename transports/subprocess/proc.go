@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -73,6 +74,9 @@ type proc struct {
 	ready    chan error  // the start's outcome, one value
 	isReady  atomic.Bool // the driver said kh_ready
 	gone     atomic.Bool // the driver is gone (exited or killed)
+	// cwdAck carries the driver's answer to a hand-out's cwd record
+	// (enterCwd): "" when it entered the directory, else why not.
+	cwdAck chan string
 	// adoptMu orders a pooled interpreter's hand-out (adopt) against its
 	// death (driverGone): it is handed out alive, and then its owner hears
 	// of its death, or it is not handed out at all.
@@ -155,6 +159,7 @@ func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err 
 		waitDone: make(chan struct{}),
 		pumpDone: make(chan struct{}),
 		ready:    make(chan error, 1),
+		cwdAck:   make(chan string, 1),
 		drainBuf: make([]byte, 64<<10),
 		tickFD:   -1,
 	}
@@ -259,12 +264,15 @@ func (p *proc) launch(child []*os.File) (err error) {
 	s := p.spec
 	cmd := exec.Command(s.lang.path, s.lang.args...)
 	cmd.Dir = s.cwd
-	cmd.Env = s.env
+	cmd.Env = slices.Clip(s.env)
+	if pwd := pwdOf(s.cwd); pwd != "" {
+		cmd.Env = append(cmd.Env, "PWD="+pwd)
+	}
 	cmd.ExtraFiles = []*os.File{child[0], child[1]} // fd 3, fd 4
 	cmd.Stdout, cmd.Stderr = child[2], child[3]
 	if len(child) > 4 { // the tick pipe: fd 5, named to the driver
 		cmd.ExtraFiles = append(cmd.ExtraFiles, child[4])
-		cmd.Env = append(slices.Clip(s.env), tickFDEnv+"=5")
+		cmd.Env = append(cmd.Env, tickFDEnv+"=5")
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if s.cgroups {
@@ -289,6 +297,24 @@ func (p *proc) launch(child []*os.File) (err error) {
 	p.cmd = cmd
 	p.pid = cmd.Process.Pid
 	return nil
+}
+
+// pwdOf is the PWD an interpreter in cwd gets: cwd made absolute, as a shell
+// or exec.Cmd with the default environment sets it, not the host's own PWD,
+// which names another directory; "" (no cwd: the host's) keeps the host's.
+// A pooled interpreter moved on hand-out gets the same (pool.moveTo, the
+// drivers' cwd record), so PWD never tells a pooled interpreter from a cold
+// one, whether the interpreter reads it (a pyenv shim is a bash script,
+// which resets a PWD that names another directory) or not.
+func pwdOf(cwd string) string {
+	if cwd == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(cwd)
+	if err != nil {
+		return ""
+	}
+	return abs
 }
 
 // awaitReady waits for the driver's kh_ready, or for it to fail; on failure
@@ -353,6 +379,32 @@ func (p *proc) adopt(k *Kernel) bool {
 	}
 	p.owner.Store(k)
 	return true
+}
+
+// enterCwd moves a pooled interpreter, not handed out yet, into dir: the
+// driver chdirs and redoes what its start derived from the directory it
+// started in (driver.py, driver.js), then answers kh_cwd. An error when it
+// could not (the directory went away since StartKernel checked it), died,
+// or ctx ended; the caller then kills it.
+func (p *proc) enterCwd(ctx context.Context, dir string) error {
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = p.reqW.SetWriteDeadline(deadline)
+	}
+	if _, err := p.reqW.Write(p.spec.lang.enterCwd(dir)); err != nil {
+		return fmt.Errorf("send the cwd record: %w", err)
+	}
+	_ = p.reqW.SetWriteDeadline(time.Time{})
+	select {
+	case why := <-p.cwdAck:
+		if why != "" {
+			return fmt.Errorf("enter %q: %s", dir, why)
+		}
+		return nil
+	case <-p.pumpDone:
+		return errors.New("the interpreter died")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // kill SIGKILLs the interpreter and every descendant (killAll) and waits
@@ -810,6 +862,13 @@ func (p *proc) parse(msgs []core.Message, line []byte) []core.Message {
 		if m.Type == "kh_ready" {
 			if !p.isReady.Swap(true) {
 				p.ready <- nil
+			}
+			continue
+		}
+		if m.Type == "kh_cwd" {
+			select {
+			case p.cwdAck <- m.EValue:
+			default: // one record, one answer: a second is a driver bug, dropped
 			}
 			continue
 		}

@@ -33,9 +33,11 @@ type Options struct {
 	// pool.go, ParsePoolSizes); nil or 0: none, every
 	// kernel starts its interpreter cold. Close kills them.
 	PoolSizes map[string]int
-	// PoolCwd is where pooled interpreters start; only kernels started in
-	// it take one. The host passes its default cwd. "" is this process's
-	// directory.
+	// PoolCwd is where pooled interpreters start. The host passes its
+	// default cwd. "" is this process's directory. A python, javascript or
+	// typescript kernel in another cwd takes a pooled interpreter too, moved
+	// there on hand-out (see pool.go); other languages' pools serve only
+	// kernels in PoolCwd.
 	PoolCwd string
 }
 
@@ -75,6 +77,10 @@ type language struct {
 	// ticks: the driver reads flush ticks on fd 5 (see proc.startTicks and
 	// doc.go, "Output coalescing").
 	ticks bool
+	// enterCwd, when set, frames the record that moves a pooled interpreter
+	// into a kernel's cwd on hand-out; the driver answers kh_cwd (see
+	// proc.enterCwd). Without it a pool serves only kernels in its own cwd.
+	enterCwd func(dir string) []byte
 }
 
 // New returns a Transport for the interpreters of opts that exist on this
@@ -102,12 +108,12 @@ func New(opts Options) *Transport {
 		missing: map[string]string{},
 	}
 	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
-	t.add("python", opts.Python, "python3", language{args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true})
+	t.add("python", opts.Python, "python3", language{args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true, enterCwd: encodeEnterCwd})
 	t.add("bash", opts.Bash, "bash", language{args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true})
 	// typescript runs on the same driver: the host compiles each cell (see
 	// jscell.go), so node is all either needs.
-	t.add("javascript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeJavaScript, interrupt: encodeInterrupt})
-	t.add("typescript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeTypeScript, interrupt: encodeInterrupt})
+	t.add("javascript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeJavaScript, interrupt: encodeInterrupt, enterCwd: encodeEnterCwd})
+	t.add("typescript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeTypeScript, interrupt: encodeInterrupt, enterCwd: encodeEnterCwd})
 	// R keeps a SIGINT that lands while it reads fd 3 pending and the driver
 	// drops it once the request is read (see driver.R): the resends cover an
 	// interrupt sent just before the code started.
@@ -297,6 +303,15 @@ func encodeInterrupt(msgID string) []byte {
 	b, _ := json.Marshal(struct {
 		Interrupt string `json:"interrupt"`
 	}{msgID}) // a struct of one string always marshals
+	return append(b, '\n')
+}
+
+// encodeEnterCwd frames the hand-out record of the python and node drivers:
+// {"cwd": dir}.
+func encodeEnterCwd(dir string) []byte {
+	b, _ := json.Marshal(struct {
+		Cwd string `json:"cwd"`
+	}{dir}) // a struct of one string always marshals
 	return append(b, '\n')
 }
 

@@ -196,9 +196,12 @@ for (const name of ['stdout', 'stderr']) {
   };
 }
 
-// require() resolves relative to the cwd, as in a REPL.
-const userRequire = Module.createRequire(path.join(process.cwd(), '<cell>'));
-const sandbox = { console: userConsole, require: userRequire, module: { exports: {} } };
+// require() resolves relative to the directory the interpreter started in,
+// as in a REPL (enterCwd moves that for a pooled interpreter).
+function newUserRequire() {
+  return Module.createRequire(path.join(process.cwd(), '<cell>'));
+}
+const sandbox = { console: userConsole, require: newUserRequire(), module: { exports: {} } };
 // Copy the host's globals (fetch, Buffer, timers, ...) as descriptors, so
 // lazy getters of deprecated or experimental ones are not triggered.
 for (const name of Object.getOwnPropertyNames(globalThis)) {
@@ -375,6 +378,26 @@ async function execute(req) {
   parent = '';
 }
 
+// A pooled interpreter starts in the pool's directory. The host hands it to
+// a context in another by sending {"cwd": dir} on fd 3 before any request
+// (../pool.go); the driver answers kh_cwd, with evalue when it could not
+// enter dir (an absolute path). Then it is as if started there:
+// process.chdir moves import() (node resolves a cell's import() from
+// process.cwd() at each call) and child processes; PWD is dir, as the host
+// gives a cold start; the cells' require is made anew from dir, as the
+// start made it from the directory node started in.
+function enterCwd(dir) {
+  try {
+    process.chdir(dir);
+  } catch (e) {
+    emit({ type: 'kh_cwd', evalue: String((e && e.message) || e) });
+    return;
+  }
+  process.env.PWD = dir;
+  sandbox.require = newUserRequire();
+  emit({ type: 'kh_cwd' });
+}
+
 // settled awaits promise; an interrupt rejects it at once (see onInterrupt).
 function settled(promise) {
   return new Promise((resolve, reject) => {
@@ -399,6 +422,7 @@ reqs.on('data', (chunk) => {
     if (!line) continue;
     const req = JSON.parse(line);
     if ('interrupt' in req) onInterrupt(req.interrupt);
+    else if ('cwd' in req) queue = queue.then(() => enterCwd(req.cwd));
     else queue = queue.then(() => execute(req));
   }
 });

@@ -849,6 +849,29 @@ def _run_helper(code):
     exec(compile(code, "<silent>", "exec"), {"__builtins__": _helper_builtins})
 
 
+# A pooled interpreter starts in the pool's directory. The host hands it to
+# a context in another by sending {"cwd": dir} on fd 3 before any request
+# (../pool.go); the driver answers kh_cwd, with evalue when it could not
+# enter dir (an absolute path). Then it is as if started there: os.chdir
+# moves import (-c put '' first on sys.path, which import resolves to the
+# cwd at each lookup) and child processes; PWD is dir, as the host gives a
+# cold start; invalidate_caches drops what import's finders know of
+# directories (a FileFinder keeps a directory's listing until its mtime
+# changes: a module written in the same tick as the listing would not be
+# found).
+def _enter_cwd(path):
+    try:
+        os.chdir(path)
+    except (OSError, TypeError, ValueError) as exc:
+        _emit({"type": "kh_cwd", "evalue": str(exc) or type(exc).__name__})
+        return
+    os.environ["PWD"] = path
+    import importlib
+
+    importlib.invalidate_caches()
+    _emit({"type": "kh_cwd"})
+
+
 def _has_await(node):
     return any(isinstance(n, ast.Await) for n in ast.walk(node))
 
@@ -967,7 +990,11 @@ def _main():
             _flush_output()  # what threads printed since the last request
             return
         try:
-            _execute(json.loads(line))
+            req = json.loads(line)
+            if "cwd" in req:
+                _enter_cwd(req["cwd"])
+            else:
+                _execute(req)
         except KeyboardInterrupt:
             # Landed in the driver's own code after user code ended; the
             # request already has its reply or gets none: keep serving.
