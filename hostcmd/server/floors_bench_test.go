@@ -131,17 +131,25 @@ func postCountLines(b *testing.B, h *testHost, body []byte) int {
 // Each context is deleted after it is timed. pooled: the transport keeps a
 // warm pool of one python interpreter (the default of the plugin), and each
 // timed start waits, untimed, until the pool has refilled; cold: no pool.
+// The -owncwd variants create each context in a directory of its own (the
+// SDK's createCodeContext({cwd})), not the default cwd the pool starts in:
+// the pooled interpreter is moved there on hand-out.
 func BenchmarkFloorContextStart(b *testing.B) {
-	for _, pooled := range []bool{true, false} {
-		name := "cold"
-		if pooled {
-			name = "pooled"
+	for _, ownCwd := range []bool{false, true} {
+		for _, pooled := range []bool{true, false} {
+			name := "cold"
+			if pooled {
+				name = "pooled"
+			}
+			if ownCwd {
+				name += "-owncwd"
+			}
+			b.Run(name, func(b *testing.B) { floorContextStart(b, pooled, ownCwd) })
 		}
-		b.Run(name, func(b *testing.B) { floorContextStart(b, pooled) })
 	}
 }
 
-func floorContextStart(b *testing.B, pooled bool) {
+func floorContextStart(b *testing.B, pooled, ownCwd bool) {
 	var tr *subprocess.Transport
 	h := startHost(b, func(c *server.Config) {
 		opts := subprocess.Options{Python: floorPython(), Node: "node"}
@@ -152,12 +160,20 @@ func floorContextStart(b *testing.B, pooled bool) {
 		c.Transport = tr
 	})
 	b.Cleanup(func() { _ = tr.Close() })
+	body := `{"language":"python"}`
+	if ownCwd {
+		cwd, err := json.Marshal(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		body = `{"language":"python","cwd":` + string(cwd) + `}`
+	}
 	start := func() time.Duration {
 		if pooled {
 			awaitPoolReady(b, tr)
 		}
 		t0 := time.Now()
-		status, text := h.do("POST", "/contexts", `{"language":"python"}`)
+		status, text := h.do("POST", "/contexts", body)
 		d := time.Since(t0)
 		if status != 200 && status != 201 {
 			b.Fatalf("POST /contexts: %d %s", status, text)
