@@ -16,8 +16,8 @@ import (
 	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
-// rawDriver is driver.py run over its fd-3/4 pipes without the Kernel: the
-// floor the transport is measured against.
+// rawDriver is driver.py run over its pipes without the Kernel (requests on
+// fd 3, messages framed in fd 1): the floor the transport is measured against.
 type rawDriver struct {
 	reqW *os.File
 	rd   *bufio.Reader
@@ -40,7 +40,12 @@ func startRawDriver(b *testing.B) *rawDriver {
 	}
 	cmd := exec.Command("python3", "-c", driverPython)
 	cmd.Dir = b.TempDir()
-	cmd.ExtraFiles = []*os.File{reqR, msgW, tickR}
+	holdR, holdW, err := os.Pipe() // fd 4: held open by the driver, never written
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.ExtraFiles = []*os.File{reqR, holdW, tickR}
+	cmd.Stdout = msgW
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", tickFDEnv+"=5")
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -48,7 +53,15 @@ func startRawDriver(b *testing.B) *rawDriver {
 	reqR.Close()
 	msgW.Close()
 	tickR.Close()
-	b.Cleanup(func() { reqW.Close(); tickW.Close(); cmd.Process.Kill(); cmd.Wait(); msgR.Close() })
+	holdW.Close()
+	b.Cleanup(func() {
+		reqW.Close()
+		tickW.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		msgR.Close()
+		holdR.Close()
+	})
 	d := &rawDriver{reqW: reqW, rd: bufio.NewReader(msgR)}
 	if _, err := d.rd.ReadBytes('\n'); err != nil { // kh_ready
 		b.Fatal(err)
@@ -56,7 +69,8 @@ func startRawDriver(b *testing.B) *rawDriver {
 	return d
 }
 
-// roundTrip sends one request and reads fd 4 up to its status idle.
+// roundTrip sends one request and reads fd 1 up to its status idle (each
+// frame holds whole JSON lines).
 func (d *rawDriver) roundTrip(b *testing.B, id, code string) {
 	if _, err := d.reqW.WriteString(`{"msg_id":"` + id + `","code":"` + code + `"}` + "\n"); err != nil {
 		b.Fatal(err)

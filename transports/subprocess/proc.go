@@ -94,6 +94,9 @@ type proc struct {
 	opened   string         // the request whose busy was delivered
 	held     []core.Message // fd-1/2 output of a request that has not opened yet
 	drainBuf []byte         // the pump's buffer for drains
+	// frameReader, for python, reads the driver's messages out of fd 1
+	// (frames.go); nil for the drivers that write them to fd 4.
+	frameReader *frameReader
 
 	// The flush ticks (startTicks), for a driver that reads them.
 	tickMu    sync.Mutex
@@ -109,6 +112,7 @@ type stream struct {
 	fd      int
 	partial []byte // an incomplete UTF-8 sequence left over from the last read
 	eof     bool
+	framed  bool // fd 1 of a driver that writes its messages into it (frames.go)
 }
 
 // pipe returns a close-on-exec pipe whose read end is non-blocking.
@@ -165,6 +169,7 @@ func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err 
 	}
 	p.owner.Store(owner)
 	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
+	p.streams[0].framed = spec.lang.framed
 	childEnds, err := p.openPipes()
 	defer func() {
 		for _, f := range childEnds {
@@ -273,6 +278,14 @@ func (p *proc) launch(child []*os.File) (err error) {
 	if len(child) > 4 { // the tick pipe: fd 5, named to the driver
 		cmd.ExtraFiles = append(cmd.ExtraFiles, child[4])
 		cmd.Env = append(cmd.Env, tickFDEnv+"=5")
+	}
+	if s.lang.framed {
+		fr, env, err := newFrameReader()
+		if err != nil {
+			return fmt.Errorf("start %s kernel: %w", s.langName, err)
+		}
+		p.frameReader = fr
+		cmd.Env = append(cmd.Env, env)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if s.cgroups {
@@ -585,19 +598,30 @@ func (p *proc) readOnce(s *stream, buf []byte, closing bool) (n int, done, more 
 	}
 	n, err := unix.Read(s.fd, buf)
 	switch {
+	case n > 0 && s.framed:
+		// fd 2 first: what a child wrote there before this reached fd 1
+		// (os.system('echo E >&2'); print('q')) comes before it.
+		return n, !p.drainStream(&p.streams[1], false) || !p.frames(s, buf[:n]), true
 	case n > 0:
 		return n, !p.stream(s, buf[:n], false), true
 	case err == unix.EINTR:
 		return 0, false, true
 	case err == unix.EAGAIN:
+		// The pipe is empty: what frames held back is text (frames.go).
+		if s.framed && !p.flushFramePending(s) {
+			return 0, true, false
+		}
 		if closing && len(s.partial) > 0 {
 			return 0, !p.stream(s, nil, true), false
 		}
 		return 0, false, false
 	}
 	s.eof = true // EOF, or an error that will not go away
+	if s.framed {
+		p.flushFramePending(s) // a false here (stopped) ends the stream all the same
+	}
 	if len(s.partial) > 0 {
-		p.stream(s, nil, true) // a false here (stopped) ends the stream all the same
+		p.stream(s, nil, true)
 	}
 	return 0, true, false
 }
@@ -607,21 +631,19 @@ func (p *proc) readOnce(s *stream, buf []byte, closing bool) (n int, done, more 
 // incomplete UTF-8 left over. Called with mu held; false when the kernel
 // stopped this process.
 func (p *proc) drain(closing bool) bool {
-	for i := range p.streams {
-		s := &p.streams[i]
-		for total := 0; total < drainLimit; {
-			n, done, more := p.readOnce(s, p.drainBuf, closing)
-			if done {
-				if !s.eof {
-					return false // stopped
-				}
-				break
-			}
-			if !more {
-				break
-			}
-			total += n
+	return p.drainStream(&p.streams[0], closing) && p.drainStream(&p.streams[1], closing)
+}
+
+func (p *proc) drainStream(s *stream, closing bool) bool {
+	for total := 0; total < drainLimit; {
+		n, done, more := p.readOnce(s, p.drainBuf, closing)
+		if done {
+			return s.eof // false: stopped
 		}
+		if !more {
+			break
+		}
+		total += n
 	}
 	return true
 }
@@ -784,23 +806,39 @@ func (p *proc) handle(msgs []core.Message, final bool) bool {
 	// A request's opening messages go first: the fd-1/2 output now in the
 	// pipes may have been written after them. Everything else waits for the
 	// drain, so no output written before it comes after it.
-	i := 0
-	for ; i < len(msgs) && opensRequest(msgs[i]); i++ {
-		if !p.deliver(msgs[i]) {
-			return false
-		}
-	}
-	if !p.flushHeld() {
-		return false
-	}
-	if !p.drain(final) {
+	rest, ok := p.deliverOpening(msgs)
+	if !ok || !p.drain(final) {
 		return false
 	}
 	if final {
 		p.closing = true // nothing read from fd 1/2 after this is delivered
 	}
-	for ; i < len(msgs); i++ {
+	return p.deliverAll(rest)
+}
+
+// handleFrame delivers a batch of messages framed in fd 1 (frames.go): in
+// their place among the prints already, so only fd 2 is drained first.
+// Called with mu held; false when the kernel stopped this process.
+func (p *proc) handleFrame(msgs []core.Message) bool {
+	rest, ok := p.deliverOpening(msgs)
+	return ok && p.drainStream(&p.streams[1], false) && p.deliverAll(rest)
+}
+
+// deliverOpening delivers the request-opening messages at the start of msgs
+// and the output held for that request, and returns the rest of msgs.
+func (p *proc) deliverOpening(msgs []core.Message) (rest []core.Message, ok bool) {
+	i := 0
+	for ; i < len(msgs) && opensRequest(msgs[i]); i++ {
 		if !p.deliver(msgs[i]) {
+			return nil, false
+		}
+	}
+	return msgs[i:], p.flushHeld()
+}
+
+func (p *proc) deliverAll(msgs []core.Message) bool {
+	for _, m := range msgs {
+		if !p.deliver(m) {
 			return false
 		}
 	}
@@ -1037,12 +1075,33 @@ func (p *proc) stream(s *stream, data []byte, final bool) bool {
 	if parent == "" {
 		return true
 	}
-	m := core.Message{ParentID: parent, Type: core.MsgStream, Name: s.name, Text: string(b)}
+	m := core.Message{ParentID: parent, Type: core.MsgStream, Name: s.name, Text: validUTF8(b)}
 	if parent != p.opened && len(p.held) < 1024 {
 		p.held = append(p.held, m)
 		return true
 	}
 	return p.emit(m)
+}
+
+// validUTF8 is b as a string with each byte that is not UTF-8 replaced by
+// U+FFFD, as encoding/json would write it and as Python's print writes
+// undecodable bytes.
+func validUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var out strings.Builder
+	out.Grow(len(b) + 8)
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size == 1 {
+			out.WriteRune(utf8.RuneError)
+		} else {
+			out.Write(b[:size])
+		}
+		b = b[size:]
+	}
+	return out.String()
 }
 
 // incompleteTail returns how many bytes at the end of b start a UTF-8

@@ -81,6 +81,9 @@ type language struct {
 	// into a kernel's cwd on hand-out; the driver answers kh_cwd (see
 	// proc.enterCwd). Without it a pool serves only kernels in its own cwd.
 	enterCwd func(dir string) []byte
+	// framed: the driver writes its messages into fd 1 as frames, among
+	// its prints, instead of to fd 4 (frames.go).
+	framed bool
 }
 
 // New returns a Transport for the interpreters of opts that exist on this
@@ -108,7 +111,7 @@ func New(opts Options) *Transport {
 		missing: map[string]string{},
 	}
 	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
-	t.add("python", opts.Python, "python3", language{args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true, enterCwd: encodeEnterCwd})
+	t.add("python", opts.Python, "python3", language{args: []string{"-c", driverPython}, env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true, framed: true, enterCwd: encodeEnterCwd})
 	t.add("bash", opts.Bash, "bash", language{args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true})
 	// typescript runs on the same driver: the host compiles each cell (see
 	// jscell.go), so node is all either needs.

@@ -1,25 +1,22 @@
 # kernelhost subprocess driver for Python.
 #
-# Protocol (see ../doc.go): requests arrive on fd 3 as one JSON object per line
-# {"msg_id": str, "code": str, "silent": bool}; messages leave on fd 4 as one
-# JSON core.Message per line. print and sys.stdout/sys.stderr go out as
-# stream messages on fd 4 too, so everything this process writes keeps its
-# order; output written to fd 1/2 directly (os.system, child processes, C
-# code) is forwarded by the host, which drains fd 1/2 before each fd-4 read
-# it hands on, so none comes after a later message.
+# Protocol (see ../doc.go and ../frames.go): requests arrive on fd 3 as one
+# JSON object per line {"msg_id": str, "code": str, "silent": bool}. print
+# and sys.stdout write to fd 1 as in a plain interpreter, and the driver's
+# messages (status, stderr text, display, result, error, reply: JSON lines)
+# go into fd 1 too, as frames between the prints, so one pipe keeps them all
+# in the order they were written, child processes' output included. fd 4 is
+# held open and never written: the host sees this process end when it closes.
 import _thread
 import ast
 import base64
 import builtins
 import codecs
-import collections
 import fcntl
 import inspect
 import io
-import itertools
 import json
 import linecache
-import operator
 import os
 import re
 import signal
@@ -30,7 +27,7 @@ import time
 import traceback
 import types
 
-REQ_FD, MSG_FD = 3, 4
+REQ_FD, MSG_FD, OUT_FD = 3, 4, 1
 # Children (os.system, subprocess) must not inherit the protocol channel: a
 # grandchild holding fd 4 would keep the host from seeing the driver die.
 os.set_inheritable(REQ_FD, False)
@@ -46,17 +43,28 @@ _quote = json.encoder.encode_basestring_ascii  # the C quoting json.dumps uses
 
 # Output.
 #
-# print and sys.stdout.write run in C, as in a plain interpreter: sys.stdout
-# is an io.TextIOWrapper over an io.BufferedWriter over _StdoutRaw, whose
-# write is called once per flush of the buffer, not once per print, and
-# sends what it is given as one stream message. So a loop of prints costs
-# about what printing into a file costs.
+# print and sys.stdout.write run in C, as in a plain interpreter writing to a
+# pipe: sys.stdout is an io.TextIOWrapper over a 64 KiB io.BufferedWriter
+# over an io.FileIO on fd 1. No Python code runs per print or per flush, so
+# a loop of prints costs what printing into a file costs; the host makes
+# each read of fd 1 a stream message. (Before, a raw writer of the driver's
+# own made a JSON message of each flush, on fd 4: 200,000 prints took 1.7x
+# the floor, now 1.1-1.3x; docs/benchmarks.md.)
 #
-# sys.stderr is a TextIOWrapper too, but each of its writes reaches
-# _StderrRaw.write, which first flushes stdout and then queues the text in
-# _err; _err leaves ahead of anything else written to fd 4 (_write_msgs). So
-# stdout and stderr keep the order they were written in, and a run of
-# stderr writes still leaves as one message. (stderr is rarely a hot path.)
+# Every message of the driver is written into fd 1 as well, as frames
+# (_write_msgs; ../frames.go has the layout), after a flush of stdout: the
+# pipe keeps the order of prints, messages and child processes' output,
+# and the host reads it in that order. sys.stderr is a TextIOWrapper whose
+# every write reaches _StderrRaw.write, which sends it as a stream message
+# at once: a message queued for later would let a print written after it
+# reach the pipe first. One exception, so that print(x, file=sys.stderr),
+# which writes x and then "\n", leaves as one message: text that does not
+# end a line is held (_err_held) until the next stderr write, the next
+# message or flush of the driver (_flush_output), or the next tick. A print
+# that user code itself flushes (flush=True, sys.stdout.flush()) within
+# that time, or 64 KiB of prints, can overtake held text. (stderr is
+# rarely a hot path; the host merges the messages of a burst it reads at
+# once.)
 #
 # Output is sent before any other message of the driver (_send: display,
 # result, error, reply), before a child process starts (_on_audit), on
@@ -74,22 +82,22 @@ _quote = json.encoder.encode_basestring_ascii  # the C quoting json.dumps uses
 # send ticks, a driver run by hand) the cell's start wakes the flusher,
 # which then flushes every _FLUSH_DELAY itself (_wake_flusher).
 _write_lock = threading.Lock()
-_err = collections.deque()  # (parent_id, text) of each stderr write not sent yet
-_err_chars = 0  # about how many characters _err holds (threads may race on it)
-_err_at = 0.0  # when the last of _err was written
-_clock = time.monotonic
 _FLUSH_BYTES = 1 << 16
-_err_flush_chars = _FLUSH_BYTES  # 0 in a forked child, which has no flusher thread: it sends each write
 _FLUSH_DELAY = 0.002  # seconds
 _FLUSHER_IDLE = 1.0  # seconds without a cell after which the flusher thread ends
-_flusher_go = threading.Event()  # set while the flusher thread has work: a cell runs, or stderr is queued
+_flusher_go = threading.Event()  # set while the flusher thread has work: a cell runs
 _flusher_lock = threading.Lock()
 _flusher_thread = None
 _fork_guard = threading.Lock()  # held by the flusher while it flushes, and by a fork
 
 
+def _take_env(name):
+    value = os.environ.pop(name, None)  # user code and its children do not see it
+    return value
+
+
 def _take_tick_fd():
-    fd = os.environ.pop("KH_TICK_FD", None)  # user code and its children do not see it
+    fd = _take_env("KH_TICK_FD")
     if fd is None:
         return None
     fd = int(fd)
@@ -98,71 +106,74 @@ def _take_tick_fd():
 
 
 _tick_fd = _take_tick_fd()  # None: no ticks, the flusher keeps the time
-_STDOUT_HEAD = '{"type":"stream","name":"stdout","parent_id":'
+# A frame: mark, kind ('.' the last piece of a batch, '+' more to come), the
+# payload's length in 4 hex digits, the payload. Each is one write of at
+# most PIPE_BUF (4096) bytes, which no other writer of the pipe can cut.
+_FRAME_MARK = b"\x1ekh" + (_take_env("KH_FRAME_MARK") or "0" * 16).encode()
+_FRAME_PAYLOAD = 4096 - len(_FRAME_MARK) - 5
 _STDERR_HEAD = '{"type":"stream","name":"stderr","parent_id":'
+_err_held = None  # (parent_id, text): stderr text that does not end a line, not sent yet
+_hold_err = True  # False in a forked child, which has no flusher thread to send held text
 
 
 def _write_msgs(data):
-    """Write data, whole JSON lines, to fd 4, after the stderr output queued before it."""
+    """Write data, whole JSON lines, into fd 1 as frames."""
+    write, mark, size = os.write, _FRAME_MARK, _FRAME_PAYLOAD
     with _write_lock:
-        if _err:
-            data = _take_err() + data
-        view = memoryview(data)
-        while view:
-            view = view[os.write(MSG_FD, view) :]
-
-
-def _take_err():
-    """The stream messages of the text in _err, which it empties (under _write_lock)."""
-    global _err_chars
-    popleft = _err.popleft
-    # len(_err), not until empty: a thread may keep writing.
-    writes = [popleft() for _ in range(len(_err))]
-    _err_chars = 0
-    return "".join(
-        _STDERR_HEAD + _quote(parent) + ',"text":' + _quote("".join(map(_text_of, run))) + "}\n"
-        for parent, run in itertools.groupby(writes, _parent_of)
-    ).encode()
-
-
-_parent_of = operator.itemgetter(0)
-_text_of = operator.itemgetter(1)
+        for at in range(0, max(len(data), 1), size):
+            piece = data[at : at + size]
+            kind = b"." if at + size >= len(data) else b"+"
+            frame = b"%s%s%04x%s" % (mark, kind, len(piece), piece)
+            while frame:  # a pipe takes it whole; a file might not
+                frame = frame[write(OUT_FD, frame) :]
 
 
 def _flush_output():
-    """Send all the output not sent yet, in the order it was written."""
+    """Send the output not sent yet, in the order it was written: held stderr
+    text first (stdout was flushed when it was written)."""
+    if _err_held is not None:
+        _send_held_err()
     try:
-        _stdout.flush()  # stdout's buffer, after the stderr queued before it
+        _stdout.flush()
     except ValueError:  # user code closed sys.stdout: give the cells after a new one
         _open_stdout()
-    if _err:
-        _write_msgs(b"")
+
+
+def _stderr_msg(parent, text):
+    # parent_id "" (a thread writing between requests): the host gives it
+    # the running request's id, or drops it.
+    return (_STDERR_HEAD + _quote(parent) + ',"text":' + _quote(text) + "}\n").encode()
+
+
+def _send_held_err():
+    global _err_held
+    held, _err_held = _err_held, None
+    if held is not None:
+        _write_msgs(_stderr_msg(*held))
 
 
 def _send(data):
-    """Write data, whole JSON lines, to fd 4, after all the output written before it."""
+    """Write data, whole JSON lines, to the host, after all the output written before it."""
     _raise_held()
     _flush_output()
     _write_msgs(data)
 
 
 def _emit(*msgs):
-    # Several messages go out in one write: the host reads fd 1/2 between
-    # reads of fd 4, so busy and execute_input must arrive together.
+    # Several messages go out in one batch: one wake-up of the host.
     _send("".join(json.dumps(m) + "\n" for m in msgs).encode())
 
 
-class _StreamRaw(io.RawIOBase):
-    """The bottom of sys.stdout or sys.stderr: bytes in, stream messages out."""
+class _StderrRaw(io.RawIOBase):
+    """The bottom of sys.stderr: bytes in, stream messages out."""
 
     # A class attribute, not IOBase's property: TextIOWrapper asks on every
     # write, and a lookup is cheaper than a call. Closing is refused instead
     # (close).
     closed = False
+    name = "<stderr>"
 
-    def __init__(self, name, fd):
-        self.name = "<%s>" % name
-        self._fd = fd
+    def __init__(self):
         # Whole characters only: a sequence split over two writes (a write
         # to .buffer) is held until it is complete; invalid bytes become U+FFFD.
         self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
@@ -171,45 +182,28 @@ class _StreamRaw(io.RawIOBase):
         return True
 
     def fileno(self):
-        return self._fd
+        return 2
 
     def isatty(self):
         return False
 
-
-class _StdoutRaw(_StreamRaw):
     def write(self, b):
+        global _err_held
         _raise_held()
         text = self._decode(b)
-        if text:
-            try:
-                _write_msgs((_STDOUT_HEAD + _quote(_parent) + ',"text":' + _quote(text) + "}\n").encode())
-            except OSError:  # the host closed fd 4: nobody reads the output any more
-                pass
-        return len(b)
-
-
-class _StderrRaw(_StreamRaw):
-    def write(self, b):
-        global _err_chars, _err_at
-        _raise_held()
+        if not text:
+            return len(b)
+        held, parent = _err_held, _parent
         try:
-            _stdout.flush()  # what stdout holds was written before
-        except ValueError:
+            if held is not None and held[0] == parent:
+                _err_held, text = None, held[1] + text
+            if text[-1] != "\n" and _hold_err:
+                _flush_output()  # what stdout holds was written before
+                _err_held = (parent, text)
+            else:
+                _send(_stderr_msg(parent, text))
+        except OSError:  # the host closed fd 1: nobody reads the output any more
             pass
-        text = self._decode(b)
-        if text:
-            # parent_id "" (a thread writing between requests): the host
-            # gives it the running request's id, or drops it.
-            _err.append((_parent, text))
-            _err_chars += len(text)
-            _err_at = _clock()
-            if _err_chars >= _err_flush_chars:
-                _write_msgs(b"")
-            elif _tick_fd is None and not _flusher_go.is_set():
-                _wake_flusher()
-            # With ticks, the next tick or the end of the cell sends it
-            # (between cells, the next cell's first message).
         return len(b)
 
 
@@ -217,7 +211,9 @@ def _open_stdout():
     """Make sys.stdout (again: user code may close it)."""
     global _stdout
     old = _stdout
-    _stdout = io.TextIOWrapper(io.BufferedWriter(_StdoutRaw("stdout", 1), _FLUSH_BYTES), encoding="utf-8", errors="replace")
+    raw = io.FileIO(1, "w", closefd=False)  # exactly FileIO: TextIOWrapper then checks closed in C
+    raw.name = "<stdout>"
+    _stdout = io.TextIOWrapper(io.BufferedWriter(raw, _FLUSH_BYTES), encoding="utf-8", errors="replace")
     if sys.stdout is old:
         sys.stdout = _stdout
 
@@ -225,7 +221,7 @@ def _open_stdout():
 _stdout = sys.stdout
 _open_stdout()
 # Each write reaches _StderrRaw (write_through, no buffer between).
-sys.stderr = io.TextIOWrapper(_StderrRaw("stderr", 2), encoding="utf-8", errors="replace", write_through=True)
+sys.stderr = io.TextIOWrapper(_StderrRaw(), encoding="utf-8", errors="replace", write_through=True)
 
 
 def _wake_flusher():
@@ -286,27 +282,18 @@ def _tick_loop(fd):
 
 
 def _flush_from_thread():
-    """_flush_output for the output thread, under the fork guard (no flush is
-    half done in a forked child), with an error swallowed (OSError: the host
-    closed fd 4, nobody reads the output any more)."""
+    """Flush stdout from the output thread, under the fork guard (no flush is
+    half done in a forked child), with an error swallowed (ValueError: user
+    code closed sys.stdout, the next cell's output makes a new one; OSError:
+    the host closed fd 1, nobody reads the output any more)."""
     with _fork_guard:
         try:
-            _flush_pending()
+            if _err_held is not None:
+                _send_held_err()
+            _stdout.flush()
         except Exception:
             pass
-
-
-def _flush_pending():
-    """_flush_output, but stderr that ends a line not yet and came within
-    _FLUSH_DELAY waits one more turn: print(x, file=sys.stderr) writes x and
-    then "\n", which should leave as one message."""
-    _stdout.flush()
-    try:
-        last = _err[-1][1]
-    except IndexError:
-        return
-    if last[-1:] == "\n" or _clock() - _err_at >= _FLUSH_DELAY:
-        _write_msgs(b"")
+    _check_lost_sigint()
 
 
 def _before_fork():
@@ -321,10 +308,14 @@ def _before_fork():
 
 def _after_fork_in_child():
     # A forked child (multiprocessing, os.fork) has no flusher thread: its
-    # stdout is flushed at each newline and its stderr at each write instead.
-    global _flusher_thread, _write_lock, _flusher_lock, _flusher_go, _fork_guard, _err_flush_chars, _tick_fd
-    _err_flush_chars = 0
+    # stdout is flushed at each newline instead (stderr is sent at each write).
+    global _flusher_thread, _write_lock, _flusher_lock, _flusher_go, _fork_guard, _tick_fd, _hold_err
     _flusher_thread = None
+    _hold_err = False
+    try:
+        signal.set_wakeup_fd(-1)  # the pipe is the parent's, and the child has no output thread to read one
+    except (ValueError, OSError):
+        pass
     if _tick_fd is not None:  # the parent's: its ticks are not the child's
         try:
             os.close(_tick_fd)
@@ -359,16 +350,18 @@ _exit_after_output.__doc__ = _os_exit.__doc__
 os._exit = _exit_after_output
 
 
-# A child process writes to fd 1/2, which the host reads apart from fd 4. The
-# host drains fd 1/2 before it hands on what it read from fd 4, so a child's
-# output never comes after a later print. For the other direction (print,
-# then a child prints), just before a child starts this waits until the host
-# has handed on all that was written to fd 4: the host reads fd 4 and hands
-# on what it read in turn, so once it has read fd 4 empty, then read an
-# empty line written after that, the earlier messages are out, and the
-# child's output, read later, comes after them. Usually this costs two
-# ioctls and a one-byte write; it is bounded, so a host that does not read
-# cannot hang the cell.
+# A child process writes to fd 1 and 2. Its stdout shares fd 1 with the
+# prints and the frames, so the pipe keeps their order. fd 2 the host reads
+# apart; it drains fd 2 before it hands on a message read from fd 1, so a
+# child's stderr never comes after a later message. For the other
+# direction (a message, then a child writes to fd 2), just before a child
+# starts this waits until the host has handed on all that was written to
+# fd 1: the host reads fd 1 and hands on what it read in turn, so once it
+# has read fd 1 empty, then read an empty frame written after that, the
+# earlier messages are out, and the child's output, read later, comes after
+# them. Usually this costs two ioctls and a write; it is bounded, so a host
+# that does not read (or a background child that keeps fd 1 full) cannot
+# hang the cell.
 _SPAWN_EVENTS = frozenset(("os.system", "subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec"))
 _SYNC_WAIT = 1.0  # seconds, for each of the two waits
 
@@ -376,19 +369,18 @@ _SYNC_WAIT = 1.0  # seconds, for each of the two waits
 def _on_audit(event, args):
     if event in _SPAWN_EVENTS:
         _flush_output()
-        if _wait_fd4_read():
-            with _write_lock:
-                os.write(MSG_FD, b"\n")  # an empty line: the host skips it
-            _wait_fd4_read()
+        if _wait_host_read():
+            _write_msgs(b"")  # an empty frame: the host hands on nothing
+            _wait_host_read()
 
 
-def _wait_fd4_read():
-    """Wait until the host has read all of fd 4; False if it did not in time."""
+def _wait_host_read():
+    """Wait until the host has read all of fd 1; False if it did not in time."""
     unread = bytearray(4)
     deadline = None
     try:
         while True:
-            fcntl.ioctl(MSG_FD, termios.FIONREAD, unread)
+            fcntl.ioctl(OUT_FD, termios.FIONREAD, unread)
             if not any(unread):
                 return True
             now = time.monotonic()
@@ -405,16 +397,19 @@ sys.addaudithook(_on_audit)
 
 # An interrupt must never land inside the driver's output code: there it
 # could lose output taken from a buffer, leave half a message on fd 4 (the
-# next one would be glued to it and both lost), or make a BufferedWriter
-# send a flush twice (_StdoutRaw.write raising after its write). The SIGINT
-# handler does not raise while one of these functions is on the stack: it
-# holds the interrupt, which the next call of the output code raises before
-# it takes any output (_raise_held: a loop of long prints spends most of its
-# time writing), and has the signal sent again every 0.5 ms until it is
-# raised (_interrupt_again), so that it lands in user code that prints no
-# more.
+# next one would be glued to it and both lost), or make a TextIOWrapper
+# send a write twice (_StderrRaw.write raising after it queued the text).
+# The SIGINT handler does not raise while one of these functions is on the
+# stack: it holds the interrupt, which the next call of the output code
+# raises before it takes any output (_raise_held), and has the signal sent
+# again every 0.5 ms until it is raised (_interrupt_again), so that it lands
+# in user code. print to stdout runs no driver code: there an interrupt acts
+# as in a plain interpreter. A write to fd 1 never sends a byte twice or
+# half a character; one the interrupt cuts while it waits for a full pipe
+# (the host more than a pipe's worth behind) drops the text print handed to
+# the buffer in that call, at most 8 KiB, as a plain interpreter would.
 _OUTPUT_CODES = frozenset(
-    f.__code__ for f in (_write_msgs, _flush_output, _send, _emit, _StdoutRaw.write, _StderrRaw.write, _wake_flusher, _start_tick_flusher, _exit_after_output)
+    f.__code__ for f in (_write_msgs, _flush_output, _send_held_err, _send, _emit, _StderrRaw.write, _wake_flusher, _start_tick_flusher, _exit_after_output)
 )
 
 
@@ -668,8 +663,50 @@ def display(*objs, raw=False, **kwargs):
 builtins.display = display
 
 
+# A SIGINT can be lost for as long as a blocking call lasts: CPython runs
+# the Python handler in the main thread only, at its next bytecode or when
+# the signal cuts short the call it is in. One that reaches another thread
+# (a user thread), or the main thread just before it enters time.sleep,
+# only sets a flag, and time.sleep(120) sleeps on (seen under load:
+# TestPythonPrintArrivesDuringSleep). Its C handler also writes a byte to
+# the wakeup pipe, which _on_sigint empties: the output thread, at each
+# flush while a cell runs (about every 2 ms), reads the pipe, and when a
+# SIGINT seen there has not been handled by its next flush, it sends the
+# signal to the main thread again (_check_lost_sigint), a few times at most.
+_sigint_r, _sigint_w = os.pipe()  # not inherited by children
+os.set_blocking(_sigint_r, False)
+os.set_blocking(_sigint_w, False)
+signal.set_wakeup_fd(_sigint_w, warn_on_full_buffer=False)
+_SIGINT_BYTE = bytes((signal.SIGINT,))
+_sigint_runs = 0  # how many times _on_sigint ran
+_sigint_wait = None  # (_sigint_runs when the output thread saw a SIGINT, resends so far)
+_SIGINT_RESENDS = 5
+
+
+def _check_lost_sigint():
+    global _sigint_wait
+    try:
+        seen = _SIGINT_BYTE in os.read(_sigint_r, 512)
+    except OSError:  # empty: every SIGINT so far was handled, or never came
+        seen = False
+    if seen and _running:
+        _sigint_wait = (_sigint_runs, 0)
+    elif _sigint_wait is not None:
+        runs, resends = _sigint_wait
+        if runs != _sigint_runs or not _running or resends >= _SIGINT_RESENDS:
+            _sigint_wait = None
+        else:
+            _sigint_wait = (runs, resends + 1)
+            signal.pthread_kill(_main_thread, signal.SIGINT)
+
+
 def _on_sigint(signum, frame):
-    global _early_int, _held_int
+    global _early_int, _held_int, _sigint_runs
+    _sigint_runs += 1
+    try:
+        os.read(_sigint_r, 512)  # handled: the output thread need not send it again
+    except OSError:
+        pass
     if _running:
         if _in_output(frame):
             # Held: the next output call raises it before it takes anything
