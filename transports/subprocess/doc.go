@@ -29,16 +29,22 @@
 //     writes, in order: status busy and execute_input (not for silent
 //     requests) in one write, the outputs, execute_reply, status idle. A
 //     message without parent_id (bash sends none) gets the running
-//     request's msg_id. Python's sys.stdout/sys.stderr (print) and node's
-//     console and process.stdout/stderr.write send stream messages here,
-//     coalesced (see Output coalescing); the host merges those it reads
-//     together.
+//     request's msg_id. Node's console and process.stdout/stderr.write
+//     send stream messages here, coalesced (see Output coalescing); the
+//     host merges those it reads together.
+//   - Python writes the same messages into fd 1 instead, as frames among
+//     its prints (frames.go: a mark the host makes for each interpreter
+//     and passes in KH_FRAME_MARK, a kind, a length, the JSON lines; each
+//     frame one write of at most PIPE_BUF, which no other writer can cut),
+//     and holds fd 4 open without writing to it, so the host sees it end.
+//     Its print writes to fd 1 in C (see Output coalescing).
 //   - fd 1 and 2 carry what is written to them directly: child processes
 //     (os.system, subprocess, child_process with stdio inherited), C code,
-//     and all of bash's and R's printed output (print, cat, message,
-//     warnings; R writes them unbuffered). The host forwards each read as a stream
-//     message of the running request (writes that come faster than the
-//     host reads may arrive merged, as Jupyter kernels merge them too).
+//     python's print, and all of bash's and R's printed output (print, cat,
+//     message, warnings; R writes them unbuffered). The host forwards each
+//     read as a stream message of the running request (writes that come
+//     faster than the host reads may arrive merged, as Jupyter kernels
+//     merge them too); bytes that are not UTF-8 become U+FFFD.
 //
 // # Output order
 //
@@ -48,7 +54,11 @@
 //     sys.stderr, display, the result, the error; node: console.log/error,
 //     process.stdout/stderr.write, the result, the error) arrives in exactly
 //     the order it was written, stdout against stderr included: it all goes
-//     through fd 4, one channel, as ipykernel sends it all over IOPub.
+//     through one channel (python: fd 1, node: fd 4), as ipykernel sends
+//     it all over IOPub. One exception, python: stderr text that does not
+//     end a line waits up to a tick for the write that ends it, and a print
+//     that user code flushes itself (flush=True) in that time, or 64 KiB of
+//     prints, can overtake it.
 //   - Output written to fd 1 or 2 before a message on fd 4 arrives before
 //     that message, and all of it before execute_reply and idle (e.g.
 //     os.system('echo a'); print('b') gives a, then b). The pump, the only
@@ -57,13 +67,15 @@
 //     emits that, then emits the fd-4 messages. One lock spans each of its
 //     passes and each fd-1/2 reader's read and emission, so nothing read
 //     from fd 1/2 is emitted between the pump's read and its emission.
-//   - Python: output of a child started after a message arrives after it
-//     (print('a'); os.system('echo b') gives a, then b). An audit hook runs
-//     before each child starts (os.system, subprocess, posix_spawn, fork,
-//     exec) and waits, bounded, until the host has read fd 4 empty and then
-//     an empty line written after that: the pump handles its reads one
-//     after another, so by then it has emitted the earlier messages, and
-//     the child's output, written later, is read later.
+//   - Python: fd 1 is the one ordered channel, so a child's stdout keeps
+//     its place among the prints and messages by itself, and the host
+//     drains fd 2 before each read of fd 1 it hands on (os.system('echo E
+//     >&2'); print('q') gives E, then q). For the other direction (a
+//     message, then a child's stderr) an audit hook runs before each child
+//     starts (os.system, subprocess, posix_spawn, fork, exec) and waits,
+//     bounded, until the host has read fd 1 empty and then an empty frame
+//     written after that: the host handles its reads one after another, so
+//     by then it has emitted the earlier messages.
 //   - Node has no such hook: there the order of a console.log and the output
 //     of a child started after it is that of the host's reads, right unless
 //     the child writes before the host has read the message (microseconds
@@ -81,12 +93,15 @@
 // run of writes to one stream leaves as one stream message, so a fast loop
 // of prints costs about what printing costs.
 //
-// Python: print and sys.stdout.write run in C, as in a plain interpreter.
-// sys.stdout is an io.TextIOWrapper over a 64 KiB io.BufferedWriter whose
-// raw writer sends what each flush of the buffer hands it as one message;
-// sys.stderr is a TextIOWrapper whose every write reaches the driver,
-// which first flushes stdout (so the two keep their order) and queues the
-// text. Output is sent before any other message of the driver (display,
+// Python: print and sys.stdout.write run in C, as in a plain interpreter
+// writing to a pipe: sys.stdout is an io.TextIOWrapper over a 64 KiB
+// io.BufferedWriter over an io.FileIO on fd 1, and no driver code runs per
+// print or per flush. sys.stderr is a TextIOWrapper whose every write
+// reaches the driver, which flushes stdout and sends the text as a framed
+// message at once (so the two keep their order); text that does not end a
+// line waits for the write that ends it, or the next tick, so
+// print(x, file=sys.stderr) (two writes) leaves as one message. Output is
+// sent before any other message of the driver (display,
 // result, error, reply, in order), before a child process starts (the
 // audit hook), on flush() and print(flush=True), when the buffer is full,
 // at the end of each cell, and about every 2 ms while a cell runs, by a
@@ -101,20 +116,16 @@
 // costs no wake of it. Without the tick pipe (the driver run by hand or by
 // another host) the driver wakes the flusher at each cell's start, which
 // then flushes every 2 ms itself: the same guarantees, 10-20 µs more per
-// cell. A stderr write that does not end a line waits one more tick, so
-// print(x, file=sys.stderr) (two writes) leaves as one message.
-// sys.stdout and sys.stderr have .buffer (bytes
-// are decoded as UTF-8, a sequence split between two writes is joined,
-// invalid bytes become U+FFFD), fileno() 1 and 2, and encoding utf-8; a
-// cell that closes sys.stdout leaves a new one to the cells after it. A
-// forked child (os.fork, multiprocessing) has no flusher thread: its
-// stdout is sent at each newline, its stderr at each write, the rest on
-// os._exit or exit; it does not read the tick pipe (it closes its copy).
-// Between cells the flusher sleeps: what a thread prints then waits for
-// the driver's next message (at the latest the next request's busy, whose
-// request it then joins). Without ticks, stderr written between cells
-// wakes the flusher and goes out within 2 ms (the host drops it when no
-// request runs).
+// cell. sys.stdout and sys.stderr have .buffer (bytes
+// are written as they are, a UTF-8 sequence split between two writes is
+// joined, invalid bytes become U+FFFD), fileno() 1 and 2, and encoding
+// utf-8; a cell that closes sys.stdout leaves a new one to the cells after
+// it. A forked child (os.fork, multiprocessing) has no flusher thread: its
+// stdout is flushed at each newline, its stderr sent at each write, the
+// rest on os._exit or exit; it does not read the tick pipe (it closes its
+// copy). Between cells the flusher sleeps: what a thread prints then waits
+// for the driver's next message (at the latest the next request's busy,
+// whose request it then joins).
 //
 // Node: console and process.stdout/stderr.write queue the text; the queue
 // is sent before any other message, before a child process starts
@@ -125,13 +136,18 @@
 // followed by synchronous code that never yields wait for that code to
 // end.
 //
-// The order guarantees above are unchanged. An interrupt never splits a
-// message, loses output taken for sending, or sends output twice: python's
+// An interrupt never splits a message or sends output twice. Python's
 // SIGINT handler does not raise while the main thread is in the driver's
-// output code; it holds the interrupt, which the next output call raises
-// before it takes anything (a loop of long prints spends most of its time
-// writing), and sends SIGINT to the main thread again every 0.5 ms until
-// it lands in user code. Node's breakOnSigint can stop user code inside a
+// output code (messages, stderr); it holds the interrupt, which the next
+// output call raises before it takes anything, and sends SIGINT to the
+// main thread again every 0.5 ms until it lands in user code. print runs
+// no driver code: an interrupt there acts as in a plain interpreter, and
+// one that cuts a print waiting for a full pipe (the host a pipe's worth
+// behind) drops what that print handed to the buffer, at most 8 KiB. A
+// SIGINT that CPython took on another thread, or just before the main
+// thread entered a blocking call, is sent to the main thread again by the
+// output thread at its next flush (driver.py, _check_lost_sigint).
+// Node's breakOnSigint can stop user code inside a
 // flush it started (on size or age); the host's SIGINT comes only for code
 // that still runs 50 ms after the interrupt record (see Signals), and such
 // a flush may then lose the output it carried, at most 2 ms of it.
@@ -140,9 +156,10 @@
 // execute_input are out. All three read ends go through Go's netpoller, so
 // waiting for the interpreter parks goroutines, not OS threads.
 //
-// A single round trip without core: start `python3 -c "$(cat drivers/driver.py)"
-// 3<requests 4>messages`, write the JSON request line to fd 3 and read fd 4
-// up to the status idle line. BenchmarkRoundTrip in this package does
+// A single round trip without core: start `KH_FRAME_MARK=0000000000000000
+// python3 -c "$(cat drivers/driver.py)" 3<requests 4>/dev/null >messages`,
+// write the JSON request line to fd 3 and read fd 1 up to the frame with the
+// status idle line. BenchmarkRoundTrip in this package does
 // exactly that over pipes, alternating with the same request through the
 // Kernel, and reports both medians.
 //
@@ -180,7 +197,7 @@
 // apply to every result and display after.
 //
 // The ordering guarantees above hold for all of it: the cell runs through
-// the same code, prints, displays and the result go through fd 4, and
+// the same code, prints, displays and the result go through fd 1, and
 // `!cmd`, %pip and %%bash start children, whose output reaches fd 1/2 after
 // the prints before them (`!cmd` uses IPython's system_raw, not the pty of
 // its default system_piped, so stdout and stderr stay apart). An

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kernelhost/kernelhost/core"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -102,5 +103,50 @@ func TestPythonInterruptPrintLoop(t *testing.T) {
 		if s := e.Stream(stream); strings.Trim(s, "x\n") != "" {
 			t.Fatalf("%s holds more than the prints: %.300q", stream, s)
 		}
+	}
+}
+
+// The driver's messages share fd 1 with print and child processes, as
+// frames (frames.go). Output that looks like a frame is text: a mark with
+// other digits, and the start of a mark at the end of what was written
+// (held back while the host may read the rest, then sent: the print ends
+// with it and the cell sleeps). A display larger than a frame arrives
+// whole while a child process floods fd 1 at the same time.
+func TestPythonFramesAmongOutput(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	fake := `sys.stdout.buffer.write(b'\x1ekh' + b'0' * 16 + b'.0005hello\n')`
+	e := tt.Exec(t, k, "import sys\n"+fake+"\nprint('after')", false)
+	if got, want := e.Stream("stdout"), "\x1ekh0000000000000000.0005hello\nafter\n"; got != want {
+		t.Fatalf("stdout = %q, want %q", got, want)
+	}
+
+	e = tt.Send(t, k, "import sys, time\nsys.stdout.buffer.write(b'tail\\x1ek')\nsys.stdout.flush()\ntime.sleep(120)", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") == "tail\x1ek" })
+	if r := e.Reply(); r.Type != "" {
+		t.Fatalf("the cell ended before its output arrived:%s", e)
+	}
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+
+	code := `import subprocess, sys
+flood = subprocess.Popen(['sh', '-c', 'yes flood | head -c 4000000'])
+for i in range(20):
+    display({'text/plain': str(i) + ':' + 'x' * 100000}, raw=True)
+flood.wait()
+'done'`
+	e = tt.Exec(t, k, code, false)
+	var displays int
+	for _, m := range e.Msgs {
+		if m.Type == core.MsgDisplayData {
+			if text := tt.TextPlain(m.Message); text != strconv.Itoa(displays)+":"+strings.Repeat("x", 100000) {
+				t.Fatalf("display %d arrived as %.80q... (%d bytes)", displays, text, len(text))
+			}
+			displays++
+		}
+	}
+	if displays != 20 || strings.Trim(e.Stream("stdout"), "flood\n") != "" || e.Reply().Status != core.ReplyOK {
+		t.Fatalf("%d displays, stdout other than the flood: %.200q, reply %+v", displays, strings.Trim(e.Stream("stdout"), "flood\n"), e.Reply())
 	}
 }
