@@ -77,32 +77,12 @@ func (h *testHost) awaitPool(t *testing.T, lang string) (rss float64) {
 	}
 }
 
-// cwdProbes print, per language, what of a context depends on its
-// directory: the cwd, a relative file, a child process's cwd, modules there
-// (python: khlate.py is written after the context was created), a package
-// in its node_modules, an ES module import, PWD.
-var cwdProbes = map[string]string{
-	"python": `import os, sys, subprocess, khmod, khlate
-print(os.getcwd())
-print(open('data.txt').read())
-print(subprocess.check_output([sys.executable, '-c', 'import os; print(os.getcwd())'], text=True).strip())
-print(khmod.V, khlate.V, os.path.relpath(khmod.__file__))
-print(os.environ.get('PWD'), repr(sys.path[0]))`,
-	"javascript": `const fs = require('fs');
-console.log(process.cwd());
-console.log(fs.readFileSync('data.txt', 'utf8'));
-console.log(require('child_process').execFileSync(process.execPath, ['-p', 'process.cwd()'], { encoding: 'utf8' }).trim());
-console.log(require('./khmod'), require('khpkg'), require.resolve('./khmod'));
-console.log((await import('./khesm.mjs')).v);
-console.log(process.env.PWD);`,
-}
-
 var cwdPidProbes = map[string]string{"python": "import os; print(os.getpid())", "javascript": "console.log(process.pid)"}
 
 // The user's path (the SDK's createCodeContext({cwd}), through the real
 // plugin with its default pools): a python or javascript context created in
 // a directory of its own takes the pooled interpreter, and everything
-// cwdProbes prints is what the same context prints on a host without pools.
+// testkit.CwdProbes prints is what the same context prints on a host without pools.
 func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 	needNode(t)
 	pooled := startHost(t, viaPlugin)
@@ -146,7 +126,7 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 			}
 			probe := func(h *testHost, id string) string {
 				t.Helper()
-				lines := h.run(map[string]any{"code": cwdProbes[lang], "context_id": id})
+				lines := h.run(map[string]any{"code": testkit.CwdProbes[lang], "context_id": id})
 				noError(t, lines)
 				return stdout(lines)
 			}

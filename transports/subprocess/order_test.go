@@ -110,8 +110,8 @@ func TestPythonDisplayBetweenPrints(t *testing.T) {
 }
 
 // A print longer than a pipe's atomic write, interrupted over and over,
-// never leaves half a message on fd 4: no "bad driver message", and the
-// kernel goes on.
+// never leaves half a message: no "bad driver message", and the kernel goes
+// on.
 func TestPythonInterruptLongPrint(t *testing.T) {
 	k := startKernel(t, "python", t.TempDir())
 	for range 5 {

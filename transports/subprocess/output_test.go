@@ -86,8 +86,9 @@ print('parent')`
 }
 
 // A loop of long prints, to stdout or stderr, spends most of its time
-// writing to fd 4, where an interrupt is held back: it still ends the loop,
-// and the kernel goes on.
+// writing (stdout in C, stderr in the driver's output code, where an
+// interrupt is held back): either way the interrupt ends the loop, the
+// output holds nothing but the prints, and the kernel goes on.
 func TestPythonInterruptPrintLoop(t *testing.T) {
 	k := startKernel(t, "python", t.TempDir())
 	for _, stream := range []string{"stdout", "stderr"} {
