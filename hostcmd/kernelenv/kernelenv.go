@@ -7,7 +7,8 @@
 //
 // The engine runs Setup's code as part of each context's silent setup request
 // (engine.Config.KernelSetup), on start and on every restart, before the cwd
-// and env vars are applied.
+// and env vars are applied. What it runs first is python_boot.py, which
+// loads python_env.py once the kernel has something it formats or shows.
 package kernelenv
 
 import (
@@ -18,19 +19,26 @@ import (
 //go:embed python_env.py
 var pythonEnv string
 
+//go:embed python_boot.py
+var pythonBoot string
+
 // PythonModule is the name the python environment registers itself under in
 // sys.modules; a kernel that has it is not set up again.
 const PythonModule = "_kernelhost_env"
 
-// pythonSetup runs python_env.py in a namespace of its own (nothing lands in
-// the user's globals), once per interpreter. A JSON string is a valid Python
-// string literal (every escape JSON writes, \uXXXX included, means the same
-// in Python), so the source is sent as one. The try keeps a kernel whose
-// Python cannot even compile it (too old) usable: the environment is an
-// extra, a failed setup request would fail the context.
+// pythonSetup runs python_boot.py, with python_env.py's source in _SOURCE,
+// in a namespace of its own (nothing lands in the user's globals), until an
+// interpreter has the environment: the boot stage loads it now or at the
+// first import that needs it (see python_boot.py), and running it again
+// before then adds nothing. A JSON string is a valid Python string literal
+// (every escape JSON writes, \uXXXX included, means the same in Python), so
+// the sources are sent as such. The try keeps a kernel whose Python cannot
+// even compile them (too old) usable: the environment is an extra, a failed
+// setup request would fail the context.
 var pythonSetup = "try:\n" +
 	"    if " + literal(PythonModule) + " not in __import__('sys').modules: exec(compile(" +
-	literal(pythonEnv) + ", '<kernelhost python env>', 'exec'), {'__name__': " + literal(PythonModule) + "})\n" +
+	literal(pythonBoot) + ", '<kernelhost python env boot>', 'exec'), {'__name__': " + literal(PythonModule+"_boot") +
+	", '_SOURCE': " + literal(pythonEnv) + "})\n" +
 	"except Exception:\n" +
 	"    pass"
 
@@ -51,3 +59,6 @@ func Setup(language string) string {
 // PythonSource is python_env.py itself, for tests and benchmarks that load it
 // into an interpreter of their own.
 func PythonSource() string { return pythonEnv }
+
+// PythonBootSource is python_boot.py, for tests.
+func PythonBootSource() string { return pythonBoot }

@@ -200,3 +200,47 @@ print(json.dumps({"formats": sorted(data), "printed": err.getvalue()}))
 		t.Fatalf("got %s, want the png and text without a chart, and nothing printed", out)
 	}
 }
+
+// On a kernel with nothing to format or show yet (the subprocess driver
+// before IPython), the setup leaves python_env.py uncompiled: it loads at the
+// first import of a module it patches, which it then patches. Run twice
+// before that, the setup installs one hook.
+func TestPythonSetupDefersTheEnvironment(t *testing.T) {
+	setup := strconv.Quote(kernelenv.Setup("python"))
+	out := runPython(t, `
+import json, sys
+for _ in range(2):
+    exec(compile(`+setup+`, '<setup>', 'exec'), {})
+deferred = '`+kernelenv.PythonModule+`' not in sys.modules
+hooks = [type(f).__name__ for f in sys.meta_path].count('_ImportHook')
+from PIL import Image
+print(json.dumps({
+    "deferred": deferred,
+    "hooks": hooks,
+    "loaded_by_import": '`+kernelenv.PythonModule+`' in sys.modules,
+    "show_patched": getattr(Image.Image.show, '_kernelhost', False),
+}))
+`)
+	if strings.TrimSpace(out) != `{"deferred": true, "hooks": 1, "loaded_by_import": true, "show_patched": true}` {
+		t.Fatalf("got %s, want the environment deferred by the setup, one hook, and loaded and applied by the import of PIL.Image", out)
+	}
+}
+
+// The boot stage watches exactly the modules the environment patches: one
+// it missed would never be patched where the environment loads late.
+func TestPythonBootWatchesWhatTheEnvironmentPatches(t *testing.T) {
+	out := runPython(t, `
+import json, sys
+boot = {'__name__': 'boot', '_SOURCE': `+strconv.Quote(kernelenv.PythonSource())+`}
+exec(compile(`+strconv.Quote(kernelenv.PythonBootSource())+`, '<boot>', 'exec'), boot)
+env = boot['_env']()
+print(json.dumps([sorted(boot['_WATCHED']), sorted(env.ON_IMPORT)]))
+`)
+	var lists [2][]string
+	if err := json.Unmarshal([]byte(out), &lists); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	if strings.Join(lists[0], " ") != strings.Join(lists[1], " ") {
+		t.Fatalf("python_boot.py watches %v, python_env.py patches %v", lists[0], lists[1])
+	}
+}

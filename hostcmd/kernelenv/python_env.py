@@ -1,8 +1,9 @@
 # kernelhost's python kernel environment.
 #
-# The host runs this once in every new python kernel (the subprocess driver
-# and Jupyter kernels alike) as part of the context's silent setup request,
-# in a namespace of its own, so the user's globals stay clean. It teaches the
+# Every new python kernel (the subprocess driver's and Jupyter's alike) gets
+# this through its context's silent setup request, in a namespace of its
+# own, so the user's globals stay clean: python_boot.py, which that request
+# runs, loads it once the kernel has something to format or show. It teaches the
 # kernel's IPython display formatter what the E2B SDKs read from a result:
 #
 #   e2b/chart         a matplotlib Figure as structured chart data (the SDK's
@@ -15,9 +16,10 @@
 # matplotlib's plt.show() display what they show.
 #
 # Nothing here imports matplotlib, pandas, PIL or IPython: the formatters
-# know their types by name, and what needs a module waits for its import (an
-# import hook): the two show() patches, and the formatters of an IPython
-# shell made later (a driver that loads IPython only when a cell needs it).
+# know their types by name, and what needs a module waits for its import
+# (python_boot.py's import hook calls ON_IMPORT): the two show() patches, and
+# the formatters of an IPython shell made later (a driver that loads IPython
+# only when a cell needs it).
 # A missing package or a chart this code cannot read never breaks a cell:
 # the chart is left out, the rest of the result stays.
 #
@@ -385,8 +387,10 @@ def _display_formatter():
     none yet. IPython is not imported here: a driver that loads it only when
     a cell needs it keeps that; its shell gets the formatters when it is
     made (_patch_shell_class)."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
+    # getattr: the import of IPython that loads this environment (see
+    # python_boot.py) may not have defined get_ipython yet.
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    shell = get_ipython() if get_ipython is not None else None
     if shell is not None:
         return shell.display_formatter, shell
     return getattr(getattr(builtins, "display", None), "formatter", None), None
@@ -519,61 +523,21 @@ def _patch_shell_class(interactiveshell):
     shell_class.init_display_formatter = init_display_formatter
 
 
-_ON_IMPORT = {
+# The modules patched once they are imported: python_boot.py's import hook
+# calls these (and lists the same names).
+ON_IMPORT = {
     "PIL.Image": _patch_pil,
     "matplotlib.pyplot": _patch_pyplot,
     "IPython.core.interactiveshell": _patch_shell_class,
 }
 
 
-class _ImportHook:
-    """A meta path finder that runs a patch once a watched module has loaded.
-
-    It finds nothing itself: for a watched name it asks the other finders
-    and wraps the exec_module of the loader they return (a loader object of
-    that one module; class-level importers are left alone); every other
-    import costs one dict lookup."""
-
-    def find_spec(self, name, path=None, target=None):
-        patch = _ON_IMPORT.get(name)
-        if patch is None:
-            return None
-        try:
-            spec = self._find(name, path, target)
-        except Exception:  # a finder of someone else's failed: import as if we were not here
-            return None
-        loader = getattr(spec, "loader", None)
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None or isinstance(loader, type):
-            return spec
-
-        def exec_then_patch(module):
-            exec_module(module)
-            try:
-                patch(module)
-            except Exception:
-                pass
-
-        loader.exec_module = exec_then_patch
-        return spec
-
-    def _find(self, name, path, target):
-        for finder in sys.meta_path:
-            if finder is not self and hasattr(finder, "find_spec"):
-                spec = finder.find_spec(name, path, target)
-                if spec is not None:
-                    return spec
-        return None
-
-
 def install():
     display_formatter, _ = _display_formatter()
     if display_formatter is not None:
         _register(display_formatter)
-    if not any(isinstance(f, _ImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _ImportHook())
-    for name, patch in _ON_IMPORT.items():
-        if name in sys.modules:  # imported before us, by a startup script
+    for name, patch in ON_IMPORT.items():
+        if name in sys.modules:  # imported before us: by a startup script, or the import that loaded us
             try:
                 patch(sys.modules[name])
             except Exception:
