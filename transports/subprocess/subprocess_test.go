@@ -225,3 +225,51 @@ func TestBashInterruptIsSentAgain(t *testing.T) {
 		t.Fatalf("reply %+v, want a KeyboardInterrupt error", r)
 	}
 }
+
+// A python context starts without the modules only some cells need (issue
+// 17: a lean start), and the driver imports them when a cell needs them:
+// an error gets its traceback, os.system waits for the host to read its
+// output, also where user code has replaced builtins.__import__ since.
+func TestPythonDriverImportsOnDemand(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	// Printed, and no ';': a list value or a ';' would load IPython (to format
+	// the value, to read the ';').
+	e := tt.Exec(t, k, "import sys\nprint(sorted(m for m in ('inspect', 'traceback', 'base64', 'termios', 'fcntl') if m in sys.modules))", false)
+	if got := e.Stream("stdout"); got != "[]\n" {
+		t.Fatalf("loaded at start: %s, want none of them:%s", got, e)
+	}
+	for _, blocked := range []bool{false, true} {
+		if blocked {
+			tt.Exec(t, k, blockImports, false)
+		}
+		e = tt.Exec(t, k, "def f():\n    return 1 / 0\nf()", false)
+		if r := e.Reply(); r.EName != "ZeroDivisionError" || !strings.Contains(strings.Join(r.Traceback, "\n"), "return 1 / 0") {
+			t.Fatalf("imports blocked %v: reply %+v, want ZeroDivisionError with the line that raised it:%s", blocked, r, e)
+		}
+		e = tt.Exec(t, k, "sys.modules['os'].system('echo from a child')", false)
+		if e.Stream("stdout") != "from a child\n" {
+			t.Fatalf("imports blocked %v: os.system:%s", blocked, e)
+		}
+	}
+}
+
+// blockImports makes every later import statement fail.
+const blockImports = `import builtins
+def _blocked(*args, **kwargs):
+    raise ImportError('imports are blocked')
+builtins.__import__ = _blocked`
+
+// Where user code replaced builtins.__import__ before the first error, the
+// driver cannot import traceback: the error still arrives, as its type and
+// message, and the kernel runs on.
+func TestPythonErrorWithImportsBlockedFromTheStart(t *testing.T) {
+	k := startKernel(t, "python", t.TempDir())
+	tt.Exec(t, k, blockImports, false)
+	e := tt.Exec(t, k, "1 / 0", false)
+	if r := e.Reply(); r.EName != "ZeroDivisionError" || strings.Join(r.Traceback, "\n") != "ZeroDivisionError: division by zero" {
+		t.Fatalf("reply %+v, want ZeroDivisionError: division by zero:%s", r, e)
+	}
+	if got, _ := tt.Exec(t, k, "6 * 7", false).Result(); got != "42" {
+		t.Fatalf("after the error: 6 * 7 = %q", got)
+	}
+}
