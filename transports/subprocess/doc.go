@@ -8,9 +8,10 @@
 //
 // The interpreter runs a small driver program (drivers/driver.py, driver.sh,
 // driver.js, driver.R, Driver.java, embedded in the binary and passed with
-// -c/-e, for R in the environment, for Java compiled once into a cache
-// directory, see java.go) and talks to the host over two extra pipes,
-// leaving fd 1 and 2 to the interpreter:
+// -c/-e, for R in the environment; Java's compiled once into a cache
+// directory, see java.go, and python's by a loader given with -c that keeps
+// it compiled there, see pycache.go) and talks to the host over two extra
+// pipes, leaving fd 1 and 2 to the interpreter:
 //
 //   - fd 3, requests (host → driver): for python and javascript one JSON line
 //     {"msg_id": "...", "code": "...", "silent": false} per request, and for

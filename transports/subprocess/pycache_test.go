@@ -1,0 +1,75 @@
+package subprocess
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	tt "github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+// startPythonRunsACell starts a python kernel of a transport made now (so
+// with the cache directory the environment names now) and checks that it
+// runs a cell.
+func startPythonRunsACell(t *testing.T) {
+	t.Helper()
+	if got, _ := tt.Exec(t, startPython(t, ""), "6 * 7", false).Result(); got != "42" {
+		t.Fatalf("6 * 7 = %q", got)
+	}
+}
+
+// cachedDriver returns the one compiled driver in the cache directory.
+func cachedDriver(t *testing.T, cache string) (path string, data []byte) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(cache, "kernelhost", "python-driver-*"))
+	if len(files) != 1 {
+		t.Fatalf("cache holds %v, want one compiled python driver", files)
+	}
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files[0], data
+}
+
+// The first start compiles the driver into the user's cache, later starts
+// load it from there, and a cache file that is not a compiled driver (cut
+// short, from elsewhere) is compiled anew and replaced.
+func TestPythonDriverIsCompiledOnce(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	startPythonRunsACell(t)
+	path, first := cachedDriver(t, cache)
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startPythonRunsACell(t)
+	if again, err := os.Stat(path); err != nil || !again.ModTime().Equal(info.ModTime()) || !os.SameFile(info, again) {
+		t.Fatalf("the second start wrote the cache again (%v)", err)
+	}
+	for _, bad := range [][]byte{first[:len(first)/2], []byte("not marshal data")} {
+		if err := os.WriteFile(path, bad, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		startPythonRunsACell(t)
+		if _, data := cachedDriver(t, cache); !bytes.Equal(data, first) {
+			t.Fatalf("after a start with a bad cache file (%d bytes) it holds %d bytes, want the %d of the compiled driver", len(bad), len(data), len(first))
+		}
+	}
+}
+
+// Without a cache directory (here a file where it would be) python runs the
+// driver as before.
+func TestPythonDriverWithoutCache(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XDG_CACHE_HOME", notDir)
+	if args := pythonDriverArgs(); len(args) != 2 || args[1] != driverPython {
+		t.Fatalf("python args without a cache directory: %.80q, want -c and the driver", args)
+	}
+	startPythonRunsACell(t)
+}
