@@ -64,11 +64,7 @@ func (d *javaDriver) prepare() ([]string, error) {
 }
 
 func (d *javaDriver) compile() (string, error) {
-	root, err := os.UserCacheDir()
-	if err == nil {
-		root = filepath.Join(root, "kernelhost")
-		err = os.MkdirAll(root, 0o700)
-	}
+	root, err := driverCacheDir()
 	if err != nil {
 		// No cache of the user's own: a private directory for this host
 		// (never a shared name under /tmp, which another user could

@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Python compiles driver.py (1,000 lines) on every start when it gets it
@@ -48,11 +50,7 @@ exec(_kh_code)
 // loader, or the driver itself where there is no cache directory to keep
 // the compiled driver in.
 func pythonDriverArgs() []string {
-	dir, err := os.UserCacheDir()
-	if err == nil {
-		dir = filepath.Join(dir, "kernelhost")
-		err = os.MkdirAll(dir, 0o700)
-	}
+	dir, err := driverCacheDir()
 	if err != nil {
 		return []string{"-c", driverPython}
 	}
@@ -60,6 +58,30 @@ func pythonDriverArgs() []string {
 	path := filepath.Join(dir, "python-driver-"+hex.EncodeToString(sum[:8]))
 	loader := strings.NewReplacer("%PATH%", pythonLiteral(path), "%SOURCE%", pythonLiteral(driverPython)).Replace(pythonLoader)
 	return []string{"-c", loader}
+}
+
+// driverCacheDir returns the directory the compiled drivers are kept in,
+// kernelhost in the user's cache directory, made if missing. The drivers
+// there run in every interpreter, so it must be the user's own and
+// writable by nobody else (a HOME on a shared directory, a directory made
+// by someone else before us).
+func driverCacheDir() (string, error) {
+	root, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, "kernelhost")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return "", err
+	}
+	if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() || info.Mode().Perm()&0o022 != 0 {
+		return "", fmt.Errorf("%s is not a directory of this user's that only they can write to", dir)
+	}
+	return dir, nil
 }
 
 // pythonLiteral is s as a Python string literal: every escape a JSON string

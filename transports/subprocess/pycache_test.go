@@ -60,16 +60,28 @@ func TestPythonDriverIsCompiledOnce(t *testing.T) {
 	}
 }
 
-// Without a cache directory (here a file where it would be) python runs the
-// driver as before.
+// Without a cache directory of the user's own that only they can write to
+// (none at all: a file where it would be; one anyone can write to) python
+// runs the driver as before, compiling it.
 func TestPythonDriverWithoutCache(t *testing.T) {
 	notDir := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("XDG_CACHE_HOME", notDir)
-	if args := pythonDriverArgs(); len(args) != 2 || args[1] != driverPython {
-		t.Fatalf("python args without a cache directory: %.80q, want -c and the driver", args)
+	shared := t.TempDir()
+	if err := os.Mkdir(filepath.Join(shared, "kernelhost"), 0o700); err != nil {
+		t.Fatal(err)
 	}
-	startPythonRunsACell(t)
+	if err := os.Chmod(filepath.Join(shared, "kernelhost"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for name, cache := range map[string]string{"no directory": notDir, "writable by anyone": shared} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("XDG_CACHE_HOME", cache)
+			if args := pythonDriverArgs(); len(args) != 2 || args[1] != driverPython {
+				t.Fatalf("python args: %.80q, want -c and the driver", args)
+			}
+			startPythonRunsACell(t)
+		})
+	}
 }
