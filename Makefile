@@ -222,9 +222,9 @@ test-fuzz:
 run-fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; count=$${rest#*:}; \
-		for=$(FUZZ_FOR); [ "$$for" = count ] && for=$${count}x; \
-		echo "fuzz $$pkg $$name for $$for"; \
-		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$$for $$pkg; \
+		budget=$(FUZZ_FOR); [ "$$budget" = count ] && budget=$${count}x; \
+		echo "fuzz $$pkg $$name for $$budget"; \
+		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$$budget $$pkg; \
 	done
 
 test-wasm: $(WAZERO)

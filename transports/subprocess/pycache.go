@@ -29,7 +29,7 @@ import (
 // The cache is the user's, as every interpreter of theirs already trusts
 // their site-packages and usercustomize: user code that writes it reaches
 // the next interpreter's start, as it could through those.
-const pythonLoader = `import marshal, sys
+const pythonLoader = `import marshal, os, sys
 _kh_path = %PATH% + "." + sys.implementation.cache_tag + "-%x" % sys.hexversion
 try:
     with open(_kh_path, "rb") as _kh_file:
@@ -37,10 +37,10 @@ try:
 except Exception:
     _kh_code = compile(%SOURCE%, "<string>", "exec")
     try:
-        _kh_tmp = "%s.%d.tmp" % (_kh_path, __import__("os").getpid())
+        _kh_tmp = "%s.%d.tmp" % (_kh_path, os.getpid())
         with open(_kh_tmp, "wb") as _kh_file:
             marshal.dump(_kh_code, _kh_file)
-        __import__("os").replace(_kh_tmp, _kh_path)
+        os.replace(_kh_tmp, _kh_path)
     except Exception:
         pass
 exec(_kh_code)
