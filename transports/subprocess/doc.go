@@ -15,7 +15,8 @@
 //
 //   - fd 3, requests (host → driver): for python and javascript one JSON line
 //     {"msg_id": "...", "code": "...", "silent": false} per request, and for
-//     javascript also {"interrupt": "<msg_id>"} (see Signals); for bash one
+//     javascript also {"interrupt": "<msg_id>"} and {"sigint": "<msg_id>"}
+//     (see Signals); for bash one
 //     NUL-terminated record, "0" or "1" (silent) followed by the code; for R
 //     and Java (no JSON parser in base R or the JDK) a header line
 //     "<silent 0|1> <code bytes> <msg_id>" followed by the code. A javascript request may also carry
@@ -229,7 +230,12 @@
 // {"interrupt": msg_id} on fd 3, which ends a request that is awaiting or
 // has not started, and sends SIGINT only if the request still runs 50 ms
 // later: synchronous code (a loop, execSync) by then is deep inside
-// runInContext, away from the swap. Restart and Shutdown SIGKILL the
+// runInContext, away from the swap. A SIGINT that still lands as a run
+// ends (node was slow to read the record) is kept by node's watchdog and
+// would terminate the next run, another request's; so after each SIGINT
+// the host writes {"sigint": msg_id} on fd 3, and unless the signal
+// terminated a run of that request, the driver takes it with a run of
+// its own before the next request starts. Restart and Shutdown SIGKILL the
 // interpreter and every descendant, those in sessions of their own too
 // (start_new_session, setsid, detached): its cgroup where the machine
 // offers one, its process tree otherwise (see reap.go); and wait for it. An

@@ -94,7 +94,7 @@ func (k *Kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 // the request at once unless it is in synchronous code; only a request
 // still running after nodeSigintGrace (synchronous code, deep inside
 // runInContext, away from the gap, or a child process it waits for) gets
-// the SIGINT.
+// the SIGINT, followed by a {"sigint"} record on fd 3.
 func (k *Kernel) Interrupt(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -137,10 +137,22 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 		// current is still id under mu: the request has not been reported
 		// over, and no later one can have been sent.
 		if !k.closed && k.p == p && !p.isGone() && k.currentID() == id {
-			_ = k.sigint()
+			if k.sigint() == nil {
+				k.noteSigint(id)
+			}
 		}
 	})
 	return nil
+}
+
+// noteSigint tells node's driver that request id got SIGINT, so that a
+// signal node kept for its next run is taken before the next request
+// starts (see drainSigint in driver.js). Written after the signal: by the
+// time the driver reads the record, node has handled it. Called with mu
+// held; a later request is written after it.
+func (k *Kernel) noteSigint(id string) {
+	_ = k.p.reqW.SetWriteDeadline(time.Now().Add(interruptWriteWait))
+	_, _ = k.p.reqW.Write(k.lang.sigintSent(id))
 }
 
 const (

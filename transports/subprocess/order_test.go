@@ -181,6 +181,30 @@ func TestNodeInterruptAnyPhase(t *testing.T) {
 	}
 }
 
+// A SIGINT that lands as one of node's breakOnSigint runs ends is kept by
+// node's watchdog and terminates the next run, which can be the next
+// request's (node's own race, see drainSigint in driver.js). Here the cell
+// sends itself the signal at the end of its run, where an interrupt's late
+// SIGINT lands, and the test writes the record the host writes after each
+// SIGINT it sends; the next request must run untouched. (Without the
+// record, the first such request was terminated.)
+func TestNodeSigintDoesNotReachTheNextRequest(t *testing.T) {
+	testkit.NeedCommand(t, "node", "nodejs")
+	k := startKernel(t, "javascript", t.TempDir())
+	for range 20 {
+		e := tt.Exec(t, k, "process.kill(process.pid, 'SIGINT'); 1", false)
+		k.mu.Lock()
+		k.noteSigint(e.MsgID)
+		k.mu.Unlock()
+		// Busy long enough for the watchdog's thread to wake: a stale
+		// signal outlasts shorter runs and stops the first longer one.
+		next := tt.Exec(t, k, "{ const end = Date.now() + 10; while (Date.now() < end); } 1+1", false)
+		if next.Reply().Status != core.ReplyOK {
+			t.Fatalf("the request after a SIGINT was stopped by it:%s%s", e, next)
+		}
+	}
+}
+
 // printedWhileRunning sends code, which prints "start" and then waits far
 // longer than any test would, and checks that the line reaches the host
 // while the cell still runs: the drivers coalesce writes, and must still

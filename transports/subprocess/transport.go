@@ -63,6 +63,9 @@ type language struct {
 	// interrupt, when set, frames an interrupt of request msgID, written on
 	// fd 3 before any SIGINT (see Kernel.Interrupt and driver.js).
 	interrupt func(msgID string) []byte
+	// sigintSent frames the record written on fd 3 after a SIGINT of
+	// request msgID, when interrupt is set.
+	sigintSent func(msgID string) []byte
 	// resendSigint: SIGINT is sent again while the interrupted request still
 	// runs (see sigintResends).
 	resendSigint bool
@@ -115,8 +118,8 @@ func New(opts Options) *Transport {
 	t.add("bash", opts.Bash, "bash", language{args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true})
 	// typescript runs on the same driver: the host compiles each cell (see
 	// jscell.go), so node is all either needs.
-	t.add("javascript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeJavaScript, interrupt: encodeInterrupt, enterCwd: encodeEnterCwd})
-	t.add("typescript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeTypeScript, interrupt: encodeInterrupt, enterCwd: encodeEnterCwd})
+	t.add("javascript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeJavaScript, interrupt: encodeInterrupt, sigintSent: encodeSigintSent, enterCwd: encodeEnterCwd})
+	t.add("typescript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeTypeScript, interrupt: encodeInterrupt, sigintSent: encodeSigintSent, enterCwd: encodeEnterCwd})
 	// R keeps a SIGINT that lands while it reads fd 3 pending and the driver
 	// drops it once the request is read (see driver.R): the resends cover an
 	// interrupt sent just before the code started.
@@ -305,6 +308,13 @@ func encodeCell(req core.ExecuteRequest, c jsCell) ([]byte, error) {
 func encodeInterrupt(msgID string) []byte {
 	b, _ := json.Marshal(struct {
 		Interrupt string `json:"interrupt"`
+	}{msgID}) // a struct of one string always marshals
+	return append(b, '\n')
+}
+
+func encodeSigintSent(msgID string) []byte {
+	b, _ := json.Marshal(struct {
+		Sigint string `json:"sigint"`
 	}{msgID}) // a struct of one string always marshals
 	return append(b, '\n')
 }

@@ -7,7 +7,7 @@
 // writes go out as stream messages on fd 4 too, so everything this process
 // writes keeps its order; child processes write to fd 1/2, which the host
 // forwards. The host may also send {"interrupt": msg_id} on fd 3 (see
-// onInterrupt).
+// onInterrupt), and {"sigint": msg_id} after a SIGINT (see drainSigint).
 //
 // The same driver runs typescript: the host compiles each cell to
 // javascript (transports/subprocess/jscell.go) and sends, besides the code,
@@ -244,9 +244,54 @@ function onInterrupt(id) {
 function interruptError() {
   return new Error('Script execution interrupted.');
 }
-process.on('SIGINT', () => {
-  if (pending) pending.reject(interruptError());
-});
+// The listener only keeps node alive: the record has already ended an
+// awaiting request, and a signal handled here can be one sent for the
+// request before (it is emitted on a later turn of the event loop), so it
+// must not end whichever request awaits now.
+process.on('SIGINT', () => {});
+
+// A SIGINT that lands in a breakOnSigint run which ends before node's
+// watchdog thread takes the signal stays counted in the watchdog's
+// semaphore, and terminates the next breakOnSigint run, whichever request
+// that is (measured: nearly every SIGINT sent during a short run did; see
+// src/node_watchdog.cc, SigintWatchdogHelper::Stop). So after each SIGINT
+// the host sends {"sigint": msg_id} on fd 3, and unless a run of that
+// request was terminated by it, drainSigint runs before the next request:
+// a breakOnSigint run that waits, terminated at once by a stale signal
+// and left alone for SIGINT_DRAIN_MS otherwise (the signal then reached
+// the listener above, or node lost it).
+const SIGINT_DRAIN_MS = 200;
+const drainWait = new Int32Array(new SharedArrayBuffer(4));
+const drainContext = vm.createContext({ drainWait });
+const drainScript = new vm.Script(`Atomics.wait(drainWait, 0, 0, ${SIGINT_DRAIN_MS})`);
+let terminatedId = ''; // the request whose runs SIGINT terminated
+let terminations = 0; // how many of them, not yet matched to a {"sigint"} record
+
+function onSigintSent(id) {
+  queue = queue.then(() => drainSigint(id));
+}
+async function drainSigint(id) {
+  if (id === terminatedId && terminations > 0) {
+    terminations--; // the signal terminated a run of id: it was taken
+    return;
+  }
+  try {
+    drainScript.runInContext(drainContext, { breakOnSigint: true });
+  } catch (e) {
+    // terminated: the stale signal is taken
+  }
+  // Let the event loop read fd 3 before the next request starts, so an
+  // interrupt record for it that came during the wait counts.
+  await new Promise(setImmediate);
+}
+function noteTermination(msgId, e) {
+  if (!e || e.code !== 'ERR_SCRIPT_EXECUTION_INTERRUPTED') return;
+  if (terminatedId !== msgId) {
+    terminatedId = msgId;
+    terminations = 0;
+  }
+  terminations++;
+}
 
 function compile(code, filename) {
   const attempts = [
@@ -369,6 +414,7 @@ async function execute(req) {
       emit({ type: 'execute_result', parent_id: msgId, execution_count: count, data: { 'text/plain': text } });
     }
   } catch (e) {
+    noteTermination(msgId, e);
     const f = errorFields(e, mapped);
     emit({ type: 'error', parent_id: msgId, ...f });
     Object.assign(reply, { status: 'error' }, f);
@@ -422,6 +468,7 @@ reqs.on('data', (chunk) => {
     if (!line) continue;
     const req = JSON.parse(line);
     if ('interrupt' in req) onInterrupt(req.interrupt);
+    else if ('sigint' in req) onSigintSent(req.sigint);
     else if ('cwd' in req) queue = queue.then(() => enterCwd(req.cwd));
     else queue = queue.then(() => execute(req));
   }
