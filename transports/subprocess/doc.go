@@ -19,7 +19,8 @@
 //     (see Signals); for bash one
 //     NUL-terminated record, "0" or "1" (silent) followed by the code; for R
 //     and Java (no JSON parser in base R or the JDK) a header line
-//     "<silent 0|1> <code bytes> <msg_id>" followed by the code. A javascript request may also carry
+//     "<silent 0|1> <code bytes> <msg_id>" followed by the code, and for
+//     Java also "sigint 0 <msg_id>" (see Signals). A javascript request may also carry
 //     "imports", "source_map" or "compile_error" (see TypeScript and ES
 //     modules). A pooled python or node interpreter gets {"cwd": "<dir>"}
 //     when it is handed out (see Warm pool).
@@ -221,7 +222,10 @@
 // interrupted request still runs (sigintResends). Java's driver handles
 // SIGINT (sun.misc.Signal) with JShell.stop() while a cell runs and ignores
 // it otherwise; it gets the resends too, for a signal that came just before
-// the cell started. Python's driver also interrupts a request that
+// the cell started. The JVM runs that handler on a thread it starts for it,
+// late under load, when the next cell may already run; so after each
+// SIGINT the host writes "sigint 0 <msg_id>" on fd 3, and the driver starts
+// a cell only once the handler has run for each (1 s at most). Python's driver also interrupts a request that
 // the signal reached before its code started. Node is different: a SIGINT
 // that lands while vm.runInContext (breakOnSigint) swaps node's SIGINT
 // handlers kills node, and a request passes through that swap just as its

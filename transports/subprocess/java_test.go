@@ -67,3 +67,37 @@ func TestJavaInterruptLoop(t *testing.T) {
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	interruptLoop(t, "java", "int kept = 7;", "System.out.println(\"start\");\nlong i = 0; while (true) { i++; }", "7")
 }
+
+// The JVM runs a SIGINT handler late under load, after the cell the signal
+// was sent for; it must not stop the next cell (see awaitSignals in
+// Driver.java). Here each cell sends itself the signal at its very end,
+// where an interrupt's signal lands when the cell ends on its own, and
+// the test writes the record the host writes after each SIGINT it sends.
+// (Without the record a third of the next cells were stopped.)
+func TestJavaSigintDoesNotReachTheNextCell(t *testing.T) {
+	testkit.NeedCommand(t, "java", "default-jdk-headless")
+	k := startKernel(t, "java", t.TempDir())
+	for range 20 {
+		e := tt.Exec(t, k, `new ProcessBuilder("kill", "-INT", "" + ProcessHandle.current().pid()).start().waitFor();`, false)
+		k.mu.Lock()
+		k.noteSigint(e.MsgID)
+		k.mu.Unlock()
+		if next := tt.Exec(t, k, "Thread.sleep(30); 1", false); next.Reply().Status != core.ReplyOK {
+			t.Fatalf("the cell after a SIGINT was stopped by it:%s%s", e, next)
+		}
+	}
+}
+
+// A record of a signal the handler never runs for (the kernel merged it
+// with another) holds the next cell back for a second at most.
+func TestJavaSigintRecordWithoutSignal(t *testing.T) {
+	testkit.NeedCommand(t, "java", "default-jdk-headless")
+	k := startKernel(t, "java", t.TempDir())
+	e := tt.Exec(t, k, "int kept = 7;", false)
+	k.mu.Lock()
+	k.noteSigint(e.MsgID)
+	k.mu.Unlock()
+	if got, _ := tt.Exec(t, k, "kept", false).Result(); got != "7" {
+		t.Fatalf("kept = %q after a record without a signal, want 7", got)
+	}
+}

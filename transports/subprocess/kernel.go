@@ -108,11 +108,12 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 		if k.lang.noIdleSigint && k.currentID() == "" {
 			return nil // nothing runs (see language.noIdleSigint)
 		}
-		if err := k.sigint(); err != nil {
+		id := k.currentID()
+		if err := k.sigintNoted(id); err != nil {
 			return err
 		}
 		if k.lang.resendSigint {
-			k.resendSigint(k.currentID(), sigintResends)
+			k.resendSigint(id, sigintResends)
 		}
 		return nil
 	}
@@ -137,22 +138,10 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 		// current is still id under mu: the request has not been reported
 		// over, and no later one can have been sent.
 		if !k.closed && k.p == p && !p.isGone() && k.currentID() == id {
-			if k.sigint() == nil {
-				k.noteSigint(id)
-			}
+			_ = k.sigintNoted(id)
 		}
 	})
 	return nil
-}
-
-// noteSigint tells node's driver that request id got SIGINT, so that a
-// signal node kept for its next run is taken before the next request
-// starts (see drainSigint in driver.js). Written after the signal: by the
-// time the driver reads the record, node has handled it. Called with mu
-// held; a later request is written after it.
-func (k *Kernel) noteSigint(id string) {
-	_ = k.p.reqW.SetWriteDeadline(time.Now().Add(interruptWriteWait))
-	_, _ = k.p.reqW.Write(k.lang.sigintSent(id))
 }
 
 const (
@@ -186,10 +175,33 @@ func (k *Kernel) resendSigint(id string, delays []time.Duration) {
 		// Still id under mu: its end has not been reported, and no later
 		// request can have been sent.
 		if !k.closed && k.p == p && !p.isGone() && k.currentID() == id {
-			_ = k.sigint()
+			_ = k.sigintNoted(id)
 			k.resendSigint(id, delays[1:])
 		}
 	})
+}
+
+// sigintNoted sends SIGINT for request id and then, for a driver that
+// takes it (language.sigintSent), the record that says so. Node and the
+// JVM can handle a signal after the request it was sent for is over, in
+// the next one (see drainSigint in driver.js, awaitSignals in
+// Driver.java); the record, on fd 3 before any later request, lets the
+// driver take the signal first. Called with mu held.
+func (k *Kernel) sigintNoted(id string) error {
+	if err := k.sigint(); err != nil {
+		return err
+	}
+	if id != "" && k.lang.sigintSent != nil {
+		k.noteSigint(id)
+	}
+	return nil
+}
+
+// noteSigint writes the record of a SIGINT sent for request id on fd 3.
+// Called with mu held.
+func (k *Kernel) noteSigint(id string) {
+	_ = k.p.reqW.SetWriteDeadline(time.Now().Add(interruptWriteWait))
+	_, _ = k.p.reqW.Write(k.lang.sigintSent(id))
 }
 
 // sigint sends SIGINT to the interpreter's process group. Called with mu held.

@@ -63,8 +63,8 @@ type language struct {
 	// interrupt, when set, frames an interrupt of request msgID, written on
 	// fd 3 before any SIGINT (see Kernel.Interrupt and driver.js).
 	interrupt func(msgID string) []byte
-	// sigintSent frames the record written on fd 3 after a SIGINT of
-	// request msgID, when interrupt is set.
+	// sigintSent, when set, frames the record written on fd 3 after each
+	// SIGINT sent while request msgID runs (see Kernel.sigintNoted).
 	sigintSent func(msgID string) []byte
 	// resendSigint: SIGINT is sent again while the interrupted request still
 	// runs (see sigintResends).
@@ -164,7 +164,7 @@ func (t *Transport) PoolStats() []PoolStat {
 // (java with javac beside it) is needed.
 func (t *Transport) addJava(interpreter string) {
 	const pkg = "default-jdk-headless"
-	t.add("java", interpreter, pkg, language{encode: encodeHeader, resendSigint: true, noIdleSigint: true})
+	t.add("java", interpreter, pkg, language{encode: encodeHeader, sigintSent: encodeHeaderSigint, resendSigint: true, noIdleSigint: true})
 	lang, ok := t.langs["java"]
 	if !ok {
 		return
@@ -317,6 +317,12 @@ func encodeSigintSent(msgID string) []byte {
 		Sigint string `json:"sigint"`
 	}{msgID}) // a struct of one string always marshals
 	return append(b, '\n')
+}
+
+// encodeHeaderSigint frames the record of a SIGINT for the Java driver: a
+// header line "sigint 0 <msg_id>".
+func encodeHeaderSigint(msgID string) []byte {
+	return []byte("sigint 0 " + strings.ReplaceAll(msgID, "\n", " ") + "\n")
 }
 
 // encodeEnterCwd frames the hand-out record of the python and node drivers:
