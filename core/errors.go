@@ -12,7 +12,7 @@ const (
 	KindNotFound                     // no such context (HTTP 404)
 	KindQueueFull                    // the context's queue is full; try again later (HTTP 429)
 	KindRejected                     // an env-var policy refused the request (HTTP 403)
-	KindUnavailable                  // the engine is shutting down (HTTP 503)
+	KindUnavailable                  // the engine is shutting down, or a part it needs is not back yet (HTTP 503)
 	KindTooLarge                     // the request is larger than a limit (HTTP 413)
 	KindGone                         // what was asked for existed but is no longer kept (HTTP 410)
 )

@@ -145,8 +145,11 @@ func (e *Engine) startContext(ctx context.Context, language, cwd string, cwdChoi
 	k, err := e.cfg.Transport.StartKernel(startCtx, core.KernelSpec{Language: e.kernelLanguage(language), Cwd: cwd})
 	if err != nil {
 		kind := core.KindInternal
-		if core.KindOf(err) == core.KindInvalid { // e.g. the cwd does not exist
+		switch core.KindOf(err) {
+		case core.KindInvalid: // e.g. the cwd does not exist
 			kind = core.KindInvalid
+		case core.KindUnavailable: // e.g. a transport plugin that is restarting
+			kind = core.KindUnavailable
 		}
 		return nil, newError(kind, fmt.Sprintf("Failed to create context: %v", err), err)
 	}

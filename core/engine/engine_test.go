@@ -567,6 +567,32 @@ func TestBadInputIsRefusedBeforeAnythingRuns(t *testing.T) {
 	}
 }
 
+// A transport's start failure keeps its kind when the client can act on it:
+// unavailable (a transport plugin that is restarting: try again, HTTP 503)
+// and invalid; any other is the host's own failure.
+func TestStartFailureKinds(t *testing.T) {
+	e, ft := newTestEngine(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	for _, tc := range []struct {
+		err  error
+		want core.ErrorKind
+	}{
+		{&core.Error{Kind: core.KindUnavailable, Msg: "transport plugin x is restarting and was not back in time"}, core.KindUnavailable},
+		{&core.Error{Kind: core.KindInvalid, Msg: "no such directory"}, core.KindInvalid},
+		{&core.Error{Kind: core.KindNotFound, Msg: "not a context"}, core.KindInternal},
+		{errors.New("boom"), core.KindInternal},
+	} {
+		ft.mu.Lock()
+		ft.startErr = fmt.Errorf("start python kernel: %w", tc.err)
+		ft.mu.Unlock()
+		_, err := e.CreateContext(ctx, "python", "")
+		if core.KindOf(err) != tc.want || !strings.Contains(err.Error(), tc.err.Error()) {
+			t.Errorf("start failing with %v: %v (kind %v), want kind %v", tc.err, err, core.KindOf(err), tc.want)
+		}
+	}
+}
+
 // A restart's setup request is sent once the context has seen the kernel's
 // restarting status; it must not be handed that same status, which would
 // fail the restart ("Failed to set up the context ...: the kernel reported

@@ -26,8 +26,9 @@ import (
 // Silent requests must be the engine's python snippets, which the fake parses,
 // so the tests also prove the snippets carry values exactly.
 type fakeTransport struct {
-	mu      sync.Mutex
-	kernels []*fakeKernel
+	mu       sync.Mutex
+	kernels  []*fakeKernel
+	startErr error // when set, StartKernel fails with it
 }
 
 func (t *fakeTransport) Info() core.TransportInfo {
@@ -37,6 +38,12 @@ func (t *fakeTransport) Info() core.TransportInfo {
 func (t *fakeTransport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	if spec.Language != "python" {
 		return nil, fmt.Errorf("fake transport: no kernel for language %q", spec.Language)
+	}
+	t.mu.Lock()
+	err := t.startErr
+	t.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
 	k := &fakeKernel{
 		msgs:    make(chan core.Message, 4096),

@@ -533,8 +533,26 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if _, err := s.StartKernel(ctx, core.KernelSpec{Language: "bash"}); !errors.Is(err, errClosed) {
-		t.Fatalf("StartKernel after Close: %v", err)
+	if _, err := s.StartKernel(ctx, core.KernelSpec{Language: "bash"}); !errors.Is(err, errClosed) || core.KindOf(err) != core.KindUnavailable {
+		t.Fatalf("StartKernel after Close: %v (kind %v), want errClosed, KindUnavailable", err, core.KindOf(err))
+	}
+}
+
+// A start while the plugin is down for longer than the start may wait is
+// refused as unavailable (HTTP 503: try again), not as an internal error.
+func TestStartWhileRestartingIsUnavailable(t *testing.T) {
+	s := launch(t, Config{Path: exampleBin, Logger: testLogger(t), MinBackoff: time.Minute})
+	pid := s.PID()
+	fd := pidfd(t, pid)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, "killed plugin", fd, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := s.StartKernel(ctx, core.KernelSpec{Language: "bash", Cwd: t.TempDir()})
+	if core.KindOf(err) != core.KindUnavailable || !strings.Contains(err.Error(), "not back in time") {
+		t.Fatalf("StartKernel while the plugin restarts: %v (kind %v), want KindUnavailable", err, core.KindOf(err))
 	}
 }
 

@@ -231,6 +231,14 @@ func (s *Supervised) Close() error {
 
 var errClosed = errors.New("transport plugin supervisor is closed")
 
+// unavailable is an error of the supervisor's own: the plugin is not there
+// to take the call (closed, or restarting for longer than the call may
+// wait). Its kind tells the client to try again later (HTTP 503), as for
+// an engine that is shutting down, rather than that something broke.
+func unavailable(err error) error {
+	return &core.Error{Kind: core.KindUnavailable, Msg: err.Error(), Err: err}
+}
+
 // current returns the running instance, waiting while the plugin restarts.
 func (s *Supervised) current(ctx context.Context) (*instance, error) {
 	for {
@@ -238,7 +246,7 @@ func (s *Supervised) current(ctx context.Context) (*instance, error) {
 		inst, up, closed := s.inst, s.up, s.closed
 		s.mu.Unlock()
 		if closed {
-			return nil, fmt.Errorf("transport plugin %s: %w", s.cfg.Name, errClosed)
+			return nil, unavailable(fmt.Errorf("transport plugin %s: %w", s.cfg.Name, errClosed))
 		}
 		if inst != nil {
 			if !inst.proc.gone() {
@@ -251,14 +259,14 @@ func (s *Supervised) current(ctx context.Context) (*instance, error) {
 			case <-s.stop:
 				continue
 			case <-ctx.Done():
-				return nil, fmt.Errorf("transport plugin %s exited and was not back in time: %w", s.cfg.Name, ctx.Err())
+				return nil, unavailable(fmt.Errorf("transport plugin %s exited and was not back in time: %w", s.cfg.Name, ctx.Err()))
 			}
 		}
 		select {
 		case <-up:
 		case <-s.stop:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("transport plugin %s is restarting and was not back in time: %w", s.cfg.Name, ctx.Err())
+			return nil, unavailable(fmt.Errorf("transport plugin %s is restarting and was not back in time: %w", s.cfg.Name, ctx.Err()))
 		}
 	}
 }
