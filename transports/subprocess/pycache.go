@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Python compiles driver.py (1,000 lines) on every start when it gets it
@@ -56,8 +57,37 @@ func pythonDriverArgs() []string {
 	}
 	sum := sha256.Sum256([]byte(driverPython))
 	path := filepath.Join(dir, "python-driver-"+hex.EncodeToString(sum[:8]))
+	pruneCompiledPython(dir, filepath.Base(path))
 	loader := strings.NewReplacer("%PATH%", pythonLiteral(path), "%SOURCE%", pythonLiteral(driverPython)).Replace(pythonLoader)
 	return []string{"-c", loader}
+}
+
+// pruneCompiledPython removes what other driver sources left in dir (each
+// kernelhost version compiles its own driver), and temporary files a
+// writer did not rename (it died) that are older than a minute. Removing a
+// file another host still uses costs that host a compile at its next
+// interpreter start, nothing more: the loader reads the file only as it
+// starts. Java's class directories stay: a running JVM may still load a
+// class from its own.
+func pruneCompiledPython(dir, current string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "python-driver-") || e.IsDir() {
+			continue
+		}
+		stale := !strings.HasPrefix(name, current+".")
+		if !stale && strings.HasSuffix(name, ".tmp") {
+			info, err := e.Info()
+			stale = err == nil && time.Since(info.ModTime()) > time.Minute
+		}
+		if stale {
+			_ = os.Remove(filepath.Join(dir, name))
+		}
+	}
 }
 
 // driverCacheDir returns the directory the compiled drivers are kept in,

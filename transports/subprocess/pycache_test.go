@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
@@ -83,5 +84,39 @@ func TestPythonDriverWithoutCache(t *testing.T) {
 			}
 			startPythonRunsACell(t)
 		})
+	}
+}
+
+// A transport made now removes the compiled drivers of other driver
+// sources (older kernelhost versions) and temporary files a writer left
+// over a minute ago, and keeps its own, a fresh temporary file and
+// everything else in the directory.
+func TestPythonDriverCacheIsPruned(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	startPythonRunsACell(t)
+	own, _ := cachedDriver(t, cache)
+	dir := filepath.Dir(own)
+	write := func(name string, age time.Duration) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		then := time.Now().Add(-age)
+		if err := os.Chtimes(path, then, then); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	other := write("python-driver-0123456789abcdef.cpython-311-30b07f0", 0)
+	otherTmp := write("python-driver-0123456789abcdef.cpython-311-30b07f0.99.tmp", 0)
+	leftTmp := write(filepath.Base(own)+".99.tmp", time.Hour)
+	freshTmp := write(filepath.Base(own)+".98.tmp", 0)
+	unrelated := write("java-driver-notes", time.Hour)
+	New(Options{})
+	for path, want := range map[string]bool{own: true, other: false, otherTmp: false, leftTmp: false, freshTmp: true, unrelated: true} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s: kept %v, want %v", filepath.Base(path), err == nil, want)
+		}
 	}
 }
