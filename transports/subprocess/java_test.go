@@ -79,9 +79,7 @@ func TestJavaSigintDoesNotReachTheNextCell(t *testing.T) {
 	k := startKernel(t, "java", t.TempDir())
 	for range 20 {
 		e := tt.Exec(t, k, `new ProcessBuilder("kill", "-INT", "" + ProcessHandle.current().pid()).start().waitFor();`, false)
-		k.mu.Lock()
-		k.noteSigint(e.MsgID)
-		k.mu.Unlock()
+		writeSigintRecord(k, e.MsgID)
 		if next := tt.Exec(t, k, "Thread.sleep(30); 1", false); next.Reply().Status != core.ReplyOK {
 			t.Fatalf("the cell after a SIGINT was stopped by it:%s%s", e, next)
 		}
@@ -94,9 +92,7 @@ func TestJavaSigintRecordWithoutSignal(t *testing.T) {
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	k := startKernel(t, "java", t.TempDir())
 	e := tt.Exec(t, k, "int kept = 7;", false)
-	k.mu.Lock()
-	k.noteSigint(e.MsgID)
-	k.mu.Unlock()
+	writeSigintRecord(k, e.MsgID)
 	if got, _ := tt.Exec(t, k, "kept", false).Result(); got != "7" {
 		t.Fatalf("kept = %q after a record without a signal, want 7", got)
 	}

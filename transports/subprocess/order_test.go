@@ -181,6 +181,14 @@ func TestNodeInterruptAnyPhase(t *testing.T) {
 	}
 }
 
+// writeSigintRecord writes on k's fd 3 what the host writes after a SIGINT
+// it sent for request id.
+func writeSigintRecord(k *Kernel, id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.noteSigint(id)
+}
+
 // A SIGINT that lands as one of node's breakOnSigint runs ends is kept by
 // node's watchdog and terminates the next run, which can be the next
 // request's (node's own race, see drainSigint in driver.js). Here the cell
@@ -193,9 +201,7 @@ func TestNodeSigintDoesNotReachTheNextRequest(t *testing.T) {
 	k := startKernel(t, "javascript", t.TempDir())
 	for range 20 {
 		e := tt.Exec(t, k, "process.kill(process.pid, 'SIGINT'); 1", false)
-		k.mu.Lock()
-		k.noteSigint(e.MsgID)
-		k.mu.Unlock()
+		writeSigintRecord(k, e.MsgID)
 		// Busy long enough for the watchdog's thread to wake: a stale
 		// signal outlasts shorter runs and stops the first longer one.
 		next := tt.Exec(t, k, "{ const end = Date.now() + 10; while (Date.now() < end); } 1+1", false)

@@ -305,33 +305,26 @@ func encodeCell(req core.ExecuteRequest, c jsCell) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-func encodeInterrupt(msgID string) []byte {
-	b, _ := json.Marshal(struct {
-		Interrupt string `json:"interrupt"`
-	}{msgID}) // a struct of one string always marshals
-	return append(b, '\n')
+// jsonRecord returns the framing of a record {"<key>": value} on fd 3 of
+// the python and node drivers.
+func jsonRecord(key string) func(value string) []byte {
+	return func(value string) []byte {
+		b, _ := json.Marshal(map[string]string{key: value}) // a map of strings always marshals
+		return append(b, '\n')
+	}
 }
 
-func encodeSigintSent(msgID string) []byte {
-	b, _ := json.Marshal(struct {
-		Sigint string `json:"sigint"`
-	}{msgID}) // a struct of one string always marshals
-	return append(b, '\n')
-}
+var (
+	encodeInterrupt  = jsonRecord("interrupt") // node: an interrupt, before any SIGINT
+	encodeSigintSent = jsonRecord("sigint")    // node: after a SIGINT (see Kernel.sigintNoted)
+	encodeEnterCwd   = jsonRecord("cwd")       // the hand-out of a pooled interpreter
+)
 
 // encodeHeaderSigint frames the record of a SIGINT for the Java driver: a
-// header line "sigint 0 <msg_id>".
+// header line "sigint 0 <msg_id>" (the msg_id of a request encodeHeader
+// framed, so without a line break).
 func encodeHeaderSigint(msgID string) []byte {
-	return []byte("sigint 0 " + strings.ReplaceAll(msgID, "\n", " ") + "\n")
-}
-
-// encodeEnterCwd frames the hand-out record of the python and node drivers:
-// {"cwd": dir}.
-func encodeEnterCwd(dir string) []byte {
-	b, _ := json.Marshal(struct {
-		Cwd string `json:"cwd"`
-	}{dir}) // a struct of one string always marshals
-	return append(b, '\n')
+	return []byte("sigint 0 " + msgID + "\n")
 }
 
 // encodeHeader frames a request for the drivers without a JSON parser (R):
