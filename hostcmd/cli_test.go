@@ -85,6 +85,7 @@ func TestCLIUsageAndHelp(t *testing.T) {
 		"usage":             nil,
 		"help":              {"help"},
 		"help-serve":        {"help", "serve"},
+		"help-mcp":          {"help", "mcp"},
 		"serve-help":        {"serve", "-help"},
 		"help-plugins-list": {"help", "plugins", "list"},
 		"help-policy-eval":  {"help", "policy", "eval"},

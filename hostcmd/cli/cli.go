@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
 )
 
 // Exit statuses shared by every command.
@@ -45,6 +47,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"serve", "[flags]", "serve the code-interpreter HTTP API (every setting: kernelhost help serve)", serve},
+		{"mcp", "[flags]", "serve the MCP tools on stdin/stdout, for an MCP client that starts it", mcpStdio},
 		{"plugins list", "[flags]", "start each transport plugin, print its name, version and languages", pluginsList},
 		{"policy eval", "[-config VALUE] MODULE.wasm < input.json", "run one env-var policy module on one input, print its decision", policyEval},
 		{"version", "", "print the version, the commit and the Go version", version},
@@ -55,6 +58,7 @@ func init() {
 // Main runs the command line args (without the program name) and returns
 // the exit status.
 func Main(args []string, s Streams) int {
+	server.Version = Version // what MCP clients are told
 	if len(args) == 0 {
 		usage(s.Stderr)
 		return exitUsage

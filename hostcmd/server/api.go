@@ -29,6 +29,7 @@ type api struct {
 	tokenScope   string       // ScopeAll or ScopeExecute
 	metrics      *metrics     // nil: no /metrics (Config.DisableMetrics)
 	browser      *browserGuard
+	mcp          *mcpEndpoint  // /mcp
 	writeTimeout time.Duration // a stream's client must take each write within it
 	// closing is done once the host shuts down (beginShutdown).
 	closing       context.Context
@@ -56,6 +57,9 @@ var routes = []route{
 	{"GET", "/executions/{id}/stream", (*api).resumeExecution},
 	{"GET", "/metrics", (*api).serveMetrics},
 	{"GET", "/openapi.json", (*api).openAPI},
+	{"POST", "/mcp", (*api).serveMCP},
+	{"GET", "/mcp", (*api).serveMCP},
+	{"DELETE", "/mcp", (*api).serveMCP},
 }
 
 // handler returns the API's routes behind the Host and Origin checks

@@ -10,9 +10,9 @@ import (
 
 // authorize requires the access token, when one is configured, on every
 // route but /health (readiness probes carry no credentials), or with
-// ScopeExecute only on the execution routes: /execute and /executions/...
+// ScopeExecute only on the execution routes: /execute, /executions/...
 // (an execution's output and its live stream are as private as the code
-// that made them). CORS preflights never carry credentials and are answered
+// that made them) and /mcp (which runs code). CORS preflights never carry credentials and are answered
 // by cors before this. The comparison takes constant time.
 //
 // "Authorization: Bearer <token>" works on every route. On /execute,
@@ -26,7 +26,7 @@ func (a *api) authorize(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		isExecute := r.URL.Path == "/execute"
-		isExecution := isExecute || strings.HasPrefix(r.URL.Path, "/executions/")
+		isExecution := isExecute || strings.HasPrefix(r.URL.Path, "/executions/") || r.URL.Path == "/mcp"
 		if r.URL.Path == "/health" || (a.tokenScope == ScopeExecute && !isExecution) {
 			next.ServeHTTP(w, r)
 			return

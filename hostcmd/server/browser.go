@@ -62,10 +62,11 @@ func newBrowserGuard(hosts, origins []string, log *slog.Logger) *browserGuard {
 }
 
 // corsMethods are the API's methods; corsExposed the response headers a
-// page may read (the execution id for a re-attach, the request id).
+// page may read (the execution id for a re-attach, the request id, the MCP
+// session's id that a browser MCP client sends back).
 const (
 	corsMethods = "DELETE, GET, OPTIONS, POST"
-	corsExposed = executionIDHeader + ", " + RequestIDHeader
+	corsExposed = executionIDHeader + ", " + RequestIDHeader + ", " + mcpSessionIDHeader
 )
 
 func (g *browserGuard) wrap(next http.Handler) http.Handler {

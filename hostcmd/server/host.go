@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/kernelenv"
@@ -49,6 +51,18 @@ var kernelSetup = kernelenv.Setup
 // answers 200 only once they exist. Start returns when the defaults are
 // ready, or with an error after cleaning up.
 func Start(ctx context.Context, cfg Config) (*Host, error) {
+	return start(ctx, cfg, true)
+}
+
+// StartInProcess is Start without the HTTP server: the same engine,
+// plugins, policies and default contexts, used in-process (`kernelhost mcp`
+// serves them over stdio with MCPServer). cfg.Addr is not listened on, so
+// it runs beside a `kernelhost serve` on the same settings.
+func StartInProcess(ctx context.Context, cfg Config) (*Host, error) {
+	return start(ctx, cfg, false)
+}
+
+func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
 	cfg = withDefaults(cfg)
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -61,13 +75,17 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{log: log, served: make(chan error, 1)}
-	if err := h.assemble(ctx, cfg, cwd); err != nil {
+	if err := h.assemble(ctx, cfg, cwd, listen); err != nil {
 		h.release()
 		return nil, err
 	}
-	go func() { h.served <- h.srv.Serve(h.ln) }()
 	info := h.Engine.Transport().Info()
-	log.Info("listening", "addr", h.Addr(), "transport", info.Name, "languages", info.Languages)
+	if listen {
+		go func() { h.served <- h.srv.Serve(h.ln) }()
+		log.Info("listening", "addr", h.Addr(), "transport", info.Name, "languages", info.Languages)
+	} else {
+		log.Info("started in-process", "transport", info.Name, "languages", info.Languages)
+	}
 
 	defaults := defaultLanguages(info, log)
 	if err := startDefaults(ctx, h.Engine, defaults, cfg.DefaultStartRetry, h.api, log); err != nil {
@@ -83,8 +101,9 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 
 // assemble builds the host's parts in order: the metrics, the policies (a
 // broken module is the cheapest failure), the transport, the engine, the
-// API and its listener, pprof. On failure the caller releases what it built.
-func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd) error {
+// API and its listener (if listen), pprof. On failure the caller releases
+// what it built.
+func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen bool) error {
 	var met *metrics
 	if !cfg.DisableMetrics {
 		// The engine is set before the server serves, so before any scrape.
@@ -115,10 +134,13 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd) error {
 	if h.Engine, err = engine.NewEngine(engineConfig(cfg, transport, met, envPolicy, cwd)); err != nil {
 		return fmt.Errorf("create the engine: %w", err)
 	}
+	h.api = newAPI(cfg, h.Engine, met)
+	if !listen {
+		return nil
+	}
 	if h.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	h.api = newAPI(cfg, h.Engine, met)
 	h.srv = newHTTPServer(cfg, h.api.handler())
 	if cfg.PprofAddr != "" {
 		if h.pprof, err = startPprof(cfg.PprofAddr, h.log); err != nil {
@@ -211,6 +233,7 @@ func newAPI(cfg Config, e *engine.Engine, met *metrics) *api {
 		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
 		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.Logger), writeTimeout: cfg.WriteTimeout}
 	a.closing, a.beginShutdown = context.WithCancel(context.Background())
+	a.mcp = newMCPEndpoint(cfg, e, met)
 	return a
 }
 
@@ -306,8 +329,20 @@ func (h *Host) PprofAddr() string {
 	return h.pprof.addr()
 }
 
-// Addr is the address the host listens on.
-func (h *Host) Addr() string { return h.ln.Addr().String() }
+// MCPServer is a new MCP server with the host's tools (package mcpserver)
+// on its engine, for a transport of the caller's: `kernelhost mcp` runs it
+// on stdio. /mcp serves its own.
+func (h *Host) MCPServer() *mcp.Server {
+	return newMCPServer(h.Engine, h.api.metrics, h.log)
+}
+
+// Addr is the address the host listens on ("" for StartInProcess's).
+func (h *Host) Addr() string {
+	if h.ln == nil {
+		return ""
+	}
+	return h.ln.Addr().String()
+}
 
 // URL is the host's base URL.
 func (h *Host) URL() string { return "http://" + h.Addr() }
@@ -325,10 +360,17 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	// final lines, not WriteTimeout: they would hold the shutdown.
 	h.api.beginShutdown()
 	// http.Server.Shutdown closes the listeners at once, then waits for active
-	// connections to go idle; those are the streams that engine.Close ends.
+	// connections to go idle; those are the streams that engine.Close ends
+	// and MCP sessions, closed once the engine ended their calls.
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- h.srv.Shutdown(ctx) }()
+	if h.srv != nil {
+		go func() { srvDone <- h.srv.Shutdown(ctx) }()
+	} else {
+		srvDone <- nil
+		h.served <- http.ErrServerClosed
+	}
 	engineErr := h.Engine.Close(ctx)
+	h.api.mcp.close()
 	srvErr := <-srvDone
 	if serveErr := <-h.served; !errors.Is(serveErr, http.ErrServerClosed) {
 		srvErr = errors.Join(srvErr, serveErr)

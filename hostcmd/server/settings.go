@@ -293,7 +293,7 @@ var settingsTable = []setting{
 		field: func(c *Config) *time.Duration { return &c.IdleTimeout }, check: positive[time.Duration]},
 	&row[string]{name: "access-token", help: "if set, clients must send \"Authorization: Bearer <token>\" (prefer the environment variable: flags show in ps); see -access-token-scope",
 		field: func(c *Config) *string { return &c.AccessToken }, check: checkAccessToken},
-	&row[string]{name: "access-token-scope", def: ScopeAll, help: "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token as the official SDKs send it, and /executions/...)",
+	&row[string]{name: "access-token-scope", def: ScopeAll, help: "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token as the official SDKs send it, /executions/... and /mcp)",
 		field: func(c *Config) *string { return &c.AccessTokenScope }, check: checkTokenScope},
 	list("allowed-hosts", DefaultAllowedHosts, "host names a request's Host header may name besides loopback names and addresses (DNS-rebinding protection), separated by commas: name, *.suffix, or * for any",
 		func(c *Config) *[]string { return &c.AllowedHosts }, checkAllowedHosts),

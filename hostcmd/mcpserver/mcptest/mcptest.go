@@ -1,0 +1,309 @@
+// Package mcptest checks kernelhost's MCP tools through a real MCP client
+// (the Go SDK's) on any transport: the /mcp tests of hostcmd/server
+// (streamable HTTP) and the `kernelhost mcp` tests of hostcmd (stdio) run
+// the same checks.
+package mcptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Call runs one tool and fails the test on a protocol error.
+func Call(t testing.TB, s *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s %v: %v", tool, args, err)
+	}
+	return res
+}
+
+// Texts joins the result's text content.
+func Texts(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text + "\n")
+		}
+	}
+	return b.String()
+}
+
+// Structured decodes the result's structured content.
+func Structured(t testing.TB, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	raw, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("structured content %s: %v", raw, err)
+	}
+	return m
+}
+
+// Run is run_code that must succeed; it returns the result.
+func Run(t testing.TB, s *mcp.ClientSession, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	res := Call(t, s, "run_code", args)
+	if res.IsError {
+		t.Fatalf("run_code %v: isError: %s", args, Texts(res))
+	}
+	return res
+}
+
+// NewClient is a Go SDK client whose progress notifications' messages go
+// to the returned channel (dropped when it is full).
+func NewClient() (*mcp.Client, <-chan string) {
+	progress := make(chan string, 100)
+	c := mcp.NewClient(&mcp.Implementation{Name: "kernelhost-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progress <- req.Params.Message:
+			default:
+			}
+		},
+	})
+	return c, progress
+}
+
+// Tools checks every tool on a session of a NewClient whose host runs
+// python with matplotlib (Debian's), node, bash and R.
+func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	t.Run("list tools", func(t *testing.T) {
+		list, err := s.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, tool := range list.Tools {
+			names = append(names, tool.Name)
+			if tool.Description == "" || tool.InputSchema == nil {
+				t.Errorf("tool %s has no description or input schema", tool.Name)
+			}
+		}
+		slices.Sort(names)
+		if want := []string{"create_context", "delete_context", "list_contexts", "restart_context", "run_code"}; !slices.Equal(names, want) {
+			t.Fatalf("tools %v, want %v", names, want)
+		}
+	})
+
+	t.Run("python prints and returns", func(t *testing.T) {
+		res := Run(t, s, map[string]any{"code": "print('hello from mcp')\n6*7"})
+		out := Structured(t, res)
+		if out["stdout"] != "hello from mcp\n" {
+			t.Errorf("stdout %q", out["stdout"])
+		}
+		results, _ := out["results"].([]any)
+		if len(results) != 1 || results[0].(map[string]any)["text"] != "42" || results[0].(map[string]any)["is_main_result"] != true {
+			t.Errorf("results %v, want the main result 42", results)
+		}
+		if txt := Texts(res); !strings.Contains(txt, "hello from mcp") || !strings.Contains(txt, "Result:\n42") {
+			t.Errorf("text content %q", txt)
+		}
+	})
+
+	t.Run("python state across calls", func(t *testing.T) {
+		Run(t, s, map[string]any{"code": "kept = 'across calls'"})
+		res := Run(t, s, map[string]any{"code": "kept", "language": "python"})
+		if !strings.Contains(Texts(res), "across calls") {
+			t.Fatalf("state lost: %s", Texts(res))
+		}
+	})
+
+	t.Run("python chart", func(t *testing.T) {
+		res := Run(t, s, map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('mcp chart')\nplt.show()"})
+		var png []byte
+		for _, c := range res.Content {
+			if img, ok := c.(*mcp.ImageContent); ok && img.MIMEType == "image/png" {
+				png = img.Data
+			}
+		}
+		if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+			t.Fatalf("no PNG image content: %v", res.Content)
+		}
+		results, _ := Structured(t, res)["results"].([]any)
+		if len(results) != 1 {
+			t.Fatalf("results %v", results)
+		}
+		chart, _ := results[0].(map[string]any)["chart"].(map[string]any)
+		if chart["title"] != "mcp chart" || chart["type"] != "line" {
+			t.Fatalf("structured chart %v", chart)
+		}
+	})
+
+	t.Run("python raises", func(t *testing.T) {
+		res := Call(t, s, "run_code", map[string]any{"code": "def f():\n    return 1 / 0\nf()"})
+		if !res.IsError {
+			t.Fatalf("isError not set: %s", Texts(res))
+		}
+		e, _ := Structured(t, res)["error"].(map[string]any)
+		if e["name"] != "ZeroDivisionError" || !strings.Contains(e["traceback"].(string), "f()") {
+			t.Fatalf("error %v", e)
+		}
+		if txt := Texts(res); !strings.Contains(txt, "ZeroDivisionError") {
+			t.Fatalf("text content %q", txt)
+		}
+		Run(t, s, map[string]any{"code": "1"}) // the context goes on
+	})
+
+	t.Run("other languages", func(t *testing.T) {
+		for lang, c := range map[string]struct{ code, want string }{
+			"javascript": {"const v = [1, 2, 3].map(x => x * 2); console.log(v.join(','))", "2,4,6"},
+			"bash":       {"echo from-bash-$((6*7))", "from-bash-42"},
+			"r":          {"cat(sum(1:10), '\\n')", "55"},
+		} {
+			t.Run(lang, func(t *testing.T) {
+				res := Run(t, s, map[string]any{"code": c.code, "language": lang})
+				if !strings.Contains(Texts(res), c.want) {
+					t.Fatalf("%s: %s", lang, Texts(res))
+				}
+			})
+		}
+	})
+
+	t.Run("env vars kept to one call", func(t *testing.T) {
+		res := Run(t, s, map[string]any{"code": "import os\nprint(os.environ.get('MCP_SECRET'))", "env_vars": map[string]any{"MCP_SECRET": "s3cret"}})
+		if Structured(t, res)["stdout"] != "s3cret\n" {
+			t.Fatalf("env var not set: %s", Texts(res))
+		}
+		res = Run(t, s, map[string]any{"code": "import os\nprint(os.environ.get('MCP_SECRET'))"})
+		if Structured(t, res)["stdout"] != "None\n" {
+			t.Fatalf("env var outlived its call: %s", Texts(res))
+		}
+	})
+
+	t.Run("contexts", func(t *testing.T) {
+		created := Structured(t, Call(t, s, "create_context", map[string]any{"language": "python"}))
+		id, _ := created["id"].(string)
+		if id == "" || created["language"] != "python" {
+			t.Fatalf("create_context: %v", created)
+		}
+		Run(t, s, map[string]any{"code": "mine = 1", "context_id": id})
+		if res := Call(t, s, "run_code", map[string]any{"code": "mine"}); !res.IsError {
+			t.Fatalf("a created context's state reached the default one: %s", Texts(res))
+		}
+		list := Structured(t, Call(t, s, "list_contexts", nil))
+		if !strings.Contains(mustJSON(list), id) {
+			t.Fatalf("list_contexts lacks %s: %v", id, list)
+		}
+		if res := Call(t, s, "restart_context", map[string]any{"context_id": id}); res.IsError {
+			t.Fatal(Texts(res))
+		}
+		if res := Call(t, s, "run_code", map[string]any{"code": "mine", "context_id": id}); !res.IsError {
+			t.Fatalf("state survived a restart: %s", Texts(res))
+		}
+		if res := Call(t, s, "delete_context", map[string]any{"context_id": id}); res.IsError {
+			t.Fatal(Texts(res))
+		}
+		if res := Call(t, s, "run_code", map[string]any{"code": "1", "context_id": id}); !res.IsError || !strings.Contains(Texts(res), "not found") {
+			t.Fatalf("a deleted context ran code: %s", Texts(res))
+		}
+	})
+
+	t.Run("bad input is a tool error", func(t *testing.T) {
+		res := Call(t, s, "run_code", map[string]any{"code": "1", "language": "cobol"})
+		if !res.IsError || !strings.Contains(Texts(res), "cobol") {
+			t.Fatalf("want an error naming the language: %s", Texts(res))
+		}
+	})
+
+	t.Run("progress", func(t *testing.T) {
+		params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": "for i in range(3):\n    print('line', i, flush=True)"}}
+		params.SetProgressToken("progress-test")
+		if _, err := s.CallTool(ctx, params); err != nil {
+			t.Fatal(err)
+		}
+		// An output chunk is one notification; the kernel may send the
+		// three lines as one chunk or several.
+		var got string
+		timeout := time.After(time.Minute)
+		for got != "line 0\nline 1\nline 2\n" {
+			select {
+			case msg := <-progress:
+				got += msg
+			case <-timeout:
+				t.Fatalf("progress messages %q, want the three lines", got)
+			}
+		}
+	})
+
+	t.Run("cancellation interrupts", func(t *testing.T) {
+		Cancel(t, s, progress)
+	})
+}
+
+// WaitProgress returns the next progress message, skipping others until
+// want (bounded).
+func WaitProgress(t testing.TB, progress <-chan string, want string) string {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case msg := <-progress:
+			if msg == want {
+				return msg
+			}
+		case <-timeout:
+			t.Fatalf("no progress notification %q", want)
+		}
+	}
+}
+
+// StartSpinning starts `while True: pass` in the python default context
+// and returns once it runs (its progress line arrived), with the call's
+// cancel and its outcome.
+func StartSpinning(t testing.TB, s *mcp.ClientSession, progress <-chan string) (context.CancelFunc, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": "print('spinning', flush=True)\nwhile True: pass"}}
+		params.SetProgressToken("spin")
+		_, err := s.CallTool(ctx, params)
+		done <- err
+	}()
+	WaitProgress(t, progress, "spinning\n")
+	return cancel, done
+}
+
+// Cancel cancels a call of `while True: pass` once it runs and checks that
+// the next call on the same context works and sees the state from before.
+func Cancel(t testing.TB, s *mcp.ClientSession, progress <-chan string) {
+	t.Helper()
+	Run(t, s, map[string]any{"code": "before_cancel = 'kept'"})
+	cancel, done := StartSpinning(t, s, progress)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled call: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the cancelled call did not return")
+	}
+	res := Run(t, s, map[string]any{"code": "before_cancel"})
+	if !strings.Contains(Texts(res), "kept") {
+		t.Fatalf("after the cancellation: %s", Texts(res))
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
