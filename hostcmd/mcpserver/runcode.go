@@ -205,8 +205,11 @@ func (c *collector) result() *mcp.CallToolResult {
 	}
 	content = append(content, c.content...)
 	if e := c.out.Error; e != nil {
+		// A traceback usually ends with "Name: value" already.
 		msg := "Error: " + e.Name + ": " + e.Value
-		if e.Traceback != "" {
+		if strings.Contains(e.Traceback, e.Name) {
+			msg = "Error:\n" + e.Traceback
+		} else if e.Traceback != "" {
 			msg += "\n" + e.Traceback
 		}
 		content = append(content, &mcp.TextContent{Text: msg})
