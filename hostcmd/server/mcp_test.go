@@ -127,6 +127,12 @@ func TestMCPRefusals(t *testing.T) {
 	if _, _, err := connectMCP(t, h, map[string]string{"Authorization": "Bearer " + mcpToken}, ""); err != nil {
 		t.Fatal(err)
 	}
+	// Scope execute, which leaves /contexts open, still guards /mcp: it
+	// runs code.
+	scoped := startHost(t, withToken, func(c *server.Config) { c.AccessTokenScope = server.ScopeExecute })
+	if _, _, err := connectMCP(t, scoped, nil, ""); err == nil || !strings.Contains(err.Error(), "Unauthorized") && !strings.Contains(err.Error(), "401") {
+		t.Fatalf("scope execute, no token: %v, want 401", err)
+	}
 }
 
 // A client that goes away in the middle of a call: the host cancels the
