@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -103,7 +104,32 @@ func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCod
 			return nil, RunCodeOutput{}, fmt.Errorf("the execution's output stream ended early: %w", err)
 		}
 	}
+	c.out.Stdout = clip(c.out.Stdout, "stdout")
+	c.out.Stderr = clip(c.out.Stderr, "stderr")
 	return c.result(), c.out, nil
+}
+
+// maxStreamText bounds the stdout and the stderr a result carries: a model
+// reads the result whole, and clients bound a message (the Go SDK's at 16
+// MiB), so a cell that prints megabytes must not make its own result
+// unreadable. Progress notifications still carry every chunk.
+const maxStreamText = 256 << 10
+
+// clip keeps the head and the tail of a text longer than maxStreamText,
+// with a line saying how much was left out between them.
+func clip(s, name string) string {
+	if len(s) <= maxStreamText {
+		return s
+	}
+	head, tail := maxStreamText/2, len(s)-maxStreamText/2
+	for head > 0 && !utf8.RuneStart(s[head]) {
+		head--
+	}
+	for tail < len(s) && !utf8.RuneStart(s[tail]) {
+		tail++
+	}
+	return fmt.Sprintf("%s\n[kernelhost] %d bytes of %s left out here: the result keeps the first and last %d KiB\n%s",
+		s[:head], tail-head, name, maxStreamText/2>>10, s[tail:])
 }
 
 // metadata is what env-var policies see of the call: that it came over

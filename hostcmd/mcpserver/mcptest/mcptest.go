@@ -223,6 +223,15 @@ func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
 		}
 	})
 
+	t.Run("megabytes of output are clipped", func(t *testing.T) {
+		res := Run(t, s, map[string]any{"code": "print('first line')\nfor i in range(100000):\n    print('x' * 50)\nprint('last line')"})
+		out, _ := Structured(t, res)["stdout"].(string)
+		if len(out) > 300<<10 || !strings.HasPrefix(out, "first line\n") || !strings.HasSuffix(out, "last line\n") || !strings.Contains(out, "bytes of stdout left out here") {
+			t.Fatalf("stdout of %d bytes, want the head, a note and the tail within 300 KiB: %.200q", len(out), out)
+		}
+		Run(t, s, map[string]any{"code": "1"})
+	})
+
 	t.Run("progress", func(t *testing.T) {
 		params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": "for i in range(3):\n    print('line', i, flush=True)"}}
 		params.SetProgressToken("progress-test")
