@@ -100,3 +100,17 @@ func testUpstreamParity(t *testing.T, h *testHost) {
 		}
 	})
 }
+
+// The subprocess transport's python is a script's process where ipykernel's
+// differs (docs/RATIONALE.md, "The python driver's process is a script's"):
+// an argparse parser gets no arguments and so its defaults, and
+// sys.stdout.buffer writes bytes (after a flush, in order with the prints).
+func TestPythonProcessAsAScript(t *testing.T) {
+	h := startHost(t)
+	lines := h.run(map[string]any{"code": "import argparse, sys\np = argparse.ArgumentParser()\np.add_argument('--n', default=3)\n" +
+		"print(sys.argv, p.parse_args().n)\nsys.stdout.flush()\nsys.stdout.buffer.write(b'bytes\\n')\nprint('after')"})
+	noError(t, lines)
+	if got := stdout(lines); got != "['-c'] 3\nbytes\nafter\n" {
+		t.Fatalf("stdout %q, want argv ['-c'], the default 3, then the bytes and the print in order", got)
+	}
+}
