@@ -12,8 +12,8 @@
 #   e2b/data          a pandas DataFrame as {column: [values]}, beside its html
 #   application/json  dicts and lists
 #
-# and makes PIL's Image.show() and, on a kernel without IPython's shell,
-# matplotlib's plt.show() display what they show.
+# and makes PIL's Image.show() and Image.save(filename) and, on a kernel
+# without IPython's shell, matplotlib's plt.show() display their image.
 #
 # Nothing here imports matplotlib, pandas, PIL or IPython: the formatters
 # know their types by name, and what needs a module waits for its import
