@@ -134,20 +134,38 @@ generate:
 
 ## run: build and serve (settings: KERNELHOST_* env vars or ARGS)
 run: build plugins
-	@python="$${KERNELHOST_PYTHON:-$$($(PICK_PYTHON))}"; \
-	echo "python contexts run $$python (set KERNELHOST_PYTHON to choose another)"; \
+	@python="$$($(PICK_PYTHON))"; \
 	KERNELHOST_PYTHON="$$python" exec ./bin/kernelhost serve $(ARGS)
 
-# The Python `make run` gives the subprocess transport unless KERNELHOST_PYTHON
-# says: python3 on PATH where it has IPython, matplotlib, pandas and PIL
+# The Python `make run` gives the subprocess transport: KERNELHOST_PYTHON if
+# set, else python3 on PATH where it has IPython, matplotlib, pandas and PIL
 # (cells then run with IPython's semantics, plots show inline, and the kernel
 # environment's charts and data apply), else Debian's /usr/bin/python3 where
-# it has them (python3-ipython python3-matplotlib python3-pandas python3-pil;
-# python3 on PATH may be a pyenv or venv one without them), else python3.
-# hostcmd/sdktest picks the same way (pickPython).
-PICK_PYTHON = for p in python3 /usr/bin/python3; do \
-	$$p -c 'import IPython, matplotlib, pandas, PIL' 2>/dev/null && { command -v $$p; exit 0; }; \
-	done; echo python3
+# it has them (python3 on PATH may be a pyenv or venv one without them), else
+# python3. It prints the python on stdout and, on stderr, why that one and
+# what it lacks, with the apt-get or pip line that adds it: without them the
+# first plot fails with a bare ModuleNotFoundError. hostcmd/sdktest picks the
+# same way (pickPython).
+PY_MODULES = IPython matplotlib pandas PIL
+PY_LACKS = $$1 -c 'import importlib.util as u, sys; print(" ".join(m for m in sys.argv[1:] if u.find_spec(m) is None))' $(PY_MODULES) 2>/dev/null || echo $(PY_MODULES)
+PICK_PYTHON = lacks() { $(PY_LACKS); }; \
+	if [ -n "$${KERNELHOST_PYTHON:-}" ]; then p="$$KERNELHOST_PYTHON"; why="KERNELHOST_PYTHON says so"; \
+	else why=""; p=""; for c in python3 /usr/bin/python3; do \
+		missing="$$(lacks $$c)"; \
+		if [ -z "$$missing" ]; then p="$$c"; break; fi; \
+		why="$$why$${why:+; }$$c ($$(command -v $$c || echo not found)) lacks $$missing"; \
+	done; \
+	if [ -n "$$p" ]; then why="$${why:-python3 on PATH has $(PY_MODULES)}$${why:+; $$p has them}"; else p=python3; fi; fi; \
+	echo "python contexts run $$p ($$(command -v $$p || echo not found)): $$why (KERNELHOST_PYTHON chooses another)" >&2; \
+	missing="$$(lacks $$p)"; \
+	if [ -n "$$missing" ]; then \
+		pkgs=""; pips=""; for m in $$missing; do case $$m in \
+			IPython) pkgs="$$pkgs python3-ipython"; pips="$$pips ipython";; \
+			PIL) pkgs="$$pkgs python3-pil"; pips="$$pips pillow";; \
+			*) pkgs="$$pkgs python3-$$m"; pips="$$pips $$m";; esac; done; \
+		echo "WARNING: $$p lacks $$missing: a cell that imports one fails with ModuleNotFoundError (no plots, charts or DataFrame data$$(case " $$missing " in *" IPython "*) echo "; without IPython no %magic, !cmd or display()";; esac)). Add them: apt-get install$$pkgs (then KERNELHOST_PYTHON=/usr/bin/python3), or $$p -m pip install$$pips" >&2; \
+	fi; \
+	echo "$$p"
 
 ## run-jupyter: serve on the Jupyter transport: starts a Jupyter Server on
 ## 127.0.0.1:$(JUPYTER_PORT) (own root dir, generated token, IOPub rate

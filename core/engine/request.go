@@ -26,6 +26,9 @@ type request struct {
 	rt       *route
 	gotReply bool // execute_reply seen
 	gotIdle  bool // status idle seen
+	// endText is the Text of the kernel-wide status that ended the request:
+	// what the transport knows of why (for a death: what died, and how).
+	endText string
 }
 
 // send registers a fresh msg_id with the context's current kernel and sends
@@ -97,6 +100,7 @@ func (q *request) wait(w *watch, onMessage func(core.Message)) requestEnd {
 		case m := <-q.rt.ch:
 			if m.ParentID == "" {
 				if end, over := kernelWideEnd(m.State); over {
+					q.endText = m.Text
 					return end
 				}
 				continue

@@ -162,7 +162,12 @@ func (u *userRun) handle(end requestEnd) (done bool) {
 	case endRestarted:
 		x.end(errNameRestarting, "Context was restarted")
 	case endDied:
-		x.end(errNameKernelDied, "The kernel died while running this execution; the context restarts on its next execution, without its state")
+		how := ""
+		if u.q.endText != "" {
+			how = ": " + u.q.endText
+		}
+		x.end(errNameKernelDied, "The kernel died while running this execution"+how+
+			". The context's kernel is replaced by a new one, without its state, at its next execution")
 	case endDisconnected:
 		x.end(errNameConnection, "The connection to the kernel was lost; rerun the code to get the results")
 	case endLost:

@@ -244,3 +244,26 @@ print(json.dumps([sorted(boot['_WATCHED']), sorted(env.ON_IMPORT)]))
 		t.Fatalf("python_boot.py watches %v, python_env.py patches %v", lists[0], lists[1])
 	}
 }
+
+// Box plot values lose float noise as E2B's extractor rounds it away (at
+// the first run of three 9s, or of three 0s after a significant digit), and
+// other values are kept; pie angles keep the 7 significant digits of
+// matplotlib's float32 pie(): 90% of a pie is 324, not 323.99999141693115.
+func TestPythonChartRounding(t *testing.T) {
+	out := runPython(t, `
+import json, sys
+exec(compile(`+strconv.Quote(kernelenv.PythonSource())+`, '<kernelhost python env>', 'exec'), {'__name__': '_kernelhost_env'})
+env = sys.modules['_kernelhost_env']
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots()
+ax.pie([90, 10], startangle=90)
+print(json.dumps({
+    "tidy": [env._tidy(v) for v in (4.749999999, 0.30000000000000004, 0.0005163749999999999, 2.2680000000000003e-05, 3.14159, 36.000003814697266, -1.0000001)],
+    "angles": [e["angle"] for e in env.figure_chart(fig)["elements"]],
+}))
+`)
+	const want = `{"tidy": [4.75, 0.3, 0.000516375, 2.268e-05, 3.14159, 36.000003814697266, -1.0000001], "angles": [324.0, 36.0]}`
+	if strings.TrimSpace(out) != want {
+		t.Fatalf("got %s\nwant %s", out, want)
+	}
+}

@@ -12,8 +12,8 @@
 #   e2b/data          a pandas DataFrame as {column: [values]}, beside its html
 #   application/json  dicts and lists
 #
-# and makes PIL's Image.show() and, on a kernel without IPython's shell,
-# matplotlib's plt.show() display what they show.
+# and makes PIL's Image.show() and Image.save(filename) and, on a kernel
+# without IPython's shell, matplotlib's plt.show() display their image.
 #
 # Nothing here imports matplotlib, pandas, PIL or IPython: the formatters
 # know their types by name, and what needs a module waits for its import
@@ -41,10 +41,12 @@ DATA_MIME = "e2b/data"
 
 
 def figure_chart(fig):
-    """The chart of a Figure: one axes' chart, or a superchart of several."""
-    axes = [ax for ax in fig.get_axes() if ax.get_visible() and getattr(ax, "_colorbar", None) is None]
-    if not axes:
-        return None
+    """The chart of a Figure, as E2B's extractor gives it: {} for a figure
+    with no data (text only, or no axes), one axes' chart, or a superchart of
+    all its axes (a colorbar's and an empty twin's included)."""
+    axes = fig.get_axes()
+    if not any(ax.has_data() for ax in axes):
+        return {}
     if len(axes) == 1:
         return axes_chart(axes[0])
     return {"type": "superchart", "title": _suptitle(fig), "elements": [axes_chart(ax) for ax in axes]}
@@ -57,30 +59,59 @@ def _suptitle(fig):
     return text or None
 
 
-def axes_chart(ax):
-    """The chart of one Axes, by what it holds: wedges make a pie, boxes a box
-    and whisker chart, bar containers a bar chart, lines a line chart
-    (markers only: a scatter), collections of points a scatter."""
-    from matplotlib.collections import PathCollection
-    from matplotlib.container import BarContainer
-    from matplotlib.patches import Wedge
+def _artists(ax):
+    """What was drawn on the axes, in order, without its texts (titles,
+    labels, annotations); legends and spines are not drawn on it."""
+    from matplotlib.text import Text
 
-    wedges = [p for p in ax.patches if isinstance(p, Wedge)]
-    if wedges:
-        return _pie_chart(ax, wedges)
-    boxes = _box_chart(ax)
-    if boxes is not None:
-        return boxes
-    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
-    if bars:
-        return _bar_chart(ax, bars)
-    lines = [line for line in ax.get_lines() if line.get_visible() and len(line.get_xydata())]
-    if lines:
-        markers_only = all(line.get_linestyle() in ("None", " ", "") for line in lines)
-        return _point_chart(ax, "scatter" if markers_only else "line", lines, lambda line: line.get_xydata())
-    points = [c for c in ax.collections if isinstance(c, PathCollection) and len(c.get_offsets())]
-    if points:
-        return _point_chart(ax, "scatter", points, lambda c: c.get_offsets())
+    children = getattr(ax, "_children", None)
+    if children is None:  # matplotlib before 3.5 kept them by kind
+        children = ax.lines + ax.collections + ax.patches + ax.images + ax.tables + ax.artists
+    return [a for a in children if not isinstance(a, Text)]
+
+
+def _is_guide_line(line):
+    """A two-point horizontal or vertical line (a grid line, an axhline): E2B
+    leaves these out of a chart's elements and of its kind."""
+    xy = line.get_xydata()
+    return len(xy) == 2 and (xy[0][0] == xy[1][0] or xy[0][1] == xy[1][1])
+
+
+def axes_chart(ax):
+    """The chart of one Axes, by the kind of every artist on it, as E2B's
+    extractor decides: lines only (markers only included, and no artist at
+    all: an empty twin) make a line chart; boxes and lines a box and whisker
+    chart; point collections only (guide lines aside) a scatter; wedges only
+    a pie; rectangles only a bar chart; any mix an unknown chart."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import PathPatch, Rectangle, Wedge
+
+    artists = _artists(ax)
+    if all(isinstance(a, Line2D) for a in artists):
+        # boxplot() without patch_artist draws its boxes as lines: E2B calls
+        # that a line chart; we read the boxes (docs/python-results.md).
+        boxes = _box_chart(ax) if artists else None
+        if boxes is not None:
+            return boxes
+        lines = [line for line in ax.get_lines() if not _is_guide_line(line)]
+        return _point_chart(ax, "line", lines, lambda line: line.get_xydata())
+    if all(isinstance(a, (PathPatch, Line2D)) for a in artists):
+        boxes = _box_chart(ax)
+        return boxes if boxes is not None else _unknown_chart(ax)
+    artists = [a for a in artists if not (isinstance(a, Line2D) and _is_guide_line(a))]
+    if all(isinstance(a, PathCollection) for a in artists):
+        return _point_chart(ax, "scatter", ax.collections, lambda c: c.get_offsets())
+    if all(isinstance(a, Wedge) for a in artists):
+        return _pie_chart(ax, [p for p in ax.patches if isinstance(p, Wedge)])
+    if all(isinstance(a, Rectangle) for a in artists):
+        from matplotlib.container import BarContainer
+
+        return _bar_chart(ax, [c for c in ax.containers if isinstance(c, BarContainer)])
+    return _unknown_chart(ax)
+
+
+def _unknown_chart(ax):
     return {"type": "unknown", "title": _title(ax), "elements": []}
 
 
@@ -257,8 +288,30 @@ def _bar_chart(ax, containers):
 def _pie_chart(ax, wedges):
     elements = []
     for wedge in wedges:
-        elements.append({"label": _series_label(wedge), "angle": float(abs(wedge.theta2 - wedge.theta1)), "radius": float(wedge.r)})
+        # pie() computes in float32 (matplotlib 3.6, at least): an angle holds
+        # 7 significant digits, the rest is noise (90% of a pie is
+        # 323.99999141693115): the angle is given to those 7, as 324.0.
+        angle = float("%.7g" % abs(wedge.theta2 - wedge.theta1))
+        elements.append({"label": _series_label(wedge), "angle": angle, "radius": float(wedge.r)})
     return {"type": "pie", "title": _title(ax), "elements": elements}
+
+
+def _tidy(value):
+    """value without the float noise E2B's extractor rounds away in box plot
+    values: the decimals are cut at the first run of three 9s, or of three 0s
+    after a significant digit, and the number rounded there:
+    4.749999999 -> 4.75, 0.30000000000000004 -> 0.3. Other values are kept
+    as they are."""
+    digits, _, exponent = str(value).lower().partition("e")
+    if "." not in digits:
+        return float(value)
+    decimals = digits.split(".", 1)[1]
+    significant = len(decimals) - len(decimals.lstrip("0"))
+    runs = [i for i in (decimals.find("999"), decimals.find("000", significant)) if i >= 0]
+    if not runs:
+        return float(value)
+    rounded = round(float(digits), min(runs) + 1)
+    return float("%re%s" % (rounded, exponent)) if exponent else rounded
 
 
 def _box_chart(ax):
@@ -319,15 +372,15 @@ def _box_element(ax, box, segments, fliers, vertical):
     outliers = []
     for xy in fliers:
         if all(abs(v - center) < 1e-9 for v in xy[:, i].tolist()):
-            outliers.extend(_finite(xy[:, j]))
+            outliers.extend(v if v is None else _tidy(v) for v in _finite(xy[:, j]))
     axis = ax.xaxis if vertical else ax.yaxis
     return {
         "label": _position_label(axis, center),
-        "min": float(low),
-        "first_quartile": float(q1),
-        "median": float(median),
-        "third_quartile": float(q3),
-        "max": float(high),
+        "min": _tidy(low),
+        "first_quartile": _tidy(q1),
+        "median": _tidy(median),
+        "third_quartile": _tidy(q3),
+        "max": _tidy(high),
         "outliers": outliers,
     }
 
@@ -469,15 +522,28 @@ def _display(obj):
 
 
 def _patch_pil(image_module):
-    """Image.show() displays the image (as png) instead of opening a viewer."""
-    if getattr(image_module.Image.show, "_kernelhost", False):
+    """Image.show() displays the image (as png) instead of opening a viewer,
+    and Image.save() to a file name displays the image it saves, as E2B's
+    kernels do: so does a figure matplotlib saves to a file (its savefig()
+    writes the png through PIL)."""
+    image_class = image_module.Image
+    if getattr(image_class.show, "_kernelhost", False):
         return
 
     def show(self, title=None, **options):
         _display(self)
 
-    show._kernelhost = True
-    image_module.Image.show = show
+    save = image_class.save
+
+    def save_and_display(self, fp, format=None, **params):
+        if isinstance(fp, str):  # a file name; not a path object or a buffer (E2B's rule)
+            _display(self)
+        return save(self, fp, format, **params)
+
+    show._kernelhost = save_and_display._kernelhost = True
+    save_and_display.__doc__ = save.__doc__
+    image_class.show = show
+    image_class.save = save_and_display
 
 
 def _patch_pyplot(pyplot):

@@ -114,6 +114,9 @@ func testPythonResults(t *testing.T, h *testHost) {
 		}
 	})
 
+	t.Run("UpstreamParity", func(t *testing.T) { testUpstreamParity(t, h) })
+	t.Run("Corpus", func(t *testing.T) { testChartCorpus(t, h) })
+
 	// A restarted kernel is a new interpreter: the environment is applied again.
 	t.Run("AfterRestart", func(t *testing.T) {
 		id := h.defaultID("python")

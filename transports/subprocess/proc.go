@@ -1145,7 +1145,24 @@ func (p *proc) driverGone(cause error) {
 	}
 	p.forgetCurrent()
 	p.stopTicks("")
-	p.emit(core.Message{Type: core.MsgStatus, State: core.StateDead})
+	p.emit(core.Message{Type: core.MsgStatus, State: core.StateDead, Text: p.howItDied()})
+}
+
+// howItDied says what died and how, for the KernelDied error: "the python
+// interpreter (pid 4242) was killed by signal 11 (segmentation fault)".
+func (p *proc) howItDied() string {
+	what := fmt.Sprintf("the %s interpreter", p.spec.langName)
+	select {
+	case <-p.waitDone:
+	default:
+		return what + " stopped answering" // not reaped within exitWait + killWait
+	}
+	st := p.cmd.ProcessState
+	what = fmt.Sprintf("%s (pid %d)", what, st.Pid())
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return fmt.Sprintf("%s was killed by signal %d (%s)", what, int(ws.Signal()), ws.Signal())
+	}
+	return fmt.Sprintf("%s exited with status %d", what, st.ExitCode())
 }
 
 func startFailure(p *proc, cause error) error {

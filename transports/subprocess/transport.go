@@ -107,6 +107,7 @@ func New(opts Options) *Transport {
 	if opts.Java == "" {
 		opts.Java = "java"
 	}
+	noCoreDumps()
 	t := &Transport{
 		cgroups: !opts.NoCgroups,
 		env:     append(withoutHostSettings(os.Environ()), opts.Env...),
