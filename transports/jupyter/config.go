@@ -84,6 +84,9 @@ type Config struct {
 	// DisableQuickAck turns off re-arming TCP_QUICKACK (Linux) after each
 	// read; only useful to measure what it saves.
 	DisableQuickAck bool
+
+	// answerTimeout is answerTimeout (transport.go) unless a test shortens it.
+	answerTimeout time.Duration
 }
 
 const defaultMaxMessageSize = 10 << 20
@@ -104,6 +107,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectTimeout <= 0 {
 		c.ReconnectTimeout = time.Minute
+	}
+	if c.answerTimeout <= 0 {
+		c.answerTimeout = answerTimeout
 	}
 	for _, d := range []*time.Duration{&c.StartTimeout, &c.ConnectTimeout, &c.RestartTimeout} {
 		if *d <= 0 {
