@@ -409,10 +409,25 @@ func (s *Supervised) startError(err error, stderr string) error {
 		hint = "the plugin exited during the handshake (not a kernelhost transport plugin, or it crashed); "
 	}
 	out := fmt.Sprintf("start transport plugin %s (%s): %s%s", s.cfg.Name, s.cfg.Path, hint, first)
-	if t := strings.TrimSpace(stderr); t != "" {
+	if t := strings.TrimSpace(plainStderr(stderr)); t != "" {
 		out += "; plugin stderr: " + strings.ReplaceAll(t, "\n", " | ")
 	}
 	return &startErr{msg: out, err: err}
+}
+
+// plainStderr is the plugin's stderr less its hclog JSON lines: those are
+// logged under the plugin's name already, and in an error they only hid the
+// reason (a configure error carried the plugin's debug JSON). What is left
+// is what the plugin wrote otherwise: a panic, a crash.
+func plainStderr(s string) string {
+	lines := strings.Split(s, "\n")
+	keep := lines[:0]
+	for _, l := range lines {
+		if !strings.HasPrefix(strings.TrimSpace(l), `{"@`) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 type startErr struct {
