@@ -217,12 +217,28 @@ func (c *client) kernelSpecs(ctx context.Context) (kernelSpecs, error) {
 	return ks, err
 }
 
+// version names the server and its version, for TransportInfo. GET api
+// gives the version of the server's Jupyter API (notebook or
+// jupyter-server); Enterprise Gateway adds its own as gateway_version. Kernel
+// Gateway says nothing of itself, but it serves no api/status, which Jupyter
+// Server (and the notebook server) do.
 func (c *client) version(ctx context.Context) (string, error) {
 	var v struct {
-		Version string `json:"version"`
+		Version        string `json:"version"`
+		GatewayVersion string `json:"gateway_version"`
 	}
-	err := c.do(ctx, http.MethodGet, "api", nil, &v)
-	return v.Version, err
+	if err := c.do(ctx, http.MethodGet, "api", nil, &v); err != nil {
+		return "", err
+	}
+	if v.GatewayVersion != "" {
+		return "enterprise-gateway " + v.GatewayVersion + " (api " + v.Version + ")", nil
+	}
+	err := c.do(ctx, http.MethodGet, "api/status", nil, nil)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return "kernel-gateway (api " + v.Version + ")", nil
+	}
+	return "jupyter-server " + v.Version, nil
 }
 
 type kernelModel struct {

@@ -96,7 +96,7 @@ func (t *Transport) Info() core.TransportInfo {
 		langs = append(langs, l)
 	}
 	sort.Strings(langs)
-	return core.TransportInfo{Name: "jupyter", Version: "jupyter-server " + t.version, Languages: langs}
+	return core.TransportInfo{Name: "jupyter", Version: t.version, Languages: langs}
 }
 
 // kernelName picks the kernel spec for a language: the configured name, else
@@ -128,14 +128,16 @@ func (t *Transport) kernelName(lang string) (string, bool) {
 
 // StartKernel creates a kernel for spec.Language and connects to it. The
 // kernel runs in the server's root dir: the engine applies spec.Cwd with a
-// snippet.
+// snippet. Its errors do not begin with "start <language> kernel": the
+// plugin boundary says that already (it read "start python kernel: start
+// python kernel: …").
 func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	lang := core.KernelLanguage(core.NormalizeLanguage(spec.Language))
 	name, ok := t.kernelName(lang)
 	if !ok { // the server may have gained a kernel spec since New
 		specs, err := t.c.kernelSpecs(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("start %s kernel: %w", core.Quote(lang), err)
+			return nil, fmt.Errorf("read the kernel specs: %w", err)
 		}
 		t.mu.Lock()
 		t.specs = specs
