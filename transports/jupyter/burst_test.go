@@ -200,7 +200,16 @@ func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 	srv := jupytertest.Start(t)
 	p := startGatewayProxy(t, srv)
 	p.silent = true
-	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = 3 * time.Second })
+	var mu sync.Mutex
+	var warned []string
+	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) {
+		c.answerTimeout = 3 * time.Second
+		c.Warn = func(msg string, _ ...any) {
+			mu.Lock()
+			warned = append(warned, msg)
+			mu.Unlock()
+		}
+	})
 	began := time.Now()
 	k := startKernel(t, tr)
 	t.Logf("FIGURE start with one silent websocket: %v", time.Since(began))
@@ -213,6 +222,11 @@ func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 	ks := serverKernels(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
 		t.Errorf("silent kernel %q, %d starts, kernels on the server %+v: want the silent one deleted and one other", victim, starts, ks)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warned) != 1 || !strings.Contains(warned[0], "did not answer") {
+		t.Errorf("warnings %q, want one that the kernel was replaced", warned)
 	}
 }
 

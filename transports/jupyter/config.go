@@ -85,6 +85,12 @@ type Config struct {
 	// read; only useful to measure what it saves.
 	DisableQuickAck bool
 
+	// Warn, when set, logs what the transport does on its own that an
+	// operator should hear of: a kernel replaced because its websocket did
+	// not answer, the kernel of an abandoned start deleted. Its signature is
+	// slog.Logger.Warn's and hclog.Logger.Warn's.
+	Warn func(msg string, keyvals ...any)
+
 	// answerTimeout is answerTimeout (transport.go) unless a test shortens it.
 	answerTimeout time.Duration
 }
@@ -107,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectTimeout <= 0 {
 		c.ReconnectTimeout = time.Minute
+	}
+	if c.Warn == nil {
+		c.Warn = func(string, ...any) {}
 	}
 	if c.answerTimeout <= 0 {
 		c.answerTimeout = answerTimeout

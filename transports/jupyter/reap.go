@@ -81,7 +81,11 @@ func (t *Transport) createKernel(ctx context.Context, name string) (kernelModel,
 		case err == nil:
 			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 			defer cancel()
-			_ = t.deleteOwned(ctx, km.ID) // on failure Close tries again
+			if err := t.deleteOwned(ctx, km.ID); err != nil {
+				t.c.cfg.Warn("a start given up on was answered late; deleting its kernel failed (tried again at exit)", "kernel", km.ID, "err", err.Error())
+			} else {
+				t.c.cfg.Warn("a start given up on was answered late; its kernel was deleted", "kernel", km.ID)
+			}
 		case !errors.As(err, &ae) && listErr == nil:
 			t.reapLate(name, before) // the server may have created it all the same
 		}

@@ -161,6 +161,7 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 			}
 			return nil, err
 		}
+		t.c.cfg.Warn("a new kernel's websocket did not answer; the kernel was deleted and another is started", "attempt", attempt, "err", err.Error())
 	}
 }
 

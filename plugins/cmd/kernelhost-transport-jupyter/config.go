@@ -3,6 +3,7 @@ package main
 import (
 	"time"
 
+	"github.com/kernelhost/kernelhost/plugins/transportplugin"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 )
 
@@ -34,5 +35,6 @@ func (s settings) config() jupyter.Config {
 		KeepAlive: s.KeepAlive,
 		CAFile:    s.CAFile, ClientCertFile: s.ClientCert, ClientKeyFile: s.ClientKey,
 		InsecureSkipVerify: s.InsecureSkipVerify, Headers: s.Headers, KernelNames: s.KernelNames,
+		Warn: transportplugin.Logger().Warn, // the host logs it under the plugin's name
 	}
 }
