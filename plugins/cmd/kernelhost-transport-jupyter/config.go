@@ -3,7 +3,6 @@ package main
 import (
 	"time"
 
-	"github.com/kernelhost/kernelhost/plugins/transportplugin"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 )
 
@@ -35,6 +34,6 @@ func (s settings) config() jupyter.Config {
 		KeepAlive: s.KeepAlive,
 		CAFile:    s.CAFile, ClientCertFile: s.ClientCert, ClientKeyFile: s.ClientKey,
 		InsecureSkipVerify: s.InsecureSkipVerify, Headers: s.Headers, KernelNames: s.KernelNames,
-		Warn: transportplugin.Logger().Warn, // the host logs it under the plugin's name
+		Warn: logger.Warn, // the host logs it under the plugin's name
 	}
 }
