@@ -172,6 +172,11 @@ PICK_PYTHON = lacks() { $(PY_LACKS); }; \
 ## limits off, and the python3 kernel spec of deploy/jupyter/kernels with
 ## unbounded IOPub queues, as jupytertest does), waits for it, runs the host
 ## against it and stops the server when the host exits.
+# The server runs in a session of its own (setsid): a SIGTERM or Ctrl-C to
+# this process group reaches the host, which deletes its kernels on a server
+# that is still up, and the trap stops the server after that. The restarter
+# polls kernels 4 times a second, so a kernel's death is reported within a
+# second (docs/jupyter.md).
 run-jupyter: build plugins deps-jupyter
 	@set -eu; \
 	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root" "$(JUPYTER_DIR)/data"; \
@@ -181,13 +186,13 @@ run-jupyter: build plugins deps-jupyter
 	JUPYTER_CONFIG_DIR="$(JUPYTER_DIR)/config" JUPYTER_DATA_DIR="$(JUPYTER_DIR)/data" \
 	JUPYTER_RUNTIME_DIR="$(JUPYTER_DIR)/runtime" IPYTHONDIR="$(JUPYTER_DIR)/ipython" \
 	PYDEVD_DISABLE_FILE_VALIDATION=1 \
-	jupyter-server --no-browser --ip=127.0.0.1 --port=$(JUPYTER_PORT) --port-retries=0 \
+	setsid jupyter-server --no-browser --ip=127.0.0.1 --port=$(JUPYTER_PORT) --port-retries=0 \
 		--ServerApp.token="$$token" --ServerApp.root_dir="$(JUPYTER_DIR)/root" \
 		--ServerApp.iopub_msg_rate_limit=0 --ServerApp.iopub_data_rate_limit=0 \
-		--ServerApp.limit_rate=False $$root \
+		--ServerApp.limit_rate=False --KernelRestarter.time_to_dead=0.25 $$root \
 		>"$(JUPYTER_DIR)/server.log" 2>&1 & \
 	server=$$!; \
-	trap 'kill $$server 2>/dev/null; wait $$server 2>/dev/null || true' EXIT INT TERM; \
+	trap 'kill $$server 2>/dev/null || true; wait $$server 2>/dev/null || true' EXIT INT TERM; \
 	echo "jupyter server: 127.0.0.1:$(JUPYTER_PORT), pid $$server, log $(JUPYTER_DIR)/server.log"; \
 	i=0; until curl -fs -o /dev/null -H "Authorization: token $$token" http://127.0.0.1:$(JUPYTER_PORT)/api/kernelspecs; do \
 		kill -0 $$server 2>/dev/null || { echo "jupyter server exited:"; cat "$(JUPYTER_DIR)/server.log"; exit 1; }; \

@@ -104,6 +104,13 @@ func (c *Context) onKernelEvent(state string) {
 	defer c.mu.Unlock()
 	switch state {
 	case core.StateDead:
+		if !c.dead {
+			// Said once per death, when it is learnt (an execution that
+			// meets it ends with KernelDied; the next one says the kernel
+			// was replaced).
+			c.log.Warn("the context's kernel died; its state is gone, and a fresh kernel runs its next execution")
+			c.e.cfg.Observer.KernelReplaced(c.info.ID, "died")
+		}
 		c.dead = true
 	case core.StateRestarting:
 		// A fresh interpreter replaced the old one (e.g. Jupyter restarts a

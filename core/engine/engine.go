@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
@@ -27,6 +28,10 @@ type Engine struct {
 	defaultLocks sync.Map // language → *sync.Mutex
 
 	buffered *budget // output buffered for attached streams, all executions
+
+	// cwdWarned: the WARN that the default cwd is not a directory where the
+	// kernels run was logged (once: it is the same for every context).
+	cwdWarned atomic.Bool
 
 	execMu     sync.Mutex
 	clock      func() time.Time      // time.Now; tests move it

@@ -39,6 +39,11 @@ type Observer interface {
 	// MessagesLost: the transport announced n messages of an execution of
 	// the context as lost on their way from the kernel (Message.Lost).
 	MessagesLost(contextID string, n int)
+	// KernelReplaced: the context's interpreter was replaced without the
+	// client asking: reason is "died" (it crashed or exited; the server or
+	// the engine brings a fresh one) or "gone" (the server no longer has it,
+	// e.g. culled it as idle).
+	KernelReplaced(contextID, reason string)
 }
 
 type nopObserver struct{}
@@ -48,3 +53,4 @@ func (nopObserver) ExecutionStarted(string, time.Duration)           {}
 func (nopObserver) ExecutionFinished(string, Outcome, time.Duration) {}
 func (nopObserver) ContextRemoved(string)                            {}
 func (nopObserver) MessagesLost(string, int)                         {}
+func (nopObserver) KernelReplaced(string, string)                    {}

@@ -49,6 +49,8 @@ func (o *recordingObserver) ContextRemoved(id string) {
 
 func (o *recordingObserver) MessagesLost(string, int) {}
 
+func (o *recordingObserver) KernelReplaced(string, string) {}
+
 // awaitFinished waits for n more ExecutionFinished reports and returns all outcomes so far.
 func (o *recordingObserver) awaitFinished(t *testing.T, n int) []Outcome {
 	t.Helper()

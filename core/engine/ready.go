@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -27,6 +28,8 @@ func (c *Context) ensureReady() (replaced string, err error) {
 	case <-r.gone:
 		restart = true
 		replaced = "the kernel is gone: the server shut it down (e.g. culled it as idle) or lost it"
+		c.log.Warn("the context's kernel is gone (the server shut it down, e.g. culled it as idle, or lost it); a new kernel is started")
+		c.e.cfg.Observer.KernelReplaced(c.info.ID, "gone")
 	default:
 		if dead {
 			replaced = "the kernel died"
@@ -180,7 +183,13 @@ func (c *Context) noteChosenCwd(stdout string) {
 	c.chosenCwd = chosen
 	c.mu.Unlock()
 	if chosen != c.cwdChoices[0] {
-		c.log.Warn("the default cwd is not a directory where the kernel runs; the context works in another",
+		// Once at WARN (every context that follows finds the same), then
+		// at DEBUG.
+		level := slog.LevelDebug
+		if c.e.cwdWarned.CompareAndSwap(false, true) {
+			level = slog.LevelWarn
+		}
+		c.log.Log(context.Background(), level, "the default cwd is not a directory where the kernel runs; the context works in another",
 			"default_cwd", c.cwdChoices[0], "cwd", chosen, "tried", c.cwdChoices)
 	}
 }

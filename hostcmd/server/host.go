@@ -38,6 +38,10 @@ type Host struct {
 	served   chan error   // Serve's result
 	pprof    *pprofServer // nil without Config.PprofAddr
 	shutdown atomic.Bool
+
+	// startRetryUntil ends the retries of start-up (Config.DefaultStartRetry):
+	// the transport plugin's start, then the default contexts'.
+	startRetryUntil time.Time
 }
 
 // kernelSetup is the kernel environment the engine applies to every new
@@ -74,7 +78,7 @@ func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{log: log, served: make(chan error, 1)}
+	h := &Host{log: log, served: make(chan error, 1), startRetryUntil: time.Now().Add(cfg.DefaultStartRetry)}
 	if err := h.assemble(ctx, cfg, cwd, listen); err != nil {
 		h.release()
 		return nil, err
@@ -88,7 +92,7 @@ func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
 	}
 
 	defaults := defaultLanguages(info, log)
-	if err := startDefaults(ctx, h.Engine, defaults, cfg.DefaultStartRetry, h.api, log); err != nil {
+	if err := startDefaults(ctx, h.Engine, defaults, h.startRetryUntil, h.api, log); err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = h.Shutdown(stopCtx)
@@ -164,11 +168,29 @@ func (h *Host) transport(ctx context.Context, cfg Config, met *metrics) (core.Tr
 	if met != nil {
 		onRestart = met.pluginRestarted
 	}
-	var err error
-	if h.plugin, err = launchTransport(ctx, cfg, onRestart); err != nil {
-		return nil, err
+	// A plugin's start includes its configure, where the jupyter plugin
+	// first reaches its gateway: one that is not up yet is retried as a
+	// failed start of the default contexts is.
+	delay := defaultStartFirstDelay
+	for attempt := 1; ; attempt++ {
+		p, err := launchTransport(ctx, cfg, onRestart)
+		if err == nil {
+			h.plugin = p
+			return p, nil
+		}
+		if ctx.Err() != nil || !time.Now().Add(delay).Before(h.startRetryUntil) {
+			return nil, err
+		}
+		h.log.Warn("the transport plugin did not start; retrying", "attempt", attempt, "retry_in", delay, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		delay = min(2*delay, defaultStartMaxDelay)
 	}
-	return h.plugin, nil
 }
 
 // release closes what assemble built, newest first, when Start fails before
@@ -275,10 +297,9 @@ const (
 )
 
 // startDefaults starts the default contexts, retrying a failure with backoff
-// for up to retry (a slow cluster, a gateway that is still coming up) and
+// until deadline (a slow cluster, a gateway that is still coming up) and
 // telling /health what it waits for. Contexts already started are kept.
-func startDefaults(ctx context.Context, eng *engine.Engine, defaults []string, retry time.Duration, a *api, log *slog.Logger) error {
-	deadline := time.Now().Add(retry)
+func startDefaults(ctx context.Context, eng *engine.Engine, defaults []string, deadline time.Time, a *api, log *slog.Logger) error {
 	delay := defaultStartFirstDelay
 	for attempt := 1; ; attempt++ {
 		a.setStarting(fmt.Sprintf("starting the default contexts %v (attempt %d)", defaults, attempt))

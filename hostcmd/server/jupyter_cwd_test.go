@@ -82,6 +82,15 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 		if !strings.Contains(log.String(), "the default cwd is not a directory where the kernel runs") || !strings.Contains(log.String(), got) {
 			t.Errorf("no notice naming %s in the log:\n%s", got, log.String())
 		}
+		// Every context finds the same: one WARN, not one per context.
+		for range 2 {
+			if code, body := h.do("POST", "/contexts", `{"language":"python"}`); code != 200 {
+				t.Fatalf("POST /contexts: %d %s", code, body)
+			}
+		}
+		if n := strings.Count(log.String(), `level=WARN msg="the default cwd is not a directory where the kernel runs`); n != 1 {
+			t.Errorf("%d WARNs about the default cwd for 3 contexts, want 1:\n%s", n, log.String())
+		}
 		// A cwd the client asks for is never replaced: a clear 400.
 		code, body := h.do("POST", "/contexts", `{"language":"python","cwd":"`+nowhere+`"}`)
 		if code != 400 || !strings.Contains(body, nowhere) {

@@ -50,6 +50,7 @@ type metrics struct {
 	policyLatency   prometheus.Histogram
 	pluginRestarts  prometheus.Counter
 	messagesLost    prometheus.Counter
+	kernelsReplaced *prometheus.CounterVec
 }
 
 var _ engine.Observer = (*metrics)(nil)
@@ -105,13 +106,17 @@ func newMetrics(liveContexts func() int) *metrics {
 			Name: "kernelhost_kernel_messages_lost_total",
 			Help: "Kernel messages the transport knows were lost on their way to it (a Jupyter kernel's IOPub queue overflowed); each loss is also announced on the execution's stderr.",
 		}),
+		kernelsReplaced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kernelhost_kernels_replaced_total",
+			Help: "Contexts' kernels replaced without a client asking, by reason: died (crashed or exited), gone (the Jupyter server no longer has it, e.g. culled it).",
+		}, []string{"reason"}),
 	}
 	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kernelhost_contexts",
 		Help: "Live contexts (each one an interpreter), defaults included.",
 	}, func() float64 { return float64(liveContexts()) })
 	m.reg.MustRegister(m.executions, m.queueDepth, m.queueWait, m.execDuration, m.streamedBytes,
-		m.policyDecisions, m.policyLatency, m.pluginRestarts, m.messagesLost, live,
+		m.policyDecisions, m.policyLatency, m.pluginRestarts, m.messagesLost, m.kernelsReplaced, live,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every label value exists from the start at 0, so that rate() and
 	// alerts see a series before its first event.
@@ -167,6 +172,8 @@ func (m *metrics) ContextRemoved(contextID string) {
 }
 
 func (m *metrics) MessagesLost(_ string, n int) { m.messagesLost.Add(float64(n)) }
+
+func (m *metrics) KernelReplaced(_, reason string) { m.kernelsReplaced.WithLabelValues(reason).Inc() }
 
 // The methods the API calls do nothing on a nil *metrics (metrics off).
 

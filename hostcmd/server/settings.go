@@ -101,10 +101,10 @@ type Config struct {
 	// Default: no such variables (each module's .config file, if any).
 	LookupEnv func(string) (string, bool)
 
-	// DefaultStartRetry is how long the start of the default contexts keeps
-	// being retried, with backoff, after a failure (a slow or busy cluster)
-	// before start-up fails; /health says what it waits for. 0: the first
-	// failure ends start-up.
+	// DefaultStartRetry is how long start-up keeps being retried, with
+	// backoff, after a failure (a gateway not up yet, a slow or busy
+	// cluster): the transport plugin's start, then the default contexts'
+	// (/health says what it waits for). 0: the first failure ends start-up.
 	DefaultStartRetry time.Duration
 
 	// PprofAddr, when set, serves net/http/pprof on a listener of its own at
@@ -349,7 +349,7 @@ var settingsTable = []setting{
 	&row[time.Duration]{name: "jupyter-keep-alive", help: "jupyter transport: if set, every kernel gets a kernel_info_request this often, so a server that culls idle kernels (cull_idle_timeout) keeps them while their contexts exist; set it below the cull timeout; 0: off", transport: "jupyter",
 		field: func(c *Config) *time.Duration { return &c.Jupyter.KeepAlive }, check: notNegative[time.Duration]},
 
-	&row[time.Duration]{name: "default-start-retry", help: "how long a failed start of the default contexts is retried (backoff 1s doubling to 30s) before start-up fails; /health says what it waits for; 0: fail at once",
+	&row[time.Duration]{name: "default-start-retry", help: "how long a failed start-up is retried (the transport plugin's start, e.g. a Jupyter gateway not up yet, then the default contexts; backoff 1s doubling to 30s) before it fails; /health says what it waits for; 0: fail at once",
 		field: func(c *Config) *time.Duration { return &c.DefaultStartRetry }, check: notNegative[time.Duration]},
 	&row[string]{name: "policies", help: "env-var policy modules: .wasm paths separated by commas, or @FILE listing them; SIGHUP reloads them",
 		field: func(c *Config) *string { return &c.Policies }},

@@ -56,7 +56,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			tr := newTransport(b, srv, func(c *Config) { c.Protocol, c.DisableQuickAck = ProtocolJSON, bc.noAck })
 			ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 			defer cancel()
-			km, err := tr.c.createKernel(ctx, "python3")
+			km, err := tr.c.createKernel(ctx, "python3", runTimeout)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -151,7 +151,7 @@ func BenchmarkConcurrent(b *testing.B) {
 		wss := make([]*websocket.Conn, kernels)
 		for i := range wss {
 			ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-			km, err := tr.c.createKernel(ctx, "python3")
+			km, err := tr.c.createKernel(ctx, "python3", runTimeout)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -84,6 +84,15 @@ type Config struct {
 	// DisableQuickAck turns off re-arming TCP_QUICKACK (Linux) after each
 	// read; only useful to measure what it saves.
 	DisableQuickAck bool
+
+	// Warn, when set, logs what the transport does on its own that an
+	// operator should hear of: a kernel replaced because its websocket did
+	// not answer, the kernel of an abandoned start deleted. Its signature is
+	// slog.Logger.Warn's and hclog.Logger.Warn's.
+	Warn func(msg string, keyvals ...any)
+
+	// answerTimeout is answerTimeout (transport.go) unless a test shortens it.
+	answerTimeout time.Duration
 }
 
 const defaultMaxMessageSize = 10 << 20
@@ -104,6 +113,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectTimeout <= 0 {
 		c.ReconnectTimeout = time.Minute
+	}
+	if c.Warn == nil {
+		c.Warn = func(string, ...any) {}
+	}
+	if c.answerTimeout <= 0 {
+		c.answerTimeout = answerTimeout
 	}
 	for _, d := range []*time.Duration{&c.StartTimeout, &c.ConnectTimeout, &c.RestartTimeout} {
 		if *d <= 0 {

@@ -85,3 +85,34 @@ func TestKernelDeletedElsewhereClosesMessages(t *testing.T) {
 	}
 	t.Logf("execute on a lost kernel: %v", err)
 }
+
+// An execution sent to a kernel the server deleted (or culled) behind the
+// transport's back, before a ping tick noticed, ends within seconds: the
+// request's silence makes the transport ask the server.
+func TestExecutionOnDeletedKernelEndsWithinSeconds(t *testing.T) {
+	srv := jupytertest.Start(t)
+	tr := newTransport(t, srv, nil) // PingInterval 15 s: no tick in the test's span
+	k := startKernel(t, tr)
+	run(t, k, "x = 1")
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	if err := tr.c.deleteKernel(ctx, k.(*kernel).id); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	send(t, k, "print(x)")
+	waitKernelWide(t, k, core.StateDisconnected, 10*time.Second)
+	select {
+	case m, ok := <-k.Messages():
+		if ok {
+			t.Fatalf("message %+v after the kernel was deleted", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("messages not closed after the kernel was deleted on the server")
+	}
+	took := time.Since(began)
+	t.Logf("FIGURE an execution on a deleted kernel ended after %v", took)
+	if took > silenceCheckDelay+5*time.Second {
+		t.Errorf("the execution ended after %v", took)
+	}
+}

@@ -16,4 +16,8 @@
 //   - Messages are only forwarded for requests this client sent since the last
 //     restart or disconnect, so nothing of an earlier request can follow a
 //     restarting or disconnected status.
+//   - A start ends with a kernel_info_reply on the new websocket: a kernel
+//     whose websocket stays silent is deleted and replaced (transport.go).
+//     Every kernel id the server hands out is deleted in the end, those of
+//     abandoned starts included (reap.go).
 package jupyter

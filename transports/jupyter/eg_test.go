@@ -35,7 +35,8 @@ func startFakeEG(t *testing.T, startDelay time.Duration) *fakeEG {
 	eg := &fakeEG{startDelay: startDelay}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"version": "3.2.3"})
+		// EG 3.2's answer: the Jupyter API's version, then its own.
+		writeJSON(w, http.StatusOK, map[string]string{"version": "2.14.2", "gateway_version": "3.2.3"})
 	})
 	mux.HandleFunc("GET /api/kernelspecs", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"default": "python_kubernetes", "kernelspecs": map[string]any{
@@ -105,7 +106,11 @@ func TestEnterpriseGatewayNeedsKernelUsername(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	_, err := eg.transport(t, nil).StartKernel(ctx, core.KernelSpec{Language: "python"})
+	tr := eg.transport(t, nil)
+	if v := tr.Info().Version; v != "enterprise-gateway 3.2.3 (api 2.14.2)" {
+		t.Errorf("version label %q", v)
+	}
+	_, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python"})
 	if err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "Ensure KERNEL_USERNAME is set") {
 		t.Fatalf("start without KERNEL_USERNAME: %v, want EG's 403", err)
 	}

@@ -18,6 +18,9 @@ import (
 // gateway for all of them.
 func TestKernelGateway(t *testing.T) {
 	kg := jupytertest.StartKernelGateway(t)
+	if v := newTransport(t, kg, nil).Info().Version; !strings.HasPrefix(v, "kernel-gateway (api ") {
+		t.Errorf("version label %q, want Kernel Gateway's", v)
+	}
 	t.Run("Conformance", func(t *testing.T) {
 		transporttest.Run(t, func(t *testing.T) core.Transport {
 			return newTransport(t, kg, nil)

@@ -127,6 +127,11 @@ func TestErrorReply(t *testing.T) {
 	for _, m := range r.msgs {
 		if m.Type == core.MsgError && m.EName == "ZeroDivisionError" && len(m.Traceback) > 0 {
 			sawError = true
+			// The kernel spec of deploy/jupyter sets NoColor, as upstream's
+			// kernels do: a client shows the traceback as text.
+			if tb := strings.Join(m.Traceback, "\n"); strings.Contains(tb, "\x1b[") {
+				t.Errorf("the traceback has ANSI colour codes: %q", tb)
+			}
 		}
 	}
 	if !sawError {
@@ -254,6 +259,30 @@ func TestKernelDeathAutoRestarts(t *testing.T) {
 	r := run(t, k, "print('x' in globals())")
 	if got := r.stdout.String(); got != "False\n" {
 		t.Errorf("after death: %q", got)
+	}
+}
+
+// A kernel that dies natively (a segfault) mid-execution is reported within
+// a second: the test servers' restarter polls the kernel process four times
+// a second (jupytertest.Args), then the server reports restarting.
+func TestKernelSegfaultReportedWithinASecond(t *testing.T) {
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, nil))
+	run(t, k, "x = 1")
+	id := send(t, k, "import os, time; print('dying', flush=True); time.sleep(0.1); os.kill(os.getpid(), 11)")
+	waitStream(t, k, id, "dying")
+	began := time.Now()
+	waitKernelWide(t, k, core.StateDead, 30*time.Second)
+	took := time.Since(began)
+	t.Logf("FIGURE segfault reported after %v", took)
+	// 100 ms of the sleep, at most 250 ms to the restarter's next poll, and
+	// the rest for a loaded machine.
+	if took > 1500*time.Millisecond {
+		t.Errorf("the death was reported after %v, want within a second or so", took)
+	}
+	waitKernelWide(t, k, core.StateRestarting, time.Second)
+	if r := run(t, k, "print('x' in globals())"); r.stdout.String() != "False\n" {
+		t.Errorf("after death: %q", r.stdout.String())
 	}
 }
 

@@ -29,6 +29,7 @@ const (
 // liveRequest is the progress of a request this client sent.
 type liveRequest struct {
 	id    string        // its msg_id
+	heard bool          // a message of it arrived
 	idle  bool          // its status idle was forwarded
 	reply *core.Message // its execute_reply, held until idle arrives
 	probe *time.Timer   // sends an idle probe while the reply is held
@@ -154,7 +155,29 @@ func (k *kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		k.liveMu.Unlock()
 		return fmt.Errorf("execute on kernel %s: send request: %w", k.id, err)
 	}
+	time.AfterFunc(silenceCheckDelay, func() { k.checkSilence(req.MsgID, c) })
 	return nil
+}
+
+// silenceCheckDelay is how long a request may go without a first message
+// (the kernel's busy comes within milliseconds) before the transport asks the
+// server whether the kernel still exists. jupyter-server 1.x leaves the
+// websocket of a kernel it culled or deleted open and silent: an execution
+// sent to it would otherwise wait for the next ping tick's check
+// (PingInterval) or longer.
+const silenceCheckDelay = 2 * time.Second
+
+// checkSilence closes c when request id has heard nothing and the server
+// says the kernel is gone: the supervisor's redial then learns it for good,
+// and the request ends with the kernel.
+func (k *kernel) checkSilence(id string, c *conn) {
+	k.liveMu.Lock()
+	req, live := k.live[id]
+	silent := live && !req.heard
+	k.liveMu.Unlock()
+	if silent && k.ctx.Err() == nil && k.deletedOnServer(k.c.cfg.PongTimeout) {
+		c.ws.Close()
+	}
 }
 
 func tooLarge(size, max int) error {
@@ -503,6 +526,9 @@ func (k *kernel) deliverable(msg core.Message) []core.Message {
 	k.liveMu.Lock()
 	defer k.liveMu.Unlock()
 	req, ok := k.live[msg.ParentID]
+	if ok {
+		req.heard = true
+	}
 	switch {
 	case !ok:
 		return k.auxiliary(msg)

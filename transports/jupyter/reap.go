@@ -4,61 +4,173 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
+// Nothing this transport starts is left on the server. Every kernel id the
+// server gives it is on record (Transport.owned) until its delete succeeded
+// (or the server no longer knows it); Close deletes what is still on record.
+//
 // A start request the transport gave up on (StartTimeout, or its caller
-// left) may still create the kernel on the server: Enterprise Gateway keeps
-// bringing up the remote kernel and answers to nobody. Nobody would ever
-// delete it, so the transport looks for it: a kernel of the requested spec
-// that was not on the server before the request, that has no connection and
-// that no start of this transport claimed, seen so on two polls in a row (a
-// start that just succeeded claims its kernel between the two), is deleted.
-// One such kernel per abandoned start, looked for during reapWindow after
-// the start gave up.
+// left) may still create the kernel: Enterprise Gateway answers the start
+// only once the remote kernel is up, and Jupyter Server keeps starting a
+// kernel whose client went away. So the request is not cancelled: it stays
+// open (for lateWindow at most), and the kernel it is answered with is
+// deleted by id. That works on every gateway, also those that do not list
+// kernels (Kernel Gateway's and Enterprise Gateway's default). Only when the
+// request ends without an answer (its connection broke) does the transport
+// look for the kernel in GET api/kernels, where the gateway allows it: a
+// kernel of the requested spec that was not on the server before the
+// request, that has no connection and is not on record, seen so on two polls
+// in a row (a start that just succeeded records its kernel between the two),
+// is deleted.
 
-// reapInterval is the time between two polls of GET api/kernels; reapWindow
-// is how long a late kernel is looked for (at least StartTimeout): the
-// gateway's own launch timeout (EG's KERNEL_LAUNCH_TIMEOUT) ends its
-// attempts well before.
+// lateWindow is how long an abandoned start request is kept open, and how
+// long its kernel is looked for when it was not answered (at least
+// StartTimeout): the gateway's own launch timeout (EG's KERNEL_LAUNCH_TIMEOUT)
+// ends its attempts well before. reapInterval is the time between two polls
+// of GET api/kernels.
 const (
+	lateWindow   = 10 * time.Minute
 	reapInterval = 2 * time.Second
-	reapWindow   = 10 * time.Minute
 )
 
-// createKernel sends the start request, bounded by StartTimeout, and claims
-// the kernel it got; if the request is abandoned it starts the reaper.
+// closeWait is how long Close waits for abandoned start requests to be
+// answered, so that their kernels are deleted before the host exits.
+const closeWait = 10 * time.Second
+
+// createKernel sends the start request and records the kernel it got. The
+// caller waits for at most StartTimeout; a request it gave up on goes on in
+// the background, and its kernel is deleted when it is answered.
 func (t *Transport) createKernel(ctx context.Context, name string) (kernelModel, error) {
 	timeout := t.c.cfg.StartTimeout
-	// What was there before: without it a late kernel cannot be told apart.
+	// What was there before: without it a late kernel cannot be told apart
+	// when the request breaks unanswered.
 	before, listErr := t.c.listKernels(ctx)
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	km, err := t.c.createKernel(rctx, name)
-	cancel()
-	if err == nil {
-		t.claim(km.ID)
-		return km, nil
+
+	type answer struct {
+		km  kernelModel
+		err error
 	}
-	if rctx.Err() == nil {
-		return km, err // the server answered: nothing was created
+	answered := make(chan answer, 1)
+	var mu sync.Mutex
+	abandoned := false
+	window := max(lateWindow, timeout)
+	rctx, rcancel := context.WithTimeout(t.bgCtx, window)
+	t.bg.Add(1)
+	go func() {
+		defer t.bg.Done()
+		defer rcancel()
+		km, err := t.c.createKernel(rctx, name, window)
+		if err == nil {
+			t.own(km.ID)
+		}
+		mu.Lock()
+		gaveUp := abandoned
+		if !gaveUp {
+			answered <- answer{km, err}
+		}
+		mu.Unlock()
+		if !gaveUp {
+			return
+		}
+		defer t.abandoned.Done()
+		var ae *apiError
+		switch {
+		case err == nil:
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			if err := t.deleteOwned(ctx, km.ID); err != nil {
+				t.c.cfg.Warn("a start given up on was answered late; deleting its kernel failed (tried again at exit)", "kernel", km.ID, "err", err.Error())
+			} else {
+				t.c.cfg.Warn("a start given up on was answered late; its kernel was deleted", "kernel", km.ID)
+			}
+		case !errors.As(err, &ae) && listErr == nil:
+			t.reapLate(name, before) // the server may have created it all the same
+		}
+	}()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var why error
+	select {
+	case a := <-answered:
+		return a.km, a.err
+	case <-timer.C:
+		why = fmt.Errorf("the server did not answer the start request within the start timeout (%v); the kernel it creates later is deleted", timeout)
+	case <-ctx.Done():
+		why = fmt.Errorf("jupyter POST api/kernels: %w (the kernel the server creates later is deleted)", ctx.Err())
 	}
-	if listErr == nil {
-		t.reapLate(name, before)
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case a := <-answered: // answered in the meantime
+		return a.km, a.err
+	default:
 	}
-	if errors.Is(rctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-		return km, fmt.Errorf("the server did not answer the start request within the start timeout (%v); a kernel it creates later is deleted: %v", timeout, ownTimeout(err))
-	}
-	return km, err
+	abandoned = true
+	t.abandoned.Add(1)
+	return kernelModel{}, why
 }
 
-func (t *Transport) claim(id string) {
+// own records a kernel id the server gave this transport.
+func (t *Transport) own(id string) {
 	t.mu.Lock()
-	t.claimed[id] = true
+	t.owned[id] = true
 	t.mu.Unlock()
 }
 
-// reapLate looks for the kernel of an abandoned start of spec name in the
-// background and deletes it.
+func (t *Transport) disown(id string) {
+	t.mu.Lock()
+	delete(t.owned, id)
+	t.mu.Unlock()
+}
+
+func (t *Transport) isOwned(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.owned[id]
+}
+
+// deleteOwned deletes kernel id on the server and takes it off the record
+// once the server no longer has it.
+func (t *Transport) deleteOwned(ctx context.Context, id string) error {
+	err := t.c.deleteKernel(ctx, id)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == 404 {
+		err = nil // already gone
+	}
+	if err == nil {
+		t.disown(id)
+	}
+	return err
+}
+
+// deleteAllOwned deletes every kernel still on record, at once, within
+// cleanupTimeout.
+func (t *Transport) deleteAllOwned() {
+	t.mu.Lock()
+	ids := make([]string, 0, len(t.owned))
+	for id := range t.owned {
+		ids = append(ids, id)
+	}
+	t.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = t.deleteOwned(ctx, id)
+		}()
+	}
+	wg.Wait()
+}
+
+// reapLate looks for the kernel of an abandoned, unanswered start of spec
+// name in the background and deletes it.
 func (t *Transport) reapLate(name string, before []kernelModel) {
 	known := map[string]bool{}
 	for _, k := range before {
@@ -67,7 +179,7 @@ func (t *Transport) reapLate(name string, before []kernelModel) {
 	t.bg.Add(1)
 	go func() {
 		defer t.bg.Done()
-		ctx, cancel := context.WithTimeout(t.bgCtx, max(reapWindow, t.c.cfg.StartTimeout))
+		ctx, cancel := context.WithTimeout(t.bgCtx, max(lateWindow, t.c.cfg.StartTimeout))
 		defer cancel()
 		suspects := map[string]bool{} // seen on the previous poll
 		tick := time.NewTicker(reapInterval)
@@ -84,31 +196,19 @@ func (t *Transport) reapLate(name string, before []kernelModel) {
 			}
 			now := map[string]bool{}
 			for _, k := range ks {
-				if known[k.ID] || k.Name != name || k.Connections > 0 || t.isClaimed(k.ID) {
+				if known[k.ID] || k.Name != name || k.Connections > 0 || t.isOwned(k.ID) {
 					continue
 				}
 				if !suspects[k.ID] {
 					now[k.ID] = true
 					continue
 				}
-				t.claim(k.ID) // no other reaper takes it too
-				if t.c.deleteKernel(ctx, k.ID) == nil {
+				t.own(k.ID) // no other reaper takes it too
+				if t.deleteOwned(ctx, k.ID) == nil {
 					return
 				}
 			}
 			suspects = now
 		}
 	}()
-}
-
-func (t *Transport) unclaim(id string) {
-	t.mu.Lock()
-	delete(t.claimed, id)
-	t.mu.Unlock()
-}
-
-func (t *Transport) isClaimed(id string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.claimed[id]
 }

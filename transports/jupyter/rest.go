@@ -70,9 +70,37 @@ func (e *apiError) Error() string {
 	return msg
 }
 
-// do sends one REST call; in (if not nil) is sent as JSON and out (if not nil)
-// receives the JSON answer.
+// requestTimeout bounds each REST call the server answers from its own
+// bookkeeping (version, kernel specs, a kernel's model, interrupt, delete):
+// milliseconds normally; a delete waits for the kernel to shut down
+// (Jupyter Server gives it 5 s before it kills it) and a loaded gateway is
+// slower, but a server that has not answered in 30 s is not going to, and no
+// call may hold a start, an execution or the host's exit for ever. The start
+// and the restart have their own bounds (Config.StartTimeout,
+// Config.RestartTimeout).
+const requestTimeout = 30 * time.Second
+
+// do sends one REST call bounded by requestTimeout; in (if not nil) is sent
+// as JSON and out (if not nil) receives the JSON answer.
 func (c *client) do(ctx context.Context, method, path string, in, out any) error {
+	return c.doWithin(ctx, requestTimeout, method, path, in, out)
+}
+
+// doWithin is do bounded by within (and ctx). A call that outlives within
+// fails saying so.
+func (c *client) doWithin(ctx context.Context, within time.Duration, method, path string, in, out any) error {
+	outer := ctx
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	err := c.send(ctx, method, path, in, out)
+	if err != nil && ctx.Err() != nil && outer.Err() == nil {
+		// %v, not %w: see ownTimeout.
+		return fmt.Errorf("jupyter %s %s: no answer within %v: %v", method, path, within, ownTimeout(err))
+	}
+	return err
+}
+
+func (c *client) send(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -189,12 +217,28 @@ func (c *client) kernelSpecs(ctx context.Context) (kernelSpecs, error) {
 	return ks, err
 }
 
+// version names the server and its version, for TransportInfo. GET api
+// gives the version of the server's Jupyter API (notebook or
+// jupyter-server); Enterprise Gateway adds its own as gateway_version. Kernel
+// Gateway says nothing of itself, but it serves no api/status, which Jupyter
+// Server (and the notebook server) do.
 func (c *client) version(ctx context.Context) (string, error) {
 	var v struct {
-		Version string `json:"version"`
+		Version        string `json:"version"`
+		GatewayVersion string `json:"gateway_version"`
 	}
-	err := c.do(ctx, http.MethodGet, "api", nil, &v)
-	return v.Version, err
+	if err := c.do(ctx, http.MethodGet, "api", nil, &v); err != nil {
+		return "", err
+	}
+	if v.GatewayVersion != "" {
+		return "enterprise-gateway " + v.GatewayVersion + " (api " + v.Version + ")", nil
+	}
+	err := c.do(ctx, http.MethodGet, "api/status", nil, nil)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return "kernel-gateway (api " + v.Version + ")", nil
+	}
+	return "jupyter-server " + v.Version, nil
 }
 
 type kernelModel struct {
@@ -203,9 +247,14 @@ type kernelModel struct {
 	Connections int    `json:"connections"`
 }
 
+// listTimeout bounds GET api/kernels: the list only serves to find the
+// kernel of an abandoned start (reap.go), so a gateway that is slow to list
+// (or never answers) must not hold up the start that asks for it.
+const listTimeout = 5 * time.Second
+
 func (c *client) listKernels(ctx context.Context) ([]kernelModel, error) {
 	var ks []kernelModel
-	err := c.do(ctx, http.MethodGet, "api/kernels", nil, &ks)
+	err := c.doWithin(ctx, listTimeout, http.MethodGet, "api/kernels", nil, &ks)
 	return ks, err
 }
 
@@ -215,9 +264,11 @@ type startRequest struct {
 	Env  map[string]string `json:"env,omitempty"`
 }
 
-func (c *client) createKernel(ctx context.Context, name string) (kernelModel, error) {
+// createKernel sends the start request, bounded by within (see
+// Transport.createKernel for why it is longer than StartTimeout).
+func (c *client) createKernel(ctx context.Context, name string, within time.Duration) (kernelModel, error) {
 	var k kernelModel
-	err := c.do(ctx, http.MethodPost, "api/kernels", startRequest{Name: name, Env: c.cfg.KernelEnv}, &k)
+	err := c.doWithin(ctx, within, http.MethodPost, "api/kernels", startRequest{Name: name, Env: c.cfg.KernelEnv}, &k)
 	if err == nil && k.ID == "" {
 		err = errors.New("jupyter POST api/kernels: answer has no kernel id")
 	}
@@ -229,7 +280,7 @@ func (c *client) interruptKernel(ctx context.Context, id string) error {
 }
 
 func (c *client) restartKernel(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, "api/kernels/"+url.PathEscape(id)+"/restart", nil, nil)
+	return c.doWithin(ctx, c.cfg.RestartTimeout, http.MethodPost, "api/kernels/"+url.PathEscape(id)+"/restart", nil, nil)
 }
 
 func (c *client) deleteKernel(ctx context.Context, id string) error {

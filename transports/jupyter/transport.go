@@ -2,12 +2,15 @@ package jupyter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
 
 	"github.com/kernelhost/kernelhost/core"
 )
@@ -17,13 +20,14 @@ type Transport struct {
 	c       *client
 	version string
 
-	mu      sync.Mutex
-	specs   kernelSpecs     // refreshed when a language is not found
-	claimed map[string]bool // kernels this transport started or deleted as late (reap.go)
+	mu    sync.Mutex
+	specs kernelSpecs     // refreshed when a language is not found
+	owned map[string]bool // every kernel id the server gave us, until deleted (reap.go)
 
-	bgCtx    context.Context // ends the reapers at Close
-	bgCancel context.CancelFunc
-	bg       sync.WaitGroup
+	bgCtx     context.Context // ends abandoned start requests and the reapers at Close
+	bgCancel  context.CancelFunc
+	bg        sync.WaitGroup
+	abandoned sync.WaitGroup // start requests given up on and not answered yet
 }
 
 var _ core.Transport = (*Transport)(nil)
@@ -46,15 +50,30 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("jupyter server at %s: %w", cfg.URL, err)
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	return &Transport{c: c, version: v, specs: specs, claimed: map[string]bool{}, bgCtx: bgCtx, bgCancel: bgCancel}, nil
+	return &Transport{c: c, version: v, specs: specs, owned: map[string]bool{}, bgCtx: bgCtx, bgCancel: bgCancel}, nil
 }
 
-// Close stops looking for kernels of abandoned starts and releases the
-// transport's idle HTTP connections. Kernels are shut down by their own
-// Shutdown.
+// Close leaves nothing on the server: it waits (closeWait at most) for
+// start requests given up on to be answered, so that their kernels are
+// deleted, stops looking for late kernels, and deletes every kernel still on
+// record (those whose delete failed, or whose Shutdown never came), within
+// cleanupTimeout. Then it releases the transport's idle HTTP connections.
 func (t *Transport) Close() {
+	answered := make(chan struct{})
+	go func() {
+		t.abandoned.Wait()
+		close(answered)
+	}()
+	wait := time.NewTimer(closeWait)
+	select {
+	case <-answered:
+	case <-wait.C:
+	}
+	wait.Stop()
 	t.bgCancel()
 	t.bg.Wait()
+	<-answered // the requests ended with bgCtx
+	t.deleteAllOwned()
 	t.c.httpTr.CloseIdleConnections()
 }
 
@@ -77,7 +96,7 @@ func (t *Transport) Info() core.TransportInfo {
 		langs = append(langs, l)
 	}
 	sort.Strings(langs)
-	return core.TransportInfo{Name: "jupyter", Version: "jupyter-server " + t.version, Languages: langs}
+	return core.TransportInfo{Name: "jupyter", Version: t.version, Languages: langs}
 }
 
 // kernelName picks the kernel spec for a language: the configured name, else
@@ -109,14 +128,16 @@ func (t *Transport) kernelName(lang string) (string, bool) {
 
 // StartKernel creates a kernel for spec.Language and connects to it. The
 // kernel runs in the server's root dir: the engine applies spec.Cwd with a
-// snippet.
+// snippet. Its errors do not begin with "start <language> kernel": the
+// plugin boundary says that already (it read "start python kernel: start
+// python kernel: …").
 func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	lang := core.KernelLanguage(core.NormalizeLanguage(spec.Language))
 	name, ok := t.kernelName(lang)
 	if !ok { // the server may have gained a kernel spec since New
 		specs, err := t.c.kernelSpecs(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("start %s kernel: %w", core.Quote(lang), err)
+			return nil, fmt.Errorf("read the kernel specs: %w", err)
 		}
 		t.mu.Lock()
 		t.specs = specs
@@ -127,21 +148,109 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 				core.Quote(lang), strings.Join(t.Info().Languages, ", "))}
 		}
 	}
+	deadline := time.Now().Add(t.c.cfg.StartTimeout)
+	for attempt := 1; ; attempt++ {
+		k, err := t.startKernel(ctx, name)
+		if err == nil {
+			return k, nil
+		}
+		var silent *silentChannelsError
+		if !errors.As(err, &silent) || ctx.Err() != nil || time.Now().After(deadline) {
+			if attempt > 1 {
+				err = fmt.Errorf("%w (attempt %d: the kernels of the earlier attempts did not answer on their websocket and were deleted)", err, attempt)
+			}
+			return nil, err
+		}
+		t.c.cfg.Warn("a new kernel's websocket did not answer; the kernel was deleted and another is started", "attempt", attempt, "err", err.Error())
+	}
+}
+
+// startKernel is one attempt at starting a kernel of spec name: the start
+// request, the websocket, and a first answer on it (checkChannels). A
+// kernel that fails any of them is deleted.
+func (t *Transport) startKernel(ctx context.Context, name string) (*kernel, error) {
 	km, err := t.createKernel(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("start %s kernel: %w", lang, err)
+		return nil, err
 	}
 	k := newKernel(t.c, km.ID, uuid.NewString())
-	k.onDeleted = func() { t.unclaim(km.ID) }
+	k.onDeleted = func() { t.disown(km.ID) }
 	ws, err := t.c.dialChannels(ctx, km.ID, k.session)
+	if err == nil {
+		c := newConn(ws)
+		if err = t.checkChannels(ctx, c, km.ID, k.session); err != nil {
+			ws.Close()
+		}
+	}
 	if err != nil {
 		// Do not leave a kernel nobody can reach running on the server.
 		delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = t.c.deleteKernel(delCtx, km.ID)
-		t.unclaim(km.ID)
-		return nil, fmt.Errorf("start %s kernel: %w", lang, err)
+		if derr := t.deleteOwned(delCtx, km.ID); derr != nil {
+			err = fmt.Errorf("%w; deleting the kernel failed too (tried again at exit): %v", err, derr)
+		}
+		return nil, err
 	}
 	k.start(ws)
 	return k, nil
+}
+
+// answerTimeout bounds the wait for the first answer on a kernel's fresh
+// websocket (checkChannels). Jupyter Server and Kernel Gateway complete the
+// websocket upgrade only once the kernel answered a kernel_info_request of
+// their own, so a kernel behind a working connection answers ours within
+// milliseconds; 15 s leaves room for a 2-core machine busy starting dozens
+// of kernels at once, and is short beside the start timeout, within which a
+// kernel that did not answer is replaced.
+const answerTimeout = 15 * time.Second
+
+// silentChannelsError says a kernel's fresh websocket did not answer: the
+// start is tried again with a new kernel.
+type silentChannelsError struct{ msg string }
+
+func (e *silentChannelsError) Error() string { return e.msg }
+
+// checkChannels sends a kernel_info_request on c and waits (answerTimeout,
+// or ConnectTimeout if shorter) for its reply. A websocket that opens but
+// never carries anything (seen in bursts of starts, and on a fresh
+// Enterprise Gateway, which holds its first websocket 60 s and then leaves
+// it silent) would otherwise hang the context's first request.
+func (t *Transport) checkChannels(ctx context.Context, c *conn, id, session string) error {
+	bound := min(t.c.cfg.answerTimeout, t.c.cfg.ConnectTimeout)
+	deadline := time.Now().Add(bound)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	msgID := auxPrefix + "check-" + uuid.NewString()
+	frame, binaryFrame, err := encodeRequest(c.v1, session, msgID, "kernel_info_request", struct{}{})
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	silent := func() error {
+		return &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the websocket opened but the kernel did not answer on it within %v; the kernel was deleted", id, bound)}
+	}
+	if err := c.write(wctx, binaryFrame, frame); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return silent()
+	}
+	_ = c.ws.SetReadDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = c.ws.SetReadDeadline(time.Now()) })
+	defer stop()
+	for {
+		typ, frame, err := c.ws.ReadMessage()
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("connect to kernel %s: %w", id, ctx.Err())
+			}
+			return silent()
+		}
+		m, err := decodeFrame(c.v1, typ == websocket.BinaryMessage, frame)
+		if err == nil && m.Channel == "shell" && m.Parent.MsgID == msgID {
+			return nil
+		}
+	}
 }

@@ -34,5 +34,6 @@ func (s settings) config() jupyter.Config {
 		KeepAlive: s.KeepAlive,
 		CAFile:    s.CAFile, ClientCertFile: s.ClientCert, ClientKeyFile: s.ClientKey,
 		InsecureSkipVerify: s.InsecureSkipVerify, Headers: s.Headers, KernelNames: s.KernelNames,
+		Warn: logger.Warn, // the host logs it under the plugin's name
 	}
 }

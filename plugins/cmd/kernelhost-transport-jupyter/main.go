@@ -14,6 +14,12 @@ import (
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 )
 
+// logger is made before Serve: Serve hands the process's stderr to
+// go-plugin's stream, whose lines the host logs as plain text, and a logger
+// made later (at Configure) writes there: its JSON showed raw in the host's
+// log instead of as the plugin's own lines.
+var logger = transportplugin.Logger()
+
 // newTransport connects to the server the settings name.
 func newTransport(ctx context.Context, hs transportplugin.Settings) (core.Transport, error) {
 	var s settings
@@ -21,7 +27,7 @@ func newTransport(ctx context.Context, hs transportplugin.Settings) (core.Transp
 		return nil, err
 	}
 	if s.InsecureSkipVerify {
-		transportplugin.Logger().Warn("INSECURE: accepting any server certificate (jupyter-insecure-skip-verify): anyone on the path can read the token and the code", "url", s.URL)
+		logger.Warn("INSECURE: accepting any server certificate (jupyter-insecure-skip-verify): anyone on the path can read the token and the code", "url", s.URL)
 	}
 	t, err := jupyter.New(ctx, s.config())
 	if err != nil {

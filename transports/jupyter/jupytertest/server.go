@@ -70,6 +70,12 @@ func Args(port int, token, root string) []string {
 		// message, and a server that falls behind the kernel loses messages
 		// in ZeroMQ's queues (see docs/jupyter.md).
 		"--ServerApp.limit_rate=False",
+		// A kernel that dies (a segfault in a native library) is found by
+		// the server's restarter, which polls the kernel's process every
+		// time_to_dead seconds (3 by default) and then reports restarting:
+		// a poll of a child process is cheap, so look four times a second
+		// and the death is reported within a second.
+		"--KernelRestarter.time_to_dead=0.25",
 	}
 	if os.Geteuid() == 0 {
 		args = append(args, "--allow-root")
@@ -166,6 +172,8 @@ func KernelGatewayArgs(port int) []string {
 		// GET api/kernels answers 403 without it: the transport lists the
 		// kernels to find one created after its start was abandoned.
 		"--JupyterWebsocketPersonality.list_kernels=True",
+		// As Args: a kernel's death reported within a second.
+		"--KernelRestarter.time_to_dead=0.25",
 	}
 }
 

@@ -42,7 +42,13 @@ var _ runner.Runner = (*procRunner)(nil)
 func newProcRunner(path string, args []string, extraEnv []string, spec *exec.Cmd) (*procRunner, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(withoutHostSettings(spec.Env), extraEnv...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// A process group of its own: a signal to the host's group (a SIGTERM
+	// to `make run-jupyter`'s, Ctrl-C in a terminal) reaches the host only,
+	// which shuts its contexts down through the plugin and then stops it;
+	// the plugin stopping at the same moment failed those shutdowns. The
+	// plugin still ends with the host (Pdeathsig, and it watches its
+	// parent).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

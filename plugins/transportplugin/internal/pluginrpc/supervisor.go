@@ -409,25 +409,25 @@ func (s *Supervised) startError(err error, stderr string) error {
 		hint = "the plugin exited during the handshake (not a kernelhost transport plugin, or it crashed); "
 	}
 	out := fmt.Sprintf("start transport plugin %s (%s): %s%s", s.cfg.Name, s.cfg.Path, hint, first)
-	if t := strings.TrimSpace(withoutDebugLines(stderr)); t != "" {
+	if t := strings.TrimSpace(plainStderr(stderr)); t != "" {
 		out += "; plugin stderr: " + strings.ReplaceAll(t, "\n", " | ")
 	}
 	return &startErr{msg: out, err: err}
 }
 
-// withoutDebugLines drops the debug and trace lines go-plugin's own logger
-// writes to a plugin's stderr as it starts (`{"@level":"debug",...}`: mTLS,
-// the plugin's address): they say nothing of why the start failed, and made
-// `kernelhost plugins list` print JSON where no Jupyter runs.
-func withoutDebugLines(stderr string) string {
-	lines := strings.Split(stderr, "\n")
-	kept := lines[:0]
+// plainStderr is the plugin's stderr less its hclog JSON lines: those are
+// logged under the plugin's name already, and in an error they only hid the
+// reason (a configure error carried the plugin's debug JSON). What is left
+// is what the plugin wrote otherwise: a panic, a crash.
+func plainStderr(s string) string {
+	lines := strings.Split(s, "\n")
+	keep := lines[:0]
 	for _, l := range lines {
-		if !strings.HasPrefix(l, `{"@level":"debug"`) && !strings.HasPrefix(l, `{"@level":"trace"`) {
-			kept = append(kept, l)
+		if !strings.HasPrefix(strings.TrimSpace(l), `{"@`) {
+			keep = append(keep, l)
 		}
 	}
-	return strings.Join(kept, "\n")
+	return strings.Join(keep, "\n")
 }
 
 type startErr struct {

@@ -1,0 +1,147 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/testkit"
+)
+
+// forward accepts on l and pipes every connection to target, until the test
+// ends.
+func forward(t *testing.T, l net.Listener, target string) {
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Add(2)
+			pipe := func(dst, src net.Conn) {
+				defer wg.Done()
+				_, _ = io.Copy(dst, src)
+				dst.Close()
+				src.Close()
+			}
+			go pipe(b, c)
+			go pipe(c, b)
+		}
+	}()
+}
+
+// With -default-start-retry, a gateway that is not up yet when the host
+// starts (the plugin's configure cannot reach it) is waited for: the host
+// starts once it comes up.
+func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
+	srv := jupytertest.Start(t)
+	gateway := testkit.FreeAddr(t) // nothing listens there yet
+	var log testkit.SyncBuffer
+	cfg := server.Config{
+		Addr:              "127.0.0.1:0",
+		DefaultCwd:        t.TempDir(),
+		Logger:            slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		DefaultStartRetry: 2 * time.Minute,
+	}
+	jupyterViaPlugin(srv)(&cfg)
+	cfg.Jupyter.URL = "http://" + gateway + "/"
+
+	type started struct {
+		h   *server.Host
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		h, err := server.Start(context.Background(), cfg)
+		done <- started{h, err}
+	}()
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(log.String(), "the transport plugin did not start; retrying"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no retry logged:\n%s", log.String())
+		}
+	}
+	if !strings.Contains(log.String(), "connection refused") {
+		t.Errorf("the retry does not say why:\n%s", log.String())
+	}
+	if strings.Contains(log.String(), `{"@`) {
+		t.Errorf("the plugin's JSON log lines in the error:\n%s", log.String())
+	}
+	l, err := net.Listen("tcp", gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward(t, l, strings.TrimSuffix(strings.TrimPrefix(srv.URL, "http://"), "/"))
+	var s started
+	select {
+	case s = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the host did not start once the gateway was up")
+	}
+	if s.err != nil {
+		t.Fatalf("start: %v", s.err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = s.h.Shutdown(ctx)
+	}()
+	h := &testHost{Host: s.h, t: t, client: &http.Client{}, cwd: cfg.DefaultCwd}
+	if out := stdout(h.run(map[string]any{"code": "print(1 + 1)"})); out != "2\n" {
+		t.Fatalf("1 + 1: %q", out)
+	}
+}
+
+// A kernel that dies natively (a segfault) under an execution: the
+// execution ends with KernelDied within seconds, the death is logged once and
+// counted in /metrics, and the next execution runs on the fresh kernel,
+// saying the old one was replaced.
+func TestJupyterKernelDeathLoggedAndCounted(t *testing.T) {
+	srv := jupytertest.Start(t)
+	var log testkit.SyncBuffer
+	h := startHost(t, jupyterInProcess(t, srv), func(c *server.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	if out := stdout(h.run(map[string]any{"code": "x = 1\nprint(x)"})); out != "1\n" {
+		t.Fatalf("x: %q", out)
+	}
+	began := time.Now()
+	lines := h.run(map[string]any{"code": "import os; os.kill(os.getpid(), 11)"})
+	took := time.Since(began)
+	t.Logf("FIGURE the segfaulting execution ended after %v", took)
+	if errs := ofType(lines, "error"); len(errs) != 1 || errs[0].str("name") != "KernelDied" {
+		t.Fatalf("the segfaulting execution: %v, want KernelDied", lines)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the death was reported after %v", took)
+	}
+	lines = h.run(map[string]any{"code": "print('x' in globals())"})
+	if out := stdout(lines); out != "False\n" {
+		t.Fatalf("after the death: %q", out)
+	}
+	if n := strings.Count(log.String(), "the context's kernel died"); n != 1 {
+		t.Errorf("the death logged %d times, want once:\n%s", n, log.String())
+	}
+	if got := h.scrapeMetrics(t, nil).value(t, "kernelhost_kernels_replaced_total", "reason", "died"); got != 1 {
+		t.Errorf("kernelhost_kernels_replaced_total{reason=died} = %v, want 1", got)
+	}
+}

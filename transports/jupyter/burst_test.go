@@ -1,0 +1,411 @@
+package jupyter
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+)
+
+// gatewayProxy is a loopback HTTP proxy in front of a real server that
+// plays a misbehaving gateway, one request kind at a time:
+//   - silent: the first kernel whose websocket is opened through it gets a
+//     websocket that opens (the server's 101 is passed on) and then carries
+//     nothing either way, as a kernel's websocket in a burst of starts did.
+//   - holdStarts: start requests (POST api/kernels) are held that long
+//     before they go to the server.
+//   - hangList: GET api/kernels is never answered.
+//   - refuseList: GET api/kernels answers 403, as Kernel Gateway's and
+//     Enterprise Gateway's default.
+type gatewayProxy struct {
+	*httptest.Server
+	rp      *httputil.ReverseProxy
+	backend string // the server's host:port
+
+	mu         sync.Mutex
+	silent     bool
+	victim     string // the kernel whose websocket is silent
+	holdStarts time.Duration
+	hangList   bool
+	refuseList bool
+	starts     int           // start requests received
+	answered   int           // start requests the server answered
+	stop       chan struct{} // closed at cleanup: hanging requests end
+}
+
+func startGatewayProxy(t *testing.T, srv *jupytertest.Server) *gatewayProxy {
+	t.Helper()
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &gatewayProxy{rp: httputil.NewSingleHostReverseProxy(u), backend: u.Host, stop: make(chan struct{})}
+	p.Server = httptest.NewServer(p)
+	t.Cleanup(func() {
+		close(p.stop)
+		p.CloseClientConnections()
+		p.Close()
+	})
+	return p
+}
+
+func (p *gatewayProxy) url() string { return p.URL + "/" }
+
+func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	hold, hang, refuse := p.holdStarts, p.hangList, p.refuseList
+	silent := false
+	if id, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/api/kernels/"), "/channels"); ok && p.silent {
+		if p.victim == "" {
+			p.victim = id
+		}
+		silent = p.victim == id
+	}
+	if r.Method == http.MethodPost && r.URL.Path == "/api/kernels" {
+		p.starts++
+	}
+	p.mu.Unlock()
+	switch {
+	case silent:
+		p.serveSilent(w, r)
+		return
+	case r.Method == http.MethodGet && r.URL.Path == "/api/kernels" && hang:
+		select {
+		case <-r.Context().Done():
+		case <-p.stop:
+		}
+		return
+	case r.Method == http.MethodGet && r.URL.Path == "/api/kernels" && refuse:
+		http.Error(w, `{"message": "Forbidden"}`, http.StatusForbidden)
+		return
+	case r.Method == http.MethodPost && r.URL.Path == "/api/kernels" && hold > 0:
+		// A gateway goes on with a start whose client left: so does this
+		// one, with the server's answer going nowhere if nobody waits.
+		select {
+		case <-time.After(hold):
+		case <-p.stop:
+			return
+		}
+		r = r.WithContext(context.WithoutCancel(r.Context()))
+	}
+	p.rp.ServeHTTP(w, r)
+	if r.Method == http.MethodPost && r.URL.Path == "/api/kernels" {
+		p.mu.Lock()
+		p.answered++
+		p.mu.Unlock()
+	}
+}
+
+// waitAnswered waits until the server answered n start requests.
+func (p *gatewayProxy) waitAnswered(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		p.mu.Lock()
+		got := p.answered
+		p.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d start requests answered after %v, want %d", got, within, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// serveSilent passes the websocket upgrade to the server and its 101 back,
+// then lets nothing through either way, until the client or the test ends.
+func (p *gatewayProxy) serveSilent(w http.ResponseWriter, r *http.Request) {
+	back, err := net.Dial("tcp", p.backend)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer back.Close()
+	client, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer client.Close()
+	if r.Write(back) != nil {
+		return
+	}
+	br := bufio.NewReader(back)
+	for { // the response head, line by line: nothing after it
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if _, err := io.WriteString(client, line); err != nil || line == "\r\n" {
+			break
+		}
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(io.Discard, client); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(io.Discard, br); done <- struct{}{} }()
+	select {
+	case <-done:
+	case <-p.stop:
+	}
+}
+
+// serverKernels lists the kernels on srv itself (not through a proxy).
+func serverKernels(t *testing.T, srv *jupytertest.Server) []kernelModel {
+	t.Helper()
+	c, err := newClient(Config{URL: srv.URL, Token: srv.Token}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.httpTr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ks, err := c.listKernels(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
+}
+
+// waitNoKernels waits until srv has no kernel (within bound).
+func waitNoKernels(t *testing.T, srv *jupytertest.Server, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ks := serverKernels(t, srv)
+		if len(ks) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kernels left on the server after %v: %+v", within, ks)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A kernel whose websocket opens but never answers is deleted and replaced
+// by a new one, and the start succeeds.
+func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
+	srv := jupytertest.Start(t)
+	p := startGatewayProxy(t, srv)
+	p.silent = true
+	var mu sync.Mutex
+	var warned []string
+	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) {
+		c.answerTimeout = 3 * time.Second
+		c.Warn = func(msg string, _ ...any) {
+			mu.Lock()
+			warned = append(warned, msg)
+			mu.Unlock()
+		}
+	})
+	began := time.Now()
+	k := startKernel(t, tr)
+	t.Logf("FIGURE start with one silent websocket: %v", time.Since(began))
+	if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
+		t.Errorf("1 + 1: %q", r.stdout.String())
+	}
+	p.mu.Lock()
+	victim, starts := p.victim, p.starts
+	p.mu.Unlock()
+	ks := serverKernels(t, srv)
+	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
+		t.Errorf("silent kernel %q, %d starts, kernels on the server %+v: want the silent one deleted and one other", victim, starts, ks)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warned) != 1 || !strings.Contains(warned[0], "did not answer") {
+		t.Errorf("warnings %q, want one that the kernel was replaced", warned)
+	}
+}
+
+// A start request the gateway answers only after the start timeout leaves
+// no kernel on the server: not while the transport lives on, not when it is
+// closed right away (the host gave up at start-up and exits), whether the
+// gateway lists kernels or not.
+func TestAbandonedStartLeavesNothing(t *testing.T) {
+	srv := jupytertest.Start(t)
+	for _, tc := range []struct {
+		name           string
+		refuseList     bool
+		closeAtFailure bool
+	}{
+		{"ListingLater", false, false},
+		{"NoListingLater", true, false},
+		{"ListingAtExit", false, true},
+		{"NoListingAtExit", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startGatewayProxy(t, srv)
+			p.holdStarts, p.refuseList = 3*time.Second, tc.refuseList
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			tr, err := New(ctx, Config{URL: p.url(), Token: srv.Token, StartTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			_, err = tr.StartKernel(ctx, core.KernelSpec{Language: "python"})
+			if err == nil || !strings.Contains(err.Error(), "within the start timeout (1s)") {
+				t.Fatalf("start: %v, want the start timeout", err)
+			}
+			if tc.closeAtFailure {
+				tr.Close()
+				if ks := serverKernels(t, srv); len(ks) != 0 {
+					t.Fatalf("kernels left on the server once the transport was closed: %+v", ks)
+				}
+				return
+			}
+			p.waitAnswered(t, 1, 30*time.Second)
+			waitNoKernels(t, srv, 30*time.Second)
+		})
+	}
+}
+
+// A gateway that never answers GET api/kernels does not hold up a start
+// beyond that request's own bound.
+func TestKernelListThatNeverAnswers(t *testing.T) {
+	srv := jupytertest.Start(t)
+	p := startGatewayProxy(t, srv)
+	p.hangList = true
+	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, nil)
+	began := time.Now()
+	k := startKernel(t, tr)
+	took := time.Since(began)
+	t.Logf("FIGURE start with a kernel list that never answers: %v", took)
+	if took > listTimeout+30*time.Second {
+		t.Errorf("the start took %v", took)
+	}
+	if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
+		t.Errorf("1 + 1: %q", r.stdout.String())
+	}
+}
+
+// startBurst starts n kernels on tr at once and returns them (the test
+// fails unless every start succeeds) and how long the last one took.
+func startBurst(t *testing.T, tr *Transport, n int, within time.Duration) ([]core.Kernel, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	ks := make([]core.Kernel, n)
+	errs := make([]error, n)
+	began := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ks[i], errs[i] = tr.StartKernel(ctx, core.KernelSpec{Language: "python"})
+		}()
+	}
+	wg.Wait()
+	took := time.Since(began)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		for _, k := range ks {
+			if k != nil {
+				_ = k.Shutdown(ctx)
+			}
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("start %d of %d: %v", i+1, n, err)
+		}
+	}
+	return ks, took
+}
+
+// serverStartTime is how long srv takes to start n kernels at once, as a
+// bare client sees it: n start requests and n websockets, in parallel.
+func serverStartTime(t *testing.T, srv *jupytertest.Server, n int) time.Duration {
+	t.Helper()
+	c, err := newClient(Config{URL: srv.URL, Token: srv.Token}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.httpTr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ids := make([]string, n)
+	errs := make([]error, n)
+	began := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			km, err := c.createKernel(ctx, "python3", time.Minute)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			ids[i] = km.ID
+			ws, err := c.dialChannels(ctx, km.ID, "bare")
+			if err == nil {
+				ws.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	took := time.Since(began)
+	for i, id := range ids {
+		if id != "" {
+			_ = c.deleteKernel(ctx, id)
+		}
+		if errs[i] != nil {
+			t.Fatalf("bare start %d: %v", i, errs[i])
+		}
+	}
+	return took
+}
+
+// TestBurstOfStarts: 20 kernels started at once, one of whose websockets
+// never answers, all start and run, in time close to what the server needs
+// to start 20 kernels, and nothing is left on the server.
+//
+// The bound: the server's own time for 20 (measured first, on the same
+// server), plus the silent kernel's answer bound and a second start of one
+// kernel, doubled for the load of a shared 2-core machine, whose spread
+// between two bursts is of that order.
+func TestBurstOfStarts(t *testing.T) {
+	const n = 20
+	srv := jupytertest.Start(t)
+	bare := serverStartTime(t, srv, n)
+	p := startGatewayProxy(t, srv)
+	p.silent = true
+	const answer = 10 * time.Second
+	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = answer })
+	ks, took := startBurst(t, tr, n, 5*time.Minute)
+	bound := 2 * (bare + answer + bare/n)
+	t.Logf("FIGURE %d kernels at once, one websocket silent: %v (the server alone: %v; bound %v)", n, took, bare, bound)
+	if took > bound {
+		t.Errorf("%d starts took %v, want at most %v", n, took, bound)
+	}
+	for _, k := range ks {
+		if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
+			t.Errorf("1 + 1: %q", r.stdout.String())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, k := range ks {
+		if err := k.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	waitNoKernels(t, srv, 30*time.Second)
+}
