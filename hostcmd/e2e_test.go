@@ -203,11 +203,13 @@ func TestBinary(t *testing.T) {
 	url := "http://" + p.waitLog("listening")["addr"].(string)
 	p.waitLog("ready")
 
-	status, body := post(t, url, map[string]any{"code": "import os; print(os.getpid())"})
-	var pyPID int
-	if _, err := fmt.Sscanf(body[strings.Index(body, `"text":"`)+8:], "%d", &pyPID); status != 200 || err != nil {
+	status, body := post(t, url, map[string]any{"code": testkit.SelfPidProbe["python"]})
+	var ns string
+	var nsPID int
+	if _, err := fmt.Sscanf(body[strings.Index(body, `"text":"`)+8:], "%s %d", &ns, &nsPID); status != 200 || err != nil {
 		t.Fatalf("getpid: %d %q %v", status, body, err)
 	}
+	pyPID := testkit.HostPidIn(t, ns, nsPID)
 	preload := map[string]any{"code": "1", "env_vars": map[string]string{"LD_PRELOAD": "x"}}
 	if status, body := post(t, url, preload); status != 200 {
 		t.Fatalf("no policy yet: %d %q", status, body)
@@ -399,5 +401,40 @@ func TestBinaryStartFailures(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A token given in the environment is not in the host's /proc/<pid>/environ
+// (which even a process the host started could read, where it is not
+// sandboxed), and still admits requests; one given in a file works alike.
+func TestBinaryTokenNotInEnviron(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "jupyter-token")
+	if err := os.WriteFile(file, []byte("jupyter-file-secret-24\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const token = "env-secret-token-24"
+	p := startBinary(t, "KERNELHOST_ACCESS_TOKEN="+token, "KERNELHOST_JUPYTER_TOKEN_FILE="+file)
+	url := "http://" + p.waitLog("listening")["addr"].(string)
+	p.waitLog("ready")
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(environ, []byte(token)) || !bytes.Contains(environ, []byte("KERNELHOST_ACCESS_TOKEN=")) {
+		t.Fatalf("the host's environ shows the token, or was not wiped where it was: %q", environ)
+	}
+	for _, auth := range []string{"", "Bearer " + token} {
+		req, _ := http.NewRequest("GET", url+"/contexts", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := map[bool]int{false: 401, true: 200}[auth != ""]; resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d, want %d", auth, resp.StatusCode, want)
+		}
 	}
 }
