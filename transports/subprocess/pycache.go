@@ -72,12 +72,14 @@ if not same:
 sys.stdout.write(path)
 `
 
-// pythonCompileTimeout bounds the host's compile of the driver.
-const pythonCompileTimeout = time.Minute
+// pythonCompileTimeout bounds the host's compile of the driver (a python
+// start and a 1,000-line compile: well under a second on an idle machine).
+const pythonCompileTimeout = 20 * time.Second
 
 // pythonDriver gives the arguments that run the python driver, and keeps
 // its compiled copy in the cache checked (prepare).
 type pythonDriver struct {
+	closed context.Context // the transport's: its end stops a compile
 	python string
 	base   string // the cache path without the interpreter's suffix; "": no cache
 	loader []string
@@ -87,8 +89,8 @@ type pythonDriver struct {
 	sum  [32]byte // its SHA-256 as the host wrote it
 }
 
-func newPythonDriver(python string) *pythonDriver {
-	d := &pythonDriver{python: python}
+func newPythonDriver(closed context.Context, python string) *pythonDriver {
+	d := &pythonDriver{closed: closed, python: python}
 	dir, err := driverCacheDir()
 	if err != nil {
 		return d
@@ -125,11 +127,16 @@ func (d *pythonDriver) prepare() ([]string, error) {
 // compile writes the compiled driver with the contexts' interpreter and
 // notes its hash.
 func (d *pythonDriver) compile() error {
-	ctx, cancel := context.WithTimeout(context.Background(), pythonCompileTimeout)
+	ctx, cancel := context.WithTimeout(d.closed, pythonCompileTimeout)
 	defer cancel()
 	code := strings.NewReplacer("%PATH%", pythonLiteral(d.base), "%SOURCE%", pythonLiteral(driverPython)).Replace(pythonCompiler)
 	cmd := exec.CommandContext(ctx, d.python, "-c", code)
 	cmd.Dir = "/" // nothing of a working directory is imported
+	// A timeout or the transport's close ends the interpreter and whatever
+	// it started (a wrapper script's child holding stdout included).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
 	out, err := cmd.Output()
 	if err != nil {
 		return err

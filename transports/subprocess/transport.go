@@ -51,8 +51,12 @@ type Transport struct {
 	// no interpreter starts (-sandbox=on where bwrap cannot work).
 	noSandbox  string
 	sandboxErr error
-	env        []string
-	langs      map[string]language // by normalised language name, only those found
+	// closed ends what the transport runs apart from kernels (the python
+	// driver's compile) when it is closed.
+	closed      context.Context
+	closeCancel context.CancelFunc
+	env         []string
+	langs       map[string]language // by normalised language name, only those found
 	// missing explains each known language whose interpreter was not found:
 	// what was looked for and the Debian package that provides it.
 	missing map[string]string
@@ -121,10 +125,11 @@ func New(opts Options) *Transport {
 		missing: map[string]string{},
 	}
 	t.sandbox, t.noSandbox, t.sandboxErr = newSandbox(opts.Sandbox, bwrapWorks)
+	t.closed, t.closeCancel = context.WithCancel(context.Background())
 	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
 	t.add("python", opts.Python, "python3", language{env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true, framed: true, enterCwd: encodeEnterCwd})
 	if lang, ok := t.langs["python"]; ok {
-		lang.prepare = newPythonDriver(lang.path).prepare
+		lang.prepare = newPythonDriver(t.closed, lang.path).prepare
 		t.langs["python"] = lang
 	}
 	t.add("bash", opts.Bash, "bash", language{args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true})
@@ -157,6 +162,7 @@ func (t *Transport) startPools(sizes map[string]int, cwd string) {
 // down. The Transport starts no more interpreters into pools afterwards; it
 // still starts kernels cold.
 func (t *Transport) Close() error {
+	t.closeCancel()
 	for _, pl := range t.pools {
 		pl.close()
 	}
