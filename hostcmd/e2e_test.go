@@ -87,9 +87,18 @@ func startBinary(t *testing.T, vars ...string) *proc {
 // settings vars.
 func startServe(t *testing.T, dir string, args []string, vars ...string) *proc {
 	t.Helper()
+	return startServeAs(t, nil, dir, args, vars...)
+}
+
+// startServeAs is startServe as the user of cred (nil: the test's).
+func startServeAs(t *testing.T, cred *syscall.Credential, dir string, args []string, vars ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, cmd: exec.Command(kernelhost, append([]string{"serve"}, args...)...), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
 	p.cmd.Dir = dir
 	p.cmd.Env = hostEnv(vars...)
+	if cred != nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -408,12 +417,42 @@ func TestBinaryStartFailures(t *testing.T) {
 // (which even a process the host started could read, where it is not
 // sandboxed), and still admits requests; one given in a file works alike.
 func TestBinaryTokenNotInEnviron(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "jupyter-token")
-	if err := os.WriteFile(file, []byte("jupyter-file-secret-24\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	const token = "env-secret-token-24"
-	p := startBinary(t, "KERNELHOST_ACCESS_TOKEN="+token, "KERNELHOST_JUPYTER_TOKEN_FILE="+file)
+	t.Run("root", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "jupyter-token")
+		if err := os.WriteFile(file, []byte("jupyter-file-secret-24\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tokenNotInEnviron(t, startBinary(t, "KERNELHOST_ACCESS_TOKEN="+envToken, "KERNELHOST_JUPYTER_TOKEN_FILE="+file))
+	})
+	t.Run("unprivileged", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Skip("runs the host as nobody, which needs root")
+		}
+		// A home and default cwd of nobody's, and the binaries reachable.
+		home, err := os.MkdirTemp("", "kernelhost-nobody-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(home) })
+		for _, dir := range []string{home, filepath.Dir(filepath.Dir(kernelhost)), filepath.Dir(kernelhost), filepath.Join(filepath.Dir(kernelhost), "plugins")} {
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chown(home, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		tokenNotInEnviron(t, startServeAs(t, &syscall.Credential{Uid: 65534, Gid: 65534}, home, nil,
+			"HOME="+home, "KERNELHOST_DEFAULT_CWD="+home, "KERNELHOST_ACCESS_TOKEN="+envToken))
+	})
+}
+
+const envToken = "env-secret-token-24"
+
+// tokenNotInEnviron checks a host started with envToken in its environment.
+func tokenNotInEnviron(t *testing.T, p *proc) {
+	t.Helper()
+	const token = envToken
 	url := "http://" + p.waitLog("listening")["addr"].(string)
 	p.waitLog("ready")
 	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.cmd.Process.Pid))

@@ -17,7 +17,6 @@ import (
 // environment block, which /proc/<pid>/environ shows even to root. The
 // process keeps them: its environment holds copies. Call it first in main.
 func HideSecrets() {
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	var wipe []string
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -29,6 +28,9 @@ func HideSecrets() {
 	if len(wipe) > 0 {
 		_ = wipeEnvBlock(wipe)
 	}
+	// Last: a non-dumpable process's /proc/self/mem belongs to root, and an
+	// unprivileged host could not open it to wipe the block any more.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 }
 
 // isSecretVar says whether the host's environment variable k holds a secret.
