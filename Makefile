@@ -44,8 +44,9 @@ WAZERO         := $(TOOLS)/wazero
 # python3-ipython and python3-matplotlib: IPython cell semantics and inline
 # figures in the subprocess python driver (its tests run /usr/bin/python3);
 # python3-pandas and python3-pil, with matplotlib: the charts, data and images
-# of the python environment (kernelenv; its tests run /usr/bin/python3 too).
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil
+# of the python environment (kernelenv; its tests run /usr/bin/python3 too);
+# bubblewrap (bwrap): the sandbox each subprocess interpreter runs in.
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil bubblewrap
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888
@@ -135,6 +136,7 @@ generate:
 ## run: build and serve (settings: KERNELHOST_* env vars or ARGS)
 run: build plugins
 	@python="$$($(PICK_PYTHON))"; \
+	command -v bwrap >/dev/null || echo "bwrap is missing: interpreters will NOT be sandboxed (apt-get install bubblewrap, or make deps)"; \
 	KERNELHOST_PYTHON="$$python" exec ./bin/kernelhost serve $(ARGS)
 
 # The Python `make run` gives the subprocess transport: KERNELHOST_PYTHON if

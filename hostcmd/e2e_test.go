@@ -87,9 +87,18 @@ func startBinary(t *testing.T, vars ...string) *proc {
 // settings vars.
 func startServe(t *testing.T, dir string, args []string, vars ...string) *proc {
 	t.Helper()
+	return startServeAs(t, nil, dir, args, vars...)
+}
+
+// startServeAs is startServe as the user of cred (nil: the test's).
+func startServeAs(t *testing.T, cred *syscall.Credential, dir string, args []string, vars ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, cmd: exec.Command(kernelhost, append([]string{"serve"}, args...)...), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
 	p.cmd.Dir = dir
 	p.cmd.Env = hostEnv(vars...)
+	if cred != nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -203,11 +212,13 @@ func TestBinary(t *testing.T) {
 	url := "http://" + p.waitLog("listening")["addr"].(string)
 	p.waitLog("ready")
 
-	status, body := post(t, url, map[string]any{"code": "import os; print(os.getpid())"})
-	var pyPID int
-	if _, err := fmt.Sscanf(body[strings.Index(body, `"text":"`)+8:], "%d", &pyPID); status != 200 || err != nil {
+	status, body := post(t, url, map[string]any{"code": testkit.SelfPidProbe["python"]})
+	var ns string
+	var nsPID int
+	if _, err := fmt.Sscanf(body[strings.Index(body, `"text":"`)+8:], "%s %d", &ns, &nsPID); status != 200 || err != nil {
 		t.Fatalf("getpid: %d %q %v", status, body, err)
 	}
+	pyPID := testkit.HostPidIn(t, ns, nsPID)
 	preload := map[string]any{"code": "1", "env_vars": map[string]string{"LD_PRELOAD": "x"}}
 	if status, body := post(t, url, preload); status != 200 {
 		t.Fatalf("no policy yet: %d %q", status, body)
@@ -399,5 +410,70 @@ func TestBinaryStartFailures(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A token given in the environment is not in the host's /proc/<pid>/environ
+// (which even a process the host started could read, where it is not
+// sandboxed), and still admits requests; one given in a file works alike.
+func TestBinaryTokenNotInEnviron(t *testing.T) {
+	t.Run("root", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "jupyter-token")
+		if err := os.WriteFile(file, []byte("jupyter-file-secret-24\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tokenNotInEnviron(t, startBinary(t, "KERNELHOST_ACCESS_TOKEN="+envToken, "KERNELHOST_JUPYTER_TOKEN_FILE="+file))
+	})
+	t.Run("unprivileged", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Skip("runs the host as nobody, which needs root")
+		}
+		// A home and default cwd of nobody's, and the binaries reachable.
+		home, err := os.MkdirTemp("", "kernelhost-nobody-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(home) })
+		for _, dir := range []string{home, filepath.Dir(filepath.Dir(kernelhost)), filepath.Dir(kernelhost), filepath.Join(filepath.Dir(kernelhost), "plugins")} {
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chown(home, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		tokenNotInEnviron(t, startServeAs(t, &syscall.Credential{Uid: 65534, Gid: 65534}, home, nil,
+			"HOME="+home, "KERNELHOST_DEFAULT_CWD="+home, "KERNELHOST_ACCESS_TOKEN="+envToken))
+	})
+}
+
+const envToken = "env-secret-token-24"
+
+// tokenNotInEnviron checks a host started with envToken in its environment.
+func tokenNotInEnviron(t *testing.T, p *proc) {
+	t.Helper()
+	const token = envToken
+	url := "http://" + p.waitLog("listening")["addr"].(string)
+	p.waitLog("ready")
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(environ, []byte(token)) || !bytes.Contains(environ, []byte("KERNELHOST_ACCESS_TOKEN=")) {
+		t.Fatalf("the host's environ shows the token, or was not wiped where it was: %q", environ)
+	}
+	for _, auth := range []string{"", "Bearer " + token} {
+		req, _ := http.NewRequest("GET", url+"/contexts", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := map[bool]int{false: 401, true: 200}[auth != ""]; resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d, want %d", auth, resp.StatusCode, want)
+		}
 	}
 }

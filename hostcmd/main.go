@@ -11,5 +11,6 @@ import (
 )
 
 func main() {
+	cli.HideSecrets()
 	os.Exit(cli.Main(os.Args[1:], cli.OS()))
 }

@@ -18,7 +18,8 @@ import (
 // once ((setsid … &)). With a cgroup per interpreter, deleting the context
 // ends both; with process trees only, deleting it ends the child, and the
 // daemon, adopted by the plugin (a child subreaper), ends when the host
-// shuts the plugin down.
+// shuts the plugin down. These are the ways without a sandbox (-sandbox=off);
+// in one, both end with the context (TestDetachedChildrenEndWithTheirSandbox).
 func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 	for _, mode := range []struct {
 		name      string
@@ -28,7 +29,7 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 			if !mode.noCgroups && !subprocess.CgroupsAvailable() {
 				t.Skip("no writable cgroup v2 with cgroup.kill here: the subreaper path is what runs on this machine")
 			}
-			h := startHost(t, viaPlugin, func(c *server.Config) { c.NoKernelCgroups = mode.noCgroups })
+			h := startHost(t, viaPlugin, func(c *server.Config) { c.NoKernelCgroups = mode.noCgroups; c.Sandbox = "off" })
 			ctx := h.createContext(`{"language":"bash"}`)
 			lines := h.run(map[string]any{"context_id": ctx.ID, "code": "setsid sleep 300 & echo $!\n(setsid sleep 301 & echo $!)\necho $PPID"})
 			noError(t, lines)
@@ -76,6 +77,48 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 				t.Fatal(err)
 			}
 			testkit.AwaitGone(t, "after host shutdown", 15*time.Second, daemon)
+		})
+	}
+}
+
+// In a sandbox, with or without cgroups, a child in a session of its own and
+// a double-forked daemon end when their context is deleted: they are in its
+// PID namespace, which ends with it.
+func TestDetachedChildrenEndWithTheirSandbox(t *testing.T) {
+	needSandbox(t)
+	for _, mode := range []struct {
+		name      string
+		noCgroups bool
+	}{{"cgroup", false}, {"no-cgroup", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			h := startHost(t, viaPlugin, func(c *server.Config) { c.NoKernelCgroups = mode.noCgroups; c.Sandbox = "on" })
+			ctx := h.createContext(`{"language":"bash"}`)
+			lines := h.run(map[string]any{"context_id": ctx.ID, "code": "readlink /proc/self/ns/pid\nsetsid sleep 300 & echo $!\n(setsid sleep 301 & echo $!)"})
+			noError(t, lines)
+			f := strings.Fields(stdout(lines))
+			if len(f) != 3 {
+				t.Fatalf("stdout %q", stdout(lines))
+			}
+			var pids []int
+			for _, s := range f[1:] {
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					t.Fatalf("stdout %q", stdout(lines))
+				}
+				pids = append(pids, testkit.HostPidIn(t, f[0], n))
+			}
+			t.Cleanup(func() {
+				for _, pid := range pids {
+					if testkit.Alive(pid) {
+						p, _ := os.FindProcess(pid)
+						_ = p.Kill()
+					}
+				}
+			})
+			if status, body := h.do("DELETE", "/contexts/"+ctx.ID, ""); status != 200 {
+				t.Fatalf("delete: %d %s", status, body)
+			}
+			testkit.AwaitGone(t, "after delete", 15*time.Second, pids...)
 		})
 	}
 }

@@ -68,7 +68,16 @@ func TestMain(m *testing.M) {
 
 // inProcess runs the subprocess transport linked into the test binary.
 func inProcess(c *server.Config) {
-	c.Transport = subprocess.New(subprocess.Options{})
+	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.SandboxWritable}}})
+}
+
+// needSandbox skips a test that needs interpreters in sandboxes where bwrap
+// cannot make them (it fails instead when CI is set).
+func needSandbox(t testing.TB) {
+	t.Helper()
+	if on, why, _ := subprocess.New(subprocess.Options{}).Sandboxed(); !on {
+		testkit.Missingf(t, "no sandbox for interpreters here: %s", why)
+	}
 }
 
 // viaPlugin runs the subprocess transport through the plugin boundary, as
@@ -114,6 +123,10 @@ func startHost(t testing.TB, configure ...func(*server.Config)) *testHost {
 		DefaultCwd:    cwd,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		PolicyOptions: policyOptions(),
+		// The test's temporary directories (cwd's parent holds them all)
+		// are writable in its sandboxes: its code may wait for a file the
+		// test makes there, or write one the test reads.
+		SandboxWritable: filepath.Dir(cwd),
 	}
 	inProcess(&cfg)
 	for _, f := range configure {

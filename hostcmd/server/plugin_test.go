@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,11 +19,7 @@ import (
 // interpreterPID asks the default python context for its process id.
 func interpreterPID(t *testing.T, h *testHost) int {
 	t.Helper()
-	pid, err := strconv.Atoi(strings.TrimSpace(stdout(h.run(map[string]any{"code": "import os; print(os.getpid())"}))))
-	if err != nil {
-		t.Fatalf("interpreter pid: %v", err)
-	}
-	return pid
+	return testkit.HostPidOfProbe(t, stdout(h.run(map[string]any{"code": testkit.SelfPidProbe["python"]})))
 }
 
 // Shutdown stops the plugin process and the interpreters it ran: nothing is

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,19 +76,21 @@ func (h *testHost) awaitPool(t *testing.T, lang string) (rss float64) {
 	}
 }
 
-var cwdPidProbes = map[string]string{"python": "import os; print(os.getpid())", "javascript": "console.log(process.pid)"}
-
 // The user's path (the SDK's createCodeContext({cwd}), through the real
 // plugin with its default pools): a python or javascript context created in
 // a directory of its own takes the pooled interpreter, and everything
 // testkit.CwdProbes prints is what the same context prints on a host without pools.
 func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 	needNode(t)
-	pooled := startHost(t, viaPlugin)
-	cold := startHost(t, viaPlugin, func(c *server.Config) { c.InterpreterPool = "python=0,javascript=0" })
+	// The contexts' directories are in a workspace every sandbox may write,
+	// where a pooled interpreter may be moved.
+	workspace := t.TempDir()
+	writable := func(c *server.Config) { c.SandboxWritable = workspace }
+	pooled := startHost(t, viaPlugin, writable)
+	cold := startHost(t, viaPlugin, writable, func(c *server.Config) { c.InterpreterPool = "python=0,javascript=0" })
 	for _, lang := range []string{"python", "javascript"} {
 		t.Run(lang, func(t *testing.T) {
-			dir := t.TempDir()
+			dir := filepath.Join(workspace, lang)
 			for name, text := range map[string]string{
 				"data.txt":                        "data of " + dir,
 				"khmod.py":                        "V = 'py-module'\n",
@@ -110,10 +111,7 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 			pooled.awaitPool(t, lang)
 			before := descendants(pooled.PluginPID())
 			pc := pooled.createContext(body)
-			pid, err := strconv.Atoi(strings.TrimSpace(stdout(pooled.run(map[string]any{"code": cwdPidProbes[lang], "context_id": pc.ID}))))
-			if err != nil {
-				t.Fatal(err)
-			}
+			pid := testkit.HostPidOfProbe(t, stdout(pooled.run(map[string]any{"code": testkit.SelfPidProbe[lang], "context_id": pc.ID})))
 			if _, ok := before[pid]; !ok {
 				t.Errorf("the context runs pid %d, which was not running before it was created (pooled: %v)", pid, before)
 			}

@@ -274,3 +274,13 @@ func checkTokenScope(scope string) error {
 	}
 	return nil
 }
+
+// checkSandbox checks the subprocess transport's sandbox mode
+// (subprocess.ParseSandboxMode, which the plugin applies).
+func checkSandbox(mode string) error {
+	switch mode {
+	case "auto", "on", "off":
+		return nil
+	}
+	return fmt.Errorf("must be auto, on or off, got %q", mode)
+}

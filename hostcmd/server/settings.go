@@ -120,6 +120,13 @@ type Config struct {
 	// process tree, and the plugin, a child subreaper, ends those it adopted
 	// when it stops.
 	NoKernelCgroups bool
+	// Sandbox is the subprocess transport's sandbox mode: auto (""), on or
+	// off (subprocess.SandboxOptions).
+	Sandbox string
+	// SandboxWritable lists, separated by commas, host paths every sandbox
+	// may write besides the default cwd, the context's cwd and the user's
+	// ~/.local, ~/.cache (but its kernelhost directory) and ~/.npm.
+	SandboxWritable string
 	// InterpreterPool sizes the subprocess transport's warm pools of ready
 	// interpreters: "language=size" pairs separated by commas.
 	InterpreterPool string
@@ -130,6 +137,8 @@ type Config struct {
 
 	// Settings Load turns into GlobalEnv and Logger.
 	envFile, envInline, logFormat, logLevel string
+	// The token files Load reads into AccessToken and Jupyter.Token.
+	accessTokenFile, jupyterTokenFile string
 }
 
 // Jupyter are the settings of the jupyter transport plugin; empty values
@@ -293,6 +302,8 @@ var settingsTable = []setting{
 		field: func(c *Config) *time.Duration { return &c.IdleTimeout }, check: positive[time.Duration]},
 	&row[string]{name: "access-token", help: "if set, clients must send \"Authorization: Bearer <token>\" (prefer the environment variable: flags show in ps); see -access-token-scope",
 		field: func(c *Config) *string { return &c.AccessToken }, check: checkAccessToken},
+	&row[string]{name: "access-token-file", help: "file holding the access token (trailing line breaks dropped), instead of -access-token: nothing shows it in ps or /proc/<pid>/environ (systemd: LoadCredential=access-token:/path and KERNELHOST_ACCESS_TOKEN_FILE=%d/access-token)",
+		field: func(c *Config) *string { return &c.accessTokenFile }},
 	&row[string]{name: "access-token-scope", def: ScopeAll, help: "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token as the official SDKs send it, /executions/... and /mcp)",
 		field: func(c *Config) *string { return &c.AccessTokenScope }, check: checkTokenScope},
 	list("allowed-hosts", DefaultAllowedHosts, "host names a request's Host header may name besides loopback names and addresses (DNS-rebinding protection), separated by commas: name, *.suffix, or * for any",
@@ -315,6 +326,10 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.InterpreterPool }},
 	negated("kernel-cgroups", "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only", "subprocess",
 		func(c *Config) *bool { return &c.NoKernelCgroups }),
+	&row[string]{name: "sandbox", def: "auto", help: "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC and mount namespaces, own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off", transport: "subprocess",
+		field: func(c *Config) *string { return &c.Sandbox }, check: checkSandbox},
+	&row[string]{name: "sandbox-writable", help: "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd, the context's cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory)", transport: "subprocess",
+		field: func(c *Config) *string { return &c.SandboxWritable }},
 
 	&row[string]{name: "transport", def: DefaultTransport, help: "transport plugin: subprocess (local interpreters), jupyter, or NAME for PLUGIN_DIR/kernelhost-transport-NAME",
 		field: func(c *Config) *string { return &c.TransportName }, check: checkTransportName},
@@ -326,6 +341,8 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.Jupyter.URL }},
 	&row[string]{name: "jupyter-token", help: "jupyter transport: the server's token (prefer the environment variable: flags show in ps)", transport: "jupyter",
 		field: func(c *Config) *string { return &c.Jupyter.Token }},
+	&row[string]{name: "jupyter-token-file", help: "jupyter transport: file holding the server's token (trailing line breaks dropped), instead of -jupyter-token",
+		field: func(c *Config) *string { return &c.jupyterTokenFile }},
 	jsonObject("jupyter-kernel-env", "jupyter transport: JSON object sent as the \"env\" of every kernel-start request: Enterprise Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, KERNEL_LAUNCH_TIMEOUT and other KERNEL_* values (Kernel Gateway passes KERNEL_* into the kernel's environment)",
 		func(c *Config) *map[string]string { return &c.Jupyter.KernelEnv }),
 	&row[time.Duration]{name: "jupyter-start-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on a kernel-start request (Enterprise Gateway answers it once the remote kernel is up); a kernel created after its start was abandoned is deleted", transport: "jupyter",
@@ -389,6 +406,9 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 			return Config{}, err
 		}
 	}
+	if err := c.readTokenFiles(); err != nil {
+		return Config{}, err
+	}
 	if err := c.validate(); err != nil {
 		return Config{}, err
 	}
@@ -403,6 +423,30 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// readTokenFiles reads -access-token-file and -jupyter-token-file into the
+// tokens; a token given both ways is an error.
+func (c *Config) readTokenFiles() error {
+	for _, f := range []struct {
+		name, file string
+		token      *string
+	}{{"access-token", c.accessTokenFile, &c.AccessToken}, {"jupyter-token", c.jupyterTokenFile, &c.Jupyter.Token}} {
+		if f.file == "" {
+			continue
+		}
+		if *f.token != "" {
+			return fmt.Errorf("%s and %s-file are both set: give the token one way", f.name, f.name)
+		}
+		b, err := os.ReadFile(f.file)
+		if err != nil {
+			return fmt.Errorf("%s-file: %w", f.name, err)
+		}
+		if *f.token = strings.TrimRight(string(b), "\r\n"); *f.token == "" {
+			return fmt.Errorf("%s-file %s is empty", f.name, f.file)
+		}
+	}
+	return nil
 }
 
 // withDefaults gives every setting c leaves zero its default (settingsTable).

@@ -269,3 +269,88 @@ func groupRSSMB(pgid int) float64 {
 	}
 	return float64(total) / (1 << 20)
 }
+
+// BenchmarkSandboxCost compares python kernels with sandboxes on and off,
+// alternated in one loop so both see the same machine state: a cold start
+// (to ready), a start from a warm pool (a ready interpreter waits in each
+// before each timed start), `1+1`, and the idle resident memory of one
+// kernel with all its processes (bwrap and its init included). ns/op is one
+// pair.
+func BenchmarkSandboxCost(b *testing.B) {
+	if _, err := bwrapWorks(); err != nil {
+		b.Skip(err)
+	}
+	modes := map[string]SandboxOptions{"on": {Mode: SandboxOn}, "off": {Mode: SandboxOff}}
+	cwd := b.TempDir()
+	start := func(tr *Transport) *Kernel {
+		k, err := tr.StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: cwd})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return k.(*Kernel)
+	}
+	stop := func(k *Kernel) {
+		k.Shutdown(context.Background())
+		for range k.Messages() {
+		}
+	}
+	b.Run("cold", func(b *testing.B) {
+		on, off := New(Options{Sandbox: modes["on"]}), New(Options{Sandbox: modes["off"]})
+		timed := func(tr *Transport) func() time.Duration {
+			return func() time.Duration {
+				t0 := time.Now()
+				k := start(tr)
+				d := time.Since(t0)
+				stop(k)
+				return d
+			}
+		}
+		onD, offD := testkit.Compare(b, 2, timed(on), timed(off))
+		testkit.ReportAdded(b, time.Millisecond, "on", onD, "off", offD)
+	})
+	b.Run("pooled", func(b *testing.B) {
+		trs := map[string]*Transport{}
+		for name, sb := range modes {
+			trs[name] = New(Options{Sandbox: sb, PoolSizes: map[string]int{"python": 1}, PoolCwd: cwd})
+			defer trs[name].Close()
+		}
+		timed := func(tr *Transport) func() time.Duration {
+			return func() time.Duration {
+				readyPid(b, tr, "python")
+				t0 := time.Now()
+				k := start(tr)
+				d := time.Since(t0)
+				stop(k)
+				return d
+			}
+		}
+		onD, offD := testkit.Compare(b, 2, timed(trs["on"]), timed(trs["off"]))
+		testkit.ReportAdded(b, time.Microsecond, "on", onD, "off", offD)
+	})
+	b.Run("1+1", func(b *testing.B) {
+		kOn, kOff := start(New(Options{Sandbox: modes["on"]})), start(New(Options{Sandbox: modes["off"]}))
+		defer stop(kOn)
+		defer stop(kOff)
+		n := 0
+		rt := func(k *Kernel) func() time.Duration {
+			return testkit.Timed(func() { n++; kernelRoundTrip(b, k, "s"+strconv.Itoa(n), "1+1") })
+		}
+		onD, offD := testkit.Compare(b, 20, rt(kOn), rt(kOff))
+		testkit.ReportAdded(b, time.Microsecond, "on", onD, "off", offD)
+		rss := func(k *Kernel) float64 {
+			pids := []int{k.Pid()}
+			if k.p.spec.sandbox != nil {
+				pids = append(pids, k.p.cmd.Process.Pid, k.p.nsInit)
+			}
+			var total int64
+			for _, pid := range pids {
+				if r, err := testkit.StatusBytes(pid, "VmRSS"); err == nil {
+					total += r
+				}
+			}
+			return float64(total) / (1 << 20)
+		}
+		b.ReportMetric(rss(kOn), "on-idle-rss-MB")
+		b.ReportMetric(rss(kOff), "off-idle-rss-MB")
+	})
+}

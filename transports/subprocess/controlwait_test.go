@@ -11,6 +11,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // controlBound is how long a restart, delete or shutdown may take while an
@@ -44,8 +45,8 @@ func waitForStdout(t *testing.T, x *engine.Execution) string {
 
 func TestControlDuringEnvExecutionIsNotHeldUp(t *testing.T) {
 	busy := map[string]string{
-		"python": "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(120)",
-		"bash":   "echo $$; sleep 120",
+		"python": "import os, time\nprint(os.readlink('/proc/self/ns/pid'), os.getpid(), flush=True)\ntime.sleep(120)",
+		"bash":   "echo $(readlink /proc/self/ns/pid) $$; sleep 120",
 	}
 	for _, lang := range []string{"python", "bash"} {
 		for _, keys := range []int{1, 3000} {
@@ -77,10 +78,12 @@ func TestControlDuringEnvExecutionIsNotHeldUp(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					pid, err := strconv.Atoi(waitForStdout(t, x))
+					ns, printed, _ := strings.Cut(strings.TrimSpace(waitForStdout(t, x)), " ")
+					pid, err := strconv.Atoi(printed)
 					if err != nil {
 						t.Fatal(err)
 					}
+					pid = testkit.HostPidIn(t, ns, pid)
 					start := time.Now()
 					switch op {
 					case "restart":

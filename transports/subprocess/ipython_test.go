@@ -137,7 +137,10 @@ func TestIPythonMagics(t *testing.T) {
 	if got := results(execOK(t, k, "import os\nos.environ['KH_MAGIC']")); len(got) != 1 || got[0] != "'1'" {
 		t.Fatalf("after %%env: %q", got)
 	}
-	dir := t.TempDir()
+	dir := filepath.Join(k.cwd, "sub") // where its sandbox sees it
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	execOK(t, k, "%cd "+dir)
 	if got := results(execOK(t, k, "os.getcwd()")); len(got) != 1 || got[0] != "'"+dir+"'" {
 		t.Fatalf("after %%cd: %q, want %q", got, dir)

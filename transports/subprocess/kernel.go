@@ -206,7 +206,7 @@ func (k *Kernel) noteSigint(id string) {
 
 // sigint sends SIGINT to the interpreter's process group. Called with mu held.
 func (k *Kernel) sigint() error {
-	if err := syscall.Kill(-k.p.pid, syscall.SIGINT); err != nil {
+	if err := syscall.Kill(-k.p.pgid, syscall.SIGINT); err != nil {
 		return fmt.Errorf("subprocess: interrupt %s kernel (pid %d): %w", k.langName, k.p.pid, err)
 	}
 	return nil

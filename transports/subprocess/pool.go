@@ -82,6 +82,9 @@ type pool struct {
 	cwd  string
 	// spec returns the start spec (a java pool compiles its driver first).
 	spec func() (procSpec, error)
+	// sandbox is its interpreters' (nil: none), which limits where they
+	// may be moved (serves).
+	sandbox *sandbox
 
 	mu     sync.Mutex
 	slots  []*poolSlot // oldest first: ready ones and those still starting
@@ -107,9 +110,16 @@ func newPool(lang string, size int, cwd string, spec func() (procSpec, error)) *
 }
 
 // serves says whether the pool's interpreters may serve a kernel of lang in
-// cwd: one in the pool's cwd, or anywhere the driver can be moved.
+// cwd: one in the pool's cwd, or anywhere the driver can be moved and, in
+// a sandbox, where the pooled interpreter may write as a cold one would.
 func (pl *pool) serves(lang language, cwd string) bool {
-	return pl != nil && (cleanCwd(cwd) == pl.cwd || lang.enterCwd != nil)
+	if pl == nil {
+		return false
+	}
+	if cleanCwd(cwd) == pl.cwd {
+		return true
+	}
+	return lang.enterCwd != nil && pl.sandbox.reaches(pl.cwd, cwd)
 }
 
 func cleanCwd(cwd string) string {

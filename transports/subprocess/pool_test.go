@@ -27,14 +27,16 @@ func pooledTransport(t *testing.T, langs ...string) (*Transport, string) {
 	for _, l := range langs {
 		sizes[l] = 1
 	}
-	tr := New(Options{PoolSizes: sizes, PoolCwd: dir})
+	// The test's temporary directories (dir's parent holds them all) are its
+	// workspace: a pooled interpreter may be moved into any of them.
+	tr := New(Options{PoolSizes: sizes, PoolCwd: dir, Sandbox: SandboxOptions{Writable: []string{filepath.Dir(dir)}}})
 	t.Cleanup(func() { _ = tr.Close() })
 	return tr, dir
 }
 
 // readyPid waits (bounded) until lang's pool holds a ready interpreter whose
 // pid is not one of not, and returns its pid.
-func readyPid(t *testing.T, tr *Transport, lang string, not ...int) int {
+func readyPid(t testing.TB, tr *Transport, lang string, not ...int) int {
 	t.Helper()
 	pl := tr.pools[lang]
 	if pl == nil {
@@ -362,9 +364,14 @@ func TestPooledContextSeesNoRequestEnvOfAnother(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := run(ctx, t, e, b.ID, "import os\nprint(os.getpid(), os.environ.get('KH_REQ'), os.environ.get('KH_SET'), 'x' in globals(), os.getcwd())", nil)
-	if want := strconv.Itoa(pooled) + " None None False " + dir + "\n"; got != want {
-		t.Errorf("B prints %q, want %q", got, want)
+	got := run(ctx, t, e, b.ID, "import os\nprint(os.readlink('/proc/self/ns/pid'), os.getpid(), os.environ.get('KH_REQ'), os.environ.get('KH_SET'), 'x' in globals(), os.getcwd())", nil)
+	ns, rest, _ := strings.Cut(got, " ")
+	pid, rest, _ := strings.Cut(rest, " ")
+	if n, err := strconv.Atoi(pid); err != nil || testkit.HostPidIn(t, ns, n) != pooled {
+		t.Errorf("B prints %q: not the pooled interpreter %d", got, pooled)
+	}
+	if want := "None None False " + dir + "\n"; rest != want {
+		t.Errorf("B prints %q, want %q after the pid", got, want)
 	}
 	for rest := error(nil); rest == nil; {
 		_, rest = x.Next(ctx, nil) // A's execution runs to its end

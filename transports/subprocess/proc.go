@@ -55,6 +55,10 @@ type proc struct {
 	pid   int
 	reqW  *os.File    // fd 3 in the child
 	cut   atomic.Bool // writes to reqW are cut: it is about to be killed (Kernel.cutWrites)
+	// In a sandbox (sandbox.go), pid is the interpreter's, not bwrap's,
+	// pgid the group of the sandbox's init, nsInit, whose end ends every
+	// process in the sandbox. Without one, pgid is pid and nsInit 0.
+	pgid, nsInit int
 
 	msgF  *os.File // read end of fd 4
 	msgFD int      // its descriptor, for the non-blocking reads after exit
@@ -150,7 +154,8 @@ type procSpec struct {
 	langName string
 	cwd      string
 	env      []string
-	cgroups  bool // a cgroup per interpreter where the machine offers one
+	cgroups  bool     // a cgroup per interpreter where the machine offers one
+	sandbox  *sandbox // nil: none
 }
 
 // startProc starts an interpreter for spec and waits (bounded by ctx) until
@@ -191,6 +196,10 @@ func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err 
 	go p.readStream(&p.streams[1])
 	go p.pump()
 	if err := p.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.findSandboxed(); err != nil {
+		p.kill()
 		return nil, err
 	}
 	return p, nil
@@ -288,6 +297,9 @@ func (p *proc) launch(child []*os.File) (err error) {
 		cmd.Env = append(cmd.Env, env)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if s.sandbox != nil {
+		s.sandbox.wrap(cmd, s.cwd)
+	}
 	if s.cgroups {
 		if p.cg, err = newCgroup(); err != nil {
 			return fmt.Errorf("start %s kernel: %w", s.langName, err)
@@ -309,6 +321,7 @@ func (p *proc) launch(child []*os.File) (err error) {
 	}
 	p.cmd = cmd
 	p.pid = cmd.Process.Pid
+	p.pgid = p.pid
 	return nil
 }
 
@@ -446,6 +459,9 @@ func (p *proc) kill() {
 func (p *proc) killAll() {
 	p.cgMu.Lock()
 	defer p.cgMu.Unlock()
+	if p.spec.sandbox != nil {
+		p.killSandbox()
+	}
 	if p.inCgroup {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 		if p.cg != nil && p.cg.kill(0) == nil {
@@ -453,7 +469,9 @@ func (p *proc) killAll() {
 		}
 		return
 	}
-	killTree(p.pid)
+	if p.spec.sandbox == nil {
+		killTree(p.pid)
+	}
 }
 
 // removeCgroup waits (bounded) for the killed cgroup to empty and removes it.

@@ -1,13 +1,16 @@
 package subprocess
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -18,48 +21,142 @@ import (
 // from a small loader that keeps the compiled driver in the user's cache,
 // beside the java driver's classes (javaDriver): one file per driver source
 // and interpreter version (sys.implementation.cache_tag and sys.hexversion
-// in its name, as marshal's format may change between versions). A missing
-// or unreadable file is compiled from the source the loader carries and
-// written under a temporary name, then renamed into place, so concurrent
-// starts never read half a file. PYTHONDONTWRITEBYTECODE, set in many
+// in its name, as marshal's format may change between versions), written
+// under a temporary name, then renamed into place, so concurrent starts
+// never read half a file. PYTHONDONTWRITEBYTECODE, set in many
 // container images to keep __pycache__ out of source trees, does not apply:
 // this is no module's cache, and it lives in the user's cache directory. The
 // driver is compiled as "<string>", the name -c gives it, and runs in the
 // loader's globals, as it did when it was the -c code itself.
 //
-// The cache is the user's, as every interpreter of theirs already trusts
-// their site-packages and usercustomize: user code that writes it reaches
-// the next interpreter's start, as it could through those.
-const pythonLoader = `import marshal, os, sys
+// The compiled driver runs in every python interpreter, so only the host
+// writes it: it compiles it with the interpreter of its python contexts
+// (a run of its own, before any user code), keeps the file's SHA-256, and
+// checks the file against it before each start; a file that differs (a
+// context of an unsandboxed host wrote it, or another host version did) is
+// compiled anew. The loader only reads it, and compiles in memory when it
+// cannot. Sandboxed interpreters see the cache read-only (sandbox.go).
+//
+// The loader also takes the working directory ("" that -c put first) off
+// sys.path before anything is imported, as -P does (which Python before
+// 3.11 lacks): a json.py or ast.py there must not run in the driver. The
+// driver puts it back for user code once its own imports are done.
+const pythonLoader = `import marshal, sys
+if sys.path[:1] == [""]:
+    del sys.path[0]
 _kh_path = %PATH% + "." + sys.implementation.cache_tag + "-%x" % sys.hexversion
 try:
     with open(_kh_path, "rb") as _kh_file:
         _kh_code = marshal.load(_kh_file)
 except Exception:
     _kh_code = compile(%SOURCE%, "<string>", "exec")
-    try:
-        _kh_tmp = "%s.%d.tmp" % (_kh_path, os.getpid())
-        with open(_kh_tmp, "wb") as _kh_file:
-            marshal.dump(_kh_code, _kh_file)
-        os.replace(_kh_tmp, _kh_path)
-    except Exception:
-        pass
 exec(_kh_code)
 `
 
-// pythonDriverArgs returns the python arguments that run the driver: the
-// loader, or the driver itself where there is no cache directory to keep
-// the compiled driver in.
-func pythonDriverArgs() []string {
+// pythonCompiler is what the host runs to compile the driver into the
+// cache: it prints the file's path. A file that holds the same already is
+// left as it is.
+const pythonCompiler = `import marshal, os, sys
+path = %PATH% + "." + sys.implementation.cache_tag + "-%x" % sys.hexversion
+data = marshal.dumps(compile(%SOURCE%, "<string>", "exec"))
+try:
+    with open(path, "rb") as f:
+        same = f.read() == data
+except OSError:
+    same = False
+if not same:
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+sys.stdout.write(path)
+`
+
+// pythonCompileTimeout bounds the host's compile of the driver (a python
+// start and a 1,000-line compile: well under a second on an idle machine).
+const pythonCompileTimeout = 20 * time.Second
+
+// pythonDriver gives the arguments that run the python driver, and keeps
+// its compiled copy in the cache checked (prepare).
+type pythonDriver struct {
+	closed context.Context // the transport's: its end stops a compile
+	python string
+	base   string // the cache path without the interpreter's suffix; "": no cache
+	loader []string
+
+	mu   sync.Mutex
+	file string   // the compiled driver, once compiled
+	sum  [32]byte // its SHA-256 as the host wrote it
+}
+
+func newPythonDriver(closed context.Context, python string) *pythonDriver {
+	d := &pythonDriver{closed: closed, python: python}
 	dir, err := driverCacheDir()
 	if err != nil {
-		return []string{"-c", driverPython}
+		return d
 	}
 	sum := sha256.Sum256([]byte(driverPython))
-	path := filepath.Join(dir, "python-driver-"+hex.EncodeToString(sum[:8]))
-	pruneCompiledPython(dir, filepath.Base(path))
-	loader := strings.NewReplacer("%PATH%", pythonLiteral(path), "%SOURCE%", pythonLiteral(driverPython)).Replace(pythonLoader)
-	return []string{"-c", loader}
+	d.base = filepath.Join(dir, "python-driver-"+hex.EncodeToString(sum[:8]))
+	pruneCompiledPython(dir, filepath.Base(d.base))
+	d.loader = []string{"-c", strings.NewReplacer("%PATH%", pythonLiteral(d.base), "%SOURCE%", pythonLiteral(driverPython)).Replace(pythonLoader)}
+	return d
+}
+
+// prepare returns the python arguments that run the driver: the loader,
+// once the compiled driver in the cache is the one the host wrote (compiled
+// anew if not); the driver itself, compiled at each start, where there is
+// no cache directory or the compile fails.
+func (d *pythonDriver) prepare() ([]string, error) {
+	if d.base == "" {
+		return pythonDriverFallback(), nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.file != "" {
+		if data, err := os.ReadFile(d.file); err == nil && sha256.Sum256(data) == d.sum {
+			return d.loader, nil
+		}
+	}
+	if err := d.compile(); err != nil {
+		d.file = ""
+		return pythonDriverFallback(), nil // the loader compiles in memory too; this says nothing false
+	}
+	return d.loader, nil
+}
+
+// compile writes the compiled driver with the contexts' interpreter and
+// notes its hash.
+func (d *pythonDriver) compile() error {
+	ctx, cancel := context.WithTimeout(d.closed, pythonCompileTimeout)
+	defer cancel()
+	code := strings.NewReplacer("%PATH%", pythonLiteral(d.base), "%SOURCE%", pythonLiteral(driverPython)).Replace(pythonCompiler)
+	cmd := exec.CommandContext(ctx, d.python, "-c", code)
+	cmd.Dir = "/" // nothing of a working directory is imported
+	// A timeout or the transport's close ends the interpreter and whatever
+	// it started (a wrapper script's child holding stdout included).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		return err
+	}
+	file := string(out)
+	if !strings.HasPrefix(file, d.base+".") {
+		return fmt.Errorf("the python compile wrote %q", file)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	d.file, d.sum = file, sha256.Sum256(data)
+	return nil
+}
+
+// pythonDriverFallback runs the driver as -c code, with the working
+// directory off sys.path as the loader does.
+func pythonDriverFallback() []string {
+	return []string{"-c", "import sys\nif sys.path[:1] == ['']:\n    del sys.path[0]\nexec(compile(" + pythonLiteral(driverPython) + ", '<string>', 'exec'))\n"}
 }
 
 // pruneCompiledPython removes what other driver sources left in dir (each

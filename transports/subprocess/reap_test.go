@@ -65,6 +65,7 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						ns := runStdout(t, ctx, e, c.ID, testkit.PidNSProbe[lang])
 						x, err := e.Execute(ctx, engine.ExecRequest{ContextID: c.ID, Code: spawn[lang]})
 						if err != nil {
 							t.Fatal(err)
@@ -88,7 +89,7 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 							if err != nil {
 								t.Fatalf("stdout %q", text.String())
 							}
-							pids = append(pids, pid)
+							pids = append(pids, testkit.HostPidIn(t, ns, pid))
 						}
 						all := pids
 						if mode.noCgroups && lang == "bash" {
@@ -124,6 +125,29 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runStdout runs code in context id and returns its stdout.
+func runStdout(t *testing.T, ctx context.Context, e *engine.Engine, id, code string) string {
+	t.Helper()
+	x, err := e.Execute(ctx, engine.ExecRequest{ContextID: id, Code: code})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs []engine.Output
+	for err == nil {
+		outs, err = x.Next(ctx, outs)
+	}
+	var text strings.Builder
+	for _, o := range outs {
+		if o.Type == engine.OutStdout {
+			text.WriteString(o.Text)
+		}
+		if o.Type == engine.OutError {
+			t.Fatalf("%s: %s", o.ErrName, o.ErrValue)
+		}
+	}
+	return text.String()
 }
 
 func syscallKill(pid int) error { p, _ := os.FindProcess(pid); return p.Kill() }

@@ -139,6 +139,7 @@ func TestShutdownKillsProcessGroup(t *testing.T) {
 		t.Fatalf("child pid: %v:%s", err, e)
 	}
 	leader := k.Pid()
+	child = testkit.HostPid(t, leader, child)
 	if !testkit.Alive(leader) || !testkit.Alive(child) {
 		t.Fatalf("leader %d or child %d not running", leader, child)
 	}
@@ -154,6 +155,7 @@ func TestRestartKillsProcessGroup(t *testing.T) {
 		t.Fatalf("child pid: %v:%s", err, e)
 	}
 	old := k.Pid()
+	child = testkit.HostPid(t, old, child)
 	if err := k.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}

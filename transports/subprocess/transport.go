@@ -39,13 +39,24 @@ type Options struct {
 	// there on hand-out (see pool.go); other languages' pools serve only
 	// kernels in PoolCwd.
 	PoolCwd string
+	// Sandbox configures the sandbox each interpreter runs in (sandbox.go).
+	Sandbox SandboxOptions
 }
 
 // Transport starts local interpreter processes. It is safe for concurrent use.
 type Transport struct {
 	cgroups bool
-	env     []string
-	langs   map[string]language // by normalised language name, only those found
+	sandbox *sandbox // nil: interpreters run unsandboxed
+	// noSandbox says why there is no sandbox; sandboxErr, when set, is why
+	// no interpreter starts (-sandbox=on where bwrap cannot work).
+	noSandbox  string
+	sandboxErr error
+	// closed ends what the transport runs apart from kernels (the python
+	// driver's compile) when it is closed.
+	closed      context.Context
+	closeCancel context.CancelFunc
+	env         []string
+	langs       map[string]language // by normalised language name, only those found
 	// missing explains each known language whose interpreter was not found:
 	// what was looked for and the Debian package that provides it.
 	missing map[string]string
@@ -114,8 +125,14 @@ func New(opts Options) *Transport {
 		langs:   map[string]language{},
 		missing: map[string]string{},
 	}
+	t.sandbox, t.noSandbox, t.sandboxErr = newSandbox(opts.Sandbox, bwrapWorks)
+	t.closed, t.closeCancel = context.WithCancel(context.Background())
 	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
-	t.add("python", opts.Python, "python3", language{args: pythonDriverArgs(), env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true, framed: true, enterCwd: encodeEnterCwd})
+	t.add("python", opts.Python, "python3", language{env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true, framed: true, enterCwd: encodeEnterCwd})
+	if lang, ok := t.langs["python"]; ok {
+		lang.prepare = newPythonDriver(t.closed, lang.path).prepare
+		t.langs["python"] = lang
+	}
 	t.add("bash", opts.Bash, "bash", language{args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true})
 	// typescript runs on the same driver: the host compiles each cell (see
 	// jscell.go), so node is all either needs.
@@ -138,6 +155,7 @@ func (t *Transport) startPools(sizes map[string]int, cwd string) {
 			continue
 		}
 		t.pools[name] = newPool(name, size, cwd, func() (procSpec, error) { return t.spec(name, cwd) })
+		t.pools[name].sandbox = t.sandbox
 	}
 }
 
@@ -145,6 +163,7 @@ func (t *Transport) startPools(sizes map[string]int, cwd string) {
 // down. The Transport starts no more interpreters into pools afterwards; it
 // still starts kernels cold.
 func (t *Transport) Close() error {
+	t.closeCancel()
 	for _, pl := range t.pools {
 		pl.close()
 	}
@@ -208,6 +227,12 @@ func withoutHostSettings(env []string) []string {
 	return out
 }
 
+// Sandboxed reports whether interpreters run in sandboxes; when not, why
+// not, and an error when -sandbox=on could not be honoured.
+func (t *Transport) Sandboxed() (on bool, why string, err error) {
+	return t.sandbox != nil, t.noSandbox, t.sandboxErr
+}
+
 // Info implements core.Transport.
 func (t *Transport) Info() core.TransportInfo {
 	names := make([]string, 0, len(t.langs))
@@ -221,6 +246,9 @@ func (t *Transport) Info() core.TransportInfo {
 // StartKernel implements core.Transport: it takes a pooled interpreter, or
 // starts one in spec.Cwd, and returns once its driver reported ready.
 func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
+	if t.sandboxErr != nil {
+		return nil, t.sandboxErr
+	}
 	_, ok := t.langs[spec.Language]
 	if why, missing := t.missing[spec.Language]; !ok && missing {
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: language %s is not available: %s", core.Quote(spec.Language), why)}
@@ -268,6 +296,7 @@ func (t *Transport) spec(name, cwd string) (procSpec, error) {
 		cwd:      cwd,
 		env:      append(append([]string(nil), t.env...), lang.env...),
 		cgroups:  t.cgroups,
+		sandbox:  t.sandbox,
 	}, nil
 }
 

@@ -76,3 +76,81 @@ func StatusBytes(pid int, field string) (int64, error) {
 	}
 	return 0, fmt.Errorf("%s has no %s", path, field)
 }
+
+// HostPid returns the host's number of the process that is nsPid in the
+// PID namespace of process neighbour (a sandboxed interpreter: a pid its
+// code printed is its namespace's). Outside a namespace of its own it is
+// nsPid. It fails the test when there is no such process.
+func HostPid(tb testing.TB, neighbour, nsPid int) int {
+	tb.Helper()
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", neighbour))
+	if err != nil {
+		tb.Fatalf("pid namespace of %d: %v", neighbour, err)
+	}
+	return HostPidIn(tb, ns, nsPid)
+}
+
+// PidNSProbe is code for each language that prints its PID namespace as
+// /proc/self/ns/pid names it ("pid:[4026531836]"), the same inside and
+// outside, for HostPidIn.
+var PidNSProbe = map[string]string{
+	"python":     "import os; print(os.readlink('/proc/self/ns/pid'))",
+	"bash":       "readlink /proc/self/ns/pid",
+	"javascript": "console.log(require('fs').readlinkSync('/proc/self/ns/pid'))",
+	"typescript": "console.log(require('fs').readlinkSync('/proc/self/ns/pid'))",
+	"r":          "cat(Sys.readlink('/proc/self/ns/pid'), '\\n')",
+}
+
+// HostPidIn returns the host's number of the process that is nsPid in PID
+// namespace ns (as /proc/PID/ns/pid names it); nsPid itself when ns is this
+// process's. It fails the test when there is no such process.
+func HostPidIn(tb testing.TB, ns string, nsPid int) int {
+	tb.Helper()
+	ns = strings.TrimSpace(ns)
+	if own, err := os.Readlink("/proc/self/ns/pid"); err == nil && own == ns {
+		return nsPid
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if other, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil || other != ns {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				if f := strings.Fields(rest); len(f) > 0 && f[len(f)-1] == strconv.Itoa(nsPid) {
+					return pid
+				}
+			}
+		}
+	}
+	tb.Fatalf("no process is pid %d in PID namespace %s", nsPid, ns)
+	return 0
+}
+
+// SelfPidProbe is code for each language that prints its PID namespace and
+// its pid in it, for HostPidOfProbe: a sandboxed interpreter's os.getpid()
+// is its namespace's number, not the host's.
+var SelfPidProbe = map[string]string{
+	"python":     "import os; print(os.readlink('/proc/self/ns/pid'), os.getpid())",
+	"javascript": "console.log(require('fs').readlinkSync('/proc/self/ns/pid'), process.pid)",
+}
+
+// HostPidOfProbe returns the host's pid of the interpreter whose
+// SelfPidProbe printed out.
+func HostPidOfProbe(tb testing.TB, out string) int {
+	tb.Helper()
+	ns, pid, _ := strings.Cut(strings.TrimSpace(out), " ")
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		tb.Fatalf("the pid probe printed %q", out)
+	}
+	return HostPidIn(tb, ns, n)
+}

@@ -1,13 +1,15 @@
 // Command kernelhost-transport-subprocess is the subprocess transport (local
 // python, bash, node, R and Java interpreters) as a plugin. Its settings are
 // the host's (-python, -node, -bash, -rscript, -java, -kernel-cgroups,
-// -interpreter-pool, -default-cwd; docs/operating.md), which the host passes
+// -interpreter-pool, -default-cwd, -sandbox, -sandbox-writable;
+// docs/operating.md), which the host passes
 // over the plugin protocol. It reports its warm pools as gauges for the
 // host's /metrics.
 package main
 
 import (
 	"context"
+	"strings"
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin"
@@ -27,6 +29,11 @@ type settings struct {
 	// interpreters start in DefaultCwd, where contexts start by default.
 	Pool       string `setting:"interpreter-pool"`
 	DefaultCwd string `setting:"default-cwd"`
+	// Sandbox is auto, on or off (subprocess.SandboxOptions); the default
+	// cwd and SandboxWritable (paths separated by commas) are writable in
+	// every sandbox.
+	Sandbox         string `setting:"sandbox"`
+	SandboxWritable string `setting:"sandbox-writable"`
 }
 
 // newTransport builds the transport from the host's settings.
@@ -39,11 +46,27 @@ func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transpor
 	if err != nil {
 		return nil, err
 	}
-	return withGauges{subprocess.New(subprocess.Options{
+	writable := []string{s.DefaultCwd}
+	for _, w := range strings.Split(s.SandboxWritable, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			writable = append(writable, w)
+		}
+	}
+	t := subprocess.New(subprocess.Options{
 		Python: s.Python, Node: s.Node, Bash: s.Bash, R: s.R, Java: s.Java,
 		NoCgroups: !s.KernelCgroups,
 		PoolSizes: pools, PoolCwd: s.DefaultCwd,
-	})}, nil
+		Sandbox: subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable},
+	})
+	on, why, err := t.Sandboxed()
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	if !on && s.Sandbox != subprocess.SandboxOff {
+		transportplugin.Logger().Warn("INTERPRETERS ARE NOT SANDBOXED: every context can reach every other context's interpreter and the host's environment (-sandbox=on refuses to start without a sandbox)", "why", why)
+	}
+	return withGauges{t}, nil
 }
 
 // withGauges reports the transport's pools as gauges in the host's /metrics.

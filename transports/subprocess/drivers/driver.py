@@ -29,7 +29,30 @@ import threading
 import time
 import types
 
-_import = builtins.__import__
+_builtin_import = builtins.__import__
+
+
+class _driver_path:
+    # The driver's own imports never search the working directory: the
+    # loader took it off sys.path (as -P does) before the imports above,
+    # and the later ones (_import, the IPython shell's) run without it, so
+    # a module another context saved in a shared directory never runs in
+    # this driver. User code gets it back, first, as -c gives it.
+    def __enter__(self):
+        self.saved = sys.path
+        sys.path = [p for p in self.saved if p not in ("", ".")]
+
+    def __exit__(self, *exc):
+        sys.path = self.saved
+
+
+def _import(name):
+    with _driver_path():
+        return _builtin_import(name)
+
+
+if "" not in sys.path:
+    sys.path.insert(0, "")
 
 REQ_FD, MSG_FD, OUT_FD = 3, 4, 1
 # Children (os.system, subprocess) must not inherit the protocol channel: a
@@ -494,10 +517,11 @@ def _shell():
 
 
 def _create_shell():
-    from IPython.core.displaypub import DisplayPublisher
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets import Type
-    from traitlets.config import Config
+    with _driver_path():
+        from IPython.core.displaypub import DisplayPublisher
+        from IPython.core.interactiveshell import InteractiveShell
+        from traitlets import Type
+        from traitlets.config import Config
 
     class Publisher(DisplayPublisher):
         """display(), IPython's and the inline backend's: a message on fd 4, at once."""

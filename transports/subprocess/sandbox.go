@@ -1,0 +1,345 @@
+package subprocess
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Each interpreter runs in a sandbox of its own, made by bubblewrap (bwrap;
+// docs/RATIONALE.md says why bwrap): its own PID, IPC, mount and cgroup
+// namespaces, a fresh /proc that shows only its own processes, its own /tmp
+// (a tmpfs that ends with it), the host's files read-only except the
+// writable paths (the kernel's cwd, the workspace and the places users
+// expect to write: Options.Sandbox.Writable, sandboxUserDirs), no
+// capabilities and no_new_privs. Nothing it does reaches another
+// interpreter's /proc entries, pipes or environment, or the host's.
+//
+// The process tree on the host is bwrap (the host's child, alone in its
+// process group, dies with the host) -> bwrap's init (pid 1 in the sandbox,
+// leader of a new session and group: --new-session) -> the interpreter (pid
+// 2). When the init ends, the kernel kills everything in the namespace,
+// whatever sessions, double forks or cgroups it used; it ends when the
+// interpreter exits, or when bwrap is killed (--die-with-parent). SIGINT for
+// the interpreter goes to the init's process group: the interpreter and its
+// children get it, the init ignores it (a namespace's init gets only the
+// signals it handles) and bwrap, in a group of its own, never sees it.
+
+// Sandbox modes (Options.Sandbox.Mode, the -sandbox setting).
+const (
+	SandboxAuto = "auto" // a sandbox where the machine allows one, else none with a warning
+	SandboxOn   = "on"   // a sandbox, or no interpreter at all
+	SandboxOff  = "off"  // no sandbox
+)
+
+// SandboxOptions configures the sandbox of every interpreter.
+type SandboxOptions struct {
+	// Mode is SandboxAuto (""), SandboxOn or SandboxOff.
+	Mode string
+	// Writable lists host paths every interpreter may write (the host
+	// passes its default cwd, the workspace, and what the operator lists);
+	// the kernel's own cwd and sandboxUserDirs are writable too. Paths that
+	// do not exist are left out.
+	Writable []string
+	// ReadOnly lists paths under a writable one that stay read-only (the
+	// driver cache and this program's directory are always among them).
+	ReadOnly []string
+}
+
+// sandboxUserDirs are the places, under the user's home, where users expect
+// `pip install --user`, npm, caches and configuration (IPython's profile,
+// matplotlib's font cache) to write. They are made if missing,
+// so the first `pip install --user` in a sandbox finds ~/.local.
+var sandboxUserDirs = []string{".local", ".cache", ".npm", ".config", ".ipython"}
+
+// sandbox is how interpreters are wrapped; nil: not at all.
+type sandbox struct {
+	bwrap    string
+	writable []string // absolute, symlinks resolved, existing
+	readOnly []string
+}
+
+// ParseSandboxMode checks a -sandbox value.
+func ParseSandboxMode(s string) (string, error) {
+	switch s {
+	case "", SandboxAuto:
+		return SandboxAuto, nil
+	case SandboxOn, SandboxOff:
+		return s, nil
+	}
+	return "", fmt.Errorf("sandbox %q: want auto, on or off", s)
+}
+
+// newSandbox returns the sandbox for opts: nil when off, or when it cannot be
+// had here in auto mode (why says so); an error when it cannot be had and
+// opts.Mode is on.
+func newSandbox(opts SandboxOptions, probe func() (string, error)) (sb *sandbox, why string, err error) {
+	mode, err := ParseSandboxMode(opts.Mode)
+	if err != nil {
+		return nil, "", err
+	}
+	if mode == SandboxOff {
+		return nil, "turned off (-sandbox=off)", nil
+	}
+	sb, err = buildSandbox(opts, probe)
+	if err != nil {
+		if mode == SandboxOn {
+			return nil, "", fmt.Errorf("subprocess: -sandbox=on, but interpreters cannot be sandboxed here: %w", err)
+		}
+		return nil, err.Error(), nil
+	}
+	return sb, "", nil
+}
+
+// buildSandbox builds the sandbox once bwrap was found to work (probe),
+// so a machine that refuses it (no user namespaces for an unprivileged
+// host, a seccomp filter in a container) is found at start, not at the
+// first context.
+func buildSandbox(opts SandboxOptions, probe func() (string, error)) (*sandbox, error) {
+	path, err := probe()
+	if err != nil {
+		return nil, err
+	}
+	sb := &sandbox{bwrap: path}
+	home, _ := os.UserHomeDir()
+	var writable []string
+	for _, d := range sandboxUserDirs {
+		if home != "" && home != "/" {
+			dir := filepath.Join(home, d)
+			_ = os.MkdirAll(dir, 0o700)
+			writable = append(writable, dir)
+		}
+	}
+	sb.writable = existingDirs(append(writable, opts.Writable...))
+	readOnly := slices.Clone(opts.ReadOnly)
+	if dir, err := driverCacheDir(); err == nil {
+		readOnly = append(readOnly, dir)
+	}
+	if exe, err := os.Executable(); err == nil {
+		readOnly = append(readOnly, filepath.Dir(exe))
+	}
+	sb.readOnly = existingDirs(readOnly)
+	return sb, nil
+}
+
+// bwrapWorks is probeBwrap's outcome, found once.
+var bwrapWorks = sync.OnceValues(probeBwrap)
+
+// probeBwrap finds bwrap and runs it once with the namespaces interpreters
+// get: its path, or why it cannot sandbox here.
+func probeBwrap() (string, error) {
+	path, err := exec.LookPath("bwrap")
+	if err != nil {
+		return "", errors.New("bwrap is not installed (Debian: apt-get install bubblewrap)")
+	}
+	cmd := exec.Command(path, (&sandbox{bwrap: path}).args("/")...)
+	cmd.Args = append(cmd.Args, "true")
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("bwrap (%s) fails here: %v: %s", path, err, strings.TrimSpace(string(out)))
+	}
+	return path, nil
+}
+
+// existingDirs returns the paths that exist, absolute with symlinks
+// resolved (bwrap mounts on the real path), without duplicates.
+func existingDirs(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(abs)
+		if err != nil {
+			continue
+		}
+		if !slices.Contains(out, real) {
+			out = append(out, real)
+		}
+	}
+	return out
+}
+
+// args are bwrap's arguments for an interpreter in cwd, up to the command.
+// Mounts are made in order, later ones over earlier ones: the host's
+// files read-only, then a fresh /dev, /proc and /tmp, then the writable
+// paths (parents before children), then the read-only ones under them.
+func (sb *sandbox) args(cwd string) []string {
+	args := []string{
+		"--ro-bind", "/", "/",
+		"--dev", "/dev",
+		"--proc", "/proc",
+		"--tmpfs", "/tmp",
+		"--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try",
+		"--new-session", "--die-with-parent",
+		"--cap-drop", "ALL",
+	}
+	writable := sb.writable
+	if cwd != "" {
+		writable = append(existingDirs([]string{cwd}), writable...)
+	}
+	for _, w := range byDepth(writable) {
+		args = append(args, "--bind", w, w)
+	}
+	// The read-only paths are mounted even where / shows them already (the
+	// driver cache may be under /tmp, which the sandbox's own /tmp hides),
+	// but never over a writable path or /tmp.
+	for _, r := range byDepth(sb.readOnly) {
+		if !covers(r, append([]string{"/tmp"}, writable...)) {
+			args = append(args, "--ro-bind", r, r)
+		}
+	}
+	if cwd != "" {
+		if abs, err := filepath.Abs(cwd); err == nil {
+			args = append(args, "--chdir", abs)
+		}
+	}
+	return append(args, "--")
+}
+
+// byDepth sorts paths so that a directory comes before those under it.
+func byDepth(paths []string) []string {
+	out := slices.Clone(paths)
+	slices.SortStableFunc(out, func(a, b string) int {
+		return strings.Count(a, "/") - strings.Count(b, "/")
+	})
+	return slices.Compact(out)
+}
+
+// covers says whether dir is one of paths or above one.
+func covers(dir string, paths []string) bool {
+	for _, p := range paths {
+		if underAny(p, []string{dir}) {
+			return true
+		}
+	}
+	return false
+}
+
+// underAny says whether path is one of dirs or below one.
+func underAny(path string, dirs []string) bool {
+	for _, d := range dirs {
+		if path == d || strings.HasPrefix(path, strings.TrimSuffix(d, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// wrap makes cmd run in a sandbox: bwrap with the command after its
+// arguments.
+func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string) {
+	args := append([]string{sb.bwrap}, sb.args(cwd)...)
+	writable := append(existingDirs([]string{cwd}), sb.writable...)
+	if dir := filepath.Dir(cmd.Path); underAny(dir, []string{"/tmp"}) && !underAny(dir, writable) {
+		// An interpreter under /tmp (a test's, a venv made there) is
+		// hidden by the sandbox's own /tmp: it is shown read-only.
+		args = append(args[:len(args)-1], "--ro-bind", dir, dir, "--")
+	}
+	cmd.Args = append(args, append([]string{cmd.Path}, cmd.Args[1:]...)...)
+	cmd.Path = sb.bwrap
+}
+
+// reaches says whether an interpreter sandboxed for poolCwd sees dir as a
+// cold start in dir would: writable, as it is inside a writable path. Where
+// it is not, a pooled interpreter cannot be moved there.
+func (sb *sandbox) reaches(poolCwd, dir string) bool {
+	if sb == nil {
+		return true
+	}
+	path := filepath.Clean(dir)
+	if real := existingDirs([]string{dir}); len(real) > 0 {
+		path = real[0]
+	} else if abs, err := filepath.Abs(dir); err == nil {
+		path = abs // gone: the move fails as a cold start there would
+	}
+	return underAny(path, append(existingDirs([]string{poolCwd}), sb.writable...))
+}
+
+// sandboxPids finds, once the interpreter is running, the sandbox's init
+// (bwrap's only child; its pid is the process group that gets SIGINT) and
+// the interpreter (the init's child that is pid 2 in the namespace), as the
+// host numbers them.
+func sandboxPids(bwrapPid int) (init, interp int, err error) {
+	kids := childrenOf(bwrapPid)
+	if len(kids) != 1 {
+		return 0, 0, fmt.Errorf("bwrap (pid %d) has %d children, want its init", bwrapPid, len(kids))
+	}
+	init = kids[0]
+	for _, c := range childrenOf(init) {
+		if nsPid(c) == 2 {
+			return init, c, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("the sandbox's init (pid %d) has no child that is pid 2 in it", init)
+}
+
+// childrenOf lists the children of pid's main thread.
+func childrenOf(pid int) []int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// nsPid is pid's number in its innermost PID namespace (the last of
+// /proc/pid/status's NSpid); 0 if unknown.
+func nsPid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0
+			}
+			n, _ := strconv.Atoi(f[len(f)-1])
+			return n
+		}
+	}
+	return 0
+}
+
+// findSandboxed points pid and pgid at the interpreter and its sandbox's
+// init once the driver is ready; nothing without a sandbox.
+func (p *proc) findSandboxed() error {
+	if p.spec.sandbox == nil {
+		return nil
+	}
+	init, interp, err := sandboxPids(p.cmd.Process.Pid)
+	if err != nil {
+		return fmt.Errorf("start %s kernel: %w", p.spec.langName, err)
+	}
+	p.nsInit, p.pgid, p.pid = init, init, interp
+	return nil
+}
+
+// killSandbox kills bwrap and the sandbox's init: the kernel then kills
+// every process left in the sandbox's PID namespace. Before findSandboxed,
+// bwrap's end takes the init with it (--die-with-parent).
+func (p *proc) killSandbox() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	if p.nsInit > 0 && !p.exited.Load() {
+		_ = syscall.Kill(p.nsInit, syscall.SIGKILL)
+	}
+}
