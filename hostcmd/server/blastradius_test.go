@@ -7,6 +7,7 @@ package server_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kernelhost/kernelhost/transports/testkit"
 )
@@ -64,4 +65,68 @@ func TestNestingBombKeepsPlugin(t *testing.T) {
 	check()
 	rss, _ := testkit.StatusBytes(plugin, "VmHWM")
 	figure(t, "plugin peak RSS after the bombs: %d MiB", rss>>20)
+}
+
+// floodCase is one context writing far past the message cap.
+type floodCase struct {
+	language, setup, flood, check, want string
+}
+
+// A context that writes 300 MiB in one message, 512 MiB in one stderr
+// write, or 128 MiB without a newline on node's message channel: its
+// output is cut with a notice saying how much was dropped, the execution
+// ends normally, the context keeps its state, the plugin stays bounded
+// by the cap and keeps serving, and a bystander keeps its state. Before
+// the caps the node write took 120 s and killed the kernel, the python
+// value 17 s, the message channel was read in quadratic time.
+func TestFloodKeepsState(t *testing.T) {
+	testkit.NeedCommand(t, "node", "nodejs")
+	h := startHost(t, viaPlugin)
+	check := bystander(t, h)
+	plugin := h.PluginPID()
+	for _, c := range []floodCase{
+		{"javascript", "var kept = 7", "process.stdout.write('y'.repeat(300 << 20)); 'after'", "kept * 6", "42"},
+		{"python", "kept = 7", "'z' * (300 << 20)", "kept * 6", "42"},
+		{"python", "kept = 7", "import sys\nsys.stderr.write('e' * (1 << 29) + '\\n')\n'after'", "kept * 6", "42"},
+		{"javascript", "var kept = 7", "require('fs').writeSync(4, 'n'.repeat(128 << 20)); 'after'", "kept * 6", "42"},
+	} {
+		ctx := h.createContext(`{"language":"` + c.language + `"}`)
+		noError(t, h.run(map[string]any{"code": c.setup, "context_id": ctx.ID}))
+		began := time.Now()
+		lines := h.run(map[string]any{"code": c.flood, "context_id": ctx.ID})
+		took := time.Since(began)
+		out := stdout(lines)
+		var stderr strings.Builder
+		for _, l := range ofType(lines, "stderr") {
+			stderr.WriteString(l.str("text"))
+		}
+		if !strings.Contains(stderr.String(), "of output dropped: over max-message-bytes, 16.0 MiB per message") {
+			t.Errorf("%s %.40q: no notice of the cut on stderr (stdout %d bytes, stderr %d bytes, lines %d)", c.language, c.flood, len(out), stderr.Len(), len(lines))
+		}
+		if len(out)+stderr.Len() > 17<<20 {
+			t.Errorf("%s %.40q: %d bytes of output, want at most the cap", c.language, c.flood, len(out)+stderr.Len())
+		}
+		if errs := ofType(lines, "error"); len(errs) > 0 {
+			t.Errorf("%s %.40q: error %v", c.language, c.flood, errs)
+		}
+		began2 := time.Now()
+		next := h.run(map[string]any{"code": c.check, "context_id": ctx.ID})
+		noError(t, next)
+		if got := mainResult(t, next); got != c.want {
+			t.Errorf("%s: after the flood %s = %q, want %q (state lost)", c.language, c.check, got, c.want)
+		}
+		figure(t, "%s %.40q: flood took %s, the next cell %s", c.language, c.flood, took.Round(time.Millisecond), time.Since(began2).Round(time.Millisecond))
+		if took > 60*time.Second {
+			t.Errorf("%s %.40q: the flood took %s, want under 60 s", c.language, c.flood, took)
+		}
+	}
+	if now := h.PluginPID(); now != plugin {
+		t.Fatalf("the plugin restarted (pid %d, was %d)", now, plugin)
+	}
+	check()
+	peak, _ := testkit.StatusBytes(plugin, "VmHWM")
+	figure(t, "plugin peak RSS: %d MiB", peak>>20)
+	if peak > 400<<20 {
+		t.Errorf("plugin peak RSS %d MiB, want it bounded by the caps (under 400 MiB)", peak>>20)
+	}
 }

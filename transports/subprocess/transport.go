@@ -1,6 +1,7 @@
 package subprocess
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,13 +40,18 @@ type Options struct {
 	// there on hand-out (see pool.go); other languages' pools serve only
 	// kernels in PoolCwd.
 	PoolCwd string
+	// MaxMessageBytes caps what one interpreter message may carry: one
+	// message line, one batch's output (see msgLines); past it output is
+	// cut, with a notice. 0: DefaultMaxMessageBytes.
+	MaxMessageBytes int
 }
 
 // Transport starts local interpreter processes. It is safe for concurrent use.
 type Transport struct {
-	cgroups bool
-	env     []string
-	langs   map[string]language // by normalised language name, only those found
+	cgroups    bool
+	maxMessage int
+	env        []string
+	langs      map[string]language // by normalised language name, only those found
 	// missing explains each known language whose interpreter was not found:
 	// what was looked for and the Debian package that provides it.
 	missing map[string]string
@@ -108,10 +114,11 @@ func New(opts Options) *Transport {
 		opts.Java = "java"
 	}
 	t := &Transport{
-		cgroups: !opts.NoCgroups,
-		env:     append(withoutHostSettings(os.Environ()), opts.Env...),
-		langs:   map[string]language{},
-		missing: map[string]string{},
+		cgroups:    !opts.NoCgroups,
+		maxMessage: cmp.Or(opts.MaxMessageBytes, DefaultMaxMessageBytes),
+		env:        append(withoutHostSettings(os.Environ()), opts.Env...),
+		langs:      map[string]language{},
+		missing:    map[string]string{},
 	}
 	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
 	t.add("python", opts.Python, "python3", language{args: pythonDriverArgs(), env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true, framed: true, enterCwd: encodeEnterCwd})
@@ -262,11 +269,12 @@ func (t *Transport) spec(name, cwd string) (procSpec, error) {
 		lang.args = args
 	}
 	return procSpec{
-		lang:     lang,
-		langName: name,
-		cwd:      cwd,
-		env:      append(append([]string(nil), t.env...), lang.env...),
-		cgroups:  t.cgroups,
+		lang:       lang,
+		langName:   name,
+		cwd:        cwd,
+		env:        append(append([]string(nil), t.env...), lang.env...),
+		cgroups:    t.cgroups,
+		maxMessage: t.maxMessage,
 	}, nil
 }
 

@@ -1,7 +1,7 @@
 // Command kernelhost-transport-subprocess is the subprocess transport (local
 // python, bash, node, R and Java interpreters) as a plugin. Its settings are
 // the host's (-python, -node, -bash, -rscript, -java, -kernel-cgroups,
-// -interpreter-pool, -default-cwd; docs/operating.md), which the host passes
+// -interpreter-pool, -default-cwd, -max-message-bytes; docs/operating.md), which the host passes
 // over the plugin protocol. It reports its warm pools as gauges for the
 // host's /metrics.
 package main
@@ -27,6 +27,8 @@ type settings struct {
 	// interpreters start in DefaultCwd, where contexts start by default.
 	Pool       string `setting:"interpreter-pool"`
 	DefaultCwd string `setting:"default-cwd"`
+	// MaxMessageBytes caps an interpreter's messages (subprocess.Options).
+	MaxMessageBytes int `setting:"max-message-bytes"`
 }
 
 // newTransport builds the transport from the host's settings.
@@ -43,6 +45,7 @@ func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transpor
 		Python: s.Python, Node: s.Node, Bash: s.Bash, R: s.R, Java: s.Java,
 		NoCgroups: !s.KernelCgroups,
 		PoolSizes: pools, PoolCwd: s.DefaultCwd,
+		MaxMessageBytes: s.MaxMessageBytes,
 	})}, nil
 }
 
