@@ -5,10 +5,14 @@ package server_test
 // context its state. Through the real plugin, as kernelhost runs it.
 
 import (
+	"bytes"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
@@ -128,5 +132,52 @@ func TestFloodKeepsState(t *testing.T) {
 	figure(t, "plugin peak RSS: %d MiB", peak>>20)
 	if peak > 400<<20 {
 		t.Errorf("plugin peak RSS %d MiB, want it bounded by the caps (under 400 MiB)", peak>>20)
+	}
+}
+
+// syncBuffer is a log destination the host's goroutines may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A client string of 4 MiB (a language, a cwd, a context id) comes back
+// clipped in the error and in the log. Before, the answer and the log
+// line each carried the 4 MiB.
+func TestLongClientStringsClipped(t *testing.T) {
+	var logged syncBuffer
+	h := startHost(t, viaPlugin, func(c *server.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	long := strings.Repeat("L", 4<<20)
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/contexts", `{"language":"` + long + `"}`},
+		{"POST", "/contexts", `{"language":"python","cwd":"/` + long + `"}`},
+		{"POST", "/execute", `{"code":"1","language":"` + long + `"}`},
+		{"POST", "/execute", `{"code":"1","context_id":"` + long + `"}`},
+		{"POST", "/contexts/" + long + "/restart", ""},
+		{"DELETE", "/contexts/" + long, ""},
+	} {
+		status, body := h.do(req.method, req.path, req.body)
+		if status < 400 || len(body) > 4096 {
+			t.Errorf("%s %s with a 4 MiB string: %d, %d bytes of answer (want an error under 4 KiB): %.200s", req.method, req.path[:min(len(req.path), 30)], status, len(body), body)
+		}
+	}
+	for _, l := range strings.Split(logged.String(), "\n") {
+		if len(l) > 8192 {
+			t.Errorf("a log line of %d bytes: %.300s", len(l), l)
+		}
 	}
 }
