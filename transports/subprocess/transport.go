@@ -133,6 +133,9 @@ func New(opts Options) *Transport {
 	t.add("r", opts.R, "r-base-core", language{args: rDriverArgs, env: []string{rDriverEnv + "=" + driverR}, encode: encodeHeader, resendSigint: true})
 	t.addJava(opts.Java)
 	t.startPools(opts.PoolSizes, cleanCwd(opts.PoolCwd))
+	if t.cgroups {
+		go removeOrphanCgroups()
+	}
 	return t
 }
 
