@@ -85,14 +85,14 @@ var languageSnippets = map[string]snippets{
 	// JVM lets the snippet reach it (see javaEnvBlock).
 	"java": {
 		setEnv: func(k, v string) string {
-			return javaEnvBlock("System.setProperty(" + javaString(k) + ", " + javaString(v) + "); if (e != null) e.put(" + javaString(k) + ", " + javaString(v) + ");")
+			return javaEnvBlock("java.lang.System.setProperty(" + javaString(k) + ", " + javaString(v) + "); if (e != null) e.put(" + javaString(k) + ", " + javaString(v) + ");")
 		},
 		unsetEnv: func(k string) string {
-			return javaEnvBlock("System.clearProperty(" + javaString(k) + "); if (e != null) e.remove(" + javaString(k) + ");")
+			return javaEnvBlock("java.lang.System.clearProperty(" + javaString(k) + "); if (e != null) e.remove(" + javaString(k) + ");")
 		},
-		chdir: func(p string) string { return `System.setProperty("user.dir", ` + javaString(p) + ");" },
+		chdir: func(p string) string { return `java.lang.System.setProperty("user.dir", ` + javaString(p) + ");" },
 		chdirFirst: func(ps []string) string {
-			return "{ for (String d : new String[] {" + joinQuoted(ps, javaString) + `}) { if (new java.io.File(d).isDirectory()) { System.setProperty("user.dir", d); break; } } System.out.println(System.getProperty("user.dir")); }`
+			return "{ for (java.lang.String d : new java.lang.String[] {" + joinQuoted(ps, javaString) + `}) { if (new java.io.File(d).isDirectory()) { java.lang.System.setProperty("user.dir", d); break; } } java.lang.System.out.println(java.lang.System.getProperty("user.dir")); }`
 		},
 		saveAndSet: javaSaveAndSet,
 		restore:    javaRestore,
@@ -226,7 +226,7 @@ func joinPairs(keys []string, env map[string]string, quote func(string) string, 
 // through it. A JVM without that (another Java kernel) gets the properties
 // only, as the contract describes.
 func javaEnvBlock(body string) string {
-	return "{ java.util.Map<String, String> e = null; try { java.lang.reflect.Field f = System.getenv().getClass().getDeclaredField(\"m\"); f.setAccessible(true); @SuppressWarnings(\"unchecked\") java.util.Map<String, String> m = (java.util.Map<String, String>) f.get(System.getenv()); e = m; } catch (Exception x) { } " + body + " }"
+	return "{ java.util.Map<java.lang.String, java.lang.String> e = null; try { java.lang.reflect.Field f = java.lang.System.getenv().getClass().getDeclaredField(\"m\"); f.setAccessible(true); @java.lang.SuppressWarnings(\"unchecked\") java.util.Map<java.lang.String, java.lang.String> m = (java.util.Map<java.lang.String, java.lang.String>) f.get(java.lang.System.getenv()); e = m; } catch (java.lang.Exception x) { } " + body + " }"
 }
 
 // javaSavedProperty holds, during a request, the values its env vars
@@ -237,27 +237,27 @@ const javaSavedProperty = "kernelhost.env.saved"
 
 func javaSaveAndSet(keys []string, env map[string]string) string {
 	var b strings.Builder
-	b.WriteString("StringBuilder s = new StringBuilder(); String[][] n = {")
+	b.WriteString("java.lang.StringBuilder s = new java.lang.StringBuilder(); java.lang.String[][] n = {")
 	pairs := make([]string, len(keys))
 	for i, k := range keys {
 		pairs[i] = "{" + javaString(k) + ", " + javaString(env[k]) + "}"
 	}
 	b.WriteString(strings.Join(pairs, ", "))
-	b.WriteString("}; for (String[] kv : n) { String p = System.getProperty(kv[0]); String v = e == null ? null : e.get(kv[0]); " +
+	b.WriteString("}; for (java.lang.String[] kv : n) { java.lang.String p = java.lang.System.getProperty(kv[0]); java.lang.String v = e == null ? null : e.get(kv[0]); " +
 		"s.append(kv[0]).append('\\0').append(p == null ? \"-\" : \"=\" + p).append('\\0').append(v == null ? \"-\" : \"=\" + v).append('\\0'); " +
-		"System.setProperty(kv[0], kv[1]); if (e != null) e.put(kv[0], kv[1]); } " +
-		"System.setProperty(" + javaString(javaSavedProperty) + ", s.toString());")
+		"java.lang.System.setProperty(kv[0], kv[1]); if (e != null) e.put(kv[0], kv[1]); } " +
+		"java.lang.System.setProperty(" + javaString(javaSavedProperty) + ", s.toString());")
 	return javaEnvBlock(b.String())
 }
 
 func javaRestore(keys []string) string {
 	var b strings.Builder
-	b.WriteString("String[] saved = System.getProperty(" + javaString(javaSavedProperty) + ", \"\").split(\"\\0\", -1); System.clearProperty(" + javaString(javaSavedProperty) + "); " +
-		"java.util.Map<String, String[]> old = new java.util.HashMap<>(); for (int i = 0; i + 2 < saved.length; i += 3) old.put(saved[i], new String[] {saved[i + 1], saved[i + 2]}); " +
-		"for (String k : new String[] {")
+	b.WriteString("java.lang.String[] saved = java.lang.System.getProperty(" + javaString(javaSavedProperty) + ", \"\").split(\"\\0\", -1); java.lang.System.clearProperty(" + javaString(javaSavedProperty) + "); " +
+		"java.util.Map<java.lang.String, java.lang.String[]> old = new java.util.HashMap<>(); for (int i = 0; i + 2 < saved.length; i += 3) old.put(saved[i], new java.lang.String[] {saved[i + 1], saved[i + 2]}); " +
+		"for (java.lang.String k : new java.lang.String[] {")
 	b.WriteString(joinQuoted(keys, javaString))
-	b.WriteString("}) { String[] o = old.getOrDefault(k, new String[] {\"-\", \"-\"}); " +
-		"if (o[0].startsWith(\"=\")) System.setProperty(k, o[0].substring(1)); else System.clearProperty(k); " +
+	b.WriteString("}) { java.lang.String[] o = old.getOrDefault(k, new java.lang.String[] {\"-\", \"-\"}); " +
+		"if (o[0].startsWith(\"=\")) java.lang.System.setProperty(k, o[0].substring(1)); else java.lang.System.clearProperty(k); " +
 		"if (e != null) { if (o[1].startsWith(\"=\")) e.put(k, o[1].substring(1)); else e.remove(k); } }")
 	return javaEnvBlock(b.String())
 }

@@ -96,7 +96,7 @@ func TestSnippetsEncodeNeverSplice(t *testing.T) {
 		"bash":       `\export K='a'\''b"c\d` + "\n" + `e$(x)😀'`,
 		"javascript": `process.env["K"] = "a'b\"c\\d\ne$(x)😀";`,
 		"r":          `Sys.setenv("K" = "a'b\"c\\d\ne$(x)\U{0001f600}")`,
-		"java":       javaEnvBlock(`System.setProperty("K", "a'b\"c\\d\ne$(x)😀"); if (e != null) e.put("K", "a'b\"c\\d\ne$(x)😀");`),
+		"java":       javaEnvBlock(`java.lang.System.setProperty("K", "a'b\"c\\d\ne$(x)😀"); if (e != null) e.put("K", "a'b\"c\\d\ne$(x)😀");`),
 		"python":     `__import__('os').environ.__setitem__('K', 'a\'b"c\\d\ne$(x)😀')`,
 	} {
 		if got := languageSnippets[lang].setEnv("K", v); got != want {
@@ -125,7 +125,7 @@ func TestChdirFirstEncodesNeverSplice(t *testing.T) {
 		"python":     `(lambda o, ds: (next((o.chdir(d) for d in ds if o.path.isdir(d)), None), print(o.getcwd())))(__import__('os'), ('/x', '/a\'b"c\\d\ne$(x)😀',))`,
 		"javascript": `((ds) => { for (const d of ds) { try { process.chdir(d); break; } catch (e) { } } console.log(process.cwd()); })(["/x", "/a'b\"c\\d\ne$(x)😀"]);`,
 		"r":          `local({ for (d in c("/x", "/a'b\"c\\d\ne$(x)\U{0001f600}")) if (dir.exists(d) && !inherits(try(setwd(d), silent = TRUE), "try-error")) break; cat(getwd(), "\n", sep = "") })`,
-		"java":       `{ for (String d : new String[] {"/x", "/a'b\"c\\d\ne$(x)😀"}) { if (new java.io.File(d).isDirectory()) { System.setProperty("user.dir", d); break; } } System.out.println(System.getProperty("user.dir")); }`,
+		"java":       `{ for (java.lang.String d : new java.lang.String[] {"/x", "/a'b\"c\\d\ne$(x)😀"}) { if (new java.io.File(d).isDirectory()) { java.lang.System.setProperty("user.dir", d); break; } } java.lang.System.out.println(java.lang.System.getProperty("user.dir")); }`,
 		"bash":       `for __kh_d in '/x' '/a'\''b"c\d` + "\n" + `e$(x)😀'; do if [[ -d $__kh_d ]] && cd -- "$__kh_d"; then break; fi; done; \unset -v __kh_d; pwd`,
 	} {
 		if got := languageSnippets[lang].chdirFirst([]string{"/x", v}); got != want {

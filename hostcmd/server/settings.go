@@ -130,6 +130,10 @@ type Config struct {
 	// InterpreterPool sizes the subprocess transport's warm pools of ready
 	// interpreters: "language=size" pairs separated by commas.
 	InterpreterPool string
+	// MaxMessageBytes caps one message of a subprocess interpreter (one
+	// output message, one result, one batch of them): past it the output
+	// is cut with a notice and the execution goes on.
+	MaxMessageBytes int
 
 	// Transport, if set, is used instead of launching a plugin (tests run
 	// transports in-process this way). The caller owns it.
@@ -173,9 +177,12 @@ type Interpreters struct {
 const (
 	DefaultAddr         = "127.0.0.1:49999"
 	DefaultMaxBodyBytes = 16 << 20
-	DefaultKeepalive    = 5 * time.Second
-	DefaultTransport    = "subprocess"
-	DefaultMaxContexts  = 64
+	// DefaultMaxMessageBytes is the subprocess transport's own default
+	// (subprocess.DefaultMaxMessageBytes).
+	DefaultMaxMessageBytes = 16 << 20
+	DefaultKeepalive       = 5 * time.Second
+	DefaultTransport       = "subprocess"
+	DefaultMaxContexts     = 64
 	// DefaultJupyterURL is where the jupyter transport finds its server.
 	DefaultJupyterURL = "http://127.0.0.1:8888/"
 	// DefaultJupyterKernelTimeout is the default of the jupyter-*-timeout
@@ -324,6 +331,8 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.Interpreters.Java }},
 	&row[string]{name: "interpreter-pool", def: "python=1,javascript=1", help: "subprocess transport: ready interpreters kept per language for new contexts and restarts (python, javascript and typescript in any cwd, others in the default cwd), as language=size pairs separated by commas (python=2,javascript=1,r=1); languages not named have none; python=0,javascript=0 turns them off", transport: "subprocess",
 		field: func(c *Config) *string { return &c.InterpreterPool }},
+	&row[int]{name: "max-message-bytes", def: DefaultMaxMessageBytes, help: "subprocess transport: largest message an interpreter may send (one output write, one result or display, one batch of them); past it the output is cut, with a notice in the stream saying how much was dropped, and the execution goes on with its state", transport: "subprocess",
+		field: func(c *Config) *int { return &c.MaxMessageBytes }, check: checkMaxMessageBytes},
 	negated("kernel-cgroups", "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only", "subprocess",
 		func(c *Config) *bool { return &c.NoKernelCgroups }),
 	&row[string]{name: "sandbox", def: "auto", help: "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC and mount namespaces, own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off", transport: "subprocess",
@@ -466,6 +475,17 @@ func (c *Config) validate() error {
 		if err := s.validate(c); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// maxMessageCap bounds max-message-bytes: half the plugin protocol's
+// 256 MiB message limit, room for a message's JSON and protobuf framing.
+const maxMessageCap = 128 << 20
+
+func checkMaxMessageBytes(v int) error {
+	if v < 4<<10 || v > maxMessageCap {
+		return fmt.Errorf("must be between 4096 and %d, got %d", maxMessageCap, v)
 	}
 	return nil
 }

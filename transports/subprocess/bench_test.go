@@ -354,3 +354,54 @@ func BenchmarkSandboxCost(b *testing.B) {
 		b.ReportMetric(rss(kOff), "off-idle-rss-MB")
 	})
 }
+
+// BenchmarkOutputThroughput is output through the Kernel, as fast as an
+// interpreter writes it: 200,000 prints (python's go to fd 1, node's
+// console.log are messages on fd 4) and 100 MB in one write (python's to
+// fd 1, node's one message, under a cap raised to let it whole). Bytes/s
+// is what the client gets.
+func BenchmarkOutputThroughput(b *testing.B) {
+	for _, c := range []struct{ name, lang, code string }{
+		{"python-200k-prints", "python", "for i in range(200000): print(i)"},
+		{"python-100MB-write", "python", "import sys\nsys.stdout.write('x' * 100_000_000)"},
+		{"node-200k-prints", "javascript", "for (let i = 0; i < 200000; i++) console.log(i)"},
+		{"node-100MB-write", "javascript", "process.stdout.write('y'.repeat(100_000_000))"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			tr := New(Options{MaxMessageBytes: 128 << 20})
+			if _, ok := tr.langs[c.lang]; !ok {
+				testkit.Missingf(b, "no %s interpreter", c.lang)
+			}
+			k, err := tr.StartKernel(context.Background(), core.KernelSpec{Language: c.lang, Cwd: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { k.Shutdown(context.Background()) })
+			count := func(id string) int {
+				if err := k.Execute(context.Background(), core.ExecuteRequest{MsgID: id, Code: c.code}); err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for m := range k.Messages() {
+					if m.Type == core.MsgStream && m.Name == "stdout" {
+						n += len(m.Text)
+					}
+					if m.Type == core.MsgStatus && m.State == core.StateIdle && m.ParentID == id {
+						return n
+					}
+				}
+				b.Fatal("Messages closed")
+				return 0
+			}
+			want := count("warm")
+			i := 0
+			for b.Loop() {
+				i++
+				if got := count("o" + strconv.Itoa(i)); got != want {
+					b.Fatalf("streamed %d bytes, want %d", got, want)
+				}
+			}
+			b.SetBytes(int64(want))
+		})
+	}
+}

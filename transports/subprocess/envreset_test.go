@@ -2,13 +2,23 @@ package subprocess
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
+
+// javaInFull is the Java snippets with System written in full: the test
+// declares a class System of its own.
+var javaInFull = func() transporttest.LanguageSnippets {
+	j := transporttest.Java
+	j.PrintEnv = func(key string) string {
+		return `java.lang.System.out.print(java.lang.System.getenv("` + key + `") == null ? "<unset>" : java.lang.System.getenv("` + key + `"));`
+	}
+	return j
+}()
 
 func newEnvEngine(t *testing.T) *engine.Engine {
 	t.Helper()
@@ -32,12 +42,15 @@ func TestEnvResetCannotBeRedefined(t *testing.T) {
 			"import os\nos.environ.__class__.pop = lambda self, *a: None\nos.environ.__class__.update = lambda self, *a, **k: None"},
 		{transporttest.JavaScript, "process.env = new Proxy(process.env, { set: () => true, deleteProperty: () => true });\n" +
 			"Object.prototype.hasOwnProperty = () => false;"},
+		// In base itself, where a helper's environment (parent base) finds it.
+		{transporttest.R, "for (f in c('Sys.setenv', 'Sys.unsetenv')) {\n" +
+			"  unlockBinding(f, baseenv()); assign(f, function(...) invisible(TRUE), envir = baseenv())\n}"},
+		// A class named System shadows java.lang.System in later snippets.
+		{javaInFull, "class System { static void setProperty(String k, String v) {} static void clearProperty(String k) {} static java.util.Map<String, String> getenv() { return new java.util.HashMap<>(); } static String getProperty(String k) { return null; } static String getProperty(String k, String d) { return d; } }"},
 	} {
 		t.Run(tc.lang.Language, func(t *testing.T) {
-			if tc.lang.Language == "javascript" {
-				if _, err := exec.LookPath("node"); err != nil {
-					t.Skip("node is not on PATH")
-				}
+			if _, ok := New(Options{}).langs[tc.lang.Language]; !ok {
+				testkit.Missingf(t, "no %s interpreter on PATH", tc.lang.Language)
 			}
 			e := newEnvEngine(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

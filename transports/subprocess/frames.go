@@ -38,9 +38,9 @@ const (
 // frameReader is the state of a framed fd 1 between reads.
 type frameReader struct {
 	mark    []byte
-	pending []byte // read, not handled: a frame's start, or bytes that may be one
-	batch   []byte // the payloads of a batch whose last piece is not in yet
-	msgs    []core.Message
+	pending []byte         // read, not handled: a frame's start, or bytes that may be one
+	lines   *msgLines      // parses the payloads of a batch as they come
+	msgs    []core.Message // the messages of the batch whose last piece is not in yet
 }
 
 // newFrameReader makes a mark for one interpreter; env passes it on.
@@ -60,6 +60,9 @@ func newFrameReader() (fr *frameReader, env string, err error) {
 // held; false when the kernel stopped this process.
 func (p *proc) frames(s *stream, data []byte) bool {
 	fr := p.frameReader
+	if fr.lines == nil {
+		fr.lines = newMsgLines(p.spec.maxMessage)
+	}
 	b := data
 	if len(fr.pending) > 0 { // rare: a frame cut by the end of a read
 		b, fr.pending = append(fr.pending, data...), nil
@@ -94,7 +97,7 @@ func (p *proc) frames(s *stream, data []byte) bool {
 			fr.pending = bytes.Clone(b)
 			return true
 		}
-		fr.batch = append(fr.batch, b[frameHeaderLen:frameHeaderLen+n]...)
+		fr.msgs = fr.lines.add(p, fr.msgs, b[frameHeaderLen:frameHeaderLen+n])
 		b = b[frameHeaderLen+n:]
 		if kind == '.' && !p.handleBatch() {
 			return false
@@ -115,16 +118,13 @@ func (p *proc) flushFramePending(s *stream) bool {
 	return p.stream(s, text, false)
 }
 
-// handleBatch parses the batch of JSON lines the frames carried and hands
-// the messages on.
+// handleBatch hands on the messages of the batch the frames carried.
 func (p *proc) handleBatch() bool {
 	fr := p.frameReader
+	fr.lines.endBatch(fr.msgs)
+	msgs := mergeStreams(fr.msgs)
 	fr.msgs = fr.msgs[:0]
-	for line := range bytes.Lines(fr.batch) {
-		fr.msgs = p.parse(fr.msgs, line)
-	}
-	fr.batch = fr.batch[:0]
-	return p.handleFrame(mergeStreams(fr.msgs))
+	return p.handleFrame(msgs)
 }
 
 // frameHeader reads a frame's kind and payload length.

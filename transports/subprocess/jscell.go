@@ -31,9 +31,12 @@ import (
 // which maps the line and column of errors back to the cell as written;
 // rewritten statements keep their lines, so the map stays exact.
 //
-// A javascript cell goes through esbuild only if it contains module syntax:
-// any other cell (the word "import" or "export" absent, or only in import()
-// or a string) runs exactly as written, at no cost.
+// A javascript cell goes through esbuild only if it contains module syntax
+// (an import or export statement, as scanJS finds it): any other cell (the
+// words absent, or only in import(), a comment or a string) runs exactly as
+// written, at no cost. Before esbuild sees a cell, scanJS bounds how deeply
+// it nests (maxJSNesting): esbuild's parser recurses per level on the
+// plugin's stack.
 
 // jsCell is a cell ready for driver.js.
 type jsCell struct {
@@ -68,6 +71,9 @@ func esbuildOptions(loader api.Loader) api.TransformOptions {
 
 // prepareTypeScript compiles a typescript cell to javascript.
 func prepareTypeScript(code string) jsCell {
+	if scan := scanJS(code); scan.tooDeep != nil {
+		return jsCell{err: scan.tooDeep}
+	}
 	r := api.Transform(code, esbuildOptions(api.LoaderTS))
 	if len(r.Errors) > 0 {
 		return jsCell{err: esbuildError(r.Errors[0])}
@@ -79,8 +85,12 @@ func prepareTypeScript(code string) jsCell {
 // A cell esbuild cannot parse runs as written: node reports its error, as
 // it did before cells went through esbuild.
 func prepareJavaScript(code string) jsCell {
-	if !strings.Contains(code, "import") && !strings.Contains(code, "export") {
+	scan := scanJS(code)
+	if !scan.moduleSyntax {
 		return jsCell{code: code}
+	}
+	if scan.tooDeep != nil {
+		return jsCell{err: scan.tooDeep}
 	}
 	r := api.Transform(code, esbuildOptions(api.LoaderJS))
 	if len(r.Errors) > 0 {

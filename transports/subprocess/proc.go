@@ -92,12 +92,13 @@ type proc struct {
 	// reader took before that is already emitted (it held mu from its read
 	// to its emit), and the rest is still in the pipe for the drain. So no
 	// output the driver wrote before its reply is emitted after it.
-	mu       sync.Mutex
-	closing  bool           // the pump did its final drain: the stream readers stop
-	startErr bytes.Buffer   // stderr before ready, quoted when the start fails
-	opened   string         // the request whose busy was delivered
-	held     []core.Message // fd-1/2 output of a request that has not opened yet
-	drainBuf []byte         // the pump's buffer for drains
+	mu        sync.Mutex
+	closing   bool           // the pump did its final drain: the stream readers stop
+	startErr  bytes.Buffer   // stderr before ready, quoted when the start fails
+	opened    string         // the request whose busy was delivered
+	held      []core.Message // fd-1/2 output of a request that has not opened yet
+	heldBytes int            // the text of held
+	drainBuf  []byte         // the pump's buffer for drains
 	// frameReader, for python, reads the driver's messages out of fd 1
 	// (frames.go); nil for the drivers that write them to fd 4.
 	frameReader *frameReader
@@ -156,6 +157,8 @@ type procSpec struct {
 	env      []string
 	cgroups  bool     // a cgroup per interpreter where the machine offers one
 	sandbox  *sandbox // nil: none
+	// maxMessage caps one message line and one batch's output (msgLines).
+	maxMessage int
 }
 
 // startProc starts an interpreter for spec and waits (bounded by ctx) until
@@ -678,7 +681,7 @@ func (p *proc) pump() {
 		p.driverGone(err) // only when the file is closed already
 		return
 	}
-	r := &fd4Reader{p: p, buf: make([]byte, 64<<10)}
+	r := &fd4Reader{p: p, lines: newMsgLines(p.spec.maxMessage), buf: make([]byte, 64<<10)}
 	for {
 		// RawRead calls readReady when fd 4 may be readable and parks the
 		// goroutine in the poller while it returns false.
@@ -722,7 +725,7 @@ func (p *proc) stopReaders() {
 // handing it on.
 type fd4Reader struct {
 	p     *proc
-	lines []byte // what was read from fd 4 and not parsed yet
+	lines *msgLines // parses fd 4's lines as they come, each byte once
 	buf   []byte
 	msgs  []core.Message
 	ok    bool // the last hand-on went through (false: the kernel stopped the process)
@@ -745,8 +748,9 @@ func (r *fd4Reader) readReady(uintptr) bool {
 	if err == unix.EAGAIN {
 		return false
 	}
+	r.msgs = r.msgs[:0]
 	if n > 0 {
-		r.lines = append(r.lines, r.buf[:n]...)
+		r.msgs = r.lines.add(r.p, r.msgs, r.buf[:n])
 	} else {
 		r.eof = true // EOF, or an error that will not go away
 	}
@@ -759,10 +763,11 @@ func (r *fd4Reader) readReady(uintptr) bool {
 func (r *fd4Reader) readAfterExit() {
 	r.p.mu.Lock()
 	defer r.p.mu.Unlock()
+	r.msgs = r.msgs[:0]
 	for {
 		n, err := unix.Read(r.p.msgFD, r.buf)
 		if n > 0 {
-			r.lines = append(r.lines, r.buf[:n]...)
+			r.msgs = r.lines.add(r.p, r.msgs, r.buf[:n])
 			continue
 		}
 		if err == unix.EINTR {
@@ -773,21 +778,10 @@ func (r *fd4Reader) readAfterExit() {
 	r.ok, r.eof = r.take(true), true
 }
 
-// take parses the complete lines read so far and hands them on. Called with
-// mu held.
+// take hands on the messages of the complete lines read so far. Called
+// with mu held.
 func (r *fd4Reader) take(final bool) bool {
-	r.msgs = r.msgs[:0]
-	off := 0
-	for {
-		nl := bytes.IndexByte(r.lines[off:], '\n')
-		if nl < 0 {
-			break
-		}
-		r.msgs = r.p.parse(r.msgs, r.lines[off:off+nl])
-		off += nl + 1
-	}
-	// Keep the incomplete rest at the start of lines, so its array is reused.
-	r.lines = r.lines[:copy(r.lines, r.lines[off:])]
+	r.lines.endBatch(r.msgs)
 	return r.p.handle(mergeStreams(r.msgs), final)
 }
 
@@ -884,6 +878,10 @@ func (p *proc) flushHeld() bool {
 	}
 	clear(p.held[len(keep):])
 	p.held = keep
+	p.heldBytes = 0
+	for _, m := range keep {
+		p.heldBytes += len(m.Text)
+	}
 	return true
 }
 
@@ -1046,8 +1044,8 @@ func (p *proc) deliver(m core.Message) bool {
 		// A thread's print between requests: hold it until its request
 		// opens, as fd-1/2 output is held; drop it if it belongs to one
 		// that is over.
-		if m.ParentID == p.currentID() && len(p.held) < 1024 {
-			p.held = append(p.held, m)
+		if m.ParentID == p.currentID() {
+			p.hold(m)
 		}
 		return true
 	}
@@ -1094,11 +1092,21 @@ func (p *proc) stream(s *stream, data []byte, final bool) bool {
 		return true
 	}
 	m := core.Message{ParentID: parent, Type: core.MsgStream, Name: s.name, Text: validUTF8(b)}
-	if parent != p.opened && len(p.held) < 1024 {
-		p.held = append(p.held, m)
+	if parent != p.opened {
+		p.hold(m)
 		return true
 	}
 	return p.emit(m)
+}
+
+// hold keeps m until its request opens (flushHeld), up to 1024 messages
+// and maxMessage bytes. Called with mu held.
+func (p *proc) hold(m core.Message) {
+	if len(p.held) >= 1024 || p.heldBytes+len(m.Text) > p.spec.maxMessage {
+		return
+	}
+	p.heldBytes += len(m.Text)
+	p.held = append(p.held, m)
 }
 
 // validUTF8 is b as a string with each byte that is not UTF-8 replaced by

@@ -146,6 +146,47 @@ func (c *cgroup) kill(wait time.Duration) error {
 	}
 }
 
+// removeOrphanCgroups ends and removes the interpreter cgroups that a
+// process which is gone left in the base: a plugin killed with SIGKILL
+// could neither end its interpreters (nor what they started in sessions of
+// their own) nor remove their cgroups, and the plugin the host starts in
+// its place runs this. A cgroup's name holds the pid of the process that
+// made it (newCgroup); one whose maker is alive, this process or another
+// host's, is left alone. A pid reused since is taken as alive: its
+// cgroups stay, which is safe.
+func removeOrphanCgroups() {
+	base := cgroupBase()
+	entries, err := os.ReadDir(base)
+	if base == "" || err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, ok := cgroupMaker(e.Name())
+		if !ok || pid == os.Getpid() || processExists(pid) {
+			continue
+		}
+		_ = (&cgroup{dir: filepath.Join(base, e.Name()), fd: -1}).kill(killWait)
+	}
+}
+
+// cgroupMaker returns the pid in a cgroup name newCgroup made
+// (kernelhost-PID-N).
+func cgroupMaker(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "kernelhost-")
+	pidText, seq, ok2 := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidText)
+	if _, err2 := strconv.ParseUint(seq, 10, 64); !ok || !ok2 || err != nil || err2 != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, true
+}
+
+// processExists reports whether pid names a process (a zombie included).
+func processExists(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
 // killTree ends root and every descendant of it, whatever session or group
 // they moved to: it stops them all first, round after round until a round
 // finds none it had not stopped (a stopped process cannot fork), then kills

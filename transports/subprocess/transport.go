@@ -1,6 +1,7 @@
 package subprocess
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,12 +42,17 @@ type Options struct {
 	PoolCwd string
 	// Sandbox configures the sandbox each interpreter runs in (sandbox.go).
 	Sandbox SandboxOptions
+	// MaxMessageBytes caps what one interpreter message may carry: one
+	// message line, one batch's output (see msgLines); past it output is
+	// cut, with a notice. 0: DefaultMaxMessageBytes.
+	MaxMessageBytes int
 }
 
 // Transport starts local interpreter processes. It is safe for concurrent use.
 type Transport struct {
-	cgroups bool
-	sandbox *sandbox // nil: interpreters run unsandboxed
+	cgroups    bool
+	maxMessage int
+	sandbox    *sandbox // nil: interpreters run unsandboxed
 	// noSandbox says why there is no sandbox; sandboxErr, when set, is why
 	// no interpreter starts (-sandbox=on where bwrap cannot work).
 	noSandbox  string
@@ -120,10 +126,11 @@ func New(opts Options) *Transport {
 	}
 	noCoreDumps()
 	t := &Transport{
-		cgroups: !opts.NoCgroups,
-		env:     append(withoutHostSettings(os.Environ()), opts.Env...),
-		langs:   map[string]language{},
-		missing: map[string]string{},
+		cgroups:    !opts.NoCgroups,
+		maxMessage: cmp.Or(opts.MaxMessageBytes, DefaultMaxMessageBytes),
+		env:        append(withoutHostSettings(os.Environ()), opts.Env...),
+		langs:      map[string]language{},
+		missing:    map[string]string{},
 	}
 	t.sandbox, t.noSandbox, t.sandboxErr = newSandbox(opts.Sandbox, bwrapWorks)
 	t.closed, t.closeCancel = context.WithCancel(context.Background())
@@ -144,6 +151,9 @@ func New(opts Options) *Transport {
 	t.add("r", opts.R, "r-base-core", language{args: rDriverArgs, env: []string{rDriverEnv + "=" + driverR}, encode: encodeHeader, resendSigint: true})
 	t.addJava(opts.Java)
 	t.startPools(opts.PoolSizes, cleanCwd(opts.PoolCwd))
+	if t.cgroups {
+		go removeOrphanCgroups()
+	}
 	return t
 }
 
@@ -291,12 +301,13 @@ func (t *Transport) spec(name, cwd string) (procSpec, error) {
 		lang.args = args
 	}
 	return procSpec{
-		lang:     lang,
-		langName: name,
-		cwd:      cwd,
-		env:      append(append([]string(nil), t.env...), lang.env...),
-		cgroups:  t.cgroups,
-		sandbox:  t.sandbox,
+		lang:       lang,
+		langName:   name,
+		cwd:        cwd,
+		env:        append(append([]string(nil), t.env...), lang.env...),
+		cgroups:    t.cgroups,
+		sandbox:    t.sandbox,
+		maxMessage: t.maxMessage,
 	}, nil
 }
 

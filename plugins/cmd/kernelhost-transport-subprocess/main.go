@@ -1,8 +1,8 @@
 // Command kernelhost-transport-subprocess is the subprocess transport (local
 // python, bash, node, R and Java interpreters) as a plugin. Its settings are
 // the host's (-python, -node, -bash, -rscript, -java, -kernel-cgroups,
-// -interpreter-pool, -default-cwd, -sandbox, -sandbox-writable;
-// docs/operating.md), which the host passes
+// -interpreter-pool, -default-cwd, -max-message-bytes, -sandbox,
+// -sandbox-writable; docs/operating.md), which the host passes
 // over the plugin protocol. It reports its warm pools as gauges for the
 // host's /metrics.
 package main
@@ -34,6 +34,8 @@ type settings struct {
 	// every sandbox.
 	Sandbox         string `setting:"sandbox"`
 	SandboxWritable string `setting:"sandbox-writable"`
+	// MaxMessageBytes caps an interpreter's messages (subprocess.Options).
+	MaxMessageBytes int `setting:"max-message-bytes"`
 }
 
 // newTransport builds the transport from the host's settings.
@@ -56,7 +58,8 @@ func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transpor
 		Python: s.Python, Node: s.Node, Bash: s.Bash, R: s.R, Java: s.Java,
 		NoCgroups: !s.KernelCgroups,
 		PoolSizes: pools, PoolCwd: s.DefaultCwd,
-		Sandbox: subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable},
+		MaxMessageBytes: s.MaxMessageBytes,
+		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable},
 	})
 	on, why, err := t.Sandboxed()
 	if err != nil {

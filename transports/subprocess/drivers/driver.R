@@ -145,6 +145,13 @@ local({
   # IRkernel's sake): no execution count, no execute_input.
   helper_mark <- "# kernelhost helper\n"
   helper_env <- new.env(parent = baseenv())
+  # The base functions the helpers call, as they are now: user code can
+  # also replace them in base itself (unlockBinding, assignInNamespace).
+  for (f in c("Sys.setenv", "Sys.unsetenv", "Sys.getenv", "setwd", "getwd", "dir.exists",
+              "do.call", "structure", "list", "get0", "exists", "rm", "local", "names",
+              "is.na", "%in%", "[[", "c", "try", "inherits", "cat"))
+    assign(f, get(f, envir = baseenv()), envir = helper_env)
+  rm(f)
 
   # run_cell evaluates code in envir (the global environment, or helper_env), one top-level
   # expression at a time, and returns the last one's withVisible(). Earlier

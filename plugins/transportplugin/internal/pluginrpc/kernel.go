@@ -25,7 +25,7 @@ const messageBuffer = 256
 func (s *Supervised) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartKernelTimeout)
 	defer cancel()
-	what := "start " + spec.Language + " kernel"
+	what := "start " + core.Clip(spec.Language) + " kernel"
 	for {
 		inst, err := s.current(ctx)
 		if err != nil {
@@ -88,7 +88,7 @@ func (s *Supervised) startOn(ctx context.Context, inst *instance, spec core.Kern
 	k := &remoteKernel{
 		s:        s,
 		inst:     inst,
-		lang:     spec.Language,
+		lang:     core.Clip(spec.Language), // for logs
 		stream:   stream,
 		msgs:     make(chan core.Message, messageBuffer),
 		done:     make(chan struct{}),

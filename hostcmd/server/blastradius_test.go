@@ -1,0 +1,293 @@
+package server_test
+
+// Blast radius (issue 22): what one context's cell sends cannot take down
+// the transport plugin that every context shares, nor cost another
+// context its state. Through the real plugin, as kernelhost runs it.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
+)
+
+// bystander makes a python context holding a variable; check fails the
+// test unless the context still holds it (same interpreter, state kept).
+func bystander(t *testing.T, h *testHost) (id string, check func()) {
+	t.Helper()
+	c := h.createContext(`{"language":"python"}`)
+	noError(t, h.run(map[string]any{"code": "kept = 4242", "context_id": c.ID}))
+	return c.ID, func() {
+		t.Helper()
+		lines := h.run(map[string]any{"code": "kept", "context_id": c.ID})
+		noError(t, lines)
+		if got := mainResult(t, lines); got != "4242" {
+			t.Fatalf("the bystander's variable: %q, want 4242", got)
+		}
+	}
+}
+
+// A cell of 10^6 nested brackets, typescript, or javascript with module
+// syntax (and one with the word export only in a comment): a clear error
+// for that cell, the plugin keeps running, a bystander keeps its state.
+// Before the limit, esbuild's parser overflowed the plugin's stack.
+func TestNestingBombKeepsPlugin(t *testing.T) {
+	testkit.NeedCommand(t, "node", "nodejs")
+	h := startHost(t, viaPlugin)
+	_, check := bystander(t, h)
+	plugin := h.PluginPID()
+	bomb := strings.Repeat("[", 1000000) + strings.Repeat("]", 1000000)
+	for _, c := range []struct{ language, code string }{
+		{"typescript", "let a: number = 1;\n" + bomb},
+		{"javascript", "export const a = 1;\n" + bomb},
+	} {
+		ctx := h.createContext(`{"language":"` + c.language + `"}`)
+		e := onlyError(t, h.run(map[string]any{"code": c.code, "context_id": ctx.ID}))
+		if e.str("name") != "SyntaxError" || !strings.Contains(e.str("value"), "1000 levels") {
+			t.Errorf("%s bomb: error %v, want a SyntaxError naming the limit of 1000 levels", c.language, e)
+		}
+		lines := h.run(map[string]any{"code": "1 + 1", "context_id": ctx.ID})
+		noError(t, lines)
+		if got := mainResult(t, lines); got != "2" {
+			t.Errorf("%s: the next cell's 1 + 1 = %q", c.language, got)
+		}
+	}
+	// The word in a comment is not module syntax: node parses the cell
+	// itself, in the context's own process; whatever node says of it, the
+	// plugin is not involved.
+	js := h.createContext(`{"language":"javascript"}`)
+	h.run(map[string]any{"code": "// export later\n" + bomb, "context_id": js.ID})
+
+	if now := h.PluginPID(); now != plugin {
+		t.Fatalf("the plugin restarted (pid %d, was %d)", now, plugin)
+	}
+	check()
+	rss, _ := testkit.StatusBytes(plugin, "VmHWM")
+	figure(t, "plugin peak RSS after the bombs: %d MiB", rss>>20)
+}
+
+// floodCase is one context writing far past the message cap.
+type floodCase struct {
+	language, setup, flood, check, want string
+}
+
+// A context that writes 300 MiB in one message, 256 MiB in one stderr
+// write, or 128 MiB without a newline on node's message channel: its
+// output is cut with a notice saying how much was dropped, the execution
+// ends normally, the context keeps its state, the plugin stays bounded
+// by the cap and keeps serving, and a bystander keeps its state. Before
+// the caps the node write took 120 s and killed the kernel, the python
+// value 17 s, the message channel was read in quadratic time.
+func TestFloodKeepsState(t *testing.T) {
+	testkit.NeedCommand(t, "node", "nodejs")
+	h := startHost(t, viaPlugin)
+	by, check := bystander(t, h)
+	plugin := h.PluginPID()
+	for _, c := range []floodCase{
+		{"javascript", "var kept = 7", "process.stdout.write('y'.repeat(300 << 20)); 'after'", "kept * 6", "42"},
+		{"python", "kept = 7", "'z' * (300 << 20)", "kept * 6", "42"},
+		{"python", "kept = 7", "import sys\nsys.stderr.write('e' * (1 << 28) + '\\n')\n'after'", "kept * 6", "42"},
+		{"javascript", "var kept = 7", "require('fs').writeSync(4, 'n'.repeat(128 << 20)); 'after'", "kept * 6", "42"},
+	} {
+		ctx := h.createContext(`{"language":"` + c.language + `"}`)
+		noError(t, h.run(map[string]any{"code": c.setup, "context_id": ctx.ID}))
+		began := time.Now()
+		// A bound of its own: a loaded machine takes longer than h.run's 30 s.
+		fctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		flood := h.start(fctx, map[string]any{"code": c.flood, "context_id": ctx.ID})
+		flood.sc.Buffer(nil, 64<<20) // a line holds up to the cap's 16 MiB, escaped
+		done := make(chan []line, 1)
+		go func() {
+			var out []line
+			defer func() { done <- out }() // also when rest fails the test
+			out = flood.rest()
+		}()
+		// Meanwhile the bystander computes: its slowest 1+1 is the figure.
+		var slowest time.Duration
+		var lines []line
+	wait:
+		for {
+			select {
+			case lines = <-done:
+				break wait
+			default:
+				t0 := time.Now()
+				if got := mainResult(t, h.run(map[string]any{"code": "1+1", "context_id": by})); got != "2" {
+					t.Fatalf("the bystander's 1+1 = %q during the flood", got)
+				}
+				slowest = max(slowest, time.Since(t0))
+			}
+		}
+		if lines == nil {
+			t.FailNow() // rest said why
+		}
+		took := time.Since(began)
+		figure(t, "%s %.40q: the bystander's slowest 1+1 during the flood: %s", c.language, c.flood, slowest.Round(time.Millisecond))
+		if slowest > 2*time.Second {
+			t.Errorf("%s %.40q: the bystander's 1+1 took %s during the flood", c.language, c.flood, slowest)
+		}
+		out := stdout(lines)
+		var stderr strings.Builder
+		for _, l := range ofType(lines, "stderr") {
+			stderr.WriteString(l.str("text"))
+		}
+		if !strings.Contains(stderr.String(), "of output dropped: over max-message-bytes, 16.0 MiB per message") {
+			t.Errorf("%s %.40q: no notice of the cut on stderr (stdout %d bytes, stderr %d bytes, lines %d)", c.language, c.flood, len(out), stderr.Len(), len(lines))
+		}
+		if len(out)+stderr.Len() > 17<<20 {
+			t.Errorf("%s %.40q: %d bytes of output, want at most the cap", c.language, c.flood, len(out)+stderr.Len())
+		}
+		if errs := ofType(lines, "error"); len(errs) > 0 {
+			t.Errorf("%s %.40q: error %v", c.language, c.flood, errs)
+		}
+		began2 := time.Now()
+		next := h.run(map[string]any{"code": c.check, "context_id": ctx.ID})
+		noError(t, next)
+		if got := mainResult(t, next); got != c.want {
+			t.Errorf("%s: after the flood %s = %q, want %q (state lost)", c.language, c.check, got, c.want)
+		}
+		figure(t, "%s %.40q: flood took %s, the next cell %s", c.language, c.flood, took.Round(time.Millisecond), time.Since(began2).Round(time.Millisecond))
+		if took > 90*time.Second {
+			t.Errorf("%s %.40q: the flood took %s, want under 90 s", c.language, c.flood, took)
+		}
+	}
+	if now := h.PluginPID(); now != plugin {
+		t.Fatalf("the plugin restarted (pid %d, was %d)", now, plugin)
+	}
+	check()
+	peak, _ := testkit.StatusBytes(plugin, "VmHWM")
+	figure(t, "plugin peak RSS: %d MiB", peak>>20)
+	if peak > 400<<20 {
+		t.Errorf("plugin peak RSS %d MiB, want it bounded by the caps (under 400 MiB)", peak>>20)
+	}
+}
+
+// syncBuffer is a log destination the host's goroutines may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A client string of 4 MiB (a language, a cwd, a context id) comes back
+// clipped in the error and in the log. Before, the answer and the log
+// line each carried the 4 MiB.
+func TestLongClientStringsClipped(t *testing.T) {
+	var logged syncBuffer
+	h := startHost(t, viaPlugin, func(c *server.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	long := strings.Repeat("L", 4<<20)
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/contexts", `{"language":"` + long + `"}`},
+		{"POST", "/contexts", `{"language":"python","cwd":"/` + long + `"}`},
+		{"POST", "/execute", `{"code":"1","language":"` + long + `"}`},
+		{"POST", "/execute", `{"code":"1","context_id":"` + long + `"}`},
+		{"POST", "/contexts/" + long + "/restart", ""},
+		{"DELETE", "/contexts/" + long, ""},
+	} {
+		status, body := h.do(req.method, req.path, req.body)
+		if status < 400 || len(body) > 4096 {
+			t.Errorf("%s %s with a 4 MiB string: %d, %d bytes of answer (want an error under 4 KiB): %.200s", req.method, req.path[:min(len(req.path), 30)], status, len(body), body)
+		}
+	}
+	for _, l := range strings.Split(logged.String(), "\n") {
+		if len(l) > 8192 {
+			t.Errorf("a log line of %d bytes: %.300s", len(l), l)
+		}
+	}
+}
+
+// cgroupDirOf is the cgroup v2 directory of pid, "" if none.
+func cgroupDirOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rel, ok := strings.CutPrefix(l, "0::"); ok {
+			for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+				if _, err := os.Stat(filepath.Join(root, rel, "cgroup.procs")); err == nil {
+					return filepath.Join(root, rel)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// A plugin killed with SIGKILL leaves nothing behind once the host has
+// started another: its interpreters, what they started in sessions of
+// their own, and their cgroups are ended and removed. Before, the
+// interpreters' detached children ran on and 6-8 empty cgroups per crash
+// stayed.
+func TestPluginKilledLeavesNothing(t *testing.T) {
+	if !subprocess.CgroupsAvailable() {
+		t.Skip("no writable cgroup v2 with cgroup.kill here: a killed plugin's processes are found by its cgroups")
+	}
+	h := startHost(t, viaPlugin)
+	plugin := h.PluginPID()
+	ctx := h.createContext(`{"language":"bash"}`)
+	lines := h.run(map[string]any{"context_id": ctx.ID, "code": "setsid sleep 300 & echo $! $$"})
+	noError(t, lines)
+	var child, shell int
+	if _, err := fmt.Sscan(stdout(lines), &child, &shell); err != nil {
+		t.Fatalf("stdout %q: %v", stdout(lines), err)
+	}
+	t.Cleanup(func() {
+		for _, pid := range []int{child, shell} {
+			if testkit.Alive(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	cg := cgroupDirOf(t, shell)
+	if !strings.Contains(filepath.Base(cg), "kernelhost-"+strconv.Itoa(plugin)+"-") {
+		t.Fatalf("the interpreter's cgroup %s is not one of the plugin's (pid %d)", cg, plugin)
+	}
+	pattern := filepath.Join(filepath.Dir(cg), "kernelhost-"+strconv.Itoa(plugin)+"-*")
+	if err := syscall.Kill(plugin, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The first execution may still meet the dead kernel (KernelDied); the
+	// next one runs on the new plugin.
+	h.run(map[string]any{"code": "1+1"})
+	noError(t, h.run(map[string]any{"code": "1+1"}))
+	testkit.AwaitGone(t, "after the plugin was killed and restarted", 15*time.Second, child, shell)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		left, _ := filepath.Glob(pattern)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cgroups of the killed plugin left 15 s after its restart: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond) // a directory's removal offers nothing to wait on
+	}
+}
