@@ -27,6 +27,9 @@ const (
 	killWait = 5 * time.Second
 	// exitWait bounds the wait for a driver that closed fd 4 to exit.
 	exitWait = 2 * time.Second
+	// sandboxExitWait bounds the wait for bwrap to exit by itself after its
+	// interpreter's pipes closed, before what is left is killed.
+	sandboxExitWait = 500 * time.Millisecond
 	// drainLimit bounds one drain of fd 1 or 2, so a process that writes
 	// without pause cannot starve fd 4. It is above the largest pipe buffer,
 	// so whatever was in the pipe when fd 4 was read is always taken.
@@ -1159,6 +1162,14 @@ func (p *proc) driverGone(cause error) {
 	p.adoptMu.Lock()
 	p.gone.Store(true)
 	p.adoptMu.Unlock()
+	if p.spec.sandbox != nil {
+		// The interpreter is the child of the sandbox's init, not ours:
+		// only bwrap, left to exit by itself, says how it ended (128+signal).
+		select {
+		case <-p.waitDone:
+		case <-time.After(sandboxExitWait):
+		}
+	}
 	p.killAll() // what it left behind
 	select {
 	case <-p.waitDone:
@@ -1184,9 +1195,14 @@ func (p *proc) howItDied() string {
 		return what + " stopped answering" // not reaped within exitWait + killWait
 	}
 	st := p.cmd.ProcessState
-	what = fmt.Sprintf("%s (pid %d)", what, st.Pid())
+	what = fmt.Sprintf("%s (pid %d)", what, p.pid)
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return fmt.Sprintf("%s was killed by signal %d (%s)", what, int(ws.Signal()), ws.Signal())
+	}
+	if code := st.ExitCode(); p.spec.sandbox != nil && code > 128 && code < 128+65 {
+		// bwrap exits with 128+N when the interpreter was killed by signal N.
+		sig := syscall.Signal(code - 128)
+		return fmt.Sprintf("%s was killed by signal %d (%s)", what, int(sig), sig)
 	}
 	return fmt.Sprintf("%s exited with status %d", what, st.ExitCode())
 }
