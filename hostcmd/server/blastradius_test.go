@@ -253,12 +253,15 @@ func TestPluginKilledLeavesNothing(t *testing.T) {
 	h := startHost(t, viaPlugin)
 	plugin := h.PluginPID()
 	ctx := h.createContext(`{"language":"bash"}`)
-	lines := h.run(map[string]any{"context_id": ctx.ID, "code": "setsid sleep 300 & echo $! $$"})
+	lines := h.run(map[string]any{"context_id": ctx.ID, "code": "readlink /proc/self/ns/pid\nsetsid sleep 300 & echo $! $$"})
 	noError(t, lines)
+	var ns string
 	var child, shell int
-	if _, err := fmt.Sscan(stdout(lines), &child, &shell); err != nil {
+	if _, err := fmt.Sscan(stdout(lines), &ns, &child, &shell); err != nil {
 		t.Fatalf("stdout %q: %v", stdout(lines), err)
 	}
+	// In a sandbox the shell sees its own PID namespace's numbers.
+	child, shell = testkit.HostPidIn(t, ns, child), testkit.HostPidIn(t, ns, shell)
 	t.Cleanup(func() {
 		for _, pid := range []int{child, shell} {
 			if testkit.Alive(pid) {

@@ -340,7 +340,7 @@ func BenchmarkSandboxCost(b *testing.B) {
 		rss := func(k *Kernel) float64 {
 			pids := []int{k.Pid()}
 			if k.p.spec.sandbox != nil {
-				pids = append(pids, k.p.cmd.Process.Pid, k.p.nsInit)
+				pids = append(pids, k.p.cmd.Process.Pid, func() int { _, _, n := k.p.ids(); return n }())
 			}
 			var total int64
 			for _, pid := range pids {

@@ -49,7 +49,8 @@ func (k *Kernel) Pid() int {
 	if k.p == nil {
 		return 0
 	}
-	return k.p.pid
+	pid, _, _ := k.p.ids()
+	return pid
 }
 
 // Execute implements core.Kernel: it hands the request to the driver and
@@ -206,8 +207,9 @@ func (k *Kernel) noteSigint(id string) {
 
 // sigint sends SIGINT to the interpreter's process group. Called with mu held.
 func (k *Kernel) sigint() error {
-	if err := syscall.Kill(-k.p.pgid, syscall.SIGINT); err != nil {
-		return fmt.Errorf("subprocess: interrupt %s kernel (pid %d): %w", k.langName, k.p.pid, err)
+	pid, pgid, _ := k.p.ids()
+	if err := syscall.Kill(-pgid, syscall.SIGINT); err != nil {
+		return fmt.Errorf("subprocess: interrupt %s kernel (pid %d): %w", k.langName, pid, err)
 	}
 	return nil
 }

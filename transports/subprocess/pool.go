@@ -315,7 +315,8 @@ func (pl *pool) stat() PoolStat {
 	pl.mu.Unlock()
 	st := PoolStat{Language: pl.lang, Size: pl.size, Ready: len(ready)}
 	for _, p := range ready {
-		st.RSSBytes += rssBytes(p.pid)
+		pid, _, _ := p.ids()
+		st.RSSBytes += rssBytes(pid)
 	}
 	return st
 }

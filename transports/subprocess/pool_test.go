@@ -47,8 +47,11 @@ func readyPid(t testing.TB, tr *Transport, lang string, not ...int) int {
 		pl.mu.Lock()
 		pid := 0
 		for _, s := range pl.slots {
-			if isClosed(s.done) && s.p != nil && !s.p.isGone() && !slices.Contains(not, s.p.pid) {
-				pid = s.p.pid
+			if !isClosed(s.done) || s.p == nil || s.p.isGone() {
+				continue
+			}
+			if p, _, _ := s.p.ids(); !slices.Contains(not, p) {
+				pid = p
 				break
 			}
 		}

@@ -55,6 +55,10 @@ type proc struct {
 	// interpreter waits in a pool, where nothing it says is delivered.
 	owner atomic.Pointer[Kernel]
 	cmd   *exec.Cmd
+	// idsMu guards pid, pgid and nsInit: in a sandbox they are set once the
+	// driver is ready, while the readers (and driverGone) already run. Read
+	// them through ids().
+	idsMu sync.Mutex
 	pid   int
 	reqW  *os.File    // fd 3 in the child
 	cut   atomic.Bool // writes to reqW are cut: it is about to be killed (Kernel.cutWrites)
@@ -326,8 +330,10 @@ func (p *proc) launch(child []*os.File) (err error) {
 		return fmt.Errorf("start %s kernel in %q: %w", s.langName, s.cwd, err)
 	}
 	p.cmd = cmd
+	p.idsMu.Lock()
 	p.pid = cmd.Process.Pid
 	p.pgid = p.pid
+	p.idsMu.Unlock()
 	return nil
 }
 
@@ -363,6 +369,14 @@ func (p *proc) awaitReady(ctx context.Context) error {
 		return fmt.Errorf("start %s kernel in %q: %w", p.spec.langName, p.spec.cwd, err)
 	}
 	return nil
+}
+
+// ids are the interpreter's pid, the process group SIGINT goes to and, in
+// a sandbox, the sandbox's init (0 without one).
+func (p *proc) ids() (pid, pgid, nsInit int) {
+	p.idsMu.Lock()
+	defer p.idsMu.Unlock()
+	return p.pid, p.pgid, p.nsInit
 }
 
 // aLongTimeAgo is a deadline in the past: setting it wakes a parked reader.
@@ -469,14 +483,16 @@ func (p *proc) killAll() {
 		p.killSandbox()
 	}
 	if p.inCgroup {
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		pid, _, _ := p.ids()
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		if p.cg != nil && p.cg.kill(0) == nil {
 			p.cg = nil // empty already, and removed
 		}
 		return
 	}
 	if p.spec.sandbox == nil {
-		killTree(p.pid)
+		pid, _, _ := p.ids()
+		killTree(pid)
 	}
 }
 
@@ -1195,7 +1211,8 @@ func (p *proc) howItDied() string {
 		return what + " stopped answering" // not reaped within exitWait + killWait
 	}
 	st := p.cmd.ProcessState
-	what = fmt.Sprintf("%s (pid %d)", what, p.pid)
+	pid, _, _ := p.ids()
+	what = fmt.Sprintf("%s (pid %d)", what, pid)
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return fmt.Sprintf("%s was killed by signal %d (%s)", what, int(ws.Signal()), ws.Signal())
 	}

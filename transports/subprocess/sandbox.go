@@ -330,7 +330,9 @@ func (p *proc) findSandboxed() error {
 	if err != nil {
 		return fmt.Errorf("start %s kernel: %w", p.spec.langName, err)
 	}
+	p.idsMu.Lock()
 	p.nsInit, p.pgid, p.pid = init, init, interp
+	p.idsMu.Unlock()
 	return nil
 }
 
@@ -339,7 +341,7 @@ func (p *proc) findSandboxed() error {
 // bwrap's end takes the init with it (--die-with-parent).
 func (p *proc) killSandbox() {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	if p.nsInit > 0 && !p.exited.Load() {
-		_ = syscall.Kill(p.nsInit, syscall.SIGKILL)
+	if _, _, nsInit := p.ids(); nsInit > 0 && !p.exited.Load() {
+		_ = syscall.Kill(nsInit, syscall.SIGKILL)
 	}
 }
