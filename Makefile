@@ -205,9 +205,15 @@ run-jupyter: build plugins deps-jupyter
 	KERNELHOST_JUPYTER_TOKEN="$$token" ./bin/kernelhost serve $(ARGS) || status=$$?; \
 	exit $${status:-0}
 
-## test: install missing test dependencies, then all tests with -race, then
-## the core's tests compiled for WebAssembly under wazero
-test: deps test-go test-wasm test-fuzz
+## test: install missing test dependencies, then all tests with -race, the
+## core's tests compiled for WebAssembly under wazero and the fuzz targets,
+## side by side (each part's output is printed whole when it ends)
+test: deps
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-go test-wasm test-fuzz
+
+# test runs its three parts at once: test-go spends much of its time waiting
+# on interpreters, kernels and servers, and the builds and fuzzing of the
+# other two fill the cores meanwhile. Each part does the same work as alone.
 
 # -timeout: go test's default of 10 minutes is per package binary, and the
 # host's and the Jupyter transport's packages run real interpreters, Jupyter

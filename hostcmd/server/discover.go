@@ -22,7 +22,7 @@ type DiscoveredPlugin struct {
 }
 
 // DiscoverPlugins starts every transport plugin in cfg.PluginDir, one after
-// the other, with the environment and settings LaunchTransport gives it, asks each to
+// the other, with the environment and settings launchTransport gives it, asks each to
 // describe itself over the plugin protocol and stops it. A plugin that does
 // not start is reported with its error; only an unreadable directory is an
 // error. Each start is bounded by startTimeout.
@@ -38,7 +38,7 @@ func DiscoverPlugins(ctx context.Context, cfg Config, startTimeout time.Duration
 		if !ok || name == "" || e.IsDir() {
 			continue
 		}
-		p := DiscoveredPlugin{Transport: name, Path: PluginPath(cfg.PluginDir, name)}
+		p := DiscoveredPlugin{Transport: name, Path: pluginPath(cfg.PluginDir, name)}
 		pcfg := cfg
 		pcfg.TransportName = name
 		p.Info, p.Err = describePlugin(ctx, pcfg, p.Path, startTimeout)

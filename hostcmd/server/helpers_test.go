@@ -37,7 +37,7 @@ var (
 // policyOptions are the policy host options of every test host.
 func policyOptions() policy.Options {
 	return policy.Options{
-		// Starting a Go policy instance takes well under the default 2 s, but
+		// Starting a Go policy instance takes well under the default 10 s, but
 		// not always under -race on a loaded machine.
 		StartTimeout: 30 * time.Second,
 		CacheDir:     policyCache,

@@ -95,7 +95,7 @@ type Config struct {
 	// read again at every ReloadPolicies. Empty: no policy.
 	Policies string
 	// PolicyOptions tune the policy host; the zero value is its defaults
-	// (1 s per call, 2 s to start an instance, 32 MiB per instance).
+	// (1 s per call, 10 s to start an instance, 32 MiB per instance).
 	PolicyOptions policy.Options
 	// LookupEnv finds a policy module's KERNELHOST_POLICY_CONFIG_<NAME>.
 	// Default: no such variables (each module's .config file, if any).

@@ -13,26 +13,21 @@ import (
 // PluginPrefix starts the file name of every transport plugin.
 const PluginPrefix = "kernelhost-transport-"
 
-// PluginPath is the executable of the transport plugin called name in dir.
-func PluginPath(dir, name string) string {
+// pluginPath is the executable of the transport plugin called name in dir.
+func pluginPath(dir, name string) string {
 	return filepath.Join(dir, PluginPrefix+name)
 }
 
-// LaunchTransport starts the configured transport plugin and returns it under
+// launchTransport starts the configured transport plugin and returns it under
 // supervision: the host's one way to get a transport outside tests. The
-// caller closes it after the engine.
-func LaunchTransport(ctx context.Context, cfg Config) (*pluginhost.Supervised, error) {
-	return launchTransport(ctx, cfg, nil)
-}
-
-// launchTransport is LaunchTransport with a hook called at each restart of
+// caller closes it after the engine. onRestart is called at each restart of
 // the plugin (the host's restart counter).
 func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*pluginhost.Supervised, error) {
 	cfg = withDefaults(cfg)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	path := PluginPath(cfg.PluginDir, cfg.TransportName)
+	path := pluginPath(cfg.PluginDir, cfg.TransportName)
 	// Checked here rather than left to exec so the error says what to do.
 	fi, err := os.Stat(path)
 	if err != nil {

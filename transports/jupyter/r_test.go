@@ -53,6 +53,7 @@ func TestRKernel(t *testing.T) {
 			if why, ok := rSkipped[c.Name]; ok {
 				t.Skip(why)
 			}
+			t.Parallel() // as transporttest.Run does
 			c.Run(t, s)
 		})
 	}

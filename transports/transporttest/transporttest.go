@@ -10,7 +10,7 @@
 //
 // The suite works at the Kernel level: it starts kernels, sends requests and
 // reads Messages in the test goroutine (it starts no goroutines of its own).
-// Its checks are the table Cases; each is one subtest, skipped when the
+// Its checks are the table Cases; each is one parallel subtest, skipped when the
 // language's LanguageSnippets lacks the code it needs. Add checks by appending
 // to Cases (or by calling a Case's Run with a Suite of your own).
 package transporttest
@@ -48,13 +48,20 @@ type Case struct {
 	Run  func(t *testing.T, s *Suite)
 }
 
-// Run runs every case of Cases as a subtest. newTransport is called once per
-// case; the transport it returns must start kernels for lang.Language.
+// Run runs every case of Cases as a parallel subtest (go test's -parallel
+// bounds how many run at once). newTransport is called once per case, from
+// the case's goroutine, so cases may run concurrently; the transport it
+// returns must start kernels for lang.Language.
 func Run(t *testing.T, newTransport func(t *testing.T) core.Transport, lang LanguageSnippets) {
 	t.Helper()
 	s := &Suite{NewTransport: newTransport, Lang: lang}
 	for _, c := range Cases {
-		t.Run(c.Name, func(t *testing.T) { c.Run(t, s) })
+		t.Run(c.Name, func(t *testing.T) {
+			// Each case starts kernels of its own and spends most of its
+			// time waiting on them: side by side, the waits overlap.
+			t.Parallel()
+			c.Run(t, s)
+		})
 	}
 }
 

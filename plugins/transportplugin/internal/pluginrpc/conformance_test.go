@@ -16,8 +16,9 @@ func pluginTransport(bin string) func(t *testing.T) core.Transport {
 	return pluginTransportConfig(Config{Path: bin})
 }
 
-func pluginTransportConfig(cfg Config) func(t *testing.T) core.Transport {
+func pluginTransportConfig(shared Config) func(t *testing.T) core.Transport {
 	return func(t *testing.T) core.Transport {
+		cfg := shared // the suite's cases call this concurrently
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		cfg.Logger = testLogger(t)
