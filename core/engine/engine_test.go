@@ -260,6 +260,18 @@ func TestInvariant1ClientGoneDoesNotHoldTheSlot(t *testing.T) {
 			t.Fatalf("B saw stdout %q, want only its own", got)
 		}
 	})
+	t.Run("continue policy, a request that asks to be interrupted when its client leaves", func(t *testing.T) {
+		e, ft := newTestEngine(t, Config{DisconnectPolicy: DisconnectContinue})
+		clientA, leaveA := context.WithCancel(context.Background())
+		execute(t, e, clientA, ExecRequest{Code: "block", InterruptWhenClientLeaves: true})
+		k := ft.kernel(0)
+		awaitStart(t, k, "block")
+		b := execute(t, e, context.Background(), ExecRequest{Code: "print b"})
+		leaveA() // no release: only the interrupt can end A
+		if got := stdout(collect(t, b)); got != "b\n" {
+			t.Fatalf("B stdout = %q", got)
+		}
+	})
 	t.Run("interrupt policy: the kernel is interrupted and next runs", func(t *testing.T) {
 		e, ft := newTestEngine(t, Config{})
 		clientA, leaveA := context.WithCancel(context.Background())

@@ -18,6 +18,10 @@ type ExecRequest struct {
 	// engine's Config.ExecutionTimeout). When it passes, the stream ends with
 	// an ExecutionTimeout error line and the kernel is interrupted.
 	Timeout time.Duration
+	// InterruptWhenClientLeaves interrupts the code when ctx ends while it
+	// runs, whatever Config.DisconnectPolicy says: for a client that ends
+	// ctx to cancel and can never re-attach (an MCP tool call).
+	InterruptWhenClientLeaves bool
 }
 
 // Execution is one accepted execution. Its outputs, numbered from 1 (Output.Seq),
@@ -34,6 +38,8 @@ type Execution struct {
 	env     map[string]string
 	code    string
 	timeout time.Duration // 0: none
+	// interruptOnLeave: ExecRequest.InterruptWhenClientLeaves.
+	interruptOnLeave bool
 
 	// stopQueueWatch undoes the watch that takes the execution out of the
 	// queue when its client leaves before it reached the kernel.

@@ -82,15 +82,16 @@ func (e *Engine) newExecution(ctx context.Context, c *Context, req ExecRequest, 
 		timeout = e.cfg.ExecutionTimeout
 	}
 	x := &Execution{
-		id:       newID(),
-		ctx:      ctx,
-		context:  c,
-		env:      env,
-		code:     req.Code,
-		timeout:  timeout,
-		out:      newOutputLog(e.cfg.MaxOutputBytes, e.cfg.ReplayBytes, e.buffered),
-		queuedAt: time.Now(),
-		outcome:  OutcomeOK,
+		id:               newID(),
+		ctx:              ctx,
+		context:          c,
+		env:              env,
+		code:             req.Code,
+		timeout:          timeout,
+		interruptOnLeave: req.InterruptWhenClientLeaves,
+		out:              newOutputLog(e.cfg.MaxOutputBytes, e.cfg.ReplayBytes, e.buffered),
+		queuedAt:         time.Now(),
+		outcome:          OutcomeOK,
 	}
 	x.firstGen, _ = x.out.attach(0)
 	x.state = ExecutionState{ID: x.id, ContextID: c.info.ID, Status: StatusQueued, CreatedAt: x.queuedAt.UTC()}

@@ -174,7 +174,7 @@ func (u *userRun) handle(end requestEnd) (done bool) {
 		x.end(errNameUnexpectedEnd, "The connection to the kernel was lost before the execution finished")
 	case endClientGone:
 		u.w.clientGone = nil
-		if c.e.cfg.DisconnectPolicy == DisconnectContinue {
+		if c.e.cfg.DisconnectPolicy == DisconnectContinue && !x.interruptOnLeave {
 			return false
 		}
 		x.settle(OutcomeClientGone)

@@ -66,8 +66,7 @@ const (
 // runCode runs the code through the engine as /execute does (admission,
 // env-var policies, limits, metrics) and collects its outputs into one
 // result. ctx is the call's: the client's cancellation, or its going away,
-// is the engine's "client left" (the disconnect policy, interrupt by
-// default: the context survives).
+// interrupts the code (the context survives).
 func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCodeInput) (*mcp.CallToolResult, RunCodeOutput, error) {
 	if t := in.Timeout; t != 0 && (t < minTimeoutSeconds || t > maxTimeoutSeconds) {
 		return nil, RunCodeOutput{}, fmt.Errorf(`"timeout" must be 0 (the host's) or a number of seconds from %g to %.0f`, minTimeoutSeconds, maxTimeoutSeconds)
@@ -79,6 +78,9 @@ func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCod
 		EnvVars:   in.EnvVars,
 		Metadata:  metadata(req),
 		Timeout:   time.Duration(in.Timeout * float64(time.Second)),
+		// A cancelled call's result reaches nobody and cannot be re-attached
+		// to: cancelling means stop, whatever -disconnect-policy says.
+		InterruptWhenClientLeaves: true,
 	})
 	if err != nil {
 		if t.opts.Refused != nil {
