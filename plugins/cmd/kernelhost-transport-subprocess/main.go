@@ -1,7 +1,8 @@
 // Command kernelhost-transport-subprocess is the subprocess transport (local
 // python, bash, node, R and Java interpreters) as a plugin. Its settings are
 // the host's (-python, -node, -bash, -rscript, -java, -kernel-cgroups,
-// -interpreter-pool, -default-cwd, -sandbox, -sandbox-writable;
+// -interpreter-pool, -default-cwd, -sandbox, -sandbox-writable,
+// -context-memory, -context-pids, -context-cpu-weight;
 // docs/operating.md), which the host passes
 // over the plugin protocol. It reports its warm pools as gauges for the
 // host's /metrics.
@@ -9,6 +10,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/kernelhost/kernelhost/core"
@@ -34,6 +36,11 @@ type settings struct {
 	// every sandbox.
 	Sandbox         string `setting:"sandbox"`
 	SandboxWritable string `setting:"sandbox-writable"`
+	// Limits per context (subprocess.Limits); a limit this machine cannot
+	// apply stops the plugin at start.
+	ContextMemory    string `setting:"context-memory"`
+	ContextPids      int    `setting:"context-pids"`
+	ContextCPUWeight int    `setting:"context-cpu-weight"`
 }
 
 // newTransport builds the transport from the host's settings.
@@ -46,6 +53,10 @@ func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transpor
 	if err != nil {
 		return nil, err
 	}
+	memory, err := subprocess.ParseBytes(s.ContextMemory)
+	if err != nil {
+		return nil, fmt.Errorf("context-memory: %w", err)
+	}
 	writable := []string{s.DefaultCwd}
 	for _, w := range strings.Split(s.SandboxWritable, ",") {
 		if w = strings.TrimSpace(w); w != "" {
@@ -57,7 +68,12 @@ func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transpor
 		NoCgroups: !s.KernelCgroups,
 		PoolSizes: pools, PoolCwd: s.DefaultCwd,
 		Sandbox: subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable},
+		Limits:  subprocess.Limits{MemoryBytes: memory, Pids: s.ContextPids, CPUWeight: s.ContextCPUWeight},
 	})
+	if err := t.Limited(); err != nil {
+		t.Close()
+		return nil, err
+	}
 	on, why, err := t.Sandboxed()
 	if err != nil {
 		t.Close()
