@@ -213,7 +213,11 @@ func (l *limiter) newGroups(cg *cgroup) (g *limitGroups, err error) {
 		i := slices.IndexFunc(g.v1, func(p v1Pair) bool { return p.base == b.dir })
 		if i < 0 {
 			dir := filepath.Join(b.dir, name)
-			if err := os.Mkdir(dir, 0o755); err != nil {
+			err := os.Mkdir(dir, 0o755)
+			if errors.Is(err, os.ErrExist) && os.Remove(dir) == nil {
+				err = os.Mkdir(dir, 0o755) // an empty one left by an earlier process with this pid (as in newCgroup)
+			}
+			if err != nil {
 				return nil, fmt.Errorf("subprocess limits: %w", err)
 			}
 			g.v1 = append(g.v1, v1Pair{base: b.dir, dir: dir})
