@@ -330,7 +330,9 @@ func (p *proc) findSandboxed() error {
 	if err != nil {
 		return fmt.Errorf("start %s kernel: %w", p.spec.langName, err)
 	}
+	p.cgMu.Lock() // a driver that died at once is being killed meanwhile (driverGone's killAll)
 	p.nsInit, p.pgid, p.pid = init, init, interp
+	p.cgMu.Unlock()
 	return nil
 }
 
