@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/transports/subprocess"
 	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
@@ -475,5 +476,27 @@ func tokenNotInEnviron(t *testing.T, p *proc) {
 		if want := map[bool]int{false: 401, true: 200}[auth != ""]; resp.StatusCode != want {
 			t.Errorf("Authorization %q: %d, want %d", auth, resp.StatusCode, want)
 		}
+	}
+}
+
+// A limit per context set on the host reaches the plugin: the default python
+// context past -context-memory ends with MemoryLimitExceeded naming it, and
+// its next execution runs in a fresh interpreter.
+func TestBinaryContextMemoryLimit(t *testing.T) {
+	probe := subprocess.New(subprocess.Options{Limits: subprocess.Limits{MemoryBytes: 256 << 20}})
+	err := probe.Limited()
+	probe.Close()
+	if err != nil {
+		testkit.Missingf(t, "no memory cgroup controller for this process: %v", err)
+	}
+	p := startBinary(t, "KERNELHOST_DEFAULT_CWD="+t.TempDir(), "KERNELHOST_CONTEXT_MEMORY=256MiB")
+	url := "http://" + p.waitLog("listening")["addr"].(string)
+	p.waitLog("ready")
+	if status, body := post(t, url, map[string]any{"code": "b = bytearray(600 << 20)"}); status != 200 ||
+		!strings.Contains(body, `"name":"MemoryLimitExceeded"`) || !strings.Contains(body, "256 MiB, the host's -context-memory setting") {
+		t.Fatalf("past the limit: %d %q, want MemoryLimitExceeded naming 256 MiB and -context-memory", status, body)
+	}
+	if status, body := post(t, url, map[string]any{"code": "print('b' in globals())"}); status != 200 || !strings.Contains(body, `"text":"False\n"`) {
+		t.Fatalf("the next execution: %d %q", status, body)
 	}
 }

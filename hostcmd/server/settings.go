@@ -134,6 +134,12 @@ type Config struct {
 	// output message, one result, one batch of them): past it the output
 	// is cut with a notice and the execution goes on.
 	MaxMessageBytes int
+	// ContextMemory, ContextPids and ContextCPUWeight bound each subprocess
+	// interpreter (subprocess.Limits): a size ("512MiB"), processes, and a
+	// cgroup CPU weight (1-10000); empty or 0: none.
+	ContextMemory    string
+	ContextPids      int
+	ContextCPUWeight int
 
 	// Transport, if set, is used instead of launching a plugin (tests run
 	// transports in-process this way). The caller owns it.
@@ -339,6 +345,12 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.Sandbox }, check: checkSandbox},
 	&row[string]{name: "sandbox-writable", help: "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd, the context's cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory)", transport: "subprocess",
 		field: func(c *Config) *string { return &c.SandboxWritable }},
+	&row[string]{name: "context-memory", transport: "subprocess", help: "subprocess transport: memory one context's interpreter and everything it starts may use (512MiB, 2G; empty: no limit), in its cgroup; past it the interpreter is killed, the execution ends with MemoryLimitExceeded and the context restarts without its state; no interpreter starts where no memory cgroup controller can apply it",
+		field: func(c *Config) *string { return &c.ContextMemory }},
+	&row[int]{name: "context-pids", transport: "subprocess", help: "subprocess transport: processes and threads one context's interpreter may have at once, itself included (0: no limit); past it fork fails; no interpreter starts where no pids cgroup controller can apply it",
+		field: func(c *Config) *int { return &c.ContextPids }, check: notNegative[int]},
+	&row[int]{name: "context-cpu-weight", transport: "subprocess", help: "subprocess transport: one context's share of the CPU when several are busy, 1-10000 as cgroup v2's cpu.weight (100 is everyone's default; 0: not set); no interpreter starts where no cpu cgroup controller can apply it",
+		field: func(c *Config) *int { return &c.ContextCPUWeight }, check: notNegative[int]},
 
 	&row[string]{name: "transport", def: DefaultTransport, help: "transport plugin: subprocess (local interpreters), jupyter, or NAME for PLUGIN_DIR/kernelhost-transport-NAME",
 		field: func(c *Config) *string { return &c.TransportName }, check: checkTransportName},

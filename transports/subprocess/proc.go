@@ -76,6 +76,7 @@ type proc struct {
 	cgMu     sync.Mutex
 	cg       *cgroup       // the interpreter's own cgroup until removed; guarded by cgMu
 	inCgroup bool          // it was started in cg; false where the machine offers none (killTree then)
+	lim      *limitGroups  // its limits (limits.go), nil: none; guarded by cgMu
 	stop     chan struct{} // closed when the kernel kills this process on purpose
 	stopOnce sync.Once
 	exited   atomic.Bool   // cmd.Wait returned; set before msgF's deadline wakes the pump
@@ -166,6 +167,7 @@ type procSpec struct {
 	sandbox  *sandbox // nil: none
 	// maxMessage caps one message line and one batch's output (msgLines).
 	maxMessage int
+	limits     *limiter // nil: no limits (limits.go)
 }
 
 // startProc starts an interpreter for spec and waits (bounded by ctx) until
@@ -318,7 +320,15 @@ func (p *proc) launch(child []*os.File) (err error) {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, p.cg.fd
 		}
 	}
-	err = cmd.Start()
+	if s.limits != nil {
+		p.lim, err = s.limits.newGroups(p.cg)
+	}
+	if err == nil {
+		err = p.lim.start(cmd)
+	}
+	if err != nil {
+		p.lim.remove(0) // nothing started in them
+	}
 	if p.cg != nil {
 		p.inCgroup = err == nil
 		p.cg.started()
@@ -503,6 +513,7 @@ func (p *proc) removeCgroup() {
 	if p.cg != nil && p.cg.kill(killWait) == nil {
 		p.cg = nil
 	}
+	p.lim.remove(killWait)
 }
 
 // Flush ticks. A driver that coalesces output (python) sends what it
@@ -1186,6 +1197,9 @@ func (p *proc) driverGone(cause error) {
 		case <-time.After(sandboxExitWait):
 		}
 	}
+	p.cgMu.Lock()
+	overLimit := p.lim.memoryExceeded() // before killAll removes its cgroup
+	p.cgMu.Unlock()
 	p.killAll() // what it left behind
 	select {
 	case <-p.waitDone:
@@ -1195,6 +1209,9 @@ func (p *proc) driverGone(cause error) {
 	if !p.isReady.Swap(true) {
 		p.ready <- startFailure(p, cause) // it died while starting: StartKernel reports it
 		return
+	}
+	if id := p.currentID(); overLimit != "" && id != "" {
+		p.emit(core.Message{ParentID: id, Type: core.MsgError, EName: "MemoryLimitExceeded", EValue: overLimit})
 	}
 	p.forgetCurrent()
 	p.stopTicks("")

@@ -46,6 +46,9 @@ type Options struct {
 	// message line, one batch's output (see msgLines); past it output is
 	// cut, with a notice. 0: DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// Limits bound each interpreter (limits.go). A limit this machine has no
+	// cgroup controller for makes Limited and every StartKernel fail.
+	Limits Limits
 }
 
 // Transport starts local interpreter processes. It is safe for concurrent use.
@@ -57,6 +60,8 @@ type Transport struct {
 	// no interpreter starts (-sandbox=on where bwrap cannot work).
 	noSandbox  string
 	sandboxErr error
+	limits     *limiter // nil: none
+	limitsErr  error    // why the limits asked for cannot be applied here
 	// closed ends what the transport runs apart from kernels (the python
 	// driver's compile) when it is closed.
 	closed      context.Context
@@ -133,6 +138,7 @@ func New(opts Options) *Transport {
 		missing:    map[string]string{},
 	}
 	t.sandbox, t.noSandbox, t.sandboxErr = newSandbox(opts.Sandbox, bwrapWorks)
+	t.limits, t.limitsErr = newLimiter(opts.Limits, t.cgroups)
 	t.closed, t.closeCancel = context.WithCancel(context.Background())
 	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
 	t.add("python", opts.Python, "python3", language{env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true, framed: true, enterCwd: encodeEnterCwd})
@@ -150,7 +156,11 @@ func New(opts Options) *Transport {
 	// interrupt sent just before the code started.
 	t.add("r", opts.R, "r-base-core", language{args: rDriverArgs, env: []string{rDriverEnv + "=" + driverR}, encode: encodeHeader, resendSigint: true})
 	t.addJava(opts.Java)
-	t.startPools(opts.PoolSizes, cleanCwd(opts.PoolCwd))
+	if t.limitsErr == nil {
+		t.startPools(opts.PoolSizes, cleanCwd(opts.PoolCwd))
+	} else {
+		t.startPools(nil, "")
+	}
 	if t.cgroups {
 		go removeOrphanCgroups()
 	}
@@ -243,6 +253,10 @@ func (t *Transport) Sandboxed() (on bool, why string, err error) {
 	return t.sandbox != nil, t.noSandbox, t.sandboxErr
 }
 
+// Limited reports an error when a limit of Options.Limits cannot be
+// applied on this machine (then no interpreter starts).
+func (t *Transport) Limited() error { return t.limitsErr }
+
 // Info implements core.Transport.
 func (t *Transport) Info() core.TransportInfo {
 	names := make([]string, 0, len(t.langs))
@@ -258,6 +272,9 @@ func (t *Transport) Info() core.TransportInfo {
 func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core.Kernel, error) {
 	if t.sandboxErr != nil {
 		return nil, t.sandboxErr
+	}
+	if t.limitsErr != nil {
+		return nil, t.limitsErr
 	}
 	_, ok := t.langs[spec.Language]
 	if why, missing := t.missing[spec.Language]; !ok && missing {
@@ -308,6 +325,7 @@ func (t *Transport) spec(name, cwd string) (procSpec, error) {
 		cgroups:    t.cgroups,
 		sandbox:    t.sandbox,
 		maxMessage: t.maxMessage,
+		limits:     t.limits,
 	}, nil
 }
 

@@ -2,13 +2,15 @@
 // python, bash, node, R and Java interpreters) as a plugin. Its settings are
 // the host's (-python, -node, -bash, -rscript, -java, -kernel-cgroups,
 // -interpreter-pool, -default-cwd, -max-message-bytes, -sandbox,
-// -sandbox-writable; docs/operating.md), which the host passes
+// -sandbox-writable, -context-memory, -context-pids, -context-cpu-weight;
+// docs/operating.md), which the host passes
 // over the plugin protocol. It reports its warm pools as gauges for the
 // host's /metrics.
 package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/kernelhost/kernelhost/core"
@@ -36,6 +38,11 @@ type settings struct {
 	SandboxWritable string `setting:"sandbox-writable"`
 	// MaxMessageBytes caps an interpreter's messages (subprocess.Options).
 	MaxMessageBytes int `setting:"max-message-bytes"`
+	// Limits per context (subprocess.Limits); a limit this machine cannot
+	// apply stops the plugin at start.
+	ContextMemory    string `setting:"context-memory"`
+	ContextPids      int    `setting:"context-pids"`
+	ContextCPUWeight int    `setting:"context-cpu-weight"`
 }
 
 // newTransport builds the transport from the host's settings.
@@ -47,6 +54,10 @@ func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transpor
 	pools, err := subprocess.ParsePoolSizes(s.Pool)
 	if err != nil {
 		return nil, err
+	}
+	memory, err := subprocess.ParseBytes(s.ContextMemory)
+	if err != nil {
+		return nil, fmt.Errorf("context-memory: %w", err)
 	}
 	writable := []string{s.DefaultCwd}
 	for _, w := range strings.Split(s.SandboxWritable, ",") {
@@ -60,7 +71,12 @@ func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transpor
 		PoolSizes: pools, PoolCwd: s.DefaultCwd,
 		MaxMessageBytes: s.MaxMessageBytes,
 		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable},
+		Limits:          subprocess.Limits{MemoryBytes: memory, Pids: s.ContextPids, CPUWeight: s.ContextCPUWeight},
 	})
+	if err := t.Limited(); err != nil {
+		t.Close()
+		return nil, err
+	}
 	on, why, err := t.Sandboxed()
 	if err != nil {
 		t.Close()
