@@ -23,15 +23,11 @@ type latencies struct {
 }
 
 func (l latencies) String() string {
-	s := slices.Sorted(slices.Values(l.all))
-	q := func(p int) time.Duration { return s[len(s)*p/100].Round(time.Microsecond) }
-	return fmt.Sprintf("%.0f exec/s, p50 %v p99 %v max %v", float64(len(s))/l.elapsed.Seconds(), q(50), q(99), s[len(s)-1].Round(time.Microsecond))
+	q := func(q float64) time.Duration { return testkit.Quantile(l.all, q).Round(time.Microsecond) }
+	return fmt.Sprintf("%.0f exec/s, p50 %v p99 %v max %v", float64(len(l.all))/l.elapsed.Seconds(), q(0.5), q(0.99), l.max().Round(time.Microsecond))
 }
 
-func (l latencies) p99() time.Duration {
-	s := slices.Sorted(slices.Values(l.all))
-	return s[len(s)*99/100]
-}
+func (l latencies) p99() time.Duration { return testkit.Quantile(l.all, 0.99) }
 
 func (l latencies) max() time.Duration { return slices.Max(l.all) }
 
@@ -59,7 +55,8 @@ func concurrently(n, execs int, one func(i int) error) (latencies, error) {
 // loaded for those (a CI run's other suites on the same 2 cores) makes bare
 // websockets on the same server as slow: then the same load runs on 8 of
 // them (the floor, no host) and the host's tail, the better of a run before
-// and one after, must stay within hostOverFloor of the floor's.
+// and one after (the machine's load drifts over seconds), must stay within a
+// multiple of the floor's.
 func testJupyterConcurrent8x50(t *testing.T, srv *jupytertest.Server, h *testHost) {
 	const contexts, execs = 8, 50
 	tr := &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: contexts}
@@ -104,13 +101,13 @@ func testJupyterConcurrent8x50(t *testing.T, srv *jupytertest.Server, h *testHos
 		t.Fatal(err)
 	}
 	again := viaHost()
-	t.Logf("FIGURE jupyter 8x50 via the plugin: %v, then %v; bare websockets between: %v (bounds p99 %v, max %v, or %.1f× the bare websockets' + %v)",
-		host, again, floor, tailP99, tailMax, hostOverFloor, floorSlack)
+	t.Logf("FIGURE jupyter 8x50 via the plugin: %v, then %v; bare websockets between: %v (bounds p99 %v, max %v; or the bare websockets' p99 × %.0f and max × %.0f, + %v)",
+		host, again, floor, tailP99, tailMax, hostOverFloor, maxOverFloor, floorSlack)
 	p99, maxT := min(host.p99(), again.p99()), min(host.max(), again.max())
 	if limit := time.Duration(hostOverFloor*float64(floor.p99())) + floorSlack; p99 > limit {
 		t.Errorf("p99 via the host %v, bare websockets %v: want at most %v", p99, floor.p99(), limit)
 	}
-	if limit := time.Duration(hostOverFloor*float64(floor.max())) + floorSlack; maxT > limit {
+	if limit := time.Duration(maxOverFloor*float64(floor.max())) + floorSlack; maxT > limit {
 		t.Errorf("max via the host %v, bare websockets %v: want at most %v", maxT, floor.max(), limit)
 	}
 }
@@ -119,12 +116,13 @@ func testJupyterConcurrent8x50(t *testing.T, srv *jupytertest.Server, h *testHos
 // trip wait for the others' (tens of ms at 160-270 exec/s): the p99 and max
 // bounds leave several times that, and the outliers of issue 27 exceed them.
 // On a loaded machine the host's added hops (HTTP, the plugin) may at most
-// double the floor's tail, plus floorSlack for the scheduling noise of 400
-// samples. Figures and reasoning: docs/jupyter.md.
+// double the floor's p99 (triple its max), plus floorSlack for the scheduling
+// noise of 400 samples. Figures and reasoning: docs/jupyter.md.
 const (
 	tailP99       = 150 * time.Millisecond
 	tailMax       = 400 * time.Millisecond
 	hostOverFloor = 2.0
+	maxOverFloor  = 3.0 // one sample each: the max moves more than the p99
 	floorSlack    = 100 * time.Millisecond
 )
 
