@@ -270,8 +270,18 @@ type directKernel struct {
 	session string
 }
 
-func (d *directJupyter) kernel(b *testing.B) *directKernel {
+func (d *directJupyter) kernel(b testing.TB) *directKernel {
 	b.Helper()
+	k, err := d.start(b)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return k
+}
+
+// start is kernel for any goroutine: it returns its error, and only
+// registers cleanups on b.
+func (d *directJupyter) start(b testing.TB) (*directKernel, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	hdr := http.Header{"Authorization": {"token " + d.srv.Token}}
@@ -279,13 +289,13 @@ func (d *directJupyter) kernel(b *testing.B) *directKernel {
 	req.Header = hdr.Clone()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		b.Fatal(err)
+		return nil, err
 	}
 	var km struct{ ID string }
 	err = json.NewDecoder(resp.Body).Decode(&km)
 	resp.Body.Close()
 	if err != nil || km.ID == "" {
-		b.Fatalf("create kernel: %s %v", resp.Status, err)
+		return nil, fmt.Errorf("create kernel: %s %v", resp.Status, err)
 	}
 	b.Cleanup(func() {
 		req, _ := http.NewRequest("DELETE", d.srv.URL+"api/kernels/"+km.ID, nil)
@@ -299,11 +309,11 @@ func (d *directJupyter) kernel(b *testing.B) *directKernel {
 	wsURL := "ws" + strings.TrimPrefix(d.srv.URL, "http") + "api/kernels/" + km.ID + "/channels?session_id=" + k.session
 	ws, _, err := dialer.DialContext(ctx, wsURL, hdr)
 	if err != nil {
-		b.Fatalf("dial %s: %v", wsURL, err)
+		return nil, fmt.Errorf("dial %s: %w", wsURL, err)
 	}
 	b.Cleanup(func() { ws.Close() })
 	k.ws = ws
-	return k
+	return k, nil
 }
 
 // oneTwo sends `1+1` as a JSON-frame execute_request and reads until its

@@ -83,6 +83,8 @@ func TestJupyterHost(t *testing.T) {
 			}
 		})
 	}
+	// Through the plugin only: the latency tail of `make run-jupyter`.
+	t.Run("Concurrent8x50", func(t *testing.T) { testJupyterConcurrent8x50(t, srv, startHost(t, jupyterViaPlugin(srv))) })
 }
 
 // testJupyterBasics: defaults, state across executions, the order of stdout,

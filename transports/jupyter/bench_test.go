@@ -3,6 +3,7 @@ package jupyter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -132,12 +133,15 @@ func BenchmarkConcurrent(b *testing.B) {
 		for i := range ks {
 			ks[i] = startKernel(b, tr)
 		}
+		took := make([][]time.Duration, kernels)
 		for b.Loop() {
 			if err := testkit.Concurrently(kernels, func(i int) error {
 				for range execs {
+					t0 := time.Now()
 					if err := roundTrip(ks[i]); err != nil {
 						return err
 					}
+					took[i] = append(took[i], time.Since(t0))
 				}
 				return nil
 			}); err != nil {
@@ -145,6 +149,7 @@ func BenchmarkConcurrent(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(kernels*execs*b.N)/b.Elapsed().Seconds(), "exec/s")
+		reportTail(b, slices.Concat(took...))
 	})
 	b.Run("direct", func(b *testing.B) {
 		tr := newTransport(b, srv, func(c *Config) { c.Protocol = ProtocolJSON })
@@ -164,10 +169,13 @@ func BenchmarkConcurrent(b *testing.B) {
 			defer wss[i].Close()
 			directRoundTrip(b, wss[i])
 		}
+		took := make([][]time.Duration, kernels)
 		for b.Loop() {
 			if err := testkit.Concurrently(kernels, func(i int) error {
 				for range execs {
+					t0 := time.Now()
 					directRoundTrip(b, wss[i])
+					took[i] = append(took[i], time.Since(t0))
 				}
 				return nil
 			}); err != nil {
@@ -175,7 +183,15 @@ func BenchmarkConcurrent(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(kernels*execs*b.N)/b.Elapsed().Seconds(), "exec/s")
+		reportTail(b, slices.Concat(took...))
 	})
+}
+
+// reportTail reports the p50, p99 and max of round trips, in ms.
+func reportTail(b *testing.B, took []time.Duration) {
+	b.ReportMetric(float64(testkit.Quantile(took, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(testkit.Quantile(took, 0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(slices.Max(took).Microseconds())/1000, "max-ms")
 }
 
 // roundTrip runs `1+1` on k without testing.TB, for use off the test goroutine.
