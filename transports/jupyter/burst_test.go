@@ -39,9 +39,13 @@ type gatewayProxy struct {
 	holdStarts time.Duration
 	hangList   bool
 	refuseList bool
-	starts     int           // start requests received
-	answered   int           // start requests the server answered
-	stop       chan struct{} // closed at cleanup: hanging requests end
+	// cullOnUpgrade: the first kernel's websocket upgrade is held and the
+	// kernel shut down on the server meanwhile, as a gateway that culls a
+	// kernel still starting does.
+	cullOnUpgrade bool
+	starts        int           // start requests received
+	answered      int           // start requests the server answered
+	stop          chan struct{} // closed at cleanup: hanging requests end
 }
 
 func startGatewayProxy(t *testing.T, srv *jupytertest.Server) *gatewayProxy {
@@ -65,12 +69,13 @@ func (p *gatewayProxy) url() string { return p.URL + "/" }
 func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	hold, hang, refuse := p.holdStarts, p.hangList, p.refuseList
-	silent := false
-	if id, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/api/kernels/"), "/channels"); ok && p.silent {
+	silent, culled := false, false
+	id, isChannels := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/api/kernels/"), "/channels")
+	if isChannels && (p.silent || p.cullOnUpgrade) {
 		if p.victim == "" {
 			p.victim = id
 		}
-		silent = p.victim == id
+		silent, culled = p.silent && p.victim == id, p.cullOnUpgrade && p.victim == id
 	}
 	if r.Method == http.MethodPost && r.URL.Path == "/api/kernels" {
 		p.starts++
@@ -79,6 +84,19 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case silent:
 		p.serveSilent(w, r)
+		return
+	case culled:
+		del, err := http.NewRequestWithContext(r.Context(), http.MethodDelete, "http://"+p.backend+"/api/kernels/"+id, nil)
+		if err == nil {
+			del.Header.Set("Authorization", r.Header.Get("Authorization"))
+			if resp, err := http.DefaultClient.Do(del); err == nil {
+				resp.Body.Close()
+			}
+		}
+		select {
+		case <-r.Context().Done():
+		case <-p.stop:
+		}
 		return
 	case r.Method == http.MethodGet && r.URL.Path == "/api/kernels" && hang:
 		select {
@@ -227,6 +245,34 @@ func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 	defer mu.Unlock()
 	if len(warned) != 1 || !strings.Contains(warned[0], "did not answer") {
 		t.Errorf("warnings %q, want one that the kernel was replaced", warned)
+	}
+}
+
+// A kernel the gateway shuts down while it holds the kernel's websocket
+// upgrade (Kernel Gateway culls kernels still starting when its idle
+// timeout is shorter than a start) is replaced within seconds, not after
+// the connect timeout.
+func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
+	srv := jupytertest.Start(t)
+	p := startGatewayProxy(t, srv)
+	p.cullOnUpgrade = true
+	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, nil)
+	began := time.Now()
+	k := startKernel(t, tr)
+	took := time.Since(began)
+	t.Logf("FIGURE start with the first kernel shut down while its websocket opened: %v", took)
+	if bound := DefaultKernelTimeout / 2; took > bound {
+		t.Errorf("the start took %v, want it well within the connect timeout (%v)", took, DefaultKernelTimeout)
+	}
+	if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
+		t.Errorf("1 + 1: %q", r.stdout.String())
+	}
+	p.mu.Lock()
+	victim, starts := p.victim, p.starts
+	p.mu.Unlock()
+	ks := serverKernels(t, srv)
+	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID != k.(*kernel).id {
+		t.Errorf("culled kernel %q, %d starts, kernels on the server %+v: want a second start and its kernel alone", victim, starts, ks)
 	}
 }
 

@@ -302,8 +302,19 @@ func (c *client) dialChannels(ctx context.Context, kernelID, session string) (*w
 	u.Path += "api/kernels/" + url.PathEscape(kernelID) + "/channels"
 	u.RawQuery = url.Values{"session_id": {session}}.Encode()
 
+	// The dialer heeds ctx only while connecting: the server may then hold
+	// the upgrade (until its kernel answers), so ctx's end cuts the
+	// connection's deadline until the handshake is over.
+	dial := dialFunc(!c.cfg.DisableQuickAck)
+	var stopCut func() bool
 	d := &websocket.Dialer{
-		NetDialContext:   dialFunc(!c.cfg.DisableQuickAck),
+		NetDialContext: func(dctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dial(dctx, network, addr)
+			if err == nil {
+				stopCut = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+			}
+			return conn, err
+		},
 		TLSClientConfig:  c.cfg.TLSClientConfig,
 		HandshakeTimeout: c.cfg.ConnectTimeout,
 		// The read buffer is what a single read syscall can fill; large
@@ -317,6 +328,9 @@ func (c *client) dialChannels(ctx context.Context, kernelID, session string) (*w
 	h := http.Header{}
 	c.auth(h)
 	ws, resp, err := d.DialContext(ctx, u.String(), h)
+	if stopCut != nil {
+		stopCut()
+	}
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusNotFound {
 			return nil, fmt.Errorf("connect to kernel %s: %w", kernelID, errKernelGone)

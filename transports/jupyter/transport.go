@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -157,7 +160,7 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 		var silent *silentChannelsError
 		if !errors.As(err, &silent) || ctx.Err() != nil || time.Now().After(deadline) {
 			if attempt > 1 {
-				err = fmt.Errorf("%w (attempt %d: the kernels of the earlier attempts did not answer on their websocket and were deleted)", err, attempt)
+				err = fmt.Errorf("%w (attempt %d: the kernels of the earlier attempts did not answer on their websocket, or the server shut them down, and were deleted)", err, attempt)
 			}
 			return nil, err
 		}
@@ -175,7 +178,7 @@ func (t *Transport) startKernel(ctx context.Context, name string) (*kernel, erro
 	}
 	k := newKernel(t.c, km.ID, uuid.NewString())
 	k.onDeleted = func() { t.disown(km.ID) }
-	ws, err := t.c.dialChannels(ctx, km.ID, k.session)
+	ws, err := t.dialWhileAlive(ctx, km.ID, k.session)
 	if err == nil {
 		c := newConn(ws)
 		if err = t.checkChannels(ctx, c, km.ID, k.session); err != nil {
@@ -193,6 +196,51 @@ func (t *Transport) startKernel(ctx context.Context, name string) (*kernel, erro
 	}
 	k.start(ws)
 	return k, nil
+}
+
+// goneCheckInterval is how often a start asks whether the kernel whose
+// websocket it is opening still exists.
+const goneCheckInterval = 2 * time.Second
+
+// dialWhileAlive opens the kernel's websocket (dialChannels) and gives up
+// early, with a silentChannelsError (so the start is tried again), when the
+// server no longer has the kernel: the server holds the upgrade until the
+// kernel answers, and a gateway that culls kernels idle for less than a
+// slow start takes (Kernel Gateway culls "starting" kernels too) would
+// otherwise hold it until the connect timeout.
+func (t *Transport) dialWhileAlive(ctx context.Context, id, session string) (*websocket.Conn, error) {
+	dialCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var gone atomic.Bool
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(goneCheckInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-dialCtx.Done():
+				return
+			case <-tick.C:
+			}
+			gctx, gcancel := context.WithTimeout(dialCtx, goneCheckInterval)
+			err := t.c.do(gctx, http.MethodGet, "api/kernels/"+url.PathEscape(id), nil, nil)
+			gcancel()
+			var ae *apiError
+			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+				gone.Store(true)
+				cancel()
+				return
+			}
+		}
+	}()
+	ws, err := t.c.dialChannels(dialCtx, id, session)
+	cancel()
+	<-watched
+	if err != nil && (gone.Load() || errors.Is(err, errKernelGone)) && ctx.Err() == nil {
+		return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server shut the kernel down before its websocket opened (a gateway culling kernels that start slowly?)", id)}
+	}
+	return ws, err
 }
 
 // answerTimeout bounds the wait for the first answer on a kernel's fresh
