@@ -256,7 +256,7 @@ func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 	srv := jupytertest.Start(t)
 	p := startGatewayProxy(t, srv)
 	p.cullOnUpgrade = true
-	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, nil)
+	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = 3 * time.Second })
 	began := time.Now()
 	k := startKernel(t, tr)
 	took := time.Since(began)

@@ -198,8 +198,8 @@ func (t *Transport) startKernel(ctx context.Context, name string) (*kernel, erro
 	return k, nil
 }
 
-// goneCheckInterval is how often a start asks whether the kernel whose
-// websocket it is opening still exists.
+// goneCheckInterval is how often a start whose websocket has not opened
+// within answerTimeout asks whether its kernel still exists.
 const goneCheckInterval = 2 * time.Second
 
 // dialWhileAlive opens the kernel's websocket (dialChannels) and gives up
@@ -207,7 +207,9 @@ const goneCheckInterval = 2 * time.Second
 // server no longer has the kernel: the server holds the upgrade until the
 // kernel answers, and a gateway that culls kernels idle for less than a
 // slow start takes (Kernel Gateway culls "starting" kernels too) would
-// otherwise hold it until the connect timeout.
+// otherwise hold it until the connect timeout. It asks only once the
+// upgrade took answerTimeout: a burst of healthy starts sends no extra
+// requests to a server that is busy starting them.
 func (t *Transport) dialWhileAlive(ctx context.Context, id, session string) (*websocket.Conn, error) {
 	dialCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -215,6 +217,11 @@ func (t *Transport) dialWhileAlive(ctx context.Context, id, session string) (*we
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
+		select {
+		case <-dialCtx.Done():
+			return
+		case <-time.After(t.c.cfg.answerTimeout):
+		}
 		tick := time.NewTicker(goneCheckInterval)
 		defer tick.Stop()
 		for {
@@ -237,7 +244,7 @@ func (t *Transport) dialWhileAlive(ctx context.Context, id, session string) (*we
 	ws, err := t.c.dialChannels(dialCtx, id, session)
 	cancel()
 	<-watched
-	if err != nil && (gone.Load() || errors.Is(err, errKernelGone)) && ctx.Err() == nil {
+	if err != nil && gone.Load() && ctx.Err() == nil {
 		return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server shut the kernel down before its websocket opened (a gateway culling kernels that start slowly?)", id)}
 	}
 	return ws, err
