@@ -32,10 +32,10 @@ import (
 // (E2B_DEBUG), 127.0.0.1:PORT (E2B_SANDBOX_URL) or 49999-<sandbox>.e2b.app
 // through E2B's proxy: all allowed by default.
 
-// DefaultAllowedHosts are the host names allowed besides loopback ones: the
+// defaultAllowedHosts are the host names allowed besides loopback ones: the
 // names of E2B's sandboxes (49999-<sandbox id>.e2b.app, .e2b.dev before),
 // which E2B's proxy passes on and whose DNS no page controls.
-var DefaultAllowedHosts = []string{"*.e2b.app", "*.e2b.dev"}
+var defaultAllowedHosts = []string{"*.e2b.app", "*.e2b.dev"}
 
 // browserGuard applies the Host and Origin checks and answers CORS.
 type browserGuard struct {
@@ -66,7 +66,7 @@ func newBrowserGuard(hosts, origins []string, log *slog.Logger) *browserGuard {
 // session's id that a browser MCP client sends back).
 const (
 	corsMethods = "DELETE, GET, OPTIONS, POST"
-	corsExposed = executionIDHeader + ", " + RequestIDHeader + ", " + mcpSessionIDHeader
+	corsExposed = executionIDHeader + ", " + requestIDHeader + ", " + mcpSessionIDHeader
 )
 
 func (g *browserGuard) wrap(next http.Handler) http.Handler {

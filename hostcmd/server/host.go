@@ -330,7 +330,7 @@ func (h *Host) PluginPID() int {
 }
 
 // ErrNoPolicies is ReloadPolicies's answer when no policies are configured.
-var ErrNoPolicies = errors.New("no env-var policies configured (" + EnvPrefix + "POLICIES)")
+var ErrNoPolicies = errors.New("no env-var policies configured (" + envPrefix + "POLICIES)")
 
 // ReloadPolicies reads the policy list (an @FILE setting's file), every
 // module and every module config again, and returns the modules now in use.

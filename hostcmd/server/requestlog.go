@@ -12,9 +12,9 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 )
 
-// RequestIDHeader carries a request's id, in from the client (when it is a
+// requestIDHeader carries a request's id, in from the client (when it is a
 // sane token) and always back out.
-const RequestIDHeader = "X-Request-Id"
+const requestIDHeader = "X-Request-Id"
 
 // maxRequestIDLen bounds an id taken from a client: it lands on every log
 // line of the request.
@@ -88,11 +88,11 @@ func saneRequestID(id string) bool {
 func withRequestLog(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
-		id := r.Header.Get(RequestIDHeader)
+		id := r.Header.Get(requestIDHeader)
 		if !saneRequestID(id) {
 			id = uuid.NewString()
 		}
-		w.Header().Set(RequestIDHeader, id)
+		w.Header().Set(requestIDHeader, id)
 		ctx := context.WithValue(r.Context(), requestIDsKey{}, &requestIDs{request: id})
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(ctx))

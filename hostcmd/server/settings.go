@@ -17,9 +17,9 @@ import (
 	"github.com/kernelhost/kernelhost/plugins/policy"
 )
 
-// EnvPrefix prefixes the environment variable of every setting: the flag
+// envPrefix prefixes the environment variable of every setting: the flag
 // -default-cwd is also KERNELHOST_DEFAULT_CWD.
-const EnvPrefix = "KERNELHOST_"
+const envPrefix = "KERNELHOST_"
 
 // Config is the host's configuration. A zero field takes its setting's default
 // (settingsTable; Load starts from the same defaults); "no limit" is -1.
@@ -74,7 +74,8 @@ type Config struct {
 	AccessTokenScope string
 	// AllowedHosts are the names a request's Host may be besides loopback
 	// names and addresses: "name", "*.suffix" or "*" (any; the check is
-	// off). nil: DefaultAllowedHosts. A DNS-rebinding page is refused.
+	// off). nil: *.e2b.app and *.e2b.dev (E2B's sandbox names). A
+	// DNS-rebinding page is refused.
 	AllowedHosts []string
 	// AllowedOrigins are the browser origins ("https://app.example.com")
 	// that get CORS; a request with another Origin (not the host's own) is
@@ -260,7 +261,7 @@ func PluginDirFor(exe string) string {
 var engineDefaults = engine.Defaults()
 
 var settingsTable = []setting{
-	&row[string]{name: ConfigFlag, help: "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it"},
+	&row[string]{name: configFlag, help: "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it"},
 	&row[string]{name: "addr", def: DefaultAddr, help: "listen address (host:port)",
 		field: func(c *Config) *string { return &c.Addr }},
 	// The subprocess plugin gets it for its warm pools (the resolved one:
@@ -319,7 +320,7 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.accessTokenFile }},
 	&row[string]{name: "access-token-scope", def: ScopeAll, help: "where the access token is required: all (every route but /health) or execute (only /execute, which also accepts it as X-Access-Token as the official SDKs send it, /executions/... and /mcp)",
 		field: func(c *Config) *string { return &c.AccessTokenScope }, check: checkTokenScope},
-	list("allowed-hosts", DefaultAllowedHosts, "host names a request's Host header may name besides loopback names and addresses (DNS-rebinding protection), separated by commas: name, *.suffix, or * for any",
+	list("allowed-hosts", defaultAllowedHosts, "host names a request's Host header may name besides loopback names and addresses (DNS-rebinding protection), separated by commas: name, *.suffix, or * for any",
 		func(c *Config) *[]string { return &c.AllowedHosts }, checkAllowedHosts),
 	list("allowed-origins", nil, "browser origins allowed to call the API, with CORS (scheme://host[:port], separated by commas, or * for any); a request from another origin is refused; empty: no CORS",
 		func(c *Config) *[]string { return &c.AllowedOrigins }, checkAllowedOrigins),
@@ -517,7 +518,7 @@ func pluginSettings(c Config) map[string]any {
 
 // EnvVar is the environment variable of a flag: -default-cwd → KERNELHOST_DEFAULT_CWD.
 func EnvVar(flagName string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func loadGlobalEnv(file, inline string) (map[string]string, error) {

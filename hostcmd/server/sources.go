@@ -10,8 +10,8 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// ConfigFlag names the config file setting: -config, KERNELHOST_CONFIG.
-const ConfigFlag = "config"
+// configFlag names the config file setting: -config, KERNELHOST_CONFIG.
+const configFlag = "config"
 
 // parseSources fills fs from its three sources, each setting from the first
 // that has it: the command line (args), then its environment variable
@@ -31,7 +31,7 @@ func parseSources(fs *flag.FlagSet, args []string, getenv func(string) string) e
 	if err := applyEnv(fs, getenv, taken); err != nil {
 		return err
 	}
-	if f := fs.Lookup(ConfigFlag); f != nil && f.Value.String() != "" {
+	if f := fs.Lookup(configFlag); f != nil && f.Value.String() != "" {
 		return applyConfigFile(fs, f.Value.String(), taken)
 	}
 	return nil
@@ -109,7 +109,7 @@ type configSetting struct {
 
 func (s *configSetting) UnmarshalTOML(v any) error {
 	f := s.fs.Lookup(s.name)
-	if f == nil || s.name == ConfigFlag {
+	if f == nil || s.name == configFlag {
 		return fmt.Errorf("unknown setting (the keys are the flag names of %s -help)", s.fs.Name())
 	}
 	text, err := configText(f, v)

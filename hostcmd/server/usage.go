@@ -18,7 +18,7 @@ keepalive = "5s"). Precedence: command-line flag > environment variable >
 config file > default. An empty variable counts as unset.
 
 Settings:
-`, EnvPrefix, EnvVar("default-cwd"), EnvVar(ConfigFlag))
+`, envPrefix, EnvVar("default-cwd"), EnvVar(configFlag))
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, usage := flag.UnquoteUsage(f)
 		fmt.Fprintf(w, "  -%s", f.Name)

@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// EnvPolicies is the env var listing the policy modules, comma-separated,
+// envPolicies is the env var listing the policy modules, comma-separated,
 // applied in order.
-const EnvPolicies = "KERNELHOST_POLICIES"
+const envPolicies = "KERNELHOST_POLICIES"
 
-// EnvConfigPrefix + a module's NAME (upper case, other than A-Z 0-9 → _)
+// envConfigPrefix + a module's NAME (upper case, other than A-Z 0-9 → _)
 // is the env var holding that module's config value.
-const EnvConfigPrefix = "KERNELHOST_POLICY_CONFIG_"
+const envConfigPrefix = "KERNELHOST_POLICY_CONFIG_"
 
 // ParseList turns a KERNELHOST_POLICIES value into module configs. Each
 // module's config value comes from KERNELHOST_POLICY_CONFIG_<NAME> if that is
@@ -30,7 +30,7 @@ func ParseList(list string, lookupEnv func(string) (string, bool)) ([]ModuleConf
 		}
 		name := moduleName(p)
 		if seen[name] {
-			return nil, fmt.Errorf("%s: two policy modules named %q", EnvPolicies, name)
+			return nil, fmt.Errorf("%s: two policy modules named %q", envPolicies, name)
 		}
 		seen[name] = true
 		mc := ModuleConfig{Path: p, Name: name}
@@ -52,7 +52,7 @@ func ConfigEnvVar(name string) string {
 			b[i] = '_'
 		}
 	}
-	return EnvConfigPrefix + string(b)
+	return envConfigPrefix + string(b)
 }
 
 func moduleName(path string) string {

@@ -17,8 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Call runs one tool and fails the test on a protocol error.
-func Call(t testing.TB, s *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
+// callTool runs one tool and fails the test on a protocol error.
+func callTool(t testing.TB, s *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -40,8 +40,8 @@ func Texts(res *mcp.CallToolResult) string {
 	return b.String()
 }
 
-// Structured decodes the result's structured content.
-func Structured(t testing.TB, res *mcp.CallToolResult) map[string]any {
+// structured decodes the result's structured content.
+func structured(t testing.TB, res *mcp.CallToolResult) map[string]any {
 	t.Helper()
 	raw, err := json.Marshal(res.StructuredContent)
 	if err != nil {
@@ -57,7 +57,7 @@ func Structured(t testing.TB, res *mcp.CallToolResult) map[string]any {
 // Run is run_code that must succeed; it returns the result.
 func Run(t testing.TB, s *mcp.ClientSession, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
-	res := Call(t, s, "run_code", args)
+	res := callTool(t, s, "run_code", args)
 	if res.IsError {
 		t.Fatalf("run_code %v: isError: %s", args, Texts(res))
 	}
@@ -105,7 +105,7 @@ func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
 
 	t.Run("python prints and returns", func(t *testing.T) {
 		res := Run(t, s, map[string]any{"code": "print('hello from mcp')\n6*7"})
-		out := Structured(t, res)
+		out := structured(t, res)
 		if out["stdout"] != "hello from mcp\n" {
 			t.Errorf("stdout %q", out["stdout"])
 		}
@@ -137,7 +137,7 @@ func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
 		if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
 			t.Fatalf("no PNG image content: %v", res.Content)
 		}
-		results, _ := Structured(t, res)["results"].([]any)
+		results, _ := structured(t, res)["results"].([]any)
 		if len(results) != 1 {
 			t.Fatalf("results %v", results)
 		}
@@ -148,11 +148,11 @@ func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
 	})
 
 	t.Run("python raises", func(t *testing.T) {
-		res := Call(t, s, "run_code", map[string]any{"code": "def f():\n    return 1 / 0\nf()"})
+		res := callTool(t, s, "run_code", map[string]any{"code": "def f():\n    return 1 / 0\nf()"})
 		if !res.IsError {
 			t.Fatalf("isError not set: %s", Texts(res))
 		}
-		e, _ := Structured(t, res)["error"].(map[string]any)
+		e, _ := structured(t, res)["error"].(map[string]any)
 		if e["name"] != "ZeroDivisionError" || !strings.Contains(e["traceback"].(string), "f()") {
 			t.Fatalf("error %v", e)
 		}
@@ -179,45 +179,45 @@ func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
 
 	t.Run("env vars kept to one call", func(t *testing.T) {
 		res := Run(t, s, map[string]any{"code": "import os\nprint(os.environ.get('MCP_SECRET'))", "env_vars": map[string]any{"MCP_SECRET": "s3cret"}})
-		if Structured(t, res)["stdout"] != "s3cret\n" {
+		if structured(t, res)["stdout"] != "s3cret\n" {
 			t.Fatalf("env var not set: %s", Texts(res))
 		}
 		res = Run(t, s, map[string]any{"code": "import os\nprint(os.environ.get('MCP_SECRET'))"})
-		if Structured(t, res)["stdout"] != "None\n" {
+		if structured(t, res)["stdout"] != "None\n" {
 			t.Fatalf("env var outlived its call: %s", Texts(res))
 		}
 	})
 
 	t.Run("contexts", func(t *testing.T) {
-		created := Structured(t, Call(t, s, "create_context", map[string]any{"language": "python"}))
+		created := structured(t, callTool(t, s, "create_context", map[string]any{"language": "python"}))
 		id, _ := created["id"].(string)
 		if id == "" || created["language"] != "python" {
 			t.Fatalf("create_context: %v", created)
 		}
 		Run(t, s, map[string]any{"code": "mine = 1", "context_id": id})
-		if res := Call(t, s, "run_code", map[string]any{"code": "mine"}); !res.IsError {
+		if res := callTool(t, s, "run_code", map[string]any{"code": "mine"}); !res.IsError {
 			t.Fatalf("a created context's state reached the default one: %s", Texts(res))
 		}
-		list := Structured(t, Call(t, s, "list_contexts", nil))
+		list := structured(t, callTool(t, s, "list_contexts", nil))
 		if !strings.Contains(mustJSON(list), id) {
 			t.Fatalf("list_contexts lacks %s: %v", id, list)
 		}
-		if res := Call(t, s, "restart_context", map[string]any{"context_id": id}); res.IsError {
+		if res := callTool(t, s, "restart_context", map[string]any{"context_id": id}); res.IsError {
 			t.Fatal(Texts(res))
 		}
-		if res := Call(t, s, "run_code", map[string]any{"code": "mine", "context_id": id}); !res.IsError {
+		if res := callTool(t, s, "run_code", map[string]any{"code": "mine", "context_id": id}); !res.IsError {
 			t.Fatalf("state survived a restart: %s", Texts(res))
 		}
-		if res := Call(t, s, "delete_context", map[string]any{"context_id": id}); res.IsError {
+		if res := callTool(t, s, "delete_context", map[string]any{"context_id": id}); res.IsError {
 			t.Fatal(Texts(res))
 		}
-		if res := Call(t, s, "run_code", map[string]any{"code": "1", "context_id": id}); !res.IsError || !strings.Contains(Texts(res), "not found") {
+		if res := callTool(t, s, "run_code", map[string]any{"code": "1", "context_id": id}); !res.IsError || !strings.Contains(Texts(res), "not found") {
 			t.Fatalf("a deleted context ran code: %s", Texts(res))
 		}
 	})
 
 	t.Run("bad input is a tool error", func(t *testing.T) {
-		res := Call(t, s, "run_code", map[string]any{"code": "1", "language": "cobol"})
+		res := callTool(t, s, "run_code", map[string]any{"code": "1", "language": "cobol"})
 		if !res.IsError || !strings.Contains(Texts(res), "cobol") {
 			t.Fatalf("want an error naming the language: %s", Texts(res))
 		}
@@ -225,7 +225,7 @@ func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
 
 	t.Run("megabytes of output are clipped", func(t *testing.T) {
 		res := Run(t, s, map[string]any{"code": "print('first line')\nfor i in range(100000):\n    print('x' * 50)\nprint('last line')"})
-		out, _ := Structured(t, res)["stdout"].(string)
+		out, _ := structured(t, res)["stdout"].(string)
 		if len(out) > 300<<10 || !strings.HasPrefix(out, "first line\n") || !strings.HasSuffix(out, "last line\n") || !strings.Contains(out, "bytes of stdout left out here") {
 			t.Fatalf("stdout of %d bytes, want the head, a note and the tail within 300 KiB: %.200q", len(out), out)
 		}
@@ -253,13 +253,13 @@ func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
 	})
 
 	t.Run("cancellation interrupts", func(t *testing.T) {
-		Cancel(t, s, progress)
+		checkCancel(t, s, progress)
 	})
 }
 
-// WaitProgress returns the next progress message, skipping others until
+// waitProgress returns the next progress message, skipping others until
 // want (bounded).
-func WaitProgress(t testing.TB, progress <-chan string, want string) string {
+func waitProgress(t testing.TB, progress <-chan string, want string) string {
 	t.Helper()
 	timeout := time.After(time.Minute)
 	for {
@@ -287,13 +287,13 @@ func StartSpinning(t testing.TB, s *mcp.ClientSession, progress <-chan string) (
 		_, err := s.CallTool(ctx, params)
 		done <- err
 	}()
-	WaitProgress(t, progress, "spinning\n")
+	waitProgress(t, progress, "spinning\n")
 	return cancel, done
 }
 
-// Cancel cancels a call of `while True: pass` once it runs and checks that
+// checkCancel cancels a call of `while True: pass` once it runs and checks that
 // the next call on the same context works and sees the state from before.
-func Cancel(t testing.TB, s *mcp.ClientSession, progress <-chan string) {
+func checkCancel(t testing.TB, s *mcp.ClientSession, progress <-chan string) {
 	t.Helper()
 	Run(t, s, map[string]any{"code": "before_cancel = 'kept'"})
 	cancel, done := StartSpinning(t, s, progress)

@@ -36,10 +36,10 @@ func isHandshakeVar(key string) bool {
 	return strings.HasPrefix(key, "PLUGIN_") || key == handshake.MagicCookieKey
 }
 
-// HostEnvPrefix starts the host's own environment variables (its settings,
+// hostEnvPrefix starts the host's own environment variables (its settings,
 // the access token among them). The host leaves them out of a plugin's
 // environment, and the subprocess transport out of its interpreters'.
-const HostEnvPrefix = "KERNELHOST_"
+const hostEnvPrefix = "KERNELHOST_"
 
 func init() {
 	// Only in a process started as a transport plugin: the host imports this

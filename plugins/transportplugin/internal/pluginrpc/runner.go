@@ -68,7 +68,7 @@ func withoutHostSettings(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, HostEnvPrefix) && k != handshake.MagicCookieKey {
+		if strings.HasPrefix(k, hostEnvPrefix) && k != handshake.MagicCookieKey {
 			continue
 		}
 		out = append(out, kv)
