@@ -150,7 +150,9 @@ const (
 )
 
 // Message is one message from a kernel. Only the fields of its Type are set.
-// The JSON form is what the subprocess drivers write and what plugins carry.
+// The JSON form is what the subprocess drivers write; the plugin protocol
+// carries a Message field by field in protobuf (transport.proto's Message),
+// only the Data values as their raw JSON.
 type Message struct {
 	ParentID  string      `json:"parent_id,omitempty"`
 	Type      MessageType `json:"type"`
