@@ -7,8 +7,8 @@ import (
 
 // MaxShownBytes is how much of a client-chosen string (an id, a language
 // name, a cwd, an env key, a path) error messages and logs show: the whole
-// of any real one, and a bounded piece of a hostile one (a 4 MiB language
-// name once came back as an 8 MiB error body).
+// of any real one, and a bounded piece of a hostile one, so that a huge
+// string cannot make a huge error body or log line (docs/reliability.md).
 const MaxShownBytes = 128
 
 // Clip returns s whole when it is at most MaxShownBytes long, else its first

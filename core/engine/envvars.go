@@ -123,9 +123,9 @@ var jsSnippets = snippets{
 }
 
 // The python snippets are one expression each, whatever the number of keys
-// (one dict or tuple literal), so their cost is linear in the keys: the old
-// statement per key made IPython and the compiler do far more per line. The
-// kept values live in the sys module's namespace, not the user's; the
+// (one dict or tuple literal), so their cost is linear in the keys: a
+// statement per key would make IPython and the compiler do far more per
+// line. The kept values live in the sys module's namespace, not the user's; the
 // subprocess driver runs helper requests with the os and sys it took at
 // start-up, so user code that replaced __import__ or os.environ does not
 // redirect them.

@@ -111,8 +111,8 @@ func TestLenientInput(t *testing.T) {
 }
 
 // Strings the client chose (ids, language names, cwds, env keys, query
-// values) reach error bodies and logs clipped and quoted: a 4 MiB language
-// once came back as an 8 MiB body, and a newline in an id could forge a log
+// values) reach error bodies and logs clipped and quoted, so a 4 MiB
+// language cannot make an 8 MiB body, nor a newline in an id forge a log
 // line (issue 11 item 10).
 func TestClientStringsAreClipped(t *testing.T) {
 	var logs testkit.SyncBuffer

@@ -87,9 +87,8 @@ type floodCase struct {
 // write, or 128 MiB without a newline on node's message channel: its
 // output is cut with a notice saying how much was dropped, the execution
 // ends normally, the context keeps its state, the plugin stays bounded
-// by the cap and keeps serving, and a bystander keeps its state. Before
-// the caps the node write took 120 s and killed the kernel, the python
-// value 17 s, the message channel was read in quadratic time.
+// by the cap and keeps serving, and a bystander keeps its state. What
+// each flood cost before the caps: docs/reliability.md.
 func TestFloodKeepsState(t *testing.T) {
 	testkit.NeedCommand(t, "node", "nodejs")
 	h := startHost(t, viaPlugin)
@@ -194,8 +193,7 @@ func (s *syncBuffer) String() string {
 }
 
 // A client string of 4 MiB (a language, a cwd, a context id) comes back
-// clipped in the error and in the log. Before, the answer and the log
-// line each carried the 4 MiB.
+// clipped in the error and in the log, through the plugin too.
 func TestLongClientStringsClipped(t *testing.T) {
 	var logged syncBuffer
 	h := startHost(t, viaPlugin, func(c *server.Config) {

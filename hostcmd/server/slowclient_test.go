@@ -88,9 +88,9 @@ func resumeToEnd(t *testing.T, h *testHost, id string) {
 	}
 }
 
-// A client that stops reading was never cut (issue 11 item 5): its stream
-// pinned up to -max-output-bytes (64 MiB) of host heap each, with no bound
-// on how many, and held a shutdown for its whole 30 s.
+// A client that stops reading is cut (issue 11 item 5) rather than pin up
+// to -max-output-bytes (64 MiB) of host heap each, with no bound on how
+// many, or hold a shutdown for its whole 30 s.
 func TestSlowClientsAreCutAndReleased(t *testing.T) {
 	t.Run("write timeout", func(t *testing.T) {
 		h := startHost(t, func(c *server.Config) { c.WriteTimeout = 300 * time.Millisecond; c.Keepalive = 100 * time.Millisecond })

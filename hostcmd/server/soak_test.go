@@ -16,7 +16,7 @@ import (
 )
 
 // soakN is the isolation soak's number of executions (make soak SOAK=n):
-// 10,000 by default, about 26 s under -race on 2 cores.
+// 10,000 by default.
 var soakN = flag.Int("soak", 10000, "executions of TestIsolationSoak")
 
 // Values with what env encoders get wrong: quotes of every kind, shell and

@@ -8,9 +8,10 @@ import (
 )
 
 // A small JSON codec for the ABI's fixed shapes (strings and string maps),
-// plus DecodeJSON for configs. encoding/json works in a module but costs
-// ~100 µs per call under wasm and adds ~1 MB (and compile time) to it; this
-// does not use reflection, fmt or strconv.
+// plus DecodeJSON for configs. encoding/json works in a module but costs far
+// more per call under wasm and adds to its size and compile time
+// (docs/RATIONALE.md, "Hand-written JSON codecs"); this does not use
+// reflection, fmt or strconv.
 
 var errSyntax = errors.New("policysdk: malformed input JSON")
 

@@ -57,9 +57,8 @@ public class Driver {
     static boolean running;
     static volatile boolean interrupted;
     // The JVM runs a signal handler on a thread it starts for it, late under
-    // load: after the cell the signal was sent for, and as the next one runs
-    // (measured: a third of the cells after one that signalled itself at its
-    // end were stopped). So the host writes a record "sigint 0 <msg_id>"
+    // load: after the cell the signal was sent for, and as the next one
+    // runs, which it would then stop. So the host writes a record "sigint 0 <msg_id>"
     // after each SIGINT it sends, and a cell starts only once the handler
     // has run for each (awaitSignals). Both counts under runLock.
     static long signalsSent;

@@ -165,7 +165,7 @@ process.on('exit', flushOutput);
 // (by breakOnSigint) cannot leave it stuck, as a stream.Writable would be.
 // The write callback gets null, as a Writable's does: Console's callback
 // takes anything else for an error and throws and catches a TypeError per
-// call looking at the stream's state (~20 µs a console.log).
+// call looking at the stream's state, a cost every console.log would pay.
 function streamOf(name) {
   const stream = {
     write(chunk, enc, cb) {
@@ -253,8 +253,7 @@ process.on('SIGINT', () => {});
 // A SIGINT that lands in a breakOnSigint run which ends before node's
 // watchdog thread takes the signal stays counted in the watchdog's
 // semaphore, and terminates the next breakOnSigint run, whichever request
-// that is (measured: nearly every SIGINT sent during a short run did; see
-// src/node_watchdog.cc, SigintWatchdogHelper::Stop). So after each SIGINT
+// that is (src/node_watchdog.cc, SigintWatchdogHelper::Stop). So after each SIGINT
 // the host sends {"sigint": msg_id} on fd 3, and unless a run of that
 // request was terminated by it, drainSigint runs before the next request:
 // a breakOnSigint run that waits, terminated at once by a stale signal

@@ -71,7 +71,8 @@ func rulesFor(cfg string) *rules {
 }
 
 // parseConfig reads the config with policysdk.DecodeJSON rather than
-// encoding/json, which would add about 1 MB to the module.
+// encoding/json, which would make the module much larger (docs/RATIONALE.md,
+// "Hand-written JSON codecs").
 func parseConfig(cfg string) (*rules, error) {
 	r := &rules{deny: map[string]bool{}, denyPrefixes: DefaultDenyPrefixes}
 	deny := DefaultDeny

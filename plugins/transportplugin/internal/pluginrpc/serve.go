@@ -51,13 +51,11 @@ const streamWorkers = 4
 // round trip hands work from one goroutine to another (socket reader, then
 // the kernel's sender). With a second P idle, every such hand-off makes the
 // Go scheduler wake another thread to spin and steal the goroutine, and the
-// sysmon thread takes the P away in the socket write: measured on the echo
-// kernel, 7 context switches of the plugin per round trip against 3 with
-// one P, its CPU per trip 125-170 µs against 80-100 and the round trip
-// 30-60 µs shorter; 200,000 streamed lines were faster too (0.79-1.03x the
-// in-process time against 1.15-1.37x), on a machine where the host and the
-// interpreters need the cores. Interpreters are processes of their own and
-// keep every core.
+// sysmon thread takes the P away in the socket write. With one P there are
+// fewer context switches and less CPU per round trip, and the round trip and
+// a fast stream are quicker (docs/benchmarks-plugins.md, "Round 2"), on a
+// machine where the host and the interpreters need the cores. Interpreters
+// are processes of their own and keep every core.
 const pluginMaxProcs = 1
 
 // serve is ServeConfigured with the protocol version as a parameter, so

@@ -26,7 +26,8 @@ import (
 // length-prefixed protobuf frames. A round trip on it is one write and one
 // read on each side, where a gRPC stream adds HTTP/2 framing, TLS records
 // and two more goroutine hand-offs per direction (its reader and writer
-// goroutines): about 180 µs against 30 µs per round trip here.
+// goroutines): several times the cost (docs/benchmarks-plugins.md, the
+// floor's grpc-bidi against unix).
 
 const tokenBytes = 32
 

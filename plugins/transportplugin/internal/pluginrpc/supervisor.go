@@ -71,8 +71,8 @@ type Config struct {
 	OnRestart func()
 
 	// GRPCKernelStreams carries kernels on gRPC Kernel streams even when the
-	// plugin offers its kernel socket. Slower (about 150 µs more per
-	// execution here); for comparison and for testing that path.
+	// plugin offers its kernel socket. Slower (docs/benchmarks-plugins.md,
+	// echo-grpc); for comparison and for testing that path.
 	GRPCKernelStreams bool
 }
 
