@@ -16,8 +16,8 @@ import (
 // saying what died and how and that the context gets a new kernel, and no
 // core dump was written. The test raises its own soft RLIMIT_CORE first, as
 // a shell with `ulimit -c unlimited` or a systemd unit would: a kernel with
-// pandas and matplotlib loaded then dumps ~100 MB, which held the death back
-// for 70-142 s on slow disks (transports/subprocess/coredump.go).
+// pandas and matplotlib loaded would then dump ~100 MB, holding the death
+// back for minutes on a slow disk (transports/subprocess/coredump.go).
 func TestFaultInterpreterCrashesNatively(t *testing.T) {
 	faultTest(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "matplotlib", "pandas")
