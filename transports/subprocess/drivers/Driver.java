@@ -58,9 +58,10 @@ public class Driver {
     static volatile boolean interrupted;
     // The JVM runs a signal handler on a thread it starts for it, late under
     // load: after the cell the signal was sent for, and as the next one
-    // runs, which it would then stop. So the host writes a record "sigint 0 <msg_id>"
-    // after each SIGINT it sends, and a cell starts only once the handler
-    // has run for each (awaitSignals). Both counts under runLock.
+    // runs, which it would then stop. So the host writes a record
+    // "sigint 0 <msg_id>" after each SIGINT it sends, and a cell starts only
+    // once the handler has run for each (awaitSignals). Both counts under
+    // runLock.
     static long signalsSent;
     static long signalsHandled;
     static final long SIGNAL_WAIT_MS = 1000;

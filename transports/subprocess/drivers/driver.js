@@ -253,7 +253,8 @@ process.on('SIGINT', () => {});
 // A SIGINT that lands in a breakOnSigint run which ends before node's
 // watchdog thread takes the signal stays counted in the watchdog's
 // semaphore, and terminates the next breakOnSigint run, whichever request
-// that is (src/node_watchdog.cc, SigintWatchdogHelper::Stop). So after each SIGINT
+// that is (as nearly every SIGINT sent during a short run does; see
+// src/node_watchdog.cc, SigintWatchdogHelper::Stop). So after each SIGINT
 // the host sends {"sigint": msg_id} on fd 3, and unless a run of that
 // request was terminated by it, drainSigint runs before the next request:
 // a breakOnSigint run that waits, terminated at once by a stale signal
