@@ -166,31 +166,6 @@ const (
 		"norm(first(pts))"
 )
 
-// BenchmarkPrepareCell is the host's work on a javascript or typescript
-// cell before it is sent (see jscell.go): esbuild's transform and the
-// module-syntax rewrite. ns/op is one cell.
-func BenchmarkPrepareCell(b *testing.B) {
-	for _, c := range []struct {
-		name    string
-		prepare func(string) jsCell
-		code    string
-	}{
-		{"javascript-1+1", prepareJavaScript, "1+1"},
-		{"javascript-imports", prepareJavaScript, "import { readFileSync } from 'fs'\nimport * as path from 'node:path'\ntypeof readFileSync + path.sep"},
-		{"typescript-1+1", prepareTypeScript, "1+1"},
-		{"typescript-typed-cell", prepareTypeScript, typedCell},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if got := c.prepare(c.code); got.err != nil {
-					b.Fatal(got.err.Message)
-				}
-			}
-		})
-	}
-}
-
 // BenchmarkNodeRoundTrip runs a cell through a javascript and a typescript
 // Kernel, alternating the two in one loop so both see the same machine
 // state, and reports both medians and what typescript adds (the transform,

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/jscompile"
 )
 
 // Version is reported in Info.
@@ -148,7 +149,7 @@ func New(opts Options) *Transport {
 	}
 	t.add("bash", opts.Bash, "bash", language{args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true})
 	// typescript runs on the same driver: the host compiles each cell (see
-	// jscell.go), so node is all either needs.
+	// internal/jscompile), so node is all either needs.
 	t.add("javascript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeJavaScript, interrupt: encodeInterrupt, sigintSent: encodeSigintSent, enterCwd: encodeEnterCwd})
 	t.add("typescript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeTypeScript, interrupt: encodeInterrupt, sigintSent: encodeSigintSent, enterCwd: encodeEnterCwd})
 	// R keeps a SIGINT that lands while it reads fd 3 pending and the driver
@@ -334,10 +335,10 @@ type jsonRequest struct {
 	Code   string `json:"code"`
 	Silent bool   `json:"silent,omitempty"`
 
-	// For driver.js (see jsCell).
-	Imports   string     `json:"imports,omitempty"`
-	SourceMap string     `json:"source_map,omitempty"`
-	Error     *cellError `json:"compile_error,omitempty"`
+	// For driver.js (see jscompile.Cell).
+	Imports   string                  `json:"imports,omitempty"`
+	SourceMap string                  `json:"source_map,omitempty"`
+	Error     *jscompile.CompileError `json:"compile_error,omitempty"`
 }
 
 func encodeJSON(req core.ExecuteRequest) ([]byte, error) {
@@ -349,15 +350,15 @@ func encodeJSON(req core.ExecuteRequest) ([]byte, error) {
 }
 
 func encodeJavaScript(req core.ExecuteRequest) ([]byte, error) {
-	return encodeCell(req, prepareJavaScript(req.Code))
+	return encodeCell(req, jscompile.JavaScript(req.Code))
 }
 
 func encodeTypeScript(req core.ExecuteRequest) ([]byte, error) {
-	return encodeCell(req, prepareTypeScript(req.Code))
+	return encodeCell(req, jscompile.TypeScript(req.Code))
 }
 
-func encodeCell(req core.ExecuteRequest, c jsCell) ([]byte, error) {
-	b, err := json.Marshal(jsonRequest{MsgID: req.MsgID, Code: c.code, Silent: req.Silent, Imports: c.imports, SourceMap: c.sourceMap, Error: c.err})
+func encodeCell(req core.ExecuteRequest, c jscompile.Cell) ([]byte, error) {
+	b, err := json.Marshal(jsonRequest{MsgID: req.MsgID, Code: c.Code, Silent: req.Silent, Imports: c.Imports, SourceMap: c.SourceMap, Error: c.Err})
 	if err != nil {
 		return nil, err
 	}
