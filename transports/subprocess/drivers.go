@@ -19,10 +19,3 @@ var (
 	//go:embed drivers/Driver.java
 	driverJava string
 )
-
-// rDriverEnv names the variable that carries driverR to Rscript; the driver
-// unsets it first thing, so user code and its children do not see it.
-const rDriverEnv = "KH_R_DRIVER"
-
-// rDriverArgs run driverR from the environment.
-var rDriverArgs = []string{"--no-save", "--no-restore", "-e", `eval(parse(text = Sys.getenv("` + rDriverEnv + `")))`}

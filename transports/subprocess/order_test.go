@@ -186,7 +186,7 @@ func TestNodeInterruptAnyPhase(t *testing.T) {
 func writeSigintRecord(k *Kernel, id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.noteSigint(id)
+	_ = procSignaller{k, k.p}.send(context.Background(), k.lang.drv.(sigintRecorder).sigintRecord(id))
 }
 
 // A SIGINT that lands as one of node's breakOnSigint runs ends is kept by
@@ -255,7 +255,7 @@ func TestPythonStderrArrivesDuringSleep(t *testing.T) {
 func TestPythonPrintArrivesDuringSleepWithoutTicks(t *testing.T) {
 	tr := New(Options{})
 	python := tr.langs["python"]
-	python.ticks = false
+	python.drv = pythonLang{cache: python.drv.(pythonLang).cache, noTicks: true}
 	tr.langs["python"] = python
 	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
 	defer cancel()

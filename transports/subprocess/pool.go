@@ -24,7 +24,7 @@ import (
 //     context or request. Per-request env vars and a context's env are the
 //     engine's snippets, applied after the hand-out as after a cold start.
 //   - It serves a kernel in any cwd where its driver can be moved (python,
-//     javascript, typescript: language.enterCwd). Before the kernel gets it,
+//     javascript, typescript: driver.cwdRecord). Before the kernel gets it,
 //     take sends it the kernel's cwd, absolute, and waits for the driver's
 //     answer: the driver chdirs, sets PWD as a cold start's (pwdOf), and
 //     redoes what its start derived from the directory (python: import's
@@ -119,7 +119,7 @@ func (pl *pool) serves(lang language, cwd string) bool {
 	if cleanCwd(cwd) == pl.cwd {
 		return true
 	}
-	return lang.enterCwd != nil && pl.sandbox.reaches(pl.cwd, cwd)
+	return lang.drv.cwdRecord(cwd) != nil && pl.sandbox.reaches(pl.cwd, cwd)
 }
 
 func cleanCwd(cwd string) string {

@@ -159,12 +159,12 @@ func pollable(fd int, name string) (*os.File, error) {
 // (the host's environment and the language's, the pool's cwd), so the two
 // differ only in when they were started.
 type procSpec struct {
-	lang     language
-	langName string
-	cwd      string
-	env      []string
-	cgroups  bool     // a cgroup per interpreter where the machine offers one
-	sandbox  *sandbox // nil: none
+	lang    language
+	args    []string // the interpreter's, that run the driver (driver.command)
+	cwd     string
+	env     []string
+	cgroups bool     // a cgroup per interpreter where the machine offers one
+	sandbox *sandbox // nil: none
 	// maxMessage caps one message line and one batch's output (msgLines).
 	maxMessage int
 	limits     *limiter // nil: no limits (limits.go)
@@ -186,7 +186,7 @@ func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err 
 	}
 	p.owner.Store(owner)
 	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
-	p.streams[0].framed = spec.lang.framed
+	p.streams[0].framed = spec.lang.drv.channel() == fd1Frames
 	childEnds, err := p.openPipes()
 	defer func() {
 		for _, f := range childEnds {
@@ -197,7 +197,7 @@ func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err 
 		}
 	}()
 	if err != nil {
-		return nil, fmt.Errorf("start %s kernel: %w", spec.langName, err)
+		return nil, fmt.Errorf("start %s kernel: %w", spec.lang.name, err)
 	}
 	if err := p.launch(childEnds); err != nil {
 		return nil, err
@@ -260,7 +260,7 @@ func (p *proc) openPipes() (child []*os.File, err error) {
 		}
 		*e.fd = r
 	}
-	if p.spec.lang.ticks {
+	if d, ok := p.spec.lang.drv.(interface{ ticks() bool }); ok && d.ticks() {
 		if c.ticks, err = p.openTickPipe(); err != nil {
 			return nil, err
 		}
@@ -288,7 +288,7 @@ func (p *proc) openTickPipe() (child *os.File, err error) {
 // openPipes returned them), in a cgroup of its own where there is one.
 func (p *proc) launch(child []*os.File) (err error) {
 	s := p.spec
-	cmd := exec.Command(s.lang.path, s.lang.args...)
+	cmd := exec.Command(s.lang.path, s.args...)
 	cmd.Dir = s.cwd
 	cmd.Env = slices.Clip(s.env)
 	if pwd := pwdOf(s.cwd); pwd != "" {
@@ -300,10 +300,10 @@ func (p *proc) launch(child []*os.File) (err error) {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, child[4])
 		cmd.Env = append(cmd.Env, tickFDEnv+"=5")
 	}
-	if s.lang.framed {
+	if s.lang.drv.channel() == fd1Frames {
 		fr, env, err := newFrameReader()
 		if err != nil {
-			return fmt.Errorf("start %s kernel: %w", s.langName, err)
+			return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
 		}
 		p.frameReader = fr
 		cmd.Env = append(cmd.Env, env)
@@ -314,7 +314,7 @@ func (p *proc) launch(child []*os.File) (err error) {
 	}
 	if s.cgroups {
 		if p.cg, err = newCgroup(); err != nil {
-			return fmt.Errorf("start %s kernel: %w", s.langName, err)
+			return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
 		}
 		if p.cg != nil {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, p.cg.fd
@@ -337,7 +337,7 @@ func (p *proc) launch(child []*os.File) (err error) {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("start %s kernel in %q: %w", s.langName, s.cwd, err)
+		return fmt.Errorf("start %s kernel in %q: %w", s.lang.name, s.cwd, err)
 	}
 	p.cmd = cmd
 	p.idsMu.Lock()
@@ -376,7 +376,7 @@ func (p *proc) awaitReady(ctx context.Context) error {
 	}
 	if err != nil {
 		p.kill()
-		return fmt.Errorf("start %s kernel in %q: %w", p.spec.langName, p.spec.cwd, err)
+		return fmt.Errorf("start %s kernel in %q: %w", p.spec.lang.name, p.spec.cwd, err)
 	}
 	return nil
 }
@@ -446,7 +446,7 @@ func (p *proc) enterCwd(ctx context.Context, dir string) error {
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = p.reqW.SetWriteDeadline(deadline)
 	}
-	if _, err := p.reqW.Write(p.spec.lang.enterCwd(dir)); err != nil {
+	if _, err := p.reqW.Write(p.spec.lang.drv.cwdRecord(dir)); err != nil {
 		return fmt.Errorf("send the cwd record: %w", err)
 	}
 	_ = p.reqW.SetWriteDeadline(time.Time{})
@@ -1221,7 +1221,7 @@ func (p *proc) driverGone(cause error) {
 // howItDied says what died and how, for the KernelDied error: "the python
 // interpreter (pid 4242) was killed by signal 11 (segmentation fault)".
 func (p *proc) howItDied() string {
-	what := fmt.Sprintf("the %s interpreter", p.spec.langName)
+	what := fmt.Sprintf("the %s interpreter", p.spec.lang.name)
 	select {
 	case <-p.waitDone:
 	default:

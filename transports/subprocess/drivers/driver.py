@@ -1,6 +1,6 @@
 # kernelhost subprocess driver for Python.
 #
-# Protocol (see ../doc.go and ../frames.go): requests arrive on fd 3 as one
+# Protocol (see docs/drivers.md and ../frames.go): requests arrive on fd 3 as one
 # JSON object per line {"msg_id": str, "code": str, "silent": bool}. print
 # and sys.stdout write to fd 1 as in a plain interpreter, and the driver's
 # messages (status, stderr text, display, result, error, reply: JSON lines)
