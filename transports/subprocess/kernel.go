@@ -28,9 +28,6 @@ type Kernel struct {
 	// live is p, readable without mu: Restart and Shutdown use it to cut
 	// short a write that holds mu (see cutWrites).
 	live atomic.Pointer[proc]
-
-	curMu   sync.Mutex
-	current string // msg_id of the running request, "" when none
 }
 
 var _ core.Kernel = (*Kernel)(nil)
@@ -69,7 +66,7 @@ func (k *Kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 	if p == nil || p.isGone() {
 		return fmt.Errorf("subprocess: %s kernel is dead; restart it", k.lang.name)
 	}
-	k.setCurrent(req.MsgID)
+	p.req.begin(req.MsgID)
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = p.reqW.SetWriteDeadline(deadline)
 	} else {
@@ -79,10 +76,10 @@ func (k *Kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		_ = p.reqW.SetWriteDeadline(aLongTimeAgo)
 	}
 	if _, err := p.reqW.Write(frame); err != nil {
-		k.clearCurrent(req.MsgID)
+		p.req.end(req.MsgID)
 		return fmt.Errorf("subprocess: send request %s to %s kernel: %w", req.MsgID, k.lang.name, err)
 	}
-	p.startTicks(req.MsgID)
+	p.startTicks()
 	return nil
 }
 
@@ -98,7 +95,7 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 	if k.p == nil {
 		return fmt.Errorf("subprocess: %s kernel is dead; restart it", k.lang.name)
 	}
-	return k.lang.drv.interrupt(ctx, procSignaller{k, k.p}, k.currentID())
+	return k.lang.drv.interrupt(ctx, procSignaller{k, k.p}, k.p.req.current())
 }
 
 // procSignaller is the signaller of interpreter p of kernel k.
@@ -134,7 +131,7 @@ func (s procSignaller) later(d time.Duration, id string, f func()) {
 		defer k.mu.Unlock()
 		// Still id under mu: its end has not been reported, and no later
 		// request can have been sent.
-		if !k.closed && k.p == p && !p.isGone() && k.currentID() == id {
+		if !k.closed && k.p == p && !p.isGone() && p.req.current() == id {
 			f()
 		}
 	})
@@ -153,7 +150,6 @@ func (k *Kernel) Restart(ctx context.Context) error {
 		k.p.kill()
 		k.setProc(nil)
 	}
-	k.setCurrent("")
 	// The old pump has ended, so nothing of an earlier request follows this.
 	select {
 	case k.msgs <- core.Message{Type: core.MsgStatus, State: core.StateRestarting}:
@@ -174,11 +170,11 @@ func (k *Kernel) Restart(ctx context.Context) error {
 // the kernel's cwd (moved there: see pool.go), and otherwise starts one.
 func (k *Kernel) startInterpreter(ctx context.Context) (*proc, error) {
 	if k.pool.serves(k.lang, k.cwd) {
-		if p := k.pool.take(ctx, k, k.cwd); p != nil {
+		if p := k.pool.take(ctx, k.msgs, k.cwd); p != nil {
 			return p, nil
 		}
 	}
-	return startProc(ctx, k.procSpec, k)
+	return startProc(ctx, k.procSpec, k.msgs)
 }
 
 // setProc makes p the current interpreter. Called with mu held.
@@ -220,25 +216,4 @@ func (k *Kernel) Shutdown(ctx context.Context) error {
 	}
 	close(k.msgs)
 	return nil
-}
-
-func (k *Kernel) setCurrent(id string) {
-	k.curMu.Lock()
-	k.current = id
-	k.curMu.Unlock()
-}
-
-// clearCurrent forgets id if it is still the running request.
-func (k *Kernel) clearCurrent(id string) {
-	k.curMu.Lock()
-	if k.current == id {
-		k.current = ""
-	}
-	k.curMu.Unlock()
-}
-
-func (k *Kernel) currentID() string {
-	k.curMu.Lock()
-	defer k.curMu.Unlock()
-	return k.current
 }

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // A warm pool keeps interpreters of a language started ahead of need, so a
 // new context (or a restart) takes one that is ready instead of waiting for
-// an interpreter's start-up (docs/benchmarks.md: about half of a context's
+// an interpreter's start-up (about half of a context's
 // creation). What a pooled interpreter is and is not:
 //
 //   - It starts exactly as a fresh one would (procSpec: the host's
@@ -129,11 +131,11 @@ func cleanCwd(cwd string) string {
 	return filepath.Clean(cwd)
 }
 
-// take hands out a pooled interpreter to owner, in cwd: a ready one, else
+// take hands out a pooled interpreter whose messages go to out, in cwd: a ready one, else
 // one still starting (waited for within ctx). nil when there is none or it
 // failed, or could not enter cwd: the caller starts one cold. Either way the
 // pool refills in the background.
-func (pl *pool) take(ctx context.Context, owner *Kernel, cwd string) *proc {
+func (pl *pool) take(ctx context.Context, out chan<- core.Message, cwd string) *proc {
 	defer pl.refill()
 	dir, move, ok := pl.moveTo(cwd)
 	if !ok {
@@ -162,7 +164,7 @@ func (pl *pool) take(ctx context.Context, owner *Kernel, cwd string) *proc {
 				return nil
 			}
 		}
-		if s.p.adopt(owner) {
+		if s.p.adopt(out) {
 			return s.p
 		}
 		s.p.kill() // it died while it waited, and its watcher had not seen it yet
