@@ -32,31 +32,23 @@ func startRawDriver(b *testing.B) *rawDriver {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The tick pipe, as the host gives it (see proc.startTicks); no tick
-	// is sent: the host sends none to a cell shorter than tickEvery.
-	tickR, tickW, err := os.Pipe()
-	if err != nil {
-		b.Fatal(err)
-	}
 	cmd := exec.Command("python3", "-c", driverPython)
 	cmd.Dir = b.TempDir()
 	holdR, holdW, err := os.Pipe() // fd 4: held open by the driver, never written
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd.ExtraFiles = []*os.File{reqR, holdW, tickR}
+	cmd.ExtraFiles = []*os.File{reqR, holdW}
 	cmd.Stdout = msgW
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", tickFDEnv+"=5")
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	reqR.Close()
 	msgW.Close()
-	tickR.Close()
 	holdW.Close()
 	b.Cleanup(func() {
 		reqW.Close()
-		tickW.Close()
 		cmd.Process.Kill()
 		cmd.Wait()
 		msgR.Close()

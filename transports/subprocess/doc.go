@@ -15,8 +15,9 @@
 //     interrupt, cwd move, message channel).
 //   - transport.go: Transport (Options, StartKernel); kernel.go: Kernel
 //     (Execute, Interrupt, Restart, Shutdown); pool.go: the warm pool.
-//   - proc.go: one interpreter process and its pipes; msgreader.go,
-//     msglines.go, frames.go: its message readers; procexit.go and reap.go:
-//     how it is killed and reaped; sandbox.go, limits.go: what it runs in.
+//   - proc.go: one interpreter process and its pipes; request.go: the
+//     request it runs; msgreader.go, msglines.go, frames.go: its message
+//     readers; procexit.go and reap.go: how it is killed and reaped;
+//     sandbox.go, limits.go: what it runs in.
 //   - internal/jscompile: the javascript and typescript cell compiler.
 package subprocess

@@ -79,7 +79,6 @@ func (k *Kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		p.req.end(req.MsgID)
 		return fmt.Errorf("subprocess: send request %s to %s kernel: %w", req.MsgID, k.lang.name, err)
 	}
-	p.startTicks()
 	return nil
 }
 

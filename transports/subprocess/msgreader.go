@@ -366,9 +366,6 @@ func (p *proc) parse(msgs []core.Message, line []byte) []core.Message {
 	if len(line) == 0 {
 		return msgs
 	}
-	if m, ok := parseStream(line); ok {
-		return append(msgs, m)
-	}
 	var batch []core.Message
 	var err error
 	if line[0] == '[' {
@@ -436,7 +433,6 @@ func (p *proc) deliver(m core.Message) bool {
 	}
 	if m.Type == core.MsgStatus && m.State == core.StateIdle {
 		p.req.end(m.ParentID)
-		p.stopTicks()
 	}
 	return true
 }

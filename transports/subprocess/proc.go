@@ -106,11 +106,6 @@ type proc struct {
 	held      []core.Message // fd-1/2 output of a request that has not opened yet
 	heldBytes int            // the text of held
 	drainBuf  []byte         // the pump's buffer for drains
-
-	// The flush ticks (startTicks), for a driver that reads them.
-	tickMu    sync.Mutex
-	tickFD    int         // non-blocking write end of the tick pipe (fd 5 in the child); -1: none, or closed
-	tickTimer *time.Timer // the one timer of this process, made by the first request
 }
 
 // pipe returns a close-on-exec pipe whose read end is non-blocking.
@@ -167,7 +162,6 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *
 		ready:    make(chan error, 1),
 		cwdAck:   make(chan string, 1),
 		drainBuf: make([]byte, 64<<10),
-		tickFD:   -1,
 	}
 	if out != nil {
 		p.out.Store(&out)
@@ -207,14 +201,13 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *
 // childFiles are the child's ends of its pipes, in descriptor order.
 type childFiles struct {
 	requests, messages, stdout, stderr *os.File // fd 3, 4, 1, 2
-	ticks                              *os.File // fd 5, for a driver that reads flush ticks
 }
 
 func (c *childFiles) all() []*os.File {
-	return []*os.File{c.requests, c.messages, c.stdout, c.stderr, c.ticks}
+	return []*os.File{c.requests, c.messages, c.stdout, c.stderr}
 }
 
-// openPipes makes the pipes of an interpreter (four, five with ticks): it
+// openPipes makes the four pipes of an interpreter: it
 // keeps the parent's ends in p and returns the child's, to be closed once
 // the child has them.
 func (p *proc) openPipes() (child []*os.File, err error) {
@@ -247,11 +240,6 @@ func (p *proc) openPipes() (child []*os.File, err error) {
 		}
 		*e.fd = r
 	}
-	if d, ok := p.spec.lang.drv.(interface{ ticks() bool }); ok && d.ticks() {
-		if c.ticks, err = p.openTickPipe(); err != nil {
-			return nil, err
-		}
-	}
 	return nil, nil
 }
 
@@ -267,10 +255,6 @@ func (p *proc) launch(child []*os.File) (err error) {
 	}
 	cmd.ExtraFiles = []*os.File{child[0], child[1]} // fd 3, fd 4
 	cmd.Stdout, cmd.Stderr = child[2], child[3]
-	if len(child) > 4 { // the tick pipe: fd 5, named to the driver
-		cmd.ExtraFiles = append(cmd.ExtraFiles, child[4])
-		cmd.Env = append(cmd.Env, tickFDEnv+"=5")
-	}
 	if s.lang.drv.channel() == fd1Frames {
 		fr, env, err := newFrameReader()
 		if err != nil {
@@ -415,7 +399,6 @@ func (p *proc) enterCwd(ctx context.Context, dir string) error {
 // closeFiles closes the parent's ends; the pump and the readers are done
 // with them (or never ran).
 func (p *proc) closeFiles() {
-	p.closeTicks()
 	for _, f := range []*os.File{p.reqW, p.msgF, p.streams[0].f, p.streams[1].f} {
 		if f != nil {
 			f.Close()

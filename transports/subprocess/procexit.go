@@ -99,7 +99,6 @@ func (p *proc) driverGone(cause error) {
 		p.emit(core.Message{ParentID: id, Type: core.MsgError, EName: "MemoryLimitExceeded", EValue: overLimit})
 	}
 	p.req.end("")
-	p.stopTicks()
 	p.emit(core.Message{Type: core.MsgStatus, State: core.StateDead, Text: p.howItDied()})
 }
 

@@ -22,10 +22,7 @@ var pythonLanguage = langDef{
 	},
 }
 
-type pythonLang struct {
-	cache   *pythonDriver
-	noTicks bool // the host sends no flush ticks: the driver keeps the time itself
-}
+type pythonLang struct{ cache *pythonDriver }
 
 func (d pythonLang) command() (args, env []string, err error) {
 	args, err = d.cache.prepare()
@@ -42,6 +39,3 @@ func (pythonLang) interrupt(_ context.Context, s signaller, _ string) error { re
 func (pythonLang) cwdRecord(dir string) []byte { return jsonRecord("cwd", dir) }
 
 func (pythonLang) channel() channel { return fd1Frames }
-
-// ticks: the driver reads flush ticks on fd 5 (ticks.go).
-func (d pythonLang) ticks() bool { return !d.noTicks }
