@@ -3,6 +3,7 @@ package subprocess
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"strings"
 
@@ -19,6 +20,9 @@ var bashLanguage = langDef{
 	debianPackage: "bash",
 	newDriver:     func(*Transport, string) (driver, error) { return bashLang{}, nil },
 }
+
+//go:embed drivers/driver.sh
+var driverBash string
 
 type bashLang struct{}
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -34,6 +35,12 @@ var javaLanguage = langDef{
 		return javaLang{d}, nil
 	},
 }
+
+// driverJava is compiled once per host into a cache directory (see
+// javaDriver): a source launch would compile it on every start.
+//
+//go:embed drivers/Driver.java
+var driverJava string
 
 type javaLang struct{ compiled *javaDriver }
 

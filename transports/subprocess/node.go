@@ -3,6 +3,7 @@ package subprocess
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
@@ -27,6 +28,9 @@ var (
 		newDriver:     func(*Transport, string) (driver, error) { return nodeLang{typescript: true}, nil },
 	}
 )
+
+//go:embed drivers/driver.js
+var driverNode string
 
 type nodeLang struct{ typescript bool }
 

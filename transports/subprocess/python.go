@@ -3,6 +3,7 @@ package subprocess
 import (
 	"cmp"
 	"context"
+	_ "embed"
 
 	"github.com/kernelhost/kernelhost/core"
 )
@@ -21,6 +22,12 @@ var pythonLanguage = langDef{
 		return pythonLang{cache: newPythonDriver(t.closed, path)}, nil
 	},
 }
+
+// driverPython is drivers/driver.py, a real file so it can be read, linted
+// and run by hand.
+//
+//go:embed drivers/driver.py
+var driverPython string
 
 type pythonLang struct{ cache *pythonDriver }
 

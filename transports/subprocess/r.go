@@ -3,6 +3,7 @@ package subprocess
 import (
 	"cmp"
 	"context"
+	_ "embed"
 
 	"github.com/kernelhost/kernelhost/core"
 )
@@ -18,6 +19,12 @@ var rLanguage = langDef{
 	debianPackage: "r-base-core",
 	newDriver:     func(*Transport, string) (driver, error) { return rLang{}, nil },
 }
+
+// driverR is passed in the environment (rDriverEnv), not with -e: R
+// refuses -e arguments over 10,000 bytes.
+//
+//go:embed drivers/driver.R
+var driverR string
 
 // rDriverEnv names the variable that carries driverR to Rscript; the driver
 // unsets it first thing, so user code and its children do not see it.
