@@ -14,6 +14,15 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 )
 
+const (
+	// drainLimit bounds one drain of fd 1 or 2, so a process that writes
+	// without pause cannot starve fd 4. It is above the largest pipe buffer,
+	// so whatever was in the pipe when fd 4 was read is always taken.
+	drainLimit = 2 << 20
+	// stderrKeep is how much early stderr a failed start quotes.
+	stderrKeep = 4 << 10
+)
+
 // stream is the read end of fd 1 or 2.
 type stream struct {
 	name    string

@@ -19,22 +19,6 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 )
 
-const (
-	// killWait bounds the wait for a SIGKILLed process group to be reaped.
-	killWait = 5 * time.Second
-	// exitWait bounds the wait for a driver that closed fd 4 to exit.
-	exitWait = 2 * time.Second
-	// sandboxExitWait bounds the wait for bwrap to exit by itself after its
-	// interpreter's pipes closed, before what is left is killed.
-	sandboxExitWait = 500 * time.Millisecond
-	// drainLimit bounds one drain of fd 1 or 2, so a process that writes
-	// without pause cannot starve fd 4. It is above the largest pipe buffer,
-	// so whatever was in the pipe when fd 4 was read is always taken.
-	drainLimit = 2 << 20
-	// stderrKeep is how much early stderr a failed start quotes.
-	stderrKeep = 4 << 10
-)
-
 // proc is one interpreter process and the goroutines that own it: the
 // waiter (cmd.Wait), the pump (reads fd 4) and one stream reader each for
 // fd 1 and 2.

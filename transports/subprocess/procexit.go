@@ -10,6 +10,16 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 )
 
+const (
+	// killWait bounds the wait for a SIGKILLed process group to be reaped.
+	killWait = 5 * time.Second
+	// exitWait bounds the wait for a driver that closed fd 4 to exit.
+	exitWait = 2 * time.Second
+	// sandboxExitWait bounds the wait for bwrap to exit by itself after its
+	// interpreter's pipes closed, before what is left is killed.
+	sandboxExitWait = 500 * time.Millisecond
+)
+
 // kill SIGKILLs the interpreter and every descendant (killAll) and waits
 // (bounded) until the process is reaped and the pump has returned. Safe to
 // call more than once.
