@@ -70,7 +70,6 @@ FUZZ_TARGETS := \
 	./plugins/policy/policysdk:FuzzDecodeCanonical:20000 \
 	./core/engine:FuzzAppendLine:20000 \
 	./core/engine:FuzzPythonLiteral:20000 \
-	./transports/subprocess:FuzzParseStream:20000 \
 	./transports/subprocess:FuzzEnvValueRoundTrip:1000 \
 	./transports/subprocess:FuzzCwdRoundTrip:30
 

@@ -32,31 +32,23 @@ func startRawDriver(b *testing.B) *rawDriver {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The tick pipe, as the host gives it (see proc.startTicks); no tick
-	// is sent: the host sends none to a cell shorter than tickEvery.
-	tickR, tickW, err := os.Pipe()
-	if err != nil {
-		b.Fatal(err)
-	}
 	cmd := exec.Command("python3", "-c", driverPython)
 	cmd.Dir = b.TempDir()
 	holdR, holdW, err := os.Pipe() // fd 4: held open by the driver, never written
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd.ExtraFiles = []*os.File{reqR, holdW, tickR}
+	cmd.ExtraFiles = []*os.File{reqR, holdW}
 	cmd.Stdout = msgW
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", tickFDEnv+"=5")
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	reqR.Close()
 	msgW.Close()
-	tickR.Close()
 	holdW.Close()
 	b.Cleanup(func() {
 		reqW.Close()
-		tickW.Close()
 		cmd.Process.Kill()
 		cmd.Wait()
 		msgR.Close()
@@ -165,31 +157,6 @@ const (
 		"var pts = [{ x: 3, y: 4 }, { x: 1, y: 1 }]\n" +
 		"norm(first(pts))"
 )
-
-// BenchmarkPrepareCell is the host's work on a javascript or typescript
-// cell before it is sent (see jscell.go): esbuild's transform and the
-// module-syntax rewrite. ns/op is one cell.
-func BenchmarkPrepareCell(b *testing.B) {
-	for _, c := range []struct {
-		name    string
-		prepare func(string) jsCell
-		code    string
-	}{
-		{"javascript-1+1", prepareJavaScript, "1+1"},
-		{"javascript-imports", prepareJavaScript, "import { readFileSync } from 'fs'\nimport * as path from 'node:path'\ntypeof readFileSync + path.sep"},
-		{"typescript-1+1", prepareTypeScript, "1+1"},
-		{"typescript-typed-cell", prepareTypeScript, typedCell},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if got := c.prepare(c.code); got.err != nil {
-					b.Fatal(got.err.Message)
-				}
-			}
-		})
-	}
-}
 
 // BenchmarkNodeRoundTrip runs a cell through a javascript and a typescript
 // Kernel, alternating the two in one loop so both see the same machine

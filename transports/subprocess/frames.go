@@ -53,13 +53,16 @@ func newFrameReader() (fr *frameReader, env string, err error) {
 	return &frameReader{mark: []byte(frameMarkPrefix + digits)}, frameMarkEnv + "=" + digits, nil
 }
 
-// frames handles data read from a framed fd 1: text goes out as stdout
+// read handles data read from a framed fd 1: text goes out as stdout
 // (p.stream), each complete batch of messages is handled as the pump
 // handles fd 4's (handleFrame). A frame not complete yet, and text at the
-// end that may be the start of one, wait for the next read. Called with mu
-// held; false when the kernel stopped this process.
-func (p *proc) frames(s *stream, data []byte) bool {
-	fr := p.frameReader
+// end that may be the start of one, wait for the next read. fd 2 is drained
+// first: what a child wrote there before this reached fd 1
+// (os.system('echo E >&2'); print('q')) comes before it.
+func (fr *frameReader) read(p *proc, s *stream, data []byte) bool {
+	if !p.drainStream(&p.streams[1], false) {
+		return false
+	}
 	if fr.lines == nil {
 		fr.lines = newMsgLines(p.spec.maxMessage)
 	}
@@ -99,18 +102,17 @@ func (p *proc) frames(s *stream, data []byte) bool {
 		}
 		fr.msgs = fr.lines.add(p, fr.msgs, b[frameHeaderLen:frameHeaderLen+n])
 		b = b[frameHeaderLen+n:]
-		if kind == '.' && !p.handleBatch() {
+		if kind == '.' && !fr.handleBatch(p) {
 			return false
 		}
 	}
 	return true
 }
 
-// flushFramePending sends what fd 1 left held back as text: called once the
-// pipe is empty or closed, when no frame can be half read.
-func (p *proc) flushFramePending(s *stream) bool {
-	fr := p.frameReader
-	if fr == nil || len(fr.pending) == 0 {
+// empty sends what fd 1 left held back as text: called once the pipe is
+// empty or closed, when no frame can be half read.
+func (fr *frameReader) empty(p *proc, s *stream) bool {
+	if len(fr.pending) == 0 {
 		return true
 	}
 	text := fr.pending
@@ -119,8 +121,7 @@ func (p *proc) flushFramePending(s *stream) bool {
 }
 
 // handleBatch hands on the messages of the batch the frames carried.
-func (p *proc) handleBatch() bool {
-	fr := p.frameReader
+func (fr *frameReader) handleBatch(p *proc) bool {
 	fr.lines.endBatch(fr.msgs)
 	msgs := mergeStreams(fr.msgs)
 	fr.msgs = fr.msgs[:0]

@@ -2,13 +2,11 @@ package subprocess
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
@@ -75,35 +73,6 @@ func FuzzCwdRoundTrip(f *testing.F) {
 			if got != dir {
 				t.Fatalf("%s: cwd %q arrived as %q", lang.Language, dir, got)
 			}
-		}
-	})
-}
-
-// parseStream, the fast path for the drivers' stream lines, decodes exactly
-// what encoding/json decodes, and declines what it cannot.
-func FuzzParseStream(f *testing.F) {
-	for _, s := range []string{
-		`{"type":"stream","name":"stdout","parent_id":"id-1","text":"hello\n"}`,
-		`{"type":"stream","name":"stderr","parent_id":"","text":"\u00e9t\u00e9 \ud83d\ude00 \"q\" \\"}`,
-		`{"type":"stream","name":"stdout","parent_id":"x","text":"caf` + "\xc3\xa9" + `"}`,
-		`{"type":"stream","name":"stdout","parent_id":"x","text":"bad` + "\xff" + `"}`,
-		`{"type":"stream","name":"stdout","parent_id":"x","text":"\ud800"}`,
-		`{"type":"stream","name":"stdout","parent_id":"x","text":"a"} `,
-		`{"type":"stream","name":"other","parent_id":"x","text":"a"}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, line []byte) {
-		m, ok := parseStream(line)
-		if !ok {
-			return
-		}
-		var want core.Message
-		if err := json.Unmarshal(line, &want); err != nil {
-			t.Fatalf("parseStream took %q, which encoding/json rejects: %v", line, err)
-		}
-		if m.Type != want.Type || m.Name != want.Name || m.ParentID != want.ParentID || m.Text != want.Text {
-			t.Fatalf("parseStream(%q) = %+v, encoding/json %+v", line, m, want)
 		}
 	})
 }

@@ -107,7 +107,7 @@ func TestPythonPlainCellsDoNotLoadIPython(t *testing.T) {
 func TestIPythonShellCommand(t *testing.T) {
 	k := startPython(t, needIPython(t))
 	// One command per line: a child's own stdout against its stderr is in
-	// the order of the host's reads of two pipes (doc.go).
+	// the order of the host's reads of two pipes (docs/drivers.md).
 	checkTrace(t, execOK(t, k, "print('a')\n!echo b\n!echo c >&2\nprint('d')\nfiles = !printf 'x\\ny\\n'\nfiles"),
 		"stdout:a\nstdout:b\nstderr:c\nstdout:d\nresult:['x', 'y']\n")
 	if got := execOK(t, k, "    v = 'indented'\n    !echo $v").Stream("stdout"); got != "indented\n" {

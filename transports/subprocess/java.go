@@ -1,8 +1,10 @@
 package subprocess
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -10,7 +12,66 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/kernelhost/kernelhost/core"
 )
+
+// java runs drivers/Driver.java, jshell's API in the driver's JVM, so a JDK
+// (java with javac beside it) is needed. Its driver is compiled once per
+// host into the user's cache (javaDriver). The JDK has no JSON parser: a
+// request is a header line and the code (encodeHeader); messages are JSON
+// lines on fd 4. Its pool serves only kernels in the pool's cwd: a JVM
+// cannot change its process's cwd (user.dir is a property; children and
+// the JDK's file access use the process's).
+var javaLanguage = langDef{
+	name:          "java",
+	interpreter:   func(o Options) string { return cmp.Or(o.Java, "java") },
+	debianPackage: "default-jdk-headless",
+	newDriver: func(_ *Transport, path string) (driver, error) {
+		d, err := newJavaDriver(path)
+		if err != nil {
+			return nil, err
+		}
+		return javaLang{d}, nil
+	},
+}
+
+// driverJava is compiled once per host into a cache directory (see
+// javaDriver): a source launch would compile it on every start.
+//
+//go:embed drivers/Driver.java
+var driverJava string
+
+type javaLang struct{ compiled *javaDriver }
+
+func (d javaLang) command() (args, env []string, err error) {
+	args, err = d.compiled.prepare()
+	return args, nil, err
+}
+
+func (javaLang) encode(req core.ExecuteRequest) ([]byte, error) { return encodeHeader(req) }
+
+// interrupt: the driver handles SIGINT (sun.misc.Signal) with JShell.stop()
+// while a cell runs and ignores it otherwise. The JVM runs that handler on
+// a thread of its own, late under load: an idle interrupt's SIGINT could
+// reach the driver once the next cell had started, and stop it, so none is
+// sent while no request runs. After each SIGINT the host writes the
+// record "sigint 0 <msg_id>" (a header line of encodeHeader's, without a
+// line break in the msg_id), and the driver starts a cell only once the
+// handler has run for each. It gets the resends (sigintResends) for a
+// signal that came just before the cell started.
+func (javaLang) interrupt(_ context.Context, s signaller, id string) error {
+	if id == "" {
+		return nil
+	}
+	return sigintResent(s, id, javaLang{}.sigintRecord, sigintResends)
+}
+
+func (javaLang) sigintRecord(id string) []byte { return []byte("sigint 0 " + id + "\n") }
+
+func (javaLang) cwdRecord(string) []byte { return nil }
+
+func (javaLang) channel() channel { return fd4Lines }
 
 // javaDriver compiles drivers/Driver.java with the JDK's javac once and
 // gives the java arguments that run it.
@@ -33,8 +94,8 @@ const javaCompileTimeout = 2 * time.Minute
 
 // javaVMArgs start the driver's JVM. java.util is opened to unnamed modules
 // so the engine's env snippets can write through System.getenv() (see
-// javaEnvBlock in core/engine/envvars.go). C1 only and the serial collector halve
-// the start (measured 3.6 s → 1.8 s under load) and the idle memory; long
+// javaEnvBlock in core/engine/envvars.go). C1 only and the serial collector
+// shorten the start and shrink the idle memory; long
 // computations run slower than with C2, which JAVA_TOOL_OPTIONS cannot undo
 // (these come later on the command line).
 var javaVMArgs = []string{"--add-opens", "java.base/java.util=ALL-UNNAMED", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss4m"}

@@ -161,20 +161,14 @@ func isOutput(m core.Message) bool {
 	return false
 }
 
-// cutStream reads the start of a stream message in the drivers' layout
-// (parseStream) whose text was cut: the text up to the cut.
+// cutStream reads the start of a stream message whose text was cut: the
+// text up to the cut. The python and node drivers write a stream message's
+// text last.
 func cutStream(head []byte) (core.Message, bool) {
-	m, ok := parseStream(head)
-	if ok {
-		return m, true
-	}
+	var m core.Message
 	i := bytes.Index(head, []byte(`,"text":"`))
-	if i < 0 {
-		return m, false
-	}
-	m, ok = parseStream(append(bytes.Clone(head[:i]), `,"text":""}`...))
-	if !ok {
-		return m, false
+	if i < 0 || json.Unmarshal(append(bytes.Clone(head[:i]), '}'), &m) != nil || m.Type != core.MsgStream {
+		return core.Message{}, false
 	}
 	raw := head[i+len(`,"text":`):]
 	// Cut before a trailing escape that may be incomplete: at the start of
@@ -186,7 +180,7 @@ func cutStream(head []byte) (core.Message, bool) {
 		}
 		raw = raw[:j]
 	}
-	m.Text, _, _ = jsonString(append(bytes.Clone(raw), '"'))
+	_ = json.Unmarshal(append(bytes.Clone(raw), '"'), &m.Text) // "" when what is left does not decode
 	return m, true
 }
 
@@ -196,7 +190,8 @@ func cutParent(head []byte) string {
 	if i < 0 {
 		return ""
 	}
-	s, _, _ := jsonString(bytes.TrimLeft(head[i+len(`"parent_id":`):], " "))
+	var s string
+	_ = json.NewDecoder(bytes.NewReader(head[i+len(`"parent_id":`):])).Decode(&s)
 	return s
 }
 

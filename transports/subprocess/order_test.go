@@ -186,7 +186,7 @@ func TestNodeInterruptAnyPhase(t *testing.T) {
 func writeSigintRecord(k *Kernel, id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.noteSigint(id)
+	_ = procSignaller{k, k.p}.send(context.Background(), k.lang.drv.(sigintRecorder).sigintRecord(id))
 }
 
 // A SIGINT that lands as one of node's breakOnSigint runs ends is kept by
@@ -250,26 +250,7 @@ func TestPythonStderrArrivesDuringSleep(t *testing.T) {
 	writtenWhileRunning(t, k, "stderr", "import sys, time\nsys.stderr.write('start\\n')\ntime.sleep(120)")
 }
 
-// The same without the host's flush ticks (the driver run by an older
-// host or by hand): its flusher thread keeps the time itself.
-func TestPythonPrintArrivesDuringSleepWithoutTicks(t *testing.T) {
-	tr := New(Options{})
-	python := tr.langs["python"]
-	python.ticks = false
-	tr.langs["python"] = python
-	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
-	defer cancel()
-	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { k.Shutdown(context.Background()) })
-	for range 2 {
-		printedWhileRunning(t, k.(*Kernel), "import time\nprint('start')\ntime.sleep(120)")
-	}
-}
-
-// A pooled interpreter has the tick pipe too.
+// A pooled interpreter's print arrives during a sleep too.
 func TestPooledPythonPrintArrivesDuringSleep(t *testing.T) {
 	tr, dir := pooledTransport(t, "python")
 	pooled := readyPid(t, tr, "python")

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kernelhost/kernelhost/core"
 )
 
 // A warm pool keeps interpreters of a language started ahead of need, so a
 // new context (or a restart) takes one that is ready instead of waiting for
-// an interpreter's start-up (docs/benchmarks.md: about half of a context's
+// an interpreter's start-up (about half of a context's
 // creation). What a pooled interpreter is and is not:
 //
 //   - It starts exactly as a fresh one would (procSpec: the host's
@@ -24,7 +26,7 @@ import (
 //     context or request. Per-request env vars and a context's env are the
 //     engine's snippets, applied after the hand-out as after a cold start.
 //   - It serves a kernel in any cwd where its driver can be moved (python,
-//     javascript, typescript: language.enterCwd). Before the kernel gets it,
+//     javascript, typescript: driver.cwdRecord). Before the kernel gets it,
 //     take sends it the kernel's cwd, absolute, and waits for the driver's
 //     answer: the driver chdirs, sets PWD as a cold start's (pwdOf), and
 //     redoes what its start derived from the directory (python: import's
@@ -119,7 +121,7 @@ func (pl *pool) serves(lang language, cwd string) bool {
 	if cleanCwd(cwd) == pl.cwd {
 		return true
 	}
-	return lang.enterCwd != nil && pl.sandbox.reaches(pl.cwd, cwd)
+	return lang.drv.cwdRecord(cwd) != nil && pl.sandbox.reaches(pl.cwd, cwd)
 }
 
 func cleanCwd(cwd string) string {
@@ -129,11 +131,11 @@ func cleanCwd(cwd string) string {
 	return filepath.Clean(cwd)
 }
 
-// take hands out a pooled interpreter to owner, in cwd: a ready one, else
+// take hands out a pooled interpreter whose messages go to out, in cwd: a ready one, else
 // one still starting (waited for within ctx). nil when there is none or it
 // failed, or could not enter cwd: the caller starts one cold. Either way the
 // pool refills in the background.
-func (pl *pool) take(ctx context.Context, owner *Kernel, cwd string) *proc {
+func (pl *pool) take(ctx context.Context, out chan<- core.Message, cwd string) *proc {
 	defer pl.refill()
 	dir, move, ok := pl.moveTo(cwd)
 	if !ok {
@@ -162,7 +164,7 @@ func (pl *pool) take(ctx context.Context, owner *Kernel, cwd string) *proc {
 				return nil
 			}
 		}
-		if s.p.adopt(owner) {
+		if s.p.adopt(out) {
 			return s.p
 		}
 		s.p.kill() // it died while it waited, and its watcher had not seen it yet

@@ -328,7 +328,7 @@ func (p *proc) findSandboxed() error {
 	}
 	init, interp, err := sandboxPids(p.cmd.Process.Pid)
 	if err != nil {
-		return fmt.Errorf("start %s kernel: %w", p.spec.langName, err)
+		return fmt.Errorf("start %s kernel: %w", p.spec.lang.name, err)
 	}
 	p.idsMu.Lock()
 	p.nsInit, p.pgid, p.pid = init, init, interp

@@ -3,8 +3,6 @@ package subprocess
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -76,59 +74,17 @@ type Transport struct {
 
 var _ core.Transport = (*Transport)(nil)
 
-// language says how to run one language's driver.
+// language is one language found on this machine: its interpreter and
+// its driver.
 type language struct {
-	path   string                                    // resolved interpreter
-	args   []string                                  // arguments that run the driver
-	env    []string                                  // extra environment for this language
-	encode func(core.ExecuteRequest) ([]byte, error) // request framing on fd 3
-	// interrupt, when set, frames an interrupt of request msgID, written on
-	// fd 3 before any SIGINT (see Kernel.Interrupt and driver.js).
-	interrupt func(msgID string) []byte
-	// sigintSent, when set, frames the record written on fd 3 after each
-	// SIGINT sent while request msgID runs (see Kernel.sigintNoted).
-	sigintSent func(msgID string) []byte
-	// resendSigint: SIGINT is sent again while the interrupted request still
-	// runs (see sigintResends).
-	resendSigint bool
-	// noIdleSigint: no SIGINT is sent while no request runs. The JVM runs
-	// its signal handlers on a thread of their own, late under load: an
-	// idle interrupt's SIGINT could reach the Java driver once the next
-	// cell had started, and stop it.
-	noIdleSigint bool
-	// prepare, when set, readies the driver before the first start and
-	// returns the arguments that run it (java compiles its driver once).
-	prepare func() ([]string, error)
-	// ticks: the driver reads flush ticks on fd 5 (see proc.startTicks and
-	// doc.go, "Output coalescing").
-	ticks bool
-	// enterCwd, when set, frames the record that moves a pooled interpreter
-	// into a kernel's cwd on hand-out; the driver answers kh_cwd (see
-	// proc.enterCwd). Without it a pool serves only kernels in its own cwd.
-	enterCwd func(dir string) []byte
-	// framed: the driver writes its messages into fd 1 as frames, among
-	// its prints, instead of to fd 4 (frames.go).
-	framed bool
+	name string
+	path string // the interpreter, resolved
+	drv  driver
 }
 
 // New returns a Transport for the interpreters of opts that exist on this
 // machine; Info().Languages lists only those.
 func New(opts Options) *Transport {
-	if opts.Python == "" {
-		opts.Python = "python3"
-	}
-	if opts.Bash == "" {
-		opts.Bash = "bash"
-	}
-	if opts.Node == "" {
-		opts.Node = "node"
-	}
-	if opts.R == "" {
-		opts.R = "Rscript"
-	}
-	if opts.Java == "" {
-		opts.Java = "java"
-	}
 	noCoreDumps()
 	t := &Transport{
 		cgroups:    !opts.NoCgroups,
@@ -140,22 +96,9 @@ func New(opts Options) *Transport {
 	t.sandbox, t.noSandbox, t.sandboxErr = newSandbox(opts.Sandbox, bwrapWorks)
 	t.limits, t.limitsErr = newLimiter(opts.Limits, t.cgroups)
 	t.closed, t.closeCancel = context.WithCancel(context.Background())
-	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
-	t.add("python", opts.Python, "python3", language{env: []string{"PYTHONUNBUFFERED=1"}, encode: encodeJSON, ticks: true, framed: true, enterCwd: encodeEnterCwd})
-	if lang, ok := t.langs["python"]; ok {
-		lang.prepare = newPythonDriver(t.closed, lang.path).prepare
-		t.langs["python"] = lang
+	for _, def := range languages {
+		t.add(def, def.interpreter(opts))
 	}
-	t.add("bash", opts.Bash, "bash", language{args: []string{"--noprofile", "--norc", "-c", driverBash, "bash"}, encode: encodeBash, resendSigint: true})
-	// typescript runs on the same driver: the host compiles each cell (see
-	// jscell.go), so node is all either needs.
-	t.add("javascript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeJavaScript, interrupt: encodeInterrupt, sigintSent: encodeSigintSent, enterCwd: encodeEnterCwd})
-	t.add("typescript", opts.Node, "nodejs", language{args: []string{"-e", driverNode}, encode: encodeTypeScript, interrupt: encodeInterrupt, sigintSent: encodeSigintSent, enterCwd: encodeEnterCwd})
-	// R keeps a SIGINT that lands while it reads fd 3 pending and the driver
-	// drops it once the request is read (see driver.R): the resends cover an
-	// interrupt sent just before the code started.
-	t.add("r", opts.R, "r-base-core", language{args: rDriverArgs, env: []string{rDriverEnv + "=" + driverR}, encode: encodeHeader, resendSigint: true})
-	t.addJava(opts.Java)
 	if t.limitsErr == nil {
 		t.startPools(opts.PoolSizes, cleanCwd(opts.PoolCwd))
 	} else {
@@ -200,35 +143,21 @@ func (t *Transport) PoolStats() []PoolStat {
 	return stats
 }
 
-// addJava registers java: jshell's API runs in the driver's JVM, so a JDK
-// (java with javac beside it) is needed.
-func (t *Transport) addJava(interpreter string) {
-	const pkg = "default-jdk-headless"
-	t.add("java", interpreter, pkg, language{encode: encodeHeader, sigintSent: encodeHeaderSigint, resendSigint: true, noIdleSigint: true})
-	lang, ok := t.langs["java"]
-	if !ok {
-		return
-	}
-	d, err := newJavaDriver(lang.path)
-	if err != nil {
-		delete(t.langs, "java")
-		t.missing["java"] = fmt.Sprintf("%v (Debian: apt-get install %s)", err, pkg)
-		return
-	}
-	lang.prepare = d.prepare
-	t.langs["java"] = lang
-}
-
-// add registers lang when its interpreter is found, and otherwise notes
-// which Debian package would provide it.
-func (t *Transport) add(name, interpreter, debianPackage string, lang language) {
+// add registers a language when its interpreter is found and its driver
+// can run there, and otherwise notes why not, with the Debian package that
+// would provide what is missing.
+func (t *Transport) add(def langDef, interpreter string) {
 	path, err := exec.LookPath(interpreter)
 	if err != nil {
-		t.missing[name] = fmt.Sprintf("its interpreter %q is not installed here (Debian: apt-get install %s)", interpreter, debianPackage)
+		t.missing[def.name] = fmt.Sprintf("its interpreter %q is not installed here (Debian: apt-get install %s)", interpreter, def.debianPackage)
 		return
 	}
-	lang.path = path
-	t.langs[name] = lang
+	drv, err := def.newDriver(t, path)
+	if err != nil {
+		t.missing[def.name] = fmt.Sprintf("%v (Debian: apt-get install %s)", err, def.debianPackage)
+		return
+	}
+	t.langs[def.name] = language{name: def.name, path: path, drv: drv}
 }
 
 // hostEnvPrefix starts kernelhost's own environment variables: its settings
@@ -310,106 +239,18 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 // pooled one and a cold one.
 func (t *Transport) spec(name, cwd string) (procSpec, error) {
 	lang := t.langs[name]
-	if lang.prepare != nil {
-		args, err := lang.prepare()
-		if err != nil {
-			return procSpec{}, fmt.Errorf("subprocess: %s: %w", name, err)
-		}
-		lang.args = args
+	args, env, err := lang.drv.command()
+	if err != nil {
+		return procSpec{}, fmt.Errorf("subprocess: %s: %w", name, err)
 	}
 	return procSpec{
 		lang:       lang,
-		langName:   name,
+		args:       args,
 		cwd:        cwd,
-		env:        append(append([]string(nil), t.env...), lang.env...),
+		env:        append(append([]string(nil), t.env...), env...),
 		cgroups:    t.cgroups,
 		sandbox:    t.sandbox,
 		maxMessage: t.maxMessage,
 		limits:     t.limits,
 	}, nil
-}
-
-type jsonRequest struct {
-	MsgID  string `json:"msg_id"`
-	Code   string `json:"code"`
-	Silent bool   `json:"silent,omitempty"`
-
-	// For driver.js (see jsCell).
-	Imports   string     `json:"imports,omitempty"`
-	SourceMap string     `json:"source_map,omitempty"`
-	Error     *cellError `json:"compile_error,omitempty"`
-}
-
-func encodeJSON(req core.ExecuteRequest) ([]byte, error) {
-	b, err := json.Marshal(jsonRequest{MsgID: req.MsgID, Code: req.Code, Silent: req.Silent})
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-func encodeJavaScript(req core.ExecuteRequest) ([]byte, error) {
-	return encodeCell(req, prepareJavaScript(req.Code))
-}
-
-func encodeTypeScript(req core.ExecuteRequest) ([]byte, error) {
-	return encodeCell(req, prepareTypeScript(req.Code))
-}
-
-func encodeCell(req core.ExecuteRequest, c jsCell) ([]byte, error) {
-	b, err := json.Marshal(jsonRequest{MsgID: req.MsgID, Code: c.code, Silent: req.Silent, Imports: c.imports, SourceMap: c.sourceMap, Error: c.err})
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-// jsonRecord returns the framing of a record {"<key>": value} on fd 3 of
-// the python and node drivers.
-func jsonRecord(key string) func(value string) []byte {
-	return func(value string) []byte {
-		b, _ := json.Marshal(map[string]string{key: value}) // a map of strings always marshals
-		return append(b, '\n')
-	}
-}
-
-var (
-	encodeInterrupt  = jsonRecord("interrupt") // node: an interrupt, before any SIGINT
-	encodeSigintSent = jsonRecord("sigint")    // node: after a SIGINT (see Kernel.sigintNoted)
-	encodeEnterCwd   = jsonRecord("cwd")       // the hand-out of a pooled interpreter
-)
-
-// encodeHeaderSigint frames the record of a SIGINT for the Java driver: a
-// header line "sigint 0 <msg_id>" (the msg_id of a request encodeHeader
-// framed, so without a line break).
-func encodeHeaderSigint(msgID string) []byte {
-	return []byte("sigint 0 " + msgID + "\n")
-}
-
-// encodeHeader frames a request for the drivers without a JSON parser (R):
-// a header line "<silent 0|1> <code length in bytes> <msg_id>", then the code.
-func encodeHeader(req core.ExecuteRequest) ([]byte, error) {
-	if strings.ContainsAny(req.MsgID, "\n\r") {
-		return nil, errors.New("msg_id cannot contain a line break")
-	}
-	silent := 0
-	if req.Silent {
-		silent = 1
-	}
-	header := fmt.Sprintf("%d %d %s\n", silent, len(req.Code), req.MsgID)
-	return append([]byte(header), req.Code...), nil
-}
-
-func encodeBash(req core.ExecuteRequest) ([]byte, error) {
-	if strings.IndexByte(req.Code, 0) >= 0 {
-		return nil, errors.New("bash code cannot contain a NUL byte")
-	}
-	b := make([]byte, 0, len(req.Code)+2)
-	if req.Silent {
-		b = append(b, '1')
-	} else {
-		b = append(b, '0')
-	}
-	b = append(b, req.Code...)
-	return append(b, 0), nil
 }

@@ -1,7 +1,7 @@
 // kernelhost subprocess driver for Java: cells run in a jshell session
 // (the jdk.jshell API, Debian default-jdk-headless), in this JVM.
 //
-// Protocol (see ../doc.go): a request on fd 3 is a header line
+// Protocol (see docs/drivers.md): a request on fd 3 is a header line
 // "<silent 0|1> <code length in bytes> <msg_id>\n" followed by the code's
 // UTF-8 bytes; messages go to fd 4 as JSON lines. System.out and System.err
 // are replaced by streams that send each write as a stream message on fd 4,

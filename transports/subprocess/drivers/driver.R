@@ -1,6 +1,6 @@
 # kernelhost subprocess driver for R (base R only: r-base-core).
 #
-# Protocol (see ../doc.go): a request on fd 3 is a header line
+# Protocol (see docs/drivers.md): a request on fd 3 is a header line
 # "<silent 0|1> <code length in bytes> <msg_id>\n" followed by the code's
 # UTF-8 bytes; messages go to fd 4 as JSON lines. R writes print() and cat()
 # output to fd 1 and message() and warnings to fd 2 itself, unbuffered; the

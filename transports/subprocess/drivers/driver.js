@@ -1,6 +1,6 @@
 // kernelhost subprocess driver for JavaScript (node).
 //
-// Protocol (see ../doc.go): requests arrive on fd 3 as JSON lines
+// Protocol (see docs/drivers.md): requests arrive on fd 3 as JSON lines
 // {"msg_id", "code", "silent"}; messages leave on fd 4 as JSON lines. Code runs
 // in one persistent vm context; the last expression's value is the result
 // (a returned Promise is awaited). console.log/error and process.stdout/stderr

@@ -1,6 +1,6 @@
 # kernelhost subprocess driver for Python.
 #
-# Protocol (see ../doc.go and ../frames.go): requests arrive on fd 3 as one
+# Protocol (see docs/drivers.md and ../frames.go): requests arrive on fd 3 as one
 # JSON object per line {"msg_id": str, "code": str, "silent": bool}. print
 # and sys.stdout write to fd 1 as in a plain interpreter, and the driver's
 # messages (status, stderr text, display, result, error, reply: JSON lines)
@@ -92,7 +92,8 @@ _loads = json.loads
 # reach the pipe first. One exception, so that print(x, file=sys.stderr),
 # which writes x and then "\n", leaves as one message: text that does not
 # end a line is held (_err_held) until the next stderr write, the next
-# message or flush of the driver (_flush_output), or the next tick. A print
+# message or flush of the driver (_flush_output), or the next flush of the
+# flusher thread. A print
 # that user code itself flushes (flush=True, sys.stdout.flush()) within
 # that time, or 64 KiB of prints, can overtake held text. (stderr is
 # rarely a hot path; the host merges the messages of a burst it reads at
@@ -103,16 +104,9 @@ _loads = json.loads
 # flush() and print(flush=True), when the 64 KiB buffer is full, at the end
 # of each cell, and by the flusher thread, which flushes every _FLUSH_DELAY
 # while a cell runs: a print followed by time.sleep, or by a long
-# computation, reaches the client within milliseconds.
-#
-# The host keeps that time when it gives the driver a tick pipe
-# (KH_TICK_FD): from _FLUSH_DELAY after it sent a request until the reply
-# arrives it writes a byte to the pipe every _FLUSH_DELAY, and the flusher
-# thread, blocked reading the pipe (the GIL released), flushes on each. A
-# cell shorter than that costs nothing: waking a thread of our own at each
-# cell's start cost 1+1 15-20 µs. Without the pipe (a host that does not
-# send ticks, a driver run by hand) the cell's start wakes the flusher,
-# which then flushes every _FLUSH_DELAY itself (_wake_flusher).
+# computation, reaches the client within milliseconds. The cell's start
+# wakes the flusher (_wake_flusher), which then flushes every _FLUSH_DELAY
+# while the cell runs.
 _write_lock = threading.Lock()
 _FLUSH_BYTES = 1 << 16
 _FLUSH_DELAY = 0.002  # seconds
@@ -128,16 +122,6 @@ def _take_env(name):
     return value
 
 
-def _take_tick_fd():
-    fd = _take_env("KH_TICK_FD")
-    if fd is None:
-        return None
-    fd = int(fd)
-    os.set_inheritable(fd, False)
-    return fd
-
-
-_tick_fd = _take_tick_fd()  # None: no ticks, the flusher keeps the time
 # A frame: mark, kind ('.' the last piece of a batch, '+' more to come), the
 # payload's length in 4 hex digits, the payload. Each is one write of at
 # most PIPE_BUF (4096) bytes, which no other writer of the pipe can cut.
@@ -294,25 +278,6 @@ def _flush_loop():
         _flush_from_thread()
 
 
-def _start_tick_flusher():
-    """Start the flusher thread that flushes on each tick of the host; it runs for good."""
-    global _flusher_thread
-    _flusher_thread = threading.Thread(target=_tick_loop, args=(_tick_fd,), name="kernelhost-output", daemon=True)
-    _flusher_thread.start()
-
-
-def _tick_loop(fd):
-    _output_thread_takes_no_sigint()
-    read = os.read
-    while True:
-        try:
-            if not read(fd, 512):  # all the ticks that came: one flush for them
-                return  # the host closed the pipe
-        except OSError:
-            return
-        _flush_from_thread()
-
-
 def _flush_from_thread():
     """Flush stdout from the output thread, under the fork guard (no flush is
     half done in a forked child), with an error swallowed (ValueError: user
@@ -341,19 +306,13 @@ def _before_fork():
 def _after_fork_in_child():
     # A forked child (multiprocessing, os.fork) has no flusher thread: its
     # stdout is flushed at each newline instead (stderr is sent at each write).
-    global _flusher_thread, _write_lock, _flusher_lock, _flusher_go, _fork_guard, _tick_fd, _hold_err
+    global _flusher_thread, _write_lock, _flusher_lock, _flusher_go, _fork_guard, _hold_err
     _flusher_thread = None
     _hold_err = False
     try:
         signal.set_wakeup_fd(-1)  # the pipe is the parent's, and the child has no output thread to read one
     except (ValueError, OSError):
         pass
-    if _tick_fd is not None:  # the parent's: its ticks are not the child's
-        try:
-            os.close(_tick_fd)
-        except OSError:
-            pass
-        _tick_fd = None
     _write_lock = threading.Lock()
     _flusher_lock = threading.Lock()
     _flusher_go = threading.Event()
@@ -442,7 +401,7 @@ sys.addaudithook(_on_audit)
 # (the host more than a pipe's worth behind) drops the text print handed to
 # the buffer in that call, at most 8 KiB, as a plain interpreter would.
 _OUTPUT_CODES = frozenset(
-    f.__code__ for f in (_write_msgs, _flush_output, _send_held_err, _send, _emit, _StderrRaw.write, _wake_flusher, _start_tick_flusher, _exit_after_output)
+    f.__code__ for f in (_write_msgs, _flush_output, _send_held_err, _send, _emit, _StderrRaw.write, _wake_flusher, _exit_after_output)
 )
 
 
@@ -995,11 +954,8 @@ def _execute(req):
                 value = _run_helper(code)
             else:
                 # A print while the cell runs is sent within _FLUSH_DELAY.
-                if _tick_fd is None:
-                    if not _flusher_go.is_set():
-                        _wake_flusher()
-                elif _flusher_thread is None:
-                    _start_tick_flusher()
+                if not _flusher_go.is_set():
+                    _wake_flusher()
                 value = _run(code, filename, silent)
             post_execute = _shell_obj is not None and not silent  # the cell may have created it
             if value is not None and not silent:

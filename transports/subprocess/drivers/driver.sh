@@ -1,6 +1,6 @@
 # kernelhost subprocess driver for bash.
 #
-# Protocol (see ../doc.go): a request on fd 3 is one NUL-terminated record, a
+# Protocol (see docs/drivers.md): a request on fd 3 is one NUL-terminated record, a
 # "0" or "1" (silent) followed by the code. Messages go to fd 4 as JSON lines;
 # the host fills in parent_id, so nothing here needs JSON string escaping.
 # User code writes straight to fd 1/2, which the host forwards.

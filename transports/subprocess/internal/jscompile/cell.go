@@ -1,18 +1,5 @@
-package subprocess
-
-import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
-
-	"github.com/evanw/esbuild/pkg/api"
-)
-
-// A javascript or typescript cell is prepared here, in the host, before
-// driver.js runs it: typescript's types are removed by esbuild (a real
+// Package jscompile prepares a javascript or typescript cell in the host,
+// before driver.js runs it: typescript's types are removed by esbuild (a real
 // compiler, in-process, so node is all a context needs), and ES module
 // syntax, which a REPL's scripts cannot contain, is rewritten:
 //
@@ -37,17 +24,29 @@ import (
 // written, at no cost. Before esbuild sees a cell, scanJS bounds how deeply
 // it nests (maxJSNesting): esbuild's parser recurses per level on the
 // plugin's stack.
+package jscompile
 
-// jsCell is a cell ready for driver.js.
-type jsCell struct {
-	code      string     // what runs
-	imports   string     // run first, awaited: binds the cell's imports as globals
-	sourceMap string     // maps code back to the cell as written; "" when code is the cell
-	err       *cellError // the cell does not compile; nothing runs
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/evanw/esbuild/pkg/api"
+)
+
+// Cell is a cell ready for driver.js.
+type Cell struct {
+	Code      string        // what runs
+	Imports   string        // run first, awaited: binds the cell's imports as globals
+	SourceMap string        // maps Code back to the cell as written; "" when Code is the cell
+	Err       *CompileError // the cell does not compile; nothing runs
 }
 
-// cellError is a compile error at a place in the cell as written.
-type cellError struct {
+// CompileError is a compile error at a place in the cell as written.
+type CompileError struct {
 	Name     string `json:"name"`
 	Message  string `json:"message"`
 	Line     int    `json:"line"`   // 1-based; 0 when unknown
@@ -69,42 +68,42 @@ func esbuildOptions(loader api.Loader) api.TransformOptions {
 	}
 }
 
-// prepareTypeScript compiles a typescript cell to javascript.
-func prepareTypeScript(code string) jsCell {
+// TypeScript compiles a typescript cell to javascript.
+func TypeScript(code string) Cell {
 	if scan := scanJS(code); scan.tooDeep != nil {
-		return jsCell{err: scan.tooDeep}
+		return Cell{Err: scan.tooDeep}
 	}
 	r := api.Transform(code, esbuildOptions(api.LoaderTS))
 	if len(r.Errors) > 0 {
-		return jsCell{err: esbuildError(r.Errors[0])}
+		return Cell{Err: esbuildError(r.Errors[0])}
 	}
 	return rewriteModuleSyntax(r.Code, r.Map, code)
 }
 
-// prepareJavaScript rewrites a javascript cell's module syntax, if any.
+// JavaScript rewrites a javascript cell's module syntax, if any.
 // A cell esbuild cannot parse runs as written: node reports its error, as
 // it did before cells went through esbuild.
-func prepareJavaScript(code string) jsCell {
+func JavaScript(code string) Cell {
 	scan := scanJS(code)
 	if !scan.moduleSyntax {
-		return jsCell{code: code}
+		return Cell{Code: code}
 	}
 	if scan.tooDeep != nil {
-		return jsCell{err: scan.tooDeep}
+		return Cell{Err: scan.tooDeep}
 	}
 	r := api.Transform(code, esbuildOptions(api.LoaderJS))
 	if len(r.Errors) > 0 {
-		return jsCell{code: code}
+		return Cell{Code: code}
 	}
 	c := rewriteModuleSyntax(r.Code, r.Map, code)
-	if c.err == nil && c.imports == "" && c.code == string(r.Code) {
-		return jsCell{code: code} // no module syntax after all
+	if c.Err == nil && c.Imports == "" && c.Code == string(r.Code) {
+		return Cell{Code: code} // no module syntax after all
 	}
 	return c
 }
 
-func esbuildError(m api.Message) *cellError {
-	e := &cellError{Name: "SyntaxError", Message: m.Text}
+func esbuildError(m api.Message) *CompileError {
+	e := &CompileError{Name: "SyntaxError", Message: m.Text}
 	if l := m.Location; l != nil {
 		e.Line, e.Column, e.LineText = l.Line, l.Column, l.LineText
 	}
@@ -113,11 +112,11 @@ func esbuildError(m api.Message) *cellError {
 
 // rewriteModuleSyntax rewrites the import and export statements of out,
 // esbuild's output for src, whose source map is sourceMap.
-func rewriteModuleSyntax(out, sourceMap []byte, src string) jsCell {
+func rewriteModuleSyntax(out, sourceMap []byte, src string) Cell {
 	lines, err := moduleStatementLines(out, sourceMap, src)
 	if err != nil {
 		// esbuild wrote a map it cannot read back: a bug, not the user's.
-		return jsCell{err: &cellError{Name: "Error", Message: "kernelhost: " + err.Error()}}
+		return Cell{Err: &CompileError{Name: "Error", Message: "kernelhost: " + err.Error()}}
 	}
 	code := []byte(string(out)) // a copy: statements are blanked in place
 	var imports []string
@@ -125,13 +124,13 @@ func rewriteModuleSyntax(out, sourceMap []byte, src string) jsCell {
 		imp, err := rewriteStatement(code, off)
 		if err != nil {
 			line := strings.Count(string(out[:off]), "\n")
-			return jsCell{err: &cellError{Name: "SyntaxError", Message: err.Error(), Line: originalLine(sourceMap, line)}}
+			return Cell{Err: &CompileError{Name: "SyntaxError", Message: err.Error(), Line: originalLine(sourceMap, line)}}
 		}
 		if imp != "" {
 			imports = append(imports, imp)
 		}
 	}
-	return jsCell{code: string(code), imports: strings.Join(imports, "\n"), sourceMap: string(sourceMap)}
+	return Cell{Code: string(code), Imports: strings.Join(imports, "\n"), SourceMap: string(sourceMap)}
 }
 
 // moduleStatementLines returns the offsets in out of the lines that start

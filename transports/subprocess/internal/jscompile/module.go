@@ -1,4 +1,4 @@
-package subprocess
+package jscompile
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 )
 
 // This file rewrites one import or export statement as esbuild printed it
-// (see jscell.go). esbuild prints these few forms in one way, which a
+// (see cell.go). esbuild prints these few forms in one way, which a
 // small tokenizer reads: names, quoted strings, and { } , * ; :.
 
 // token is one token of a printed statement.

@@ -1,4 +1,4 @@
-package subprocess
+package jscompile
 
 import (
 	"fmt"
@@ -16,12 +16,12 @@ const maxJSNesting = 1000
 
 // jsScan is what one linear pass over a cell finds before esbuild sees it.
 type jsScan struct {
-	moduleSyntax bool       // an import or export statement, outside comments and strings
-	tooDeep      *cellError // the place where the nesting passed maxJSNesting; nil if it did not
+	moduleSyntax bool          // an import or export statement, outside comments and strings
+	tooDeep      *CompileError // the place where the nesting passed maxJSNesting; nil if it did not
 }
 
 // nestingError is the error of a cell that nests deeper than maxJSNesting.
-func nestingError(src string, at int) *cellError {
+func nestingError(src string, at int) *CompileError {
 	line := strings.Count(src[:at], "\n")
 	start := strings.LastIndexByte(src[:at], '\n') + 1
 	end := strings.IndexByte(src[at:], '\n')
@@ -32,7 +32,7 @@ func nestingError(src string, at int) *cellError {
 	if len(text) > 200 {
 		text = "" // a line of a nesting bomb is no use to show
 	}
-	return &cellError{
+	return &CompileError{
 		Name:     "SyntaxError",
 		Message:  fmt.Sprintf("the cell nests more than %d levels deep (brackets, prefix operators, assignments, conditions), kernelhost's limit for cells it compiles", maxJSNesting),
 		Line:     line + 1,

@@ -1,0 +1,48 @@
+package subprocess
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// python runs drivers/driver.py, from its compiled copy in the cache
+// (pycache.go). It reads JSON request lines on fd 3 and writes its messages
+// into fd 1 as frames among the prints (frames.go). It can move into a
+// kernel's cwd on hand-out. SIGINT alone interrupts it: the driver ignores
+// one between requests and interrupts a request the signal reached before
+// its code started.
+var pythonLanguage = langDef{
+	name:          "python",
+	interpreter:   func(o Options) string { return cmp.Or(o.Python, "python3") },
+	debianPackage: "python3",
+	newDriver: func(t *Transport, path string) (driver, error) {
+		return pythonLang{cache: newPythonDriver(t.closed, path)}, nil
+	},
+}
+
+// driverPython is drivers/driver.py, a real file so it can be read, linted
+// and run by hand.
+//
+//go:embed drivers/driver.py
+var driverPython string
+
+type pythonLang struct{ cache *pythonDriver }
+
+func (d pythonLang) command() (args, env []string, err error) {
+	args, err = d.cache.prepare()
+	// Unbuffered, so that writes to sys.__stdout__ by libraries reach fd 1 at once.
+	return args, []string{"PYTHONUNBUFFERED=1"}, err
+}
+
+func (pythonLang) encode(req core.ExecuteRequest) ([]byte, error) {
+	return jsonRequest{MsgID: req.MsgID, Code: req.Code, Silent: req.Silent}.line()
+}
+
+func (pythonLang) interrupt(_ context.Context, s signaller, _ string) error { return s.sigint() }
+
+func (pythonLang) cwdRecord(dir string) []byte { return jsonRecord("cwd", dir) }
+
+func (pythonLang) channel() channel { return fd1Frames }
