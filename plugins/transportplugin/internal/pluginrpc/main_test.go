@@ -51,7 +51,7 @@ func runHelper(mode string) {
 	case "protocol-next":
 		serve(func(context.Context, Settings) (core.Transport, error) { return bashtransport.New(), nil }, ProtocolVersion+1)
 	case "configured":
-		ServeConfigured(newConfiguredTransport)
+		ServeConfigured(Description{Settings: []SettingSpec{{Name: "greeting", Type: TypeString, Help: "the version the transport reports"}}}, newConfiguredTransport)
 	case "hang":
 		Serve(hangTransport{})
 	case "big":

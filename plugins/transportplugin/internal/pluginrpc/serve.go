@@ -20,13 +20,16 @@ import (
 // host kills the plugin outright.
 const kernelShutdownTimeout = 1500 * time.Millisecond
 
-// Serve is transportplugin.Serve: the host's settings are ignored.
+// Serve is transportplugin.Serve: the plugin describes no settings.
 func Serve(t core.Transport) {
+	describeIfAsked(Description{})
 	serve(func(context.Context, Settings) (core.Transport, error) { return t, nil }, ProtocolVersion)
 }
 
-// ServeConfigured is transportplugin.ServeConfigured.
-func ServeConfigured(newTransport NewTransport) {
+// ServeConfigured is transportplugin.ServeConfigured: desc describes the
+// settings newTransport takes.
+func ServeConfigured(desc Description, newTransport NewTransport) {
+	describeIfAsked(desc)
 	serve(newTransport, ProtocolVersion)
 }
 

@@ -138,3 +138,14 @@ func settingsFromPB(in map[string]*pb.SettingValue) (Settings, error) {
 	}
 	return Settings{values: values}, nil
 }
+
+// Each calls fn with every setting, in the order of their names, until fn
+// returns an error, which Each returns.
+func (s Settings) Each(fn func(name string, v any) error) error {
+	for _, name := range s.names() {
+		if err := fn(name, s.values[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
