@@ -113,11 +113,11 @@ func Describe(ctx context.Context, path string) (Description, error) {
 		return Description{}, fmt.Errorf("describe %s: no answer in time: %w", path, ctx.Err())
 	}
 	if err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg == "" {
-			return Description{}, fmt.Errorf("describe %s: %w", path, err)
+		err = fmt.Errorf("describe %s: %w (not a kernelhost transport plugin, or one built before plugins described their settings)", path, err)
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			err = fmt.Errorf("%w; it said: %s", err, firstLine(msg))
 		}
-		return Description{}, fmt.Errorf("describe %s: %w: %s", path, err, firstLine(msg))
+		return Description{}, err
 	}
 	var d Description
 	dec := json.NewDecoder(bytes.NewReader(stdout.buf.Bytes()))

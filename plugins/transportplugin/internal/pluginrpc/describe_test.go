@@ -45,7 +45,7 @@ func TestDescribe(t *testing.T) {
 	}
 
 	for name, tc := range map[string]struct{ body, want string }{
-		"not a plugin": {"echo 'no transport here' >&2; exit 3", "exit status 3: no transport here"},
+		"not a plugin": {"echo 'no transport here' >&2; exit 3", "exit status 3 (not a kernelhost transport plugin, or one built before plugins described their settings); it said: no transport here"},
 		"nonsense":     {"echo hello", "not a plugin description"},
 		"old protocol": {`echo '{"protocol":1,"settings":[]}'`, "plugin protocol 1"},
 		"bad setting":  {`echo '{"protocol":2,"settings":[{"name":"x","type":"complex"}]}'`, `setting x: unknown type "complex"`},
