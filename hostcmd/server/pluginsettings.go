@@ -480,3 +480,15 @@ func (c *Config) SetTransportSetting(name, value string) {
 	}
 	c.TransportSettings[name] = value
 }
+
+// description is the description of the plugin name in dir: the one cat
+// has, when cat (which may be nil) holds that directory's, else the
+// plugin's answer now.
+func (cat *pluginCatalog) description(dir, name string) (pluginhost.Description, error) {
+	if cat != nil && cat.dir == dir {
+		if d, ok := cat.descs[name]; ok {
+			return d, nil
+		}
+	}
+	return readDescription(pluginPath(dir, name))
+}

@@ -125,6 +125,9 @@ type Config struct {
 	envFile, envInline, logFormat, logLevel string
 	// The token file Load reads into AccessToken.
 	accessTokenFile string
+	// plugins are the descriptions Load had of the plugins' settings, so
+	// the start does not ask the plugin again.
+	plugins *pluginCatalog
 }
 
 // Defaults.
@@ -321,6 +324,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	if c.TransportSettings, err = plugins.values(fs); err != nil {
 		return Config{}, err
 	}
+	c.plugins = plugins
 	if err := c.readTokenFiles(); err != nil {
 		return Config{}, err
 	}

@@ -39,7 +39,7 @@ func launchTransport(ctx context.Context, cfg Config, onRestart func()) (_ *plug
 	if fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return nil, hostBounds{}, fmt.Errorf("transport %q: plugin %s is not an executable file", cfg.TransportName, path)
 	}
-	desc, err := readDescription(path)
+	desc, err := cfg.plugins.description(cfg.PluginDir, cfg.TransportName)
 	if err != nil {
 		return nil, hostBounds{}, fmt.Errorf("transport %q: %w", cfg.TransportName, err)
 	}
