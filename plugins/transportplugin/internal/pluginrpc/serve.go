@@ -26,13 +26,6 @@ func Serve(t core.Transport) {
 	serve(func(context.Context, Settings) (core.Transport, error) { return t, nil }, ProtocolVersion)
 }
 
-// ServeConfigured is transportplugin.ServeConfigured: desc describes the
-// settings newTransport takes.
-func ServeConfigured(desc Description, newTransport NewTransport) {
-	describeIfAsked(desc)
-	serve(newTransport, ProtocolVersion)
-}
-
 // Logger returns the logger a plugin should use: hclog JSON on stderr, which
 // the host parses and re-logs under the plugin's name at the same level.
 func Logger() hclog.Logger {
