@@ -101,6 +101,8 @@ const maxDescriptionBytes = 1 << 20
 // described themselves, exits with go-plugin's message on stderr.
 func Describe(ctx context.Context, path string) (Description, error) {
 	cmd := exec.CommandContext(ctx, path, DescribeArg)
+	// As a launched plugin's: none of the host's settings and secrets.
+	cmd.Env = withoutHostSettings(os.Environ())
 	var stdout, stderr limitedBuffer
 	stdout.limit, stderr.limit = maxDescriptionBytes, 4<<10
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -44,6 +44,14 @@ func TestDescribe(t *testing.T) {
 		t.Fatalf("example plugin: %+v %v", d, err)
 	}
 
+	// The host's settings and secrets stay out of its environment, as out
+	// of a launched plugin's.
+	t.Setenv("KERNELHOST_ACCESS_TOKEN", "secret-4b1e")
+	d, err = Describe(ctx, script(t, `env | grep -q KERNELHOST_ && exit 9; echo '{"protocol":2,"settings":[]}'`))
+	if err != nil {
+		t.Fatalf("a host variable reached -describe: %v", err)
+	}
+
 	for name, tc := range map[string]struct{ body, want string }{
 		"not a plugin": {"echo 'no transport here' >&2; exit 3", "exit status 3 (not a kernelhost transport plugin, or one built before plugins described their settings); it said: no transport here"},
 		"nonsense":     {"echo hello", "not a plugin description"},
