@@ -163,7 +163,7 @@ func TestCLIPluginsList(t *testing.T) {
 // and why; a plugin's setting is then an error that says why it is unknown.
 func TestCLIHelpWithoutPlugins(t *testing.T) {
 	dir := t.TempDir()
-	masks := replacer(dir, "PLUGINS")
+	masks := replacer(dir, "PLUGINS", filepath.Join(filepath.Dir(kernelhost), "plugins"), "BIN/plugins")
 	status, stdout, stderr := run(t, kernelhost, "", hostEnv(), "serve", "-help", "-plugin-dir", dir)
 	golden(t, "serve-help-no-plugins", status, stdout, stderr, masks)
 
