@@ -158,6 +158,28 @@ func TestCLIPluginsList(t *testing.T) {
 	})
 }
 
+// serve -help without its plugins, or with one that cannot describe its
+// settings, still lists the host's settings and says which it cannot list
+// and why; a plugin's setting is then an error that says why it is unknown.
+func TestCLIHelpWithoutPlugins(t *testing.T) {
+	dir := t.TempDir()
+	masks := replacer(dir, "PLUGINS", filepath.Join(filepath.Dir(kernelhost), "plugins"), "BIN/plugins")
+	status, stdout, stderr := run(t, kernelhost, "", hostEnv(), "serve", "-help", "-plugin-dir", dir)
+	golden(t, "serve-help-no-plugins", status, stdout, stderr, masks)
+
+	crash := "#!/bin/sh\necho 'no transport here' >&2\nexit 3\n"
+	if err := os.WriteFile(filepath.Join(dir, "kernelhost-transport-crash"), []byte(crash), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.Build(dir, "plugins/examples/cmd/kernelhost-transport-example-bash"); err != nil {
+		t.Fatal(err)
+	}
+	status, stdout, stderr = run(t, kernelhost, "", hostEnv("KERNELHOST_PLUGIN_DIR="+dir), "serve", "-help")
+	golden(t, "serve-help-broken-plugin", status, stdout, stderr, masks)
+	status, stdout, stderr = run(t, kernelhost, "", hostEnv(), "serve", "-plugin-dir", dir, "-jupyter-url", "http://127.0.0.1:1/")
+	golden(t, "serve-plugin-setting-without-plugin", status, stdout, stderr, masks)
+}
+
 // policy eval on the example modules: allow, rewrite and reject, and the
 // errors: a module that is no module, one that traps, bad input.
 func TestCLIPolicyEval(t *testing.T) {

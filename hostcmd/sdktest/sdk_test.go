@@ -44,7 +44,8 @@ func TestOfficialSDK(t *testing.T) {
 	}{
 		{"in-process", func(c *server.Config) { c.Transport = subprocess.New(subprocess.Options{Python: python}) }},
 		{"plugin", func(c *server.Config) {
-			c.PluginDir, c.TransportName, c.Interpreters.Python = pluginDir, "subprocess", python
+			c.PluginDir, c.TransportName = pluginDir, "subprocess"
+			c.SetTransportSetting("python", python)
 		}},
 	} {
 		t.Run(mode.name, func(t *testing.T) { testOfficialSDK(t, mode.set, env...) })
@@ -66,7 +67,8 @@ func TestOfficialSDK(t *testing.T) {
 		t.Run("plugin", func(t *testing.T) {
 			testOfficialSDK(t, func(c *server.Config) {
 				c.PluginDir, c.TransportName = pluginDir, "jupyter"
-				c.Jupyter = server.Jupyter{URL: srv.URL, Token: srv.Token}
+				c.SetTransportSetting("jupyter-url", srv.URL)
+				c.SetTransportSetting("jupyter-token", srv.Token)
 			}, "KH_SDK_NO_JS=1", "KH_SDK_TRANSPORT=jupyter")
 		})
 	})

@@ -29,7 +29,10 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 			if !mode.noCgroups && !subprocess.CgroupsAvailable() {
 				t.Skip("no writable cgroup v2 with cgroup.kill here: the subreaper path is what runs on this machine")
 			}
-			h := startHost(t, viaPlugin, func(c *server.Config) { c.NoKernelCgroups = mode.noCgroups; c.Sandbox = "off" })
+			h := startHost(t, viaPlugin, func(c *server.Config) {
+				c.SetTransportSetting("kernel-cgroups", strconv.FormatBool(!mode.noCgroups))
+				c.SetTransportSetting("sandbox", "off")
+			})
 			ctx := h.createContext(`{"language":"bash"}`)
 			lines := h.run(map[string]any{"context_id": ctx.ID, "code": "setsid sleep 300 & echo $!\n(setsid sleep 301 & echo $!)\necho $PPID"})
 			noError(t, lines)
@@ -91,7 +94,10 @@ func TestDetachedChildrenEndWithTheirSandbox(t *testing.T) {
 		noCgroups bool
 	}{{"cgroup", false}, {"no-cgroup", true}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := startHost(t, viaPlugin, func(c *server.Config) { c.NoKernelCgroups = mode.noCgroups; c.Sandbox = "on" })
+			h := startHost(t, viaPlugin, func(c *server.Config) {
+				c.SetTransportSetting("kernel-cgroups", strconv.FormatBool(!mode.noCgroups))
+				c.SetTransportSetting("sandbox", "on")
+			})
 			ctx := h.createContext(`{"language":"bash"}`)
 			lines := h.run(map[string]any{"context_id": ctx.ID, "code": "readlink /proc/self/ns/pid\nsetsid sleep 300 & echo $!\n(setsid sleep 301 & echo $!)"})
 			noError(t, lines)

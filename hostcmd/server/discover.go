@@ -41,20 +41,27 @@ func DiscoverPlugins(ctx context.Context, cfg Config, startTimeout time.Duration
 		p := DiscoveredPlugin{Transport: name, Path: pluginPath(cfg.PluginDir, name)}
 		pcfg := cfg
 		pcfg.TransportName = name
-		p.Info, p.Err = describePlugin(ctx, pcfg, p.Path, startTimeout)
+		p.Info, p.Err = startPlugin(ctx, pcfg, p.Path, startTimeout)
 		found = append(found, p)
 	}
 	sort.Slice(found, func(i, j int) bool { return found[i].Transport < found[j].Transport })
 	return found, nil
 }
 
-func describePlugin(ctx context.Context, cfg Config, path string, startTimeout time.Duration) (core.TransportInfo, error) {
-	if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
-		return core.TransportInfo{}, fmt.Errorf("not an executable file")
+// startPlugin starts the plugin at path with the settings it takes from cfg
+// and returns what it says it is.
+func startPlugin(ctx context.Context, cfg Config, path string, startTimeout time.Duration) (core.TransportInfo, error) {
+	desc, err := readDescription(path)
+	if err != nil {
+		return core.TransportInfo{}, err
+	}
+	settings, err := settingsFor(desc, cfg)
+	if err != nil {
+		return core.TransportInfo{}, err
 	}
 	s, err := pluginhost.Launch(ctx, pluginhost.Config{
 		Path:     path,
-		Settings: pluginSettings(cfg),
+		Settings: settings,
 		// The error carries what the plugin said; its log lines are noise here.
 		Logger:       slog.New(slog.DiscardHandler),
 		StartTimeout: startTimeout,

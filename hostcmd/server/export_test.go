@@ -1,5 +1,11 @@
 package server
 
+import (
+	"errors"
+	"flag"
+	"time"
+)
+
 // RouteTable lists the routes the API registers, as "METHOD /pattern", for
 // the OpenAPI tests of package server_test.
 func RouteTable() []string {
@@ -13,9 +19,6 @@ func RouteTable() []string {
 // MaxTimeoutSeconds is the largest "timeout" an /execute body may give.
 const MaxTimeoutSeconds = maxTimeoutSeconds
 
-// PluginSettings are the settings the host passes its transport plugin.
-var PluginSettings = pluginSettings
-
 // WithoutKernelEnv makes the hosts started until restore is called apply no
 // kernel environment (kernelenv), for benchmarks that compare the two. Not
 // for parallel tests: it swaps a package variable.
@@ -25,12 +28,39 @@ func WithoutKernelEnv() (restore func()) {
 	return func() { kernelSetup = saved }
 }
 
-// SettingDefaults are the settings of the table by name, each with its
-// default as its flag's Go type (string, int, int64, bool, time.Duration).
-func SettingDefaults() map[string]any {
+// SettingDefaults are the settings of the table and of the transport
+// plugins in pluginDir by name, each with its default as its flag's Go type
+// (string, int, int64, bool, time.Duration).
+func SettingDefaults(pluginDir string) (map[string]any, error) {
 	out := map[string]any{}
+	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
 	for _, s := range settingsTable {
 		out[s.flagName()] = s.defaultValue()
+		s.register(fs)
 	}
-	return out
+	plugins := describePlugins(pluginDir)
+	plugins.register(fs)
+	if note := plugins.missing(); note != "" {
+		return nil, errors.New(note)
+	}
+	for name := range plugins.specs {
+		out[name] = fs.Lookup(name).Value.(flag.Getter).Get()
+	}
+	return out, nil
+}
+
+// PluginSettings are the settings the plugin of cfg.TransportName (in
+// cfg.PluginDir) gets from cfg, and the host's bounds on its kernel starts,
+// restarts and calls that follow from them.
+func PluginSettings(cfg Config) (settings map[string]any, engineStart, pluginStart, pluginCall time.Duration, err error) {
+	cfg = withDefaults(cfg)
+	desc, err := readDescription(pluginPath(cfg.PluginDir, cfg.TransportName))
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	if settings, err = settingsFor(desc, cfg); err != nil {
+		return nil, 0, 0, 0, err
+	}
+	b := kernelBounds(desc, settings)
+	return settings, b.engineStart, b.pluginStart, b.pluginCall, nil
 }

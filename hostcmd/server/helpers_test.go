@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 
 // inProcess runs the subprocess transport linked into the test binary.
 func inProcess(c *server.Config) {
-	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.SandboxWritable}}})
+	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.TransportSettings["sandbox-writable"]}}})
 }
 
 // needSandbox skips a test that needs interpreters in sandboxes where bwrap
@@ -126,7 +126,7 @@ func startHost(t testing.TB, configure ...func(*server.Config)) *testHost {
 		// The test's temporary directories (cwd's parent holds them all)
 		// are writable in its sandboxes: its code may wait for a file the
 		// test makes there, or write one the test reads.
-		SandboxWritable: filepath.Dir(cwd),
+		TransportSettings: map[string]string{"sandbox-writable": filepath.Dir(cwd)},
 	}
 	inProcess(&cfg)
 	for _, f := range configure {

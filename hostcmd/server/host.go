@@ -31,6 +31,7 @@ type Host struct {
 
 	log      *slog.Logger
 	plugin   *pluginhost.Supervised // nil when Config.Transport was given
+	bounds   hostBounds             // on the plugin's kernel starts; zero: the defaults
 	policies *policies              // nil without Config.Policies
 	api      *api
 	srv      *http.Server
@@ -135,7 +136,7 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen 
 	if met != nil {
 		met.observeTransport(transport, h.log)
 	}
-	if h.Engine, err = engine.NewEngine(engineConfig(cfg, transport, met, envPolicy, cwd)); err != nil {
+	if h.Engine, err = engine.NewEngine(engineConfig(cfg, transport, met, envPolicy, cwd, h.bounds)); err != nil {
 		return fmt.Errorf("create the engine: %w", err)
 	}
 	h.api = newAPI(cfg, h.Engine, met)
@@ -160,10 +161,6 @@ func (h *Host) transport(ctx context.Context, cfg Config, met *metrics) (core.Tr
 	if cfg.Transport != nil {
 		return cfg.Transport, nil
 	}
-	if cfg.Jupyter.InsecureSkipVerify && cfg.TransportName == "jupyter" {
-		h.log.Warn("INSECURE: the jupyter transport accepts any server certificate (jupyter-insecure-skip-verify): anyone on the path can read the token and every execution's code and output; use it only to test a set-up, and -jupyter-ca-file otherwise",
-			"setting", EnvVar("jupyter-insecure-skip-verify"))
-	}
 	var onRestart func()
 	if met != nil {
 		onRestart = met.pluginRestarted
@@ -173,9 +170,9 @@ func (h *Host) transport(ctx context.Context, cfg Config, met *metrics) (core.Tr
 	// failed start of the default contexts is.
 	delay := defaultStartFirstDelay
 	for attempt := 1; ; attempt++ {
-		p, err := launchTransport(ctx, cfg, onRestart)
+		p, bounds, err := launchTransport(ctx, cfg, onRestart)
 		if err == nil {
-			h.plugin = p
+			h.plugin, h.bounds = p, bounds
 			return p, nil
 		}
 		if ctx.Err() != nil || !time.Now().Add(delay).Before(h.startRetryUntil) {
@@ -217,7 +214,7 @@ func (h *Host) release() {
 
 // engineConfig is the engine's configuration: cfg's settings (every one set,
 // withDefaults) and the parts the host built.
-func engineConfig(cfg Config, transport core.Transport, met *metrics, policy engine.EnvPolicy, cwd defaultCwd) engine.Config {
+func engineConfig(cfg Config, transport core.Transport, met *metrics, policy engine.EnvPolicy, cwd defaultCwd, bounds hostBounds) engine.Config {
 	// A nil *metrics must not become a non-nil engine.Observer.
 	var observer engine.Observer
 	if met != nil {
@@ -245,7 +242,7 @@ func engineConfig(cfg Config, transport core.Transport, met *metrics, policy eng
 		ExecutionTimeout:    cfg.ExecutionTimeout,
 		MaxEnvVars:          cfg.MaxEnvVars,
 		MaxEnvBytes:         cfg.MaxEnvBytes,
-		StartTimeout:        kernelBounds(cfg).engineStart,
+		StartTimeout:        bounds.engineStart,
 	}
 }
 

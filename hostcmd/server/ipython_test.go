@@ -19,7 +19,7 @@ func ipythonPython(t *testing.T) func(*server.Config) {
 	python := testkit.DebianPython
 	testkit.NeedPythonModules(t, python, "IPython", "matplotlib")
 	return func(c *server.Config) {
-		c.Interpreters.Python = python // the plugin's
+		c.SetTransportSetting("python", python) // the plugin's
 		if c.Transport != nil {
 			c.Transport = subprocess.New(subprocess.Options{Python: python})
 		}

@@ -43,7 +43,8 @@ func jupyterViaPlugin(srv *jupytertest.Server) func(*server.Config) {
 	return func(c *server.Config) {
 		viaPlugin(c)
 		c.TransportName = "jupyter"
-		c.Jupyter = server.Jupyter{URL: srv.URL, Token: srv.Token}
+		c.SetTransportSetting("jupyter-url", srv.URL)
+		c.SetTransportSetting("jupyter-token", srv.Token)
 	}
 }
 

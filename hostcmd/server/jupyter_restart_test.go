@@ -28,8 +28,8 @@ func TestJupyterRestartTimeout(t *testing.T) {
 	}
 	var log testkit.SyncBuffer
 	h := startHost(t, jupyterViaPlugin(srv), func(c *server.Config) {
-		c.Jupyter.KernelNames = map[string]string{"python": "python-slow-restart"}
-		c.Jupyter.RestartTimeout = restartTimeout
+		c.SetTransportSetting("jupyter-kernel-names", `{"python": "python-slow-restart"}`)
+		c.SetTransportSetting("jupyter-restart-timeout", restartTimeout.String())
 		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
 	id := h.defaultID("python")

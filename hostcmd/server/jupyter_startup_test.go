@@ -64,7 +64,7 @@ func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
 		DefaultStartRetry: 2 * time.Minute,
 	}
 	jupyterViaPlugin(srv)(&cfg)
-	cfg.Jupyter.URL = "http://" + gateway + "/"
+	cfg.SetTransportSetting("jupyter-url", "http://"+gateway+"/")
 
 	type started struct {
 		h   *server.Host

@@ -111,8 +111,8 @@ func TestPluginFailsToStart(t *testing.T) {
 	defer cancel()
 	_, err := server.Start(ctx, server.Config{
 		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), PluginDir: pluginDir, TransportName: "jupyter",
-		Jupyter: server.Jupyter{URL: "http://127.0.0.1:1/"},
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TransportSettings: map[string]string{"jupyter-url": "http://127.0.0.1:1/"},
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err == nil || !strings.Contains(err.Error(), "jupyter") {
 		t.Fatalf("error %v, want a start-up error about the jupyter plugin", err)
@@ -125,7 +125,8 @@ func TestJupyterPlugin(t *testing.T) {
 	srv := jupytertest.Start(t)
 	h := startHost(t, viaPlugin, func(c *server.Config) {
 		c.TransportName = "jupyter"
-		c.Jupyter = server.Jupyter{URL: srv.URL, Token: srv.Token}
+		c.SetTransportSetting("jupyter-url", srv.URL)
+		c.SetTransportSetting("jupyter-token", srv.Token)
 	})
 	noError(t, h.run(map[string]any{"code": "x = 41"}))
 	lines := h.run(map[string]any{"code": "print('hi', flush=True)\nx + 1", "env_vars": map[string]string{"KH_J": "v"}})

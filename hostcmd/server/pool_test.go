@@ -85,9 +85,9 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 	// The contexts' directories are in a workspace every sandbox may write,
 	// where a pooled interpreter may be moved.
 	workspace := t.TempDir()
-	writable := func(c *server.Config) { c.SandboxWritable = workspace }
+	writable := func(c *server.Config) { c.SetTransportSetting("sandbox-writable", workspace) }
 	pooled := startHost(t, viaPlugin, writable)
-	cold := startHost(t, viaPlugin, writable, func(c *server.Config) { c.InterpreterPool = "python=0,javascript=0" })
+	cold := startHost(t, viaPlugin, writable, func(c *server.Config) { c.SetTransportSetting("interpreter-pool", "python=0,javascript=0") })
 	for _, lang := range []string{"python", "javascript"} {
 		t.Run(lang, func(t *testing.T) {
 			dir := filepath.Join(workspace, lang)

@@ -18,7 +18,7 @@ func TestSecretsDoNotReachUserCode(t *testing.T) {
 	t.Setenv("KERNELHOST_ACCESS_TOKEN", accessToken) // as systemd's Environment= would pass it
 	t.Setenv("KERNELHOST_JUPYTER_TOKEN", jupyterToken)
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
-		h := start(func(c *server.Config) { c.Jupyter.Token = jupyterToken })
+		h := start(func(c *server.Config) { c.SetTransportSetting("jupyter-token", jupyterToken) })
 		noSecret := func(what, text string) {
 			t.Helper()
 			for _, secret := range []string{accessToken, jupyterToken} {

@@ -10,7 +10,7 @@ import (
 )
 
 // The machinery of the settings table (settingsTable in settings.go): what a
-// row is, how it becomes a flag, a default, a check and a plugin's setting.
+// row is, how it becomes a flag, a default and a check.
 
 // setting is a row of the table, whatever its type.
 type setting interface {
@@ -24,9 +24,9 @@ type setting interface {
 	setDefault(c *Config)
 	// validate checks c's value.
 	validate(c *Config) error
-	// pluginValue is c's value as the transport plugin transport receives
-	// it; ok is false when that plugin does not receive this setting.
-	pluginValue(c *Config, transport string) (v any, ok bool)
+	// text is c's value as a flag takes it, for a plugin that takes the
+	// setting (pluginhost.TypeHost).
+	text(c *Config) string
 	// defaultValue is the default, of the flag's Go type.
 	defaultValue() any
 }
@@ -49,9 +49,6 @@ type row[T flagType] struct {
 	// check validates the value (nil: every value of T). Its error follows
 	// the setting's name: "must be positive, got 0".
 	check func(T) error
-	// transport names the transport plugin that receives the setting
-	// (pluginSettings); "" for the host's own.
-	transport string
 }
 
 func (r *row[T]) flagName() string { return r.name }
@@ -114,12 +111,7 @@ func (r *row[T]) validate(c *Config) error {
 	return nil
 }
 
-func (r *row[T]) pluginValue(c *Config, transport string) (any, bool) {
-	if r.transport == "" || r.transport != transport {
-		return nil, false
-	}
-	return r.get(c), true
-}
+func (r *row[T]) text(c *Config) string { return fmt.Sprint(r.get(c)) }
 
 func (r *row[T]) defaultValue() any { return r.def }
 
@@ -159,18 +151,6 @@ func (r *limitRow) register(fs *flag.FlagSet) func(*Config) error {
 	}
 }
 
-// negated is a boolean setting, default true, that Config holds negated so
-// that its zero value is the default (Config.NoKernelCgroups).
-func negated(name, help, transport string, field func(*Config) *bool) setting {
-	return &negatedRow{row[bool]{name: name, def: true, help: help, transport: transport,
-		load: func(c *Config, v bool) error { *field(c) = !v; return nil },
-		out:  func(c *Config) bool { return !*field(c) }}}
-}
-
-type negatedRow struct{ row[bool] }
-
-func (r *negatedRow) setDefault(*Config) {} // the zero value is the default
-
 // list is a setting of names separated by commas. nil in Config is the
 // default; an empty list is a value of its own (none).
 func list(name string, def []string, help string, field func(*Config) *[]string, check func([]string) error) setting {
@@ -204,31 +184,7 @@ func (r *listRow) setDefault(c *Config) {
 
 func (r *listRow) validate(c *Config) error { return r.check(*r.field(c)) }
 
-// jsonObject is a jupyter transport setting holding a JSON object of
-// strings. Errors name the setting, never its text: it may hold secrets.
-func jsonObject(name, help string, field func(*Config) *map[string]string) setting {
-	return &objectRow{row: row[string]{name: name, help: help, transport: "jupyter"}, field: field}
-}
-
-type objectRow struct {
-	row[string]
-	field func(*Config) *map[string]string
-}
-
-func (r *objectRow) register(fs *flag.FlagSet) func(*Config) error {
-	v := fs.String(r.name, r.def, r.help)
-	return func(c *Config) (err error) {
-		*r.field(c), err = parseObject(r.name, *v)
-		return err
-	}
-}
-
-func (r *objectRow) pluginValue(c *Config, transport string) (any, bool) {
-	if r.transport != transport {
-		return nil, false
-	}
-	return *r.field(c), true
-}
+func (r *listRow) text(c *Config) string { return strings.Join(*r.field(c), ",") }
 
 // parseObject parses the JSON object of strings of setting name; an empty
 // value is nil.
@@ -273,14 +229,4 @@ func checkTokenScope(scope string) error {
 		return fmt.Errorf("%q: want %s or %s", scope, ScopeAll, ScopeExecute)
 	}
 	return nil
-}
-
-// checkSandbox checks the subprocess transport's sandbox mode
-// (subprocess.ParseSandboxMode, which the plugin applies).
-func checkSandbox(mode string) error {
-	switch mode {
-	case "auto", "on", "off":
-		return nil
-	}
-	return fmt.Errorf("must be auto, on or off, got %q", mode)
 }

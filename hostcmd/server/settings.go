@@ -81,7 +81,6 @@ type Config struct {
 	// that get CORS; a request with another Origin (not the host's own) is
 	// refused. "*": every origin. Empty: no CORS.
 	AllowedOrigins []string
-	Interpreters   Interpreters
 	Logger         *slog.Logger
 
 	// TransportName picks the transport plugin: the executable
@@ -89,8 +88,12 @@ type Config struct {
 	TransportName string
 	// PluginDir holds the transport plugins. Default: DefaultPluginDir().
 	PluginDir string
-	// Jupyter is passed to the jupyter transport plugin.
-	Jupyter Jupyter
+	// TransportSettings are the transport plugins' settings (those the
+	// plugins in PluginDir declare: python, sandbox, jupyter-url, ...), by
+	// name, as a flag takes them ("2m", "true", a JSON object). The plugin
+	// of TransportName gets those it declares, checked against its
+	// description, and keeps its own defaults for the rest.
+	TransportSettings map[string]string
 	// Policies lists the env-var policy modules (docs/policy-abi.md): .wasm
 	// paths separated by commas, or "@FILE" for a file listing them that is
 	// read again at every ReloadPolicies. Empty: no policy.
@@ -115,87 +118,26 @@ type Config struct {
 	// DisableMetrics leaves out /metrics and the engine's Observer
 	// (BenchmarkMetricsCost compares the two).
 	DisableMetrics bool
-	// NoKernelCgroups keeps the subprocess transport from giving each
-	// interpreter a cgroup of its own (where cgroup v2 is writable): delete,
-	// restart and shutdown then end an interpreter's descendants by its
-	// process tree, and the plugin, a child subreaper, ends those it adopted
-	// when it stops.
-	NoKernelCgroups bool
-	// Sandbox is the subprocess transport's sandbox mode: auto (""), on or
-	// off (subprocess.SandboxOptions).
-	Sandbox string
-	// SandboxWritable lists, separated by commas, host paths every sandbox
-	// may write besides the default cwd, the context's cwd and the user's
-	// ~/.local, ~/.cache (but its kernelhost directory) and ~/.npm.
-	SandboxWritable string
-	// InterpreterPool sizes the subprocess transport's warm pools of ready
-	// interpreters: "language=size" pairs separated by commas.
-	InterpreterPool string
-	// MaxMessageBytes caps one message of a subprocess interpreter (one
-	// output message, one result, one batch of them): past it the output
-	// is cut with a notice and the execution goes on.
-	MaxMessageBytes int
-	// ContextMemory, ContextPids and ContextCPUWeight bound each subprocess
-	// interpreter (subprocess.Limits): a size ("512MiB"), processes, and a
-	// cgroup CPU weight (1-10000); empty or 0: none.
-	ContextMemory    string
-	ContextPids      int
-	ContextCPUWeight int
-
 	// Transport, if set, is used instead of launching a plugin (tests run
 	// transports in-process this way). The caller owns it.
 	Transport core.Transport
 
 	// Settings Load turns into GlobalEnv and Logger.
 	envFile, envInline, logFormat, logLevel string
-	// The token files Load reads into AccessToken and Jupyter.Token.
-	accessTokenFile, jupyterTokenFile string
-}
-
-// Jupyter are the settings of the jupyter transport plugin; empty values
-// leave the plugin's own defaults.
-type Jupyter struct {
-	URL, Token string
-	// KernelEnv is the "env" of every kernel-start request (Enterprise
-	// Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, …).
-	KernelEnv map[string]string
-	// StartTimeout, ConnectTimeout and RestartTimeout bound a kernel's start
-	// request, its websocket's opening and a restart (jupyter.Config); the
-	// host's own bounds on starts and restarts follow them (kernelBounds).
-	StartTimeout, ConnectTimeout, RestartTimeout time.Duration
-	// CAFile, ClientCert and ClientKey are PEM files (a private CA, mutual
-	// TLS); InsecureSkipVerify accepts any server certificate (logged loudly).
-	CAFile, ClientCert, ClientKey string
-	InsecureSkipVerify            bool
-	// Headers are added to every request to the server (an auth proxy);
-	// KernelNames maps a language to a kernel spec name.
-	Headers, KernelNames map[string]string
-	// KeepAlive, when positive, keeps the kernels from being culled as idle
-	// while their contexts exist (jupyter.Config.KeepAlive).
-	KeepAlive time.Duration
-}
-
-// Interpreters are the interpreter executables the subprocess transport runs.
-type Interpreters struct {
-	Python, Node, Bash, R, Java string
+	// The token file Load reads into AccessToken.
+	accessTokenFile string
+	// plugins are the descriptions Load had of the plugins' settings, so
+	// the start does not ask the plugin again.
+	plugins *pluginCatalog
 }
 
 // Defaults.
 const (
 	DefaultAddr         = "127.0.0.1:49999"
 	DefaultMaxBodyBytes = 16 << 20
-	// DefaultMaxMessageBytes is the subprocess transport's own default
-	// (subprocess.DefaultMaxMessageBytes).
-	DefaultMaxMessageBytes = 16 << 20
-	DefaultKeepalive       = 5 * time.Second
-	DefaultTransport       = "subprocess"
-	DefaultMaxContexts     = 64
-	// DefaultJupyterURL is where the jupyter transport finds its server.
-	DefaultJupyterURL = "http://127.0.0.1:8888/"
-	// DefaultJupyterKernelTimeout is the default of the jupyter-*-timeout
-	// settings, jupyter.DefaultKernelTimeout (not imported: the host does
-	// not link the transport it runs as a plugin).
-	DefaultJupyterKernelTimeout = 2 * time.Minute
+	DefaultKeepalive    = 5 * time.Second
+	DefaultTransport    = "subprocess"
+	DefaultMaxContexts  = 64
 
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 60 * time.Second
@@ -244,12 +186,14 @@ func PluginDirFor(exe string) string {
 
 // The settings table: every setting of the host, once. Each row names the
 // setting (its flag; its environment variable is EnvVar(name), its config
-// file key the name), its default, its help, its check, where Config holds
-// it and which transport plugin receives it. From it come the flags (Load),
-// the environment variables and config file keys (parseSources), -help
-// (printUsage), the defaults of a Config built in code (withDefaults), the
-// validation (validate) and the settings a plugin receives (pluginSettings).
-// docs/operating.md's table is checked against it (TestOperatingDocSettings).
+// file key the name), its default, its help, its check and where Config
+// holds it. From it come the flags (Load), the environment variables and
+// config file keys (parseSources), -help (printUsage), the defaults of a
+// Config built in code (withDefaults) and the validation (validate). The
+// transport plugins' settings are not here: each plugin declares its own,
+// and Load merges them in beside these (pluginsettings.go).
+// docs/operating.md's table is checked against both
+// (TestOperatingDocSettings).
 //
 // A row's T is the flag's Go type (string, int, int64, bool or
 // time.Duration), so flag parses it and -help names its type as for any
@@ -264,10 +208,10 @@ var settingsTable = []setting{
 	&row[string]{name: configFlag, help: "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it"},
 	&row[string]{name: "addr", def: DefaultAddr, help: "listen address (host:port)",
 		field: func(c *Config) *string { return &c.Addr }},
-	// The subprocess plugin gets it for its warm pools (the resolved one:
-	// Start), whose interpreters start there.
+	// A plugin may take it (the subprocess plugin, for its warm pools'
+	// interpreters): it gets the resolved one (Start).
 	&row[string]{name: "default-cwd", def: engineDefaults.DefaultCwd, help: "working directory of contexts created without one; when it is not a directory, the workspace",
-		field: func(c *Config) *string { return &c.DefaultCwd }, transport: "subprocess"},
+		field: func(c *Config) *string { return &c.DefaultCwd }},
 	&row[string]{name: "workspace", help: "directory contexts start in when default-cwd is not a directory, created (0700) if missing; empty: $XDG_DATA_HOME/kernelhost/workspace, else ~/.local/share/kernelhost/workspace",
 		field: func(c *Config) *string { return &c.Workspace }},
 	&row[string]{name: "env-file", help: "path of a JSON object of global env vars every context gets",
@@ -325,68 +269,10 @@ var settingsTable = []setting{
 	list("allowed-origins", nil, "browser origins allowed to call the API, with CORS (scheme://host[:port], separated by commas, or * for any); a request from another origin is refused; empty: no CORS",
 		func(c *Config) *[]string { return &c.AllowedOrigins }, checkAllowedOrigins),
 
-	// The subprocess transport's.
-	&row[string]{name: "python", def: "python3", help: "Python interpreter", transport: "subprocess",
-		field: func(c *Config) *string { return &c.Interpreters.Python }},
-	&row[string]{name: "node", def: "node", help: "Node.js interpreter (javascript contexts)", transport: "subprocess",
-		field: func(c *Config) *string { return &c.Interpreters.Node }},
-	&row[string]{name: "bash", def: "bash", help: "bash interpreter", transport: "subprocess",
-		field: func(c *Config) *string { return &c.Interpreters.Bash }},
-	&row[string]{name: "rscript", def: "Rscript", help: "R's Rscript (r contexts; Debian r-base-core)", transport: "subprocess",
-		field: func(c *Config) *string { return &c.Interpreters.R }},
-	&row[string]{name: "java", def: "java", help: "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)", transport: "subprocess",
-		field: func(c *Config) *string { return &c.Interpreters.Java }},
-	&row[string]{name: "interpreter-pool", def: "python=1,javascript=1", help: "subprocess transport: ready interpreters kept per language for new contexts and restarts (python, javascript and typescript in any cwd, others in the default cwd), as language=size pairs separated by commas (python=2,javascript=1,r=1); languages not named have none; python=0,javascript=0 turns them off", transport: "subprocess",
-		field: func(c *Config) *string { return &c.InterpreterPool }},
-	&row[int]{name: "max-message-bytes", def: DefaultMaxMessageBytes, help: "subprocess transport: largest message an interpreter may send (one output write, one result or display, one batch of them); past it the output is cut, with a notice in the stream saying how much was dropped, and the execution goes on with its state", transport: "subprocess",
-		field: func(c *Config) *int { return &c.MaxMessageBytes }, check: checkMaxMessageBytes},
-	negated("kernel-cgroups", "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only", "subprocess",
-		func(c *Config) *bool { return &c.NoKernelCgroups }),
-	&row[string]{name: "sandbox", def: "auto", help: "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC and mount namespaces, own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off", transport: "subprocess",
-		field: func(c *Config) *string { return &c.Sandbox }, check: checkSandbox},
-	&row[string]{name: "sandbox-writable", help: "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd, the context's cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory)", transport: "subprocess",
-		field: func(c *Config) *string { return &c.SandboxWritable }},
-	&row[string]{name: "context-memory", transport: "subprocess", help: "subprocess transport: memory one context's interpreter and everything it starts may use (512MiB, 2G; empty: no limit), in its cgroup; past it the interpreter is killed, the execution ends with MemoryLimitExceeded and the context restarts without its state; no interpreter starts where no memory cgroup controller can apply it",
-		field: func(c *Config) *string { return &c.ContextMemory }},
-	&row[int]{name: "context-pids", transport: "subprocess", help: "subprocess transport: processes and threads one context's interpreter may have at once, itself included (0: no limit); past it fork fails; no interpreter starts where no pids cgroup controller can apply it",
-		field: func(c *Config) *int { return &c.ContextPids }, check: notNegative[int]},
-	&row[int]{name: "context-cpu-weight", transport: "subprocess", help: "subprocess transport: one context's share of the CPU when several are busy, 1-10000 as cgroup v2's cpu.weight (100 is everyone's default; 0: not set); no interpreter starts where no cpu cgroup controller can apply it",
-		field: func(c *Config) *int { return &c.ContextCPUWeight }, check: notNegative[int]},
-
 	&row[string]{name: "transport", def: DefaultTransport, help: "transport plugin: subprocess (local interpreters), jupyter, or NAME for PLUGIN_DIR/kernelhost-transport-NAME",
 		field: func(c *Config) *string { return &c.TransportName }, check: checkTransportName},
 	&row[string]{name: "plugin-dir", def: DefaultPluginDir(), help: "directory of the transport plugins (make plugins builds them into bin/plugins)",
 		field: func(c *Config) *string { return &c.PluginDir }},
-
-	// The jupyter transport's.
-	&row[string]{name: "jupyter-url", def: DefaultJupyterURL, help: "jupyter transport: the Jupyter Server's base URL", transport: "jupyter",
-		field: func(c *Config) *string { return &c.Jupyter.URL }},
-	&row[string]{name: "jupyter-token", help: "jupyter transport: the server's token (prefer the environment variable: flags show in ps)", transport: "jupyter",
-		field: func(c *Config) *string { return &c.Jupyter.Token }},
-	&row[string]{name: "jupyter-token-file", help: "jupyter transport: file holding the server's token (trailing line breaks dropped), instead of -jupyter-token",
-		field: func(c *Config) *string { return &c.jupyterTokenFile }},
-	jsonObject("jupyter-kernel-env", "jupyter transport: JSON object sent as the \"env\" of every kernel-start request: Enterprise Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, KERNEL_LAUNCH_TIMEOUT and other KERNEL_* values (Kernel Gateway passes KERNEL_* into the kernel's environment)",
-		func(c *Config) *map[string]string { return &c.Jupyter.KernelEnv }),
-	&row[time.Duration]{name: "jupyter-start-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on a kernel-start request (Enterprise Gateway answers it once the remote kernel is up); a kernel created after its start was abandoned is deleted", transport: "jupyter",
-		field: func(c *Config) *time.Duration { return &c.Jupyter.StartTimeout }, check: positive[time.Duration]},
-	&row[time.Duration]{name: "jupyter-connect-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on opening a kernel's websocket (the server holds it until the kernel answers: a slow kernel start shows here)", transport: "jupyter",
-		field: func(c *Config) *time.Duration { return &c.Jupyter.ConnectTimeout }, check: positive[time.Duration]},
-	&row[time.Duration]{name: "jupyter-restart-timeout", def: DefaultJupyterKernelTimeout, help: "jupyter transport: bound on a kernel restart, until the new kernel answers", transport: "jupyter",
-		field: func(c *Config) *time.Duration { return &c.Jupyter.RestartTimeout }, check: positive[time.Duration]},
-	&row[string]{name: "jupyter-ca-file", help: "jupyter transport: PEM file of CA certificates trusted for the server besides the system's (a gateway with a private CA)", transport: "jupyter",
-		field: func(c *Config) *string { return &c.Jupyter.CAFile }},
-	&row[string]{name: "jupyter-client-cert", help: "jupyter transport: PEM client certificate for servers that require one (with -jupyter-client-key)", transport: "jupyter",
-		field: func(c *Config) *string { return &c.Jupyter.ClientCert }},
-	&row[string]{name: "jupyter-client-key", help: "jupyter transport: PEM key of -jupyter-client-cert", transport: "jupyter",
-		field: func(c *Config) *string { return &c.Jupyter.ClientKey }},
-	&row[bool]{name: "jupyter-insecure-skip-verify", help: "jupyter transport: accept any server certificate; anyone on the path can read the token and the code: for testing a set-up only (logged as a warning)", transport: "jupyter",
-		field: func(c *Config) *bool { return &c.Jupyter.InsecureSkipVerify }},
-	jsonObject("jupyter-headers", "jupyter transport: JSON object of headers added to every request to the server (an auth proxy in front of a gateway); prefer the environment variable if they hold secrets",
-		func(c *Config) *map[string]string { return &c.Jupyter.Headers }),
-	jsonObject("jupyter-kernel-names", "jupyter transport: JSON object mapping a language to the kernel spec to start for it ({\"python\":\"python_kubernetes\"}); otherwise the server's default spec of that language, else the first by name",
-		func(c *Config) *map[string]string { return &c.Jupyter.KernelNames }),
-	&row[time.Duration]{name: "jupyter-keep-alive", help: "jupyter transport: if set, every kernel gets a kernel_info_request this often, so a server that culls idle kernels (cull_idle_timeout) keeps them while their contexts exist; set it below the cull timeout; 0: off", transport: "jupyter",
-		field: func(c *Config) *time.Duration { return &c.Jupyter.KeepAlive }, check: notNegative[time.Duration]},
 
 	&row[time.Duration]{name: "default-start-retry", help: "how long a failed start-up is retried (the transport plugin's start, e.g. a Jupyter gateway not up yet, then the default contexts; backoff 1s doubling to 30s) before it fails; /health says what it waits for; 0: fail at once",
 		field: func(c *Config) *time.Duration { return &c.DefaultStartRetry }, check: notNegative[time.Duration]},
@@ -403,8 +289,9 @@ var settingsTable = []setting{
 // Load reads the configuration from command-line flags, KERNELHOST_*
 // environment variables and the TOML config file named by -config (or
 // KERNELHOST_CONFIG), in that precedence, over the defaults (see parseSources):
-// the settings of settingsTable. name heads the usage -help prints to
-// stderr. getenv is os.Getenv outside tests.
+// the settings of settingsTable and those the transport plugins in the
+// plugin directory declare (pluginsettings.go). name heads the usage -help
+// prints to stderr. getenv is os.Getenv outside tests.
 func Load(name string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	// Errors are returned, not printed with the whole usage after them; the
@@ -416,11 +303,17 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	for i, s := range table {
 		apply[i] = s.register(fs)
 	}
+	pluginDir := preScan("plugin-dir", args, getenv)
+	if pluginDir == "" {
+		pluginDir = fs.Lookup("plugin-dir").DefValue
+	}
+	plugins := describePlugins(pluginDir)
+	plugins.register(fs)
 	if err := parseSources(fs, args, getenv); errors.Is(err, flag.ErrHelp) {
-		printUsage(stderr, fs, name)
+		printUsage(stderr, fs, name, plugins)
 		return Config{}, err
 	} else if err != nil {
-		return Config{}, err
+		return Config{}, plugins.explain(err)
 	}
 	var c Config
 	for _, a := range apply {
@@ -428,13 +321,17 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 			return Config{}, err
 		}
 	}
+	var err error
+	if c.TransportSettings, err = plugins.values(fs); err != nil {
+		return Config{}, err
+	}
+	c.plugins = plugins
 	if err := c.readTokenFiles(); err != nil {
 		return Config{}, err
 	}
 	if err := c.validate(); err != nil {
 		return Config{}, err
 	}
-	var err error
 	if c.GlobalEnv, err = loadGlobalEnv(c.envFile, c.envInline); err != nil {
 		return Config{}, err
 	}
@@ -447,28 +344,18 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	return c, nil
 }
 
-// readTokenFiles reads -access-token-file and -jupyter-token-file into the
-// tokens; a token given both ways is an error.
+// readTokenFiles reads -access-token-file into the access token; a token
+// given both ways is an error.
 func (c *Config) readTokenFiles() error {
-	for _, f := range []struct {
-		name, file string
-		token      *string
-	}{{"access-token", c.accessTokenFile, &c.AccessToken}, {"jupyter-token", c.jupyterTokenFile, &c.Jupyter.Token}} {
-		if f.file == "" {
-			continue
-		}
-		if *f.token != "" {
-			return fmt.Errorf("%s and %s-file are both set: give the token one way", f.name, f.name)
-		}
-		b, err := os.ReadFile(f.file)
-		if err != nil {
-			return fmt.Errorf("%s-file: %w", f.name, err)
-		}
-		if *f.token = strings.TrimRight(string(b), "\r\n"); *f.token == "" {
-			return fmt.Errorf("%s-file %s is empty", f.name, f.file)
-		}
+	if c.accessTokenFile == "" {
+		return nil
 	}
-	return nil
+	if c.AccessToken != "" {
+		return errors.New("access-token and access-token-file are both set: give the token one way")
+	}
+	var err error
+	c.AccessToken, err = readSecretFile("access-token-file", c.accessTokenFile)
+	return err
 }
 
 // withDefaults gives every setting c leaves zero its default (settingsTable).
@@ -490,30 +377,6 @@ func (c *Config) validate() error {
 		}
 	}
 	return nil
-}
-
-// maxMessageCap bounds max-message-bytes: half the plugin protocol's
-// 256 MiB message limit, room for a message's JSON and protobuf framing.
-const maxMessageCap = 128 << 20
-
-func checkMaxMessageBytes(v int) error {
-	if v < 4<<10 || v > maxMessageCap {
-		return fmt.Errorf("must be between 4096 and %d, got %d", maxMessageCap, v)
-	}
-	return nil
-}
-
-// pluginSettings are the settings of c the plugin of c.TransportName
-// receives, by name, as the table's types: a string, int, int64, bool,
-// time.Duration or map[string]string.
-func pluginSettings(c Config) map[string]any {
-	out := map[string]any{}
-	for _, s := range settingsTable {
-		if v, ok := s.pluginValue(&c, c.TransportName); ok {
-			out[s.flagName()] = v
-		}
-	}
-	return out
 }
 
 // EnvVar is the environment variable of a flag: -default-cwd → KERNELHOST_DEFAULT_CWD.

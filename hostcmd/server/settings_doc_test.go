@@ -11,14 +11,17 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
-	"github.com/kernelhost/kernelhost/transports/jupyter"
 )
 
 // docs/operating.md's settings table names every setting of the table in
-// hostcmd/server/settings.go, each once, with its variable and its default:
-// the test fails when one of them drifts from the other.
+// hostcmd/server/settings.go and of the transport plugins (their
+// settings.go), each once, with its variable and its default: the test
+// fails when one of them drifts from the other.
 func TestOperatingDocSettings(t *testing.T) {
-	defaults := server.SettingDefaults()
+	defaults, err := server.SettingDefaults(pluginDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	f, err := os.Open("../../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
@@ -132,12 +135,4 @@ func expandVar(first, end, want string) string {
 		}
 	}
 	return end
-}
-
-// The host does not link the jupyter transport (it runs it as a plugin), so
-// it states the transport's default timeout again: the two must agree.
-func TestJupyterTimeoutDefaultIsTheTransports(t *testing.T) {
-	if server.DefaultJupyterKernelTimeout != jupyter.DefaultKernelTimeout {
-		t.Fatalf("server.DefaultJupyterKernelTimeout %v, jupyter.DefaultKernelTimeout %v", server.DefaultJupyterKernelTimeout, jupyter.DefaultKernelTimeout)
-	}
 }

@@ -21,35 +21,45 @@ func pluginPath(dir, name string) string {
 // launchTransport starts the configured transport plugin and returns it under
 // supervision: the host's one way to get a transport outside tests. The
 // caller closes it after the engine. onRestart is called at each restart of
-// the plugin (the host's restart counter).
-func launchTransport(ctx context.Context, cfg Config, onRestart func()) (*pluginhost.Supervised, error) {
+// the plugin (the host's restart counter). The plugin gets the settings it
+// declares (settingsFor); bounds are the host's bounds on its kernel starts
+// and restarts, raised above those its settings allow.
+func launchTransport(ctx context.Context, cfg Config, onRestart func()) (_ *pluginhost.Supervised, bounds hostBounds, err error) {
 	cfg = withDefaults(cfg)
 	if err := cfg.validate(); err != nil {
-		return nil, err
+		return nil, hostBounds{}, err
 	}
 	path := pluginPath(cfg.PluginDir, cfg.TransportName)
 	// Checked here rather than left to exec so the error says what to do.
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("transport %q: plugin %s not found: run `make plugins` (it builds bin/plugins/), or set %s to the directory that has it",
+		return nil, hostBounds{}, fmt.Errorf("transport %q: plugin %s not found: run `make plugins` (it builds bin/plugins/), or set %s to the directory that has it",
 			cfg.TransportName, path, EnvVar("plugin-dir"))
 	}
 	if fi.IsDir() || fi.Mode()&0o111 == 0 {
-		return nil, fmt.Errorf("transport %q: plugin %s is not an executable file", cfg.TransportName, path)
+		return nil, hostBounds{}, fmt.Errorf("transport %q: plugin %s is not an executable file", cfg.TransportName, path)
 	}
-	bounds := kernelBounds(cfg)
+	desc, err := cfg.plugins.description(cfg.PluginDir, cfg.TransportName)
+	if err != nil {
+		return nil, hostBounds{}, fmt.Errorf("transport %q: %w", cfg.TransportName, err)
+	}
+	settings, err := settingsFor(desc, cfg)
+	if err != nil {
+		return nil, hostBounds{}, fmt.Errorf("transport %q: %w", cfg.TransportName, err)
+	}
+	bounds = kernelBounds(desc, settings)
 	s, err := pluginhost.Launch(ctx, pluginhost.Config{
 		Path:               path,
-		Settings:           pluginSettings(cfg),
+		Settings:           settings,
 		Logger:             cfg.Logger,
 		OnRestart:          onRestart,
 		StartKernelTimeout: bounds.pluginStart,
 		CallTimeout:        bounds.pluginCall,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("transport %q: %w", cfg.TransportName, err)
+		return nil, hostBounds{}, fmt.Errorf("transport %q: %w", cfg.TransportName, err)
 	}
-	return s, nil
+	return s, bounds, nil
 }
 
 // boundsMargin is what the host's bounds on a kernel start or restart leave
@@ -62,20 +72,4 @@ const boundsMargin = 30 * time.Second
 // defaults.
 type hostBounds struct {
 	engineStart, pluginStart, pluginCall time.Duration
-}
-
-// kernelBounds raises the host's bounds above the jupyter transport's
-// timeouts, so that a slow start or restart the settings allow is not cut
-// short by a fixed bound of the host (60 s the engine's, 120 s the plugin's).
-func kernelBounds(cfg Config) hostBounds {
-	if cfg.TransportName != "jupyter" {
-		return hostBounds{}
-	}
-	j := cfg.Jupyter
-	start := max(time.Minute, j.StartTimeout+j.ConnectTimeout+boundsMargin, j.RestartTimeout+boundsMargin)
-	return hostBounds{
-		engineStart: start,
-		pluginStart: start + boundsMargin,
-		pluginCall:  max(time.Minute, j.RestartTimeout+boundsMargin),
-	}
 }

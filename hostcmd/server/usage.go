@@ -8,8 +8,9 @@ import (
 )
 
 // printUsage is the -help of the settings: every flag with its environment
-// variable and default, and the precedence of the three sources.
-func printUsage(w io.Writer, fs *flag.FlagSet, name string) {
+// variable and default, and the precedence of the three sources; then the
+// transport plugins whose settings are missing from it, and why.
+func printUsage(w io.Writer, fs *flag.FlagSet, name string, plugins *pluginCatalog) {
 	fmt.Fprintf(w, "Usage: %s [flags]\n\n", name)
 	fmt.Fprintf(w, `Every setting is a flag, an environment variable (%sNAME: -default-cwd is
 %s) and a key of the TOML config file named by -config or
@@ -31,4 +32,7 @@ Settings:
 		}
 		fmt.Fprintln(w)
 	})
+	if note := plugins.missing(); note != "" {
+		fmt.Fprintf(w, "\n%s\n", note)
+	}
 }

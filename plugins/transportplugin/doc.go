@@ -1,6 +1,6 @@
 // Package transportplugin is what a transport plugin's author uses: Serve (or
-// ServeConfigured, for a transport built from the host's settings), Settings
-// and Logger. A transport author writes a core.Transport and a main of a few
+// ServeConfigured, for a transport built from settings the plugin declares,
+// Setting, which the host merges into its own), and Logger. A transport author writes a core.Transport and a main of a few
 // lines:
 //
 //	func main() { transportplugin.Serve(mytransport.New()) }

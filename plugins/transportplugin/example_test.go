@@ -19,18 +19,24 @@ func ExampleServe() {
 	transportplugin.Serve(bashtransport.New())
 }
 
-// A transport that takes settings is built from them when the host first
-// calls the plugin: Decode fills the fields tagged with the settings' names
-// (a host that passes any other setting gets a start-up error naming it).
+// A transport that takes settings declares them, each once: the host makes
+// each a flag, a KERNELHOST_* variable, a config file key and a line of
+// -help, checks its bounds, and passes the plugin those that are set; the
+// plugin gets its configuration with every other setting at its default.
 func ExampleServeConfigured() {
-	transportplugin.ServeConfigured(func(ctx context.Context, s transportplugin.Settings) (core.Transport, error) {
-		var settings struct {
-			Greeting string `setting:"greeting"`
+	type options struct {
+		Greeting string
+		Repeat   int
+	}
+	transportplugin.ServeConfigured([]transportplugin.Setting[options]{
+		transportplugin.StringSetting("greeting", "hello", "example transport: what it logs at start",
+			func(o *options) *string { return &o.Greeting }),
+		transportplugin.IntSetting("greeting-repeat", 1, "example transport: how often it logs the greeting",
+			func(o *options) *int { return &o.Repeat }).Between(1, 10),
+	}, func(ctx context.Context, o options) (core.Transport, error) {
+		for range o.Repeat {
+			transportplugin.Logger().Info("configured", "greeting", o.Greeting)
 		}
-		if err := s.Decode(&settings); err != nil {
-			return nil, err
-		}
-		transportplugin.Logger().Info("configured", "greeting", settings.Greeting)
 		return bashtransport.New(), nil
 	})
 }

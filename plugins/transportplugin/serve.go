@@ -21,8 +21,8 @@ const MaxMessageBytes = pluginrpc.MaxMessageBytes
 //
 //	func main() { transportplugin.Serve(mytransport.New()) }
 //
-// The host's settings, if it passes any, are ignored: a transport that takes
-// settings is served with ServeConfigured.
+// The plugin takes no settings: a transport that takes settings is served
+// with ServeConfigured.
 //
 // Rules for the plugin process, which Serve relies on:
 //   - Write nothing to stdout before calling Serve: go-plugin reads the
@@ -40,38 +40,16 @@ const MaxMessageBytes = pluginrpc.MaxMessageBytes
 // second thread only adds hand-offs (docs/RATIONALE.md).
 func Serve(t core.Transport) { pluginrpc.Serve(t) }
 
-// NewTransport builds a plugin's transport from the host's settings. ctx
-// bounds the building only.
-type NewTransport = pluginrpc.NewTransport
-
-// ServeConfigured is Serve for a transport built from the host's settings:
-// newTransport gets them (Settings.Decode reads them into a struct) when the
-// host first calls the plugin, before any kernel starts. An error from it
-// fails the plugin's start, and the host reports it. A transport with a
-// Close method is closed when the host is done with the plugin.
-//
-//	func main() {
-//		transportplugin.ServeConfigured(func(ctx context.Context, s transportplugin.Settings) (core.Transport, error) {
-//			var opts mytransport.Options // fields tagged `setting:"name"`
-//			if err := s.Decode(&opts); err != nil {
-//				return nil, err
-//			}
-//			return mytransport.New(ctx, opts)
-//		})
-//	}
-func ServeConfigured(newTransport NewTransport) { pluginrpc.ServeConfigured(newTransport) }
-
 // Settings are the settings the host passed the plugin, by name, each a
 // value of its setting's type: string, bool, int64, time.Duration or
-// map[string]string. kernelhost's own plugins receive their rows of the
-// host's settings table (docs/operating.md: the subprocess plugin "python",
-// "kernel-cgroups", ...; the jupyter plugin "jupyter-url", ...). They come
-// over the plugin protocol, never in the plugin's environment. Decode stores
-// them in a struct's fields tagged `setting:"name"`.
+// map[string]string: those of the plugin's declared settings (Setting,
+// ServeConfigured) that are set. They come over the plugin protocol, never
+// in the plugin's environment; Configuration makes the plugin's
+// configuration of them.
 type Settings = pluginrpc.Settings
 
 // NewSettings is Settings holding values (each of a type Settings names),
-// for tests of a plugin's settings type.
+// for tests of a plugin's settings (Configuration).
 func NewSettings(values map[string]any) Settings { return pluginrpc.NewSettings(values) }
 
 // Logger returns the logger a plugin should use: hclog JSON on stderr, which

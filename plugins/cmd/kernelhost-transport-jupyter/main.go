@@ -1,6 +1,6 @@
 // Command kernelhost-transport-jupyter is the Jupyter transport as a plugin.
-// It talks to the Jupyter Server (or Kernel Gateway, Enterprise Gateway) the
-// host's jupyter-* settings name (config.go), which the host passes over the
+// It talks to the Jupyter Server (or Kernel Gateway, Enterprise Gateway) its
+// jupyter-* settings name (settings.go), which the host passes over the
 // plugin protocol, not in the plugin's environment. If the server cannot be
 // reached the plugin's start fails with the reason, which the host reports.
 package main
@@ -20,20 +20,17 @@ import (
 // log instead of as the plugin's own lines.
 var logger = transportplugin.Logger()
 
-// newTransport connects to the server the settings name.
-func newTransport(ctx context.Context, hs transportplugin.Settings) (core.Transport, error) {
-	var s settings
-	if err := hs.Decode(&s); err != nil {
-		return nil, err
+// newTransport connects to the server c names.
+func newTransport(ctx context.Context, c jupyter.Config) (core.Transport, error) {
+	if c.InsecureSkipVerify {
+		logger.Warn("INSECURE: accepting any server certificate (jupyter-insecure-skip-verify): anyone on the path can read the token and every execution's code and output; use it only to test a set-up, and -jupyter-ca-file otherwise", "url", c.URL)
 	}
-	if s.InsecureSkipVerify {
-		logger.Warn("INSECURE: accepting any server certificate (jupyter-insecure-skip-verify): anyone on the path can read the token and the code", "url", s.URL)
-	}
-	t, err := jupyter.New(ctx, s.config())
+	c.Warn = logger.Warn // the host logs it under the plugin's name
+	t, err := jupyter.New(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("cannot start the jupyter transport at %s: %w", s.URL, err)
+		return nil, fmt.Errorf("cannot start the jupyter transport at %s: %w", c.URL, err)
 	}
 	return t, nil
 }
 
-func main() { transportplugin.ServeConfigured(newTransport) }
+func main() { transportplugin.ServeConfigured(settings, newTransport) }

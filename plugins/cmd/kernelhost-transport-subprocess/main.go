@@ -1,10 +1,7 @@
 // Command kernelhost-transport-subprocess is the subprocess transport (local
-// python, bash, node, R and Java interpreters) as a plugin. Its settings are
-// the host's (-python, -node, -bash, -rscript, -java, -kernel-cgroups,
-// -interpreter-pool, -default-cwd, -max-message-bytes, -sandbox,
-// -sandbox-writable, -context-memory, -context-pids, -context-cpu-weight;
-// docs/operating.md), which the host passes
-// over the plugin protocol. It reports its warm pools as gauges for the
+// python, bash, node, R and Java interpreters) as a plugin. It declares its
+// settings (settings.go), which the host merges into its own and passes over
+// the plugin protocol. It reports its warm pools as gauges for the
 // host's /metrics.
 package main
 
@@ -18,39 +15,8 @@ import (
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
-// settings are the subprocess transport's rows of the host's settings table,
-// by name. Interpreters left empty are looked up on PATH.
-type settings struct {
-	Python        string `setting:"python"`
-	Node          string `setting:"node"`
-	Bash          string `setting:"bash"`
-	R             string `setting:"rscript"`
-	Java          string `setting:"java"`
-	KernelCgroups bool   `setting:"kernel-cgroups"` // false: process trees only (see reap.go)
-	// Pool sizes the warm pools (subprocess.ParsePoolSizes), whose
-	// interpreters start in DefaultCwd, where contexts start by default.
-	Pool       string `setting:"interpreter-pool"`
-	DefaultCwd string `setting:"default-cwd"`
-	// Sandbox is auto, on or off (subprocess.SandboxOptions); the default
-	// cwd and SandboxWritable (paths separated by commas) are writable in
-	// every sandbox.
-	Sandbox         string `setting:"sandbox"`
-	SandboxWritable string `setting:"sandbox-writable"`
-	// MaxMessageBytes caps an interpreter's messages (subprocess.Options).
-	MaxMessageBytes int `setting:"max-message-bytes"`
-	// Limits per context (subprocess.Limits); a limit this machine cannot
-	// apply stops the plugin at start.
-	ContextMemory    string `setting:"context-memory"`
-	ContextPids      int    `setting:"context-pids"`
-	ContextCPUWeight int    `setting:"context-cpu-weight"`
-}
-
-// newTransport builds the transport from the host's settings.
-func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transport, error) {
-	s := settings{KernelCgroups: true}
-	if err := hs.Decode(&s); err != nil {
-		return nil, err
-	}
+// newTransport builds the transport from its settings.
+func newTransport(_ context.Context, s options) (core.Transport, error) {
 	pools, err := subprocess.ParsePoolSizes(s.Pool)
 	if err != nil {
 		return nil, err
@@ -103,4 +69,4 @@ func (w withGauges) Gauges() []transportplugin.Gauge {
 	return gauges
 }
 
-func main() { transportplugin.ServeConfigured(newTransport) }
+func main() { transportplugin.ServeConfigured(settings, newTransport) }

@@ -39,3 +39,30 @@ func Launch(ctx context.Context, cfg Config) (*Supervised, error) {
 // Gauge is one gauge sample of the plugin's transport
 // (transportplugin.GaugeReporter), as Supervised.Gauges returns them.
 type Gauge = pluginrpc.Gauge
+
+// Description is what a plugin binary says of its settings when run with
+// -describe (transportplugin.Setting); SettingSpec is one setting of it.
+type (
+	Description = pluginrpc.Description
+	SettingSpec = pluginrpc.SettingSpec
+)
+
+// Setting types and kernel bounds, as SettingSpec names them.
+const (
+	TypeString   = pluginrpc.TypeString
+	TypeInt      = pluginrpc.TypeInt
+	TypeBool     = pluginrpc.TypeBool
+	TypeDuration = pluginrpc.TypeDuration
+	TypeObject   = pluginrpc.TypeObject
+	TypeFile     = pluginrpc.TypeFile
+	TypeHost     = pluginrpc.TypeHost
+
+	BoundStart   = pluginrpc.BoundStart
+	BoundRestart = pluginrpc.BoundRestart
+)
+
+// Describe runs the plugin binary at path with -describe and returns the
+// description of its settings; ctx bounds the run.
+func Describe(ctx context.Context, path string) (Description, error) {
+	return pluginrpc.Describe(ctx, path)
+}

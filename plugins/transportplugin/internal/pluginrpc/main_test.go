@@ -51,7 +51,7 @@ func runHelper(mode string) {
 	case "protocol-next":
 		serve(func(context.Context, Settings) (core.Transport, error) { return bashtransport.New(), nil }, ProtocolVersion+1)
 	case "configured":
-		ServeConfigured(newConfiguredTransport)
+		ServeConfigured(configuredSettings, newConfiguredTransport)
 	case "hang":
 		Serve(hangTransport{})
 	case "big":
@@ -276,14 +276,13 @@ type configuredTransport struct {
 	greeting string
 }
 
-func newConfiguredTransport(_ context.Context, s Settings) (core.Transport, error) {
-	var set struct {
-		Greeting string `setting:"greeting"`
-	}
-	if err := s.Decode(&set); err != nil {
-		return nil, err
-	}
-	return configuredTransport{bashtransport.New(), set.Greeting}, nil
+// configuredSettings are its settings: one, "greeting".
+var configuredSettings = []Setting[string]{
+	StringSetting("greeting", "", "the version the transport reports", func(g *string) *string { return g }),
+}
+
+func newConfiguredTransport(_ context.Context, greeting string) (core.Transport, error) {
+	return configuredTransport{bashtransport.New(), greeting}, nil
 }
 
 func (t configuredTransport) Info() core.TransportInfo {

@@ -20,14 +20,10 @@ import (
 // host kills the plugin outright.
 const kernelShutdownTimeout = 1500 * time.Millisecond
 
-// Serve is transportplugin.Serve: the host's settings are ignored.
+// Serve is transportplugin.Serve: the plugin describes no settings.
 func Serve(t core.Transport) {
+	describeIfAsked(Description{})
 	serve(func(context.Context, Settings) (core.Transport, error) { return t, nil }, ProtocolVersion)
-}
-
-// ServeConfigured is transportplugin.ServeConfigured.
-func ServeConfigured(newTransport NewTransport) {
-	serve(newTransport, ProtocolVersion)
 }
 
 // Logger returns the logger a plugin should use: hclog JSON on stderr, which

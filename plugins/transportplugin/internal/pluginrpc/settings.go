@@ -1,9 +1,7 @@
 package pluginrpc
 
 import (
-	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"time"
 
@@ -11,7 +9,8 @@ import (
 )
 
 // Settings are the settings the host passed the plugin, by name
-// (transportplugin.Settings).
+// (transportplugin.Settings); Configuration makes a plugin's configuration
+// of them.
 type Settings struct {
 	values map[string]any
 }
@@ -22,38 +21,6 @@ func NewSettings(values map[string]any) Settings {
 	return Settings{values: values}
 }
 
-// Decode stores the settings in the struct dst points to: a field tagged
-// `setting:"name"` gets the setting name, if passed. A field's type must be
-// the setting's (an int64 setting also fits an int field). A setting that
-// no field takes, or whose value does not fit its field, is an error: the
-// host and the plugin disagree on the settings, and the plugin does not
-// start. Fields of settings the host did not pass keep their values.
-func (s Settings) Decode(dst any) error {
-	v := reflect.ValueOf(dst)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return fmt.Errorf("decode settings: want a pointer to a struct, got %T", dst)
-	}
-	fields := map[string]reflect.Value{}
-	st := v.Elem().Type()
-	for i := range st.NumField() {
-		if name := st.Field(i).Tag.Get("setting"); name != "" {
-			fields[name] = v.Elem().Field(i)
-		}
-	}
-	var errs []error
-	for _, name := range s.names() {
-		f, ok := fields[name]
-		if !ok {
-			errs = append(errs, fmt.Errorf("setting %s: this plugin takes no such setting", name))
-			continue
-		}
-		if err := assign(f, s.values[name]); err != nil {
-			errs = append(errs, fmt.Errorf("setting %s: %w", name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 func (s Settings) names() []string {
 	names := make([]string, 0, len(s.values))
 	for k := range s.values {
@@ -61,33 +28,6 @@ func (s Settings) names() []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-var durationType = reflect.TypeFor[time.Duration]()
-
-// assign stores the setting value v in the field f, if its type fits.
-func assign(f reflect.Value, v any) error {
-	ok := false
-	switch v := v.(type) {
-	case string:
-		ok = f.Kind() == reflect.String
-	case bool:
-		ok = f.Kind() == reflect.Bool
-	case time.Duration:
-		ok = f.Type() == durationType
-	case int64:
-		if ok = f.Type() != durationType && (f.Kind() == reflect.Int || f.Kind() == reflect.Int64); ok {
-			f.SetInt(v)
-			return nil
-		}
-	case map[string]string:
-		ok = f.Type() == reflect.TypeFor[map[string]string]()
-	}
-	if !ok {
-		return fmt.Errorf("a %T does not fit a field of type %s", v, f.Type())
-	}
-	f.Set(reflect.ValueOf(v))
-	return nil
 }
 
 // settingsToPB encodes settings for the plugin protocol: values of the types
@@ -137,4 +77,15 @@ func settingsFromPB(in map[string]*pb.SettingValue) (Settings, error) {
 		}
 	}
 	return Settings{values: values}, nil
+}
+
+// Each calls fn with every setting, in the order of their names, until fn
+// returns an error, which Each returns.
+func (s Settings) Each(fn func(name string, v any) error) error {
+	for _, name := range s.names() {
+		if err := fn(name, s.values[name]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"github.com/kernelhost/kernelhost/plugins/transportplugin"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+)
+
+// options are the subprocess transport's settings as the plugin receives
+// them; newTransport turns them into subprocess.Options.
+type options struct {
+	Python, Node, Bash, R, Java string // interpreters; a name is looked up on PATH
+	KernelCgroups               bool   // false: process trees only (see reap.go)
+	// Pool sizes the warm pools (subprocess.ParsePoolSizes), whose
+	// interpreters start in DefaultCwd, where contexts start by default.
+	Pool, DefaultCwd string
+	// Sandbox is auto, on or off (subprocess.SandboxOptions); the default
+	// cwd and SandboxWritable (paths separated by commas) are writable in
+	// every sandbox.
+	Sandbox, SandboxWritable string
+	MaxMessageBytes          int // caps an interpreter's messages (subprocess.Options)
+	// Limits per context (subprocess.Limits); a limit this machine cannot
+	// apply stops the plugin at start.
+	ContextMemory                 string
+	ContextPids, ContextCPUWeight int
+}
+
+// maxMessageCap bounds max-message-bytes: half the plugin protocol's
+// message limit, room for a message's JSON and protobuf framing.
+const maxMessageCap = transportplugin.MaxMessageBytes / 2
+
+// settings are the subprocess transport's settings, each declared once here:
+// the host makes each a flag, a KERNELHOST_* variable, a config file key and
+// a line of -help (docs/operating.md), checks its bounds and passes the
+// plugin those that are set; the rest keep these defaults.
+var settings = []transportplugin.Setting[options]{
+	transportplugin.StringSetting("python", "python3", "Python interpreter",
+		func(o *options) *string { return &o.Python }),
+	transportplugin.StringSetting("node", "node", "Node.js interpreter (javascript contexts)",
+		func(o *options) *string { return &o.Node }),
+	transportplugin.StringSetting("bash", "bash", "bash interpreter",
+		func(o *options) *string { return &o.Bash }),
+	transportplugin.StringSetting("rscript", "Rscript", "R's Rscript (r contexts; Debian r-base-core)",
+		func(o *options) *string { return &o.R }),
+	transportplugin.StringSetting("java", "java", "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)",
+		func(o *options) *string { return &o.Java }),
+	transportplugin.StringSetting("interpreter-pool", "python=1,javascript=1", "subprocess transport: ready interpreters kept per language for new contexts and restarts (python, javascript and typescript in any cwd, others in the default cwd), as language=size pairs separated by commas (python=2,javascript=1,r=1); languages not named have none; python=0,javascript=0 turns them off",
+		func(o *options) *string { return &o.Pool }),
+	// The resolved default cwd, where the warm pools' interpreters start.
+	transportplugin.HostSetting("default-cwd", func(o *options) *string { return &o.DefaultCwd }),
+	transportplugin.IntSetting("max-message-bytes", subprocess.DefaultMaxMessageBytes, "subprocess transport: largest message an interpreter may send (one output write, one result or display, one batch of them); past it the output is cut, with a notice in the stream saying how much was dropped, and the execution goes on with its state",
+		func(o *options) *int { return &o.MaxMessageBytes }).Between(4<<10, maxMessageCap),
+	transportplugin.BoolSetting("kernel-cgroups", true, "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only",
+		func(o *options) *bool { return &o.KernelCgroups }),
+	transportplugin.StringSetting("sandbox", "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC and mount namespaces, own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
+		func(o *options) *string { return &o.Sandbox }).OneOf("auto", "on", "off"),
+	transportplugin.StringSetting("sandbox-writable", "", "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd, the context's cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory)",
+		func(o *options) *string { return &o.SandboxWritable }),
+	transportplugin.StringSetting("context-memory", "", "subprocess transport: memory one context's interpreter and everything it starts may use (512MiB, 2G; empty: no limit), in its cgroup; past it the interpreter is killed, the execution ends with MemoryLimitExceeded and the context restarts without its state; no interpreter starts where no memory cgroup controller can apply it",
+		func(o *options) *string { return &o.ContextMemory }),
+	transportplugin.IntSetting("context-pids", 0, "subprocess transport: processes and threads one context's interpreter may have at once, itself included (0: no limit); past it fork fails; no interpreter starts where no pids cgroup controller can apply it",
+		func(o *options) *int { return &o.ContextPids }).NotNegative(),
+	transportplugin.IntSetting("context-cpu-weight", 0, "subprocess transport: one context's share of the CPU when several are busy, 1-10000 as cgroup v2's cpu.weight (100 is everyone's default; 0: not set); no interpreter starts where no cpu cgroup controller can apply it",
+		func(o *options) *int { return &o.ContextCPUWeight }).NotNegative(),
+}
