@@ -394,9 +394,9 @@ func preScan(name string, args []string, getenv func(string) string) string {
 	if v := getenv(EnvVar(name)); v != "" {
 		return v
 	}
-	path, ok := scanArgs(ConfigFlag, args)
+	path, ok := scanArgs(configFlag, args)
 	if !ok {
-		path = getenv(EnvVar(ConfigFlag))
+		path = getenv(EnvVar(configFlag))
 	}
 	if path == "" {
 		return ""
