@@ -16,9 +16,11 @@ const MaxTimeoutSeconds = maxTimeoutSeconds
 // PluginSettings are the settings the host passes its transport plugin.
 var PluginSettings = pluginSettings
 
-// WithoutKernelEnv makes the hosts started until restore is called apply no
-// kernel environment (kernelenv), for benchmarks that compare the two. Not
-// for parallel tests: it swaps a package variable.
+// WithoutKernelEnv makes the hosts started until restore is called send no
+// kernel setup (kernelpy's check, and its source to a kernel without it),
+// for benchmarks that compare the two; the subprocess driver loads the
+// environment itself all the same. Not for parallel tests: it swaps a
+// package variable.
 func WithoutKernelEnv() (restore func()) {
 	saved := kernelSetup
 	kernelSetup = nil
