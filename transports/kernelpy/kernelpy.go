@@ -37,11 +37,14 @@ type Module struct {
 	Source string
 }
 
-// Modules are the package's modules, its root first.
-var Modules = []Module{
-	{"_kernelhost", rootModule},
-	{"_kernelhost.env", envModule},
-	{"_kernelhost.shell", shellModule},
+// Modules returns the package's modules, its root first. A new module is a
+// file in _kernelhost and a line here.
+func Modules() []Module {
+	return []Module{
+		{"_kernelhost", rootModule},
+		{"_kernelhost.env", envModule},
+		{"_kernelhost.shell", shellModule},
+	}
 }
 
 // Bootstrap is bootstrap.py, which a kernel runs, in a namespace of its
@@ -67,8 +70,8 @@ const pythonCheck = `(lambda root: print(` + "'load'" + `) if root is None else 
 // bootstrap.py (too old) usable, saying why on stderr: the environment is
 // an extra, a failed setup request would fail the context.
 var pythonLoad = func() string {
-	sources := make(map[string]string, len(Modules))
-	for _, m := range Modules {
+	sources := map[string]string{}
+	for _, m := range Modules() {
 		sources[m.Name] = m.Source
 	}
 	var b strings.Builder

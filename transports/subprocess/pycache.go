@@ -98,7 +98,7 @@ var pythonSources = func() (s struct {
 	Modules   map[string]string `json:"modules"`
 }) {
 	s.Driver, s.Bootstrap, s.Modules = driverPython, kernelpy.Bootstrap(), map[string]string{}
-	for _, m := range kernelpy.Modules {
+	for _, m := range kernelpy.Modules() {
 		s.Modules[m.Name] = m.Source
 	}
 	return s
