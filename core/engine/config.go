@@ -157,7 +157,9 @@ func (c *Config) setDefaults() {
 // of their own. Check runs first; Load follows only where Check printed
 // KernelSetupLoadWanted on stdout, so that a transport whose kernels come
 // with what Load carries (the subprocess python driver loads kernelhost's
-// python package from its cache) is not sent it on every start.
+// python package from its cache) is not sent it on every start. Once a
+// kernel wanted Load, the next of its language gets Load without Check:
+// Load must leave a kernel that has what it carries as it is.
 //
 // What either writes on stderr says that something failed to load: the
 // context works on without it; the engine logs the text (the first time at

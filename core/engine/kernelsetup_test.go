@@ -10,23 +10,29 @@ import (
 )
 
 // A KernelSetup's Load is sent only to a kernel whose Check asked for it
-// (one whose transport did not equip it already).
+// (one whose transport did not equip it already); once one did, the next
+// kernel of the language gets Load without Check.
 func TestKernelSetupLoadsOnlyWhereCheckAsks(t *testing.T) {
-	const load = "__import__('os').environ.__setitem__('KH_LOADED', 'yes')"
-	for check, want := range map[string]string{
-		"print load":   "KH_LOADED=yes",
-		"print loaded": "KH_LOADED unset",
+	const (
+		checked = "__import__('os').environ.__setitem__('KH_CHECKED', 'yes')"
+		load    = "__import__('os').environ.__setitem__('KH_LOADED', 'yes')"
+	)
+	for check, want := range map[string][2]string{
+		"print load":   {"KH_CHECKED=yesKH_LOADED=yes", "KH_CHECKED unsetKH_LOADED=yes"},
+		"print loaded": {"KH_CHECKED=yesKH_LOADED unset", "KH_CHECKED=yesKH_LOADED unset"},
 	} {
 		e, _ := newTestEngine(t, Config{KernelSetup: func(string) KernelSetup {
-			return KernelSetup{Check: check, Load: load}
+			return KernelSetup{Check: checked + "\n" + check, Load: load}
 		}})
 		ctx := context.Background()
-		info, err := e.CreateContext(ctx, "python", "/tmp")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := stdout(collect(t, execute(t, e, ctx, ExecRequest{Code: "getenv KH_LOADED", ContextID: info.ID}))); got != want {
-			t.Fatalf("Check %q: the kernel has %q, want %q", check, got, want)
+		for i, want := range want {
+			info, err := e.CreateContext(ctx, "python", "/tmp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := stdout(collect(t, execute(t, e, ctx, ExecRequest{Code: "getenv KH_CHECKED\ngetenv KH_LOADED", ContextID: info.ID}))); got != want {
+				t.Fatalf("Check %q, kernel %d: the kernel has %q, want %q", check, i+1, got, want)
+			}
 		}
 	}
 }

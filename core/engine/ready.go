@@ -162,12 +162,27 @@ func (c *Context) setup(ctx context.Context) error {
 // and sys, and the setup must reach the interpreter's own. What they write
 // on stderr is a failure of the setup, which the context survives: logged,
 // and shown on the next execution's stderr.
+//
+// Where the last kernel of the language wanted Load, the next one most
+// likely does too (a transport's kernels are alike): it gets Load at once,
+// which spares a Jupyter kernel's start a round trip.
 func (c *Context) kernelSetup(ks KernelSetup) error {
 	var out, failure strings.Builder
-	if err := c.silentRequest(ks.Check, &out, &failure); err != nil {
-		return err
+	load := false
+	if _, atOnce := c.e.loadsAtOnce.Load(c.info.Language); atOnce && ks.Load != "" {
+		load = true
+	} else {
+		if err := c.silentRequest(ks.Check, &out, &failure); err != nil {
+			return err
+		}
+		load = out.String() == KernelSetupLoadWanted && ks.Load != ""
+		if load {
+			c.e.loadsAtOnce.Store(c.info.Language, true)
+		} else {
+			c.e.loadsAtOnce.Delete(c.info.Language)
+		}
 	}
-	if out.String() == KernelSetupLoadWanted && ks.Load != "" {
+	if load {
 		if err := c.silentRequest(ks.Load, nil, &failure); err != nil {
 			return err
 		}
