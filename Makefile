@@ -44,7 +44,7 @@ WAZERO         := $(TOOLS)/wazero
 # python3-ipython and python3-matplotlib: IPython cell semantics and inline
 # figures in the subprocess python driver (its tests run /usr/bin/python3);
 # python3-pandas and python3-pil, with matplotlib: the charts, data and images
-# of the python environment (kernelenv; its tests run /usr/bin/python3 too);
+# of the python environment (transports/kernelpy; its tests run /usr/bin/python3 too);
 # bubblewrap (bwrap): the sandbox each subprocess interpreter runs in.
 APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil bubblewrap
 
@@ -289,7 +289,7 @@ $(SDKTEST)/node_modules/.package-lock.json: $(SDKTEST)/package.json $(SDKTEST)/p
 ## context start and idle RSS against the bare interpreter, as ratios), and the
 ## python environment (a plain cell with and without it, a 10,000-point chart)
 bench:
-	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -count=1 ./hostcmd/server/ ./hostcmd/kernelenv/
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -count=1 ./hostcmd/server/ ./transports/kernelpy/
 
 ## vet: gofmt check and go vet
 vet:

@@ -51,12 +51,11 @@ type Config struct {
 	// GlobalEnv returns the env vars every context gets, applied after its
 	// kernel starts or restarts. Invalid keys are skipped with a log line.
 	GlobalEnv func(ctx context.Context) (map[string]string, error)
-	// KernelSetup, if set, returns code to run in every new kernel of a
-	// language (a NormalizeLanguage name; "" for none), on start and after
-	// each restart, as a silent request of its own just before the cwd and
-	// env vars are applied: the host's kernel environment (package
-	// kernelenv). It must not fail: a failing setup fails the context.
-	KernelSetup func(language string) string
+	// KernelSetup, if set, returns how to set up every new kernel of a
+	// language (a NormalizeLanguage name; a zero KernelSetup: nothing), on
+	// start and after each restart, just before the cwd and env vars are
+	// applied: the host's kernel-side python (package kernelpy).
+	KernelSetup func(language string) KernelSetup
 	// Policy, if set, decides on every execution's env vars before it is queued.
 	Policy EnvPolicy
 	// Observer, if set, is told about queues and executions (for metrics).
@@ -153,3 +152,25 @@ func (c *Config) setDefaults() {
 		c.ReplayTTL = 5 * time.Minute
 	}
 }
+
+// KernelSetup is code the engine runs in a new kernel, as silent requests
+// of their own. Check runs first; Load follows only where Check printed
+// KernelSetupLoadWanted on stdout, so that a transport whose kernels come
+// with what Load carries (the subprocess python driver loads kernelhost's
+// python package from its cache) is not sent it on every start. Once a
+// kernel wanted Load, the next of its language gets Load without Check:
+// Load must leave a kernel that has what it carries as it is.
+//
+// What either writes on stderr says that something failed to load: the
+// context works on without it; the engine logs the text (the first time at
+// WARN, then at DEBUG) and shows it on the stderr of the context's next
+// execution. An error the code raises fails the context's start, so the
+// code must catch its own.
+type KernelSetup struct {
+	Check string
+	Load  string
+}
+
+// KernelSetupLoadWanted is what a KernelSetup's Check prints on a kernel
+// that needs its Load.
+const KernelSetupLoadWanted = "load\n"

@@ -42,6 +42,9 @@ type Context struct {
 	// interrupt did not take effect): restart before the next user code.
 	needsRestart bool
 	globals      map[string]string
+	// setupFailure is what the last kernel setup wrote on stderr (see
+	// kernelSetup), until an execution shows it.
+	setupFailure string
 	// cwdChoices, for a context created without a cwd when the default cwd
 	// is checked where the kernel runs (Config.DefaultCwdOnKernel), are the
 	// directories its setup tries in order; chosenCwd is where the last

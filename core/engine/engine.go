@@ -32,6 +32,12 @@ type Engine struct {
 	// cwdWarned: the WARN that the default cwd is not a directory where the
 	// kernels run was logged (once: it is the same for every context).
 	cwdWarned atomic.Bool
+	// setupFailureWarned: the WARN that a kernel setup reported a failure
+	// was logged (once: every kernel of the host is likely to fail alike).
+	setupFailureWarned atomic.Bool
+	// loadsAtOnce: languages (string -> true) whose last new kernel's
+	// KernelSetup.Check asked for its Load: the next gets Load at once.
+	loadsAtOnce sync.Map
 
 	execMu     sync.Mutex
 	clock      func() time.Time      // time.Now; tests move it

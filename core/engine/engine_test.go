@@ -868,11 +868,11 @@ func TestKernelSetupRunsOnStartAndRestart(t *testing.T) {
 	var languages []string
 	var mu sync.Mutex
 	e, _ := newTestEngine(t, Config{
-		KernelSetup: func(language string) string {
+		KernelSetup: func(language string) KernelSetup {
 			mu.Lock()
 			languages = append(languages, language)
 			mu.Unlock()
-			return "__import__('os').environ.__setitem__('KH_SETUP', 'setup')\n__import__('os').environ.__setitem__('KH_BOTH', 'setup')"
+			return KernelSetup{Check: "__import__('os').environ.__setitem__('KH_SETUP', 'setup')\n__import__('os').environ.__setitem__('KH_BOTH', 'setup')"}
 		},
 		GlobalEnv: func(context.Context) (map[string]string, error) { return map[string]string{"KH_BOTH": "global"}, nil },
 	})
@@ -903,7 +903,7 @@ func TestKernelSetupRunsOnStartAndRestart(t *testing.T) {
 // A kernel setup that fails is the server's fault, not the cwd's: the
 // context is not created, with an internal error that says so.
 func TestKernelSetupFailureIsInternal(t *testing.T) {
-	e, _ := newTestEngine(t, Config{KernelSetup: func(string) string { return "not a snippet" }})
+	e, _ := newTestEngine(t, Config{KernelSetup: func(string) KernelSetup { return KernelSetup{Check: "not a snippet"} }})
 	_, err := e.CreateContext(context.Background(), "python", "/tmp")
 	if err == nil || core.KindOf(err) != core.KindInternal || !strings.Contains(err.Error(), "kernel setup") || strings.Contains(err.Error(), "working directory") {
 		t.Fatalf("CreateContext: %v (kind %v), want an internal error naming the kernel setup", err, core.KindOf(err))

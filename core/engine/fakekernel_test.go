@@ -218,7 +218,7 @@ func (k *fakeKernel) handle(req core.ExecuteRequest) {
 	k.emit(gen, core.Message{ParentID: p, Type: core.MsgStatus, State: core.StateBusy})
 	var failure *core.Message
 	if req.Silent {
-		failure = k.runSnippet(req.Code)
+		failure = k.runSnippet(gen, p, req.Code)
 	} else {
 		k.emit(gen, core.Message{ParentID: p, Type: core.MsgExecuteInput, ExecutionCount: count})
 		select {
@@ -417,13 +417,18 @@ func (k *fakeKernel) restore(rest string) error {
 	return nil
 }
 
-// runSnippet applies the engine's python helper code; anything else fails, as
-// a syntax error would in Python.
-func (k *fakeKernel) runSnippet(code string) *core.Message {
+// runSnippet applies the engine's python helper code, and prints the text
+// of "print " and "eprint " lines (a kernel setup's output); anything else
+// fails, as a syntax error would in Python.
+func (k *fakeKernel) runSnippet(gen int, p, code string) *core.Message {
 	for _, line := range strings.Split(code, "\n") {
 		var err error
 		switch m := (struct{ set, unset, cd []string }{setEnvRe.FindStringSubmatch(line), unsetEnvRe.FindStringSubmatch(line), chdirRe.FindStringSubmatch(line)}); {
 		case line == "" || line == "# kernelhost helper":
+		case strings.HasPrefix(line, "print "):
+			k.emit(gen, core.Message{ParentID: p, Type: core.MsgStream, Name: "stdout", Text: strings.TrimPrefix(line, "print ") + "\n"})
+		case strings.HasPrefix(line, "eprint "):
+			k.emit(gen, core.Message{ParentID: p, Type: core.MsgStream, Name: "stderr", Text: strings.TrimPrefix(line, "eprint ") + "\n"})
 		case strings.HasPrefix(line, saveAndSetPrefix):
 			err = k.saveAndSet(strings.TrimPrefix(line, saveAndSetPrefix))
 		case strings.HasPrefix(line, restorePrefix):

@@ -12,16 +12,17 @@ import (
 // helper runs one silent request of the engine's own (cwd, env set/reset) and
 // waits, bounded by Config.HelperTimeout, for the kernel to finish it.
 func (c *Context) helper(code string) error {
-	return c.silentRequest(helperCode(c.info.Language, code), nil)
+	return c.silentRequest(helperCode(c.info.Language, code), nil, nil)
 }
 
 // silentRequest runs code as a request of the engine's own (silent where
 // the language allows, see helperSilent) and waits, bounded by
 // Config.HelperTimeout, for the kernel to finish it. What the code prints to
-// stdout goes to stdout, when it is not nil. An error says why the kernel
+// stdout and stderr goes to stdout and stderr, where they are not nil. An
+// error says why the kernel
 // did not finish it well: the error the code raised, or what happened to
 // the kernel.
-func (c *Context) silentRequest(code string, stdout *strings.Builder) error {
+func (c *Context) silentRequest(code string, stdout, stderr *strings.Builder) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
 	defer cancel()
 	q, err := c.send(ctx, code, helperSilent(c.info.Language))
@@ -38,6 +39,8 @@ func (c *Context) silentRequest(code string, stdout *strings.Builder) error {
 			firstErr = m
 		case m.Type == core.MsgStream && m.Name == "stdout" && stdout != nil:
 			stdout.WriteString(m.Text)
+		case m.Type == core.MsgStream && m.Name == "stderr" && stderr != nil:
+			stderr.WriteString(m.Text)
 		}
 	})
 	switch end {

@@ -131,11 +131,8 @@ func (c *Context) setup(ctx context.Context) error {
 		}
 	}
 	if c.e.cfg.KernelSetup != nil {
-		// A request of its own, not a helper: the subprocess drivers run
-		// helpers apart from user code, with stand-ins for os and sys,
-		// and the kernel environment must reach the interpreter's own.
-		if code := c.e.cfg.KernelSetup(c.info.Language); code != "" {
-			if err := c.silentRequest(code, nil); err != nil {
+		if ks := c.e.cfg.KernelSetup(c.info.Language); ks.Check != "" {
+			if err := c.kernelSetup(ks); err != nil {
 				// Not a setupError: nothing the client sent (the cwd) is wrong.
 				return fmt.Errorf("kernel setup: %w", err)
 			}
@@ -146,7 +143,7 @@ func (c *Context) setup(ctx context.Context) error {
 		code = setupCodeChoosingCwd(c.info.Language, c.cwdChoices, globals)
 	}
 	var out strings.Builder
-	if err := c.silentRequest(helperCode(c.info.Language, code), &out); err != nil {
+	if err := c.silentRequest(helperCode(c.info.Language, code), &out, nil); err != nil {
 		return &setupError{cwd: c.info.Cwd, err: err}
 	}
 	if c.cwdChoices != nil {
@@ -157,6 +154,63 @@ func (c *Context) setup(ctx context.Context) error {
 	c.needsSetup = false
 	c.mu.Unlock()
 	return nil
+}
+
+// kernelSetup runs ks (Config.KernelSetup) in a new kernel: its Check, then
+// its Load where Check asked for it. Requests of their own, not helpers: the
+// subprocess drivers run helpers apart from user code, with stand-ins for os
+// and sys, and the setup must reach the interpreter's own. What they write
+// on stderr is a failure of the setup, which the context survives: logged,
+// and shown on the next execution's stderr.
+//
+// Where the last kernel of the language wanted Load, the next one most
+// likely does too (a transport's kernels are alike): it gets Load at once,
+// which spares a Jupyter kernel's start a round trip.
+func (c *Context) kernelSetup(ks KernelSetup) error {
+	var out, failure strings.Builder
+	load := false
+	if _, atOnce := c.e.loadsAtOnce.Load(c.info.Language); atOnce && ks.Load != "" {
+		load = true
+	} else {
+		if err := c.silentRequest(ks.Check, &out, &failure); err != nil {
+			return err
+		}
+		load = out.String() == KernelSetupLoadWanted && ks.Load != ""
+		if load {
+			c.e.loadsAtOnce.Store(c.info.Language, true)
+		} else {
+			c.e.loadsAtOnce.Delete(c.info.Language)
+		}
+	}
+	if load {
+		if err := c.silentRequest(ks.Load, nil, &failure); err != nil {
+			return err
+		}
+	}
+	if failure.Len() == 0 {
+		return nil
+	}
+	// Once at WARN (every kernel of the host is likely to fail alike),
+	// then at DEBUG; each context's next execution shows it.
+	level := slog.LevelDebug
+	if c.e.setupFailureWarned.CompareAndSwap(false, true) {
+		level = slog.LevelWarn
+	}
+	c.log.Log(context.Background(), level, "the kernel setup reported a failure; the context works without what failed", "language", c.info.Language, "stderr", failure.String())
+	c.mu.Lock()
+	c.setupFailure = failure.String()
+	c.mu.Unlock()
+	return nil
+}
+
+// takeSetupFailure returns what the last kernel setup reported failing, if
+// it was not shown yet, for the execution that runs next.
+func (c *Context) takeSetupFailure() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	text := c.setupFailure
+	c.setupFailure = ""
+	return text
 }
 
 type setupError struct {

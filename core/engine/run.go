@@ -31,6 +31,9 @@ func (c *Context) run(x *Execution) {
 		// would otherwise fail with a bare NameError.
 		x.out.push(Output{Type: OutStderr, Timestamp: now(), Text: replacedNotice(replaced)})
 	}
+	if failure := c.takeSetupFailure(); failure != "" {
+		x.out.push(Output{Type: OutStderr, Timestamp: now(), Text: failure})
+	}
 	if len(x.env) == 0 {
 		c.runUserCode(x)
 		return

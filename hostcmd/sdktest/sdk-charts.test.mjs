@@ -1,5 +1,5 @@
 // Charts, data and images through the official SDK: what kernelhost's python
-// kernel environment (kernelenv/python_env.py) gives a cell's results, on
+// kernel environment (transports/kernelpy/_kernelhost/env.py) gives a cell's results, on
 // every transport sdk_test.go runs this file against. The host's Python must
 // have IPython, matplotlib, pandas and PIL (Debian's /usr/bin/python3 with
 // python3-ipython python3-matplotlib python3-pandas python3-pil, which `make

@@ -19,9 +19,11 @@ func RouteTable() []string {
 // MaxTimeoutSeconds is the largest "timeout" an /execute body may give.
 const MaxTimeoutSeconds = maxTimeoutSeconds
 
-// WithoutKernelEnv makes the hosts started until restore is called apply no
-// kernel environment (kernelenv), for benchmarks that compare the two. Not
-// for parallel tests: it swaps a package variable.
+// WithoutKernelEnv makes the hosts started until restore is called send no
+// kernel setup (kernelpy's check, and its source to a kernel without it),
+// for benchmarks that compare the two; the subprocess driver loads the
+// environment itself all the same. Not for parallel tests: it swaps a
+// package variable.
 func WithoutKernelEnv() (restore func()) {
 	saved := kernelSetup
 	kernelSetup = nil

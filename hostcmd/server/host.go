@@ -21,8 +21,8 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/hostcmd/kernelenv"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
+	"github.com/kernelhost/kernelhost/transports/kernelpy"
 )
 
 // Host is a running kernelhost: an engine behind an HTTP server.
@@ -45,10 +45,13 @@ type Host struct {
 	startRetryUntil time.Time
 }
 
-// kernelSetup is the kernel environment the engine applies to every new
-// kernel (charts, data, images for python: package kernelenv). A variable
-// only so that a benchmark can start a host without it, side by side.
-var kernelSetup = kernelenv.Setup
+// kernelSetup is the kernel-side python the engine gives every new python
+// kernel (charts, data, images: package kernelpy): the subprocess driver
+// has it already, a Jupyter kernel is sent it. A variable only so that a
+// benchmark can start a host without it, side by side.
+var kernelSetup = func(language string) engine.KernelSetup {
+	return engine.KernelSetup{Check: kernelpy.Check(language), Load: kernelpy.Setup(language)}
+}
 
 // Start loads the policies, launches the transport plugin (unless
 // cfg.Transport is set), listens on cfg.Addr, starts serving and creates the

@@ -12,7 +12,7 @@ import (
 )
 
 // Charts, data and images over HTTP: kernelhost's python kernel environment
-// (package kernelenv), which the host applies to every new python kernel, on
+// (package kernelpy), which every new python kernel gets, on
 // the subprocess transport (the driver on Debian's python) and on Jupyter
 // (ipykernel, whose kernels the test does not change). The official SDK's
 // view of the same is hostcmd/sdktest/sdk-charts.test.mjs.

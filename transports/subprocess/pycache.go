@@ -13,23 +13,28 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kernelhost/kernelhost/transports/kernelpy"
 )
 
 // Python compiles driver.py (1,000 lines) on every start when it gets it
 // with -c: 8-14 ms of a cold context's start, a third of a bare python3
 // start, and nothing caches code given with -c. So the python driver runs
 // from a small loader that keeps the compiled driver in the user's cache,
-// beside the java driver's classes (javaDriver): one file per driver source
-// and interpreter version (sys.implementation.cache_tag and sys.hexversion
-// in its name, as marshal's format may change between versions), written
-// under a temporary name, then renamed into place, so concurrent starts
-// never read half a file. PYTHONDONTWRITEBYTECODE, set in many
-// container images to keep __pycache__ out of source trees, does not apply:
-// this is no module's cache, and it lives in the user's cache directory. The
-// driver is compiled as "<string>", the name -c gives it, and runs in the
-// loader's globals, as it did when it was the -c code itself.
+// beside the java driver's classes (javaDriver), together with kernelhost's
+// python package (transports/kernelpy), which the driver loads at start:
+// one file per source and interpreter version (sys.implementation.cache_tag
+// and sys.hexversion in its name, as marshal's format may change between
+// versions), written under a temporary name, then renamed into place, so
+// concurrent starts never read half a file. PYTHONDONTWRITEBYTECODE, set in
+// many container images to keep __pycache__ out of source trees, does not
+// apply: this is no module's cache, and it lives in the user's cache
+// directory. The driver is compiled as "<string>", the name -c gives it, and
+// runs in the loader's globals, as it did when it was the -c code itself;
+// the package's bootstrap and modules are there as _kh_bootstrap and
+// _kh_modules (code objects, or source where the cache is not read).
 //
-// The compiled driver runs in every python interpreter, so only the host
+// The compiled code runs in every python interpreter, so only the host
 // writes it: it compiles it with the interpreter of its python contexts
 // (a run of its own, before any user code), keeps the file's SHA-256, and
 // checks the file against it before each start; a file that differs (a
@@ -44,21 +49,33 @@ import (
 const pythonLoader = `import marshal, sys
 if sys.path[:1] == [""]:
     del sys.path[0]
-_kh_path = %PATH% + "." + sys.implementation.cache_tag + "-%x" % sys.hexversion
 try:
-    with open(_kh_path, "rb") as _kh_file:
-        _kh_code = marshal.load(_kh_file)
+    with open(%PATH% + "." + sys.implementation.cache_tag + "-%x" % sys.hexversion, "rb") as _kh_file:
+        _kh_code, _kh_bootstrap, _kh_modules = marshal.load(_kh_file)
 except Exception:
-    _kh_code = compile(%SOURCE%, "<string>", "exec")
+    _kh_code, _kh_bootstrap, _kh_modules = compile(%SOURCE%, "<string>", "exec"), %BOOTSTRAP%, %MODULES%
 exec(_kh_code)
 `
 
-// pythonCompiler is what the host runs to compile the driver into the
-// cache: it prints the file's path. A file that holds the same already is
-// left as it is.
-const pythonCompiler = `import marshal, os, sys
-path = %PATH% + "." + sys.implementation.cache_tag + "-%x" % sys.hexversion
-data = marshal.dumps(compile(%SOURCE%, "<string>", "exec"))
+// pythonCompiler is what the host runs to compile the driver and the
+// package into the cache, given their sources as JSON on stdin: it prints
+// the file's path. A file that holds the same already is left as it is. A
+// module of the package that does not compile is kept as source: the
+// driver then fails to load it, and reports why, as it would any failure.
+const pythonCompiler = `import json, marshal, os, sys
+src = json.load(sys.stdin)
+path = src["path"] + "." + sys.implementation.cache_tag + "-%x" % sys.hexversion
+
+
+def compiled(source, filename):
+    try:
+        return compile(source, filename, "exec")
+    except Exception:
+        return source
+
+
+modules = {name: compiled(source, "<kernelhost %s>" % name) for name, source in src["modules"].items()}
+data = marshal.dumps((compile(src["driver"], "<string>", "exec"), compiled(src["bootstrap"], "<kernelhost bootstrap>"), modules))
 try:
     with open(path, "rb") as f:
         same = f.read() == data
@@ -71,6 +88,32 @@ if not same:
     os.replace(tmp, path)
 sys.stdout.write(path)
 `
+
+// pythonSources are the sources the python driver runs: itself, and
+// kernelhost's python package.
+var pythonSources = func() (s struct {
+	Path      string            `json:"path"`
+	Driver    string            `json:"driver"`
+	Bootstrap string            `json:"bootstrap"`
+	Modules   map[string]string `json:"modules"`
+}) {
+	s.Driver, s.Bootstrap, s.Modules = driverPython, kernelpy.Bootstrap(), map[string]string{}
+	for _, m := range kernelpy.Modules() {
+		s.Modules[m.Name] = m.Source
+	}
+	return s
+}()
+
+// pythonLoaderFor is the loader of the cache file base ("": none, the
+// loader compiles in memory).
+func pythonLoaderFor(base string) string {
+	path := "None" // None + "." fails: the loader compiles
+	if base != "" {
+		path = pythonLiteral(base)
+	}
+	return strings.NewReplacer("%PATH%", path, "%SOURCE%", pythonLiteral(pythonSources.Driver),
+		"%BOOTSTRAP%", pythonLiteral(pythonSources.Bootstrap), "%MODULES%", jsonText(pythonSources.Modules)).Replace(pythonLoader)
+}
 
 // pythonCompileTimeout bounds the host's compile of the driver (a python
 // start and a 1,000-line compile: well under a second on an idle machine).
@@ -95,10 +138,10 @@ func newPythonDriver(closed context.Context, python string) *pythonDriver {
 	if err != nil {
 		return d
 	}
-	sum := sha256.Sum256([]byte(driverPython))
+	sum := sha256.Sum256([]byte(jsonText(pythonSources)))
 	d.base = filepath.Join(dir, "python-driver-"+hex.EncodeToString(sum[:8]))
 	pruneCompiledPython(dir, filepath.Base(d.base))
-	d.loader = []string{"-c", strings.NewReplacer("%PATH%", pythonLiteral(d.base), "%SOURCE%", pythonLiteral(driverPython)).Replace(pythonLoader)}
+	d.loader = []string{"-c", pythonLoaderFor(d.base)}
 	return d
 }
 
@@ -129,8 +172,10 @@ func (d *pythonDriver) prepare() ([]string, error) {
 func (d *pythonDriver) compile() error {
 	ctx, cancel := context.WithTimeout(d.closed, pythonCompileTimeout)
 	defer cancel()
-	code := strings.NewReplacer("%PATH%", pythonLiteral(d.base), "%SOURCE%", pythonLiteral(driverPython)).Replace(pythonCompiler)
-	cmd := exec.CommandContext(ctx, d.python, "-c", code)
+	src := pythonSources
+	src.Path = d.base
+	cmd := exec.CommandContext(ctx, d.python, "-c", pythonCompiler)
+	cmd.Stdin = strings.NewReader(jsonText(src))
 	cmd.Dir = "/" // nothing of a working directory is imported
 	// A timeout or the transport's close ends the interpreter and whatever
 	// it started (a wrapper script's child holding stdout included).
@@ -153,10 +198,10 @@ func (d *pythonDriver) compile() error {
 	return nil
 }
 
-// pythonDriverFallback runs the driver as -c code, with the working
-// directory off sys.path as the loader does.
+// pythonDriverFallback is the loader without a cache file: it compiles
+// everything at each start.
 func pythonDriverFallback() []string {
-	return []string{"-c", "import sys\nif sys.path[:1] == ['']:\n    del sys.path[0]\nexec(compile(" + pythonLiteral(driverPython) + ", '<string>', 'exec'))\n"}
+	return []string{"-c", pythonLoaderFor("")}
 }
 
 // pruneCompiledPython removes what other driver sources left in dir (each
@@ -213,7 +258,11 @@ func driverCacheDir() (string, error) {
 
 // pythonLiteral is s as a Python string literal: every escape a JSON string
 // has means the same in Python.
-func pythonLiteral(s string) string {
-	out, _ := json.Marshal(s) // cannot fail for a string
+func pythonLiteral(s string) string { return jsonText(s) }
+
+// jsonText is v as JSON: a string or a map of strings is a Python literal
+// too.
+func jsonText(v any) string {
+	out, _ := json.Marshal(v) // cannot fail for strings and maps and structs of them
 	return string(out)
 }

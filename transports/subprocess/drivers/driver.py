@@ -430,230 +430,61 @@ def _raise_held():
         _held_int = False
         raise KeyboardInterrupt
 
-# Rich display and IPython's cell semantics, loaded when first needed.
-#
-# A plain cell (valid Python, no trailing ';') runs as before without
-# IPython: importing it costs ~0.4 s and ~35 MB, which an idle context must
-# not pay. The driver creates one InteractiveShell (IPython's own machinery,
-# without ZMQ) the first time a cell needs it: a cell that does not compile
-# as Python (`!cmd`, `%magic`, `%%cell_magic`, `x?`, ...: IPython's input
-# transformers turn it into Python), a trailing ';', a result or display()
-# of something other than a builtin scalar (IPython's DisplayFormatter
-# formats it), user code importing IPython (its display() and get_ipython()
-# must find this shell) or matplotlib.pyplot (the inline backend). From then
-# on every result and display goes through shell.display_formatter, so
-# formatters registered on get_ipython().display_formatter take effect.
-# Cells still run through the driver's own _run, not shell.run_cell: the
-# ordering, interrupt and error handling below stay one path for both.
-_shell_obj = None  # the InteractiveShell once created
-_no_shell = None  # why IPython could not be loaded, once it could not
-_creating_shell = False
+# Rich display and IPython's cell semantics are kernelhost's python package's
+# (_kernelhost.shell in transports/kernelpy), attached at start
+# (_load_kernelhost). _NoShell stands in where that failed (reported as the
+# package reports its failures): no IPython, results as their repr.
+class _NoShell:
+    obj = None
+    missing = "kernelhost's python package (_kernelhost.shell) did not load"
 
-# Exact types whose IPython text/plain is their repr: formatted without IPython.
-_PLAIN_TYPES = frozenset((int, float, complex, bool, str, bytes))
+    @staticmethod
+    def shell():
+        return None
 
-_REPR_METHODS = (
-    ("text/html", "_repr_html_"),
-    ("text/markdown", "_repr_markdown_"),
-    ("image/svg+xml", "_repr_svg_"),
-    ("image/png", "_repr_png_"),
-    ("image/jpeg", "_repr_jpeg_"),
-    ("text/latex", "_repr_latex_"),
-    ("application/json", "_repr_json_"),
-    ("application/javascript", "_repr_javascript_"),
-    ("application/pdf", "_repr_pdf_"),
-)
+    @staticmethod
+    def bundle(value):
+        return {"text/plain": repr(value)}
 
 
-def _shell():
-    """The InteractiveShell, created on first use; None where IPython is missing."""
-    global _shell_obj, _no_shell, _creating_shell
-    if _shell_obj is not None or _no_shell is not None or _creating_shell:
-        return _shell_obj
-    _creating_shell = True
+_sh = _NoShell
+
+
+def _attach_shell(kernelhost):
+    global _sh
+    shell = kernelhost.load(kernelhost.__name__ + ".shell")
+    if shell is not None:
+        shell.attach(
+            types.SimpleNamespace(
+                emit=_emit,
+                parent=lambda: _parent,
+                count=lambda: _count,
+                main_module=_main_module,
+                own_imports=_driver_path,
+                import_module=_import,
+            )
+        )
+        _sh = shell
+
+
+def _load_kernelhost():
+    """Make kernelhost's python package (transports/kernelpy) from what the
+    loader gave: compiled, from the cache, or source. Its environment loads
+    now, while the interpreter waits in the pool or starts. What fails is
+    reported when the host's setup request asks (_kernelhost.report)."""
+    bootstrap = globals().get("_kh_bootstrap")
+    if bootstrap is None:
+        return  # run by hand, without the loader: the setup request brings the environment
     try:
-        _shell_obj = _create_shell()
-    except Exception as exc:  # not installed, or broken: run cells without it
-        _no_shell = exc
-    finally:
-        _creating_shell = False
-    return _shell_obj
+        if isinstance(bootstrap, str):
+            bootstrap = compile(bootstrap, "<kernelhost bootstrap>", "exec")
+        with _driver_path():
+            exec(bootstrap, {"__name__": "_kernelhost_bootstrap", "MODULES": dict(_kh_modules), "BEFORE_START": _attach_shell, "NOW": True})
+    except Exception:
+        # The host's setup request finds no package and sends it as source,
+        # whose bootstrap fails the same way and says why.
+        sys.modules.pop("_kernelhost", None)
 
-
-def _create_shell():
-    with _driver_path():
-        from IPython.core.displaypub import DisplayPublisher
-        from IPython.core.interactiveshell import InteractiveShell
-        from traitlets import Type
-        from traitlets.config import Config
-
-    class Publisher(DisplayPublisher):
-        """display(), IPython's and the inline backend's: a message on fd 4, at once."""
-
-        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
-            kind = "update_display_data" if update else "display_data"
-            _emit({"type": kind, "parent_id": _parent, "data": _json_bundle(data)})
-
-        def clear_output(self, wait=False):
-            pass  # the wire contract has no clear_output
-
-    class Shell(InteractiveShell):
-        display_pub_class = Type(Publisher)
-        # `!cmd`, %pip, %conda: the command writes to fd 1/2 itself, streamed
-        # live by the host, stdout apart from stderr, and after the prints
-        # before it (the audit hook). IPython's default, system_piped, reads
-        # it through a pty (pexpect) and merges stderr into stdout.
-        system = InteractiveShell.system_raw
-
-        def _showtraceback(self, etype, evalue, stb):
-            # An error a magic (%time 1/0) or an event callback caught and
-            # showed: an error message, as ipykernel sends it; the cell goes on.
-            _emit({"type": "error", "parent_id": _parent, "ename": etype.__name__, "evalue": str(evalue), "traceback": stb})
-
-        def enable_gui(self, gui=None):
-            if gui not in (None, "inline"):
-                from IPython.core.error import UsageError
-
-                raise UsageError("no GUI event loop in a kernelhost context: use %matplotlib inline")
-
-    config = Config()
-    # One history per context, kept in memory: contexts would otherwise share
-    # (and lock) one sqlite file in ~/.ipython.
-    config.HistoryManager.hist_file = ":memory:"
-    config.InteractiveShell.colors = "NoColor"
-    shell = Shell.instance(config=config, user_module=_main_module)
-    shell.execution_count = _count
-    return shell
-
-
-def _get_ipython():
-    """get_ipython() before the shell exists: it creates it."""
-    return _shell()
-
-
-builtins.get_ipython = _get_ipython
-
-
-class _AfterImport:
-    """A sys.meta_path finder that runs a callback once a module has loaded.
-
-    It finds nothing itself: for a watched name it asks the finders after it,
-    and wraps the loader's exec_module of the spec they return. Other names
-    cost one dict lookup, and the finder leaves sys.meta_path once nothing is
-    watched.
-    """
-
-    def __init__(self, callbacks):
-        self._callbacks = callbacks
-
-    def find_spec(self, name, path, target=None):
-        callback = self._callbacks.pop(name, None)
-        if callback is None:
-            return None
-        if not self._callbacks:
-            sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = None if finder is self or find is None else find(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        exec_module = getattr(spec.loader, "exec_module", None)
-        if exec_module is not None:
-
-            def exec_then_callback(module):
-                exec_module(module)
-                callback()
-
-            spec.loader.exec_module = exec_then_callback
-        return spec
-
-
-def _on_ipython_import():
-    # User code imported IPython: its display() and get_ipython() need the shell.
-    _shell()
-
-
-def _on_pyplot_import():
-    # matplotlib's inline backend, as ipykernel sets it up: plt.show() displays
-    # the figures as image/png, and post_execute shows the ones still open at
-    # the end of the cell, then closes them. An MPLBACKEND the user set wins.
-    shell = None if os.environ.get("MPLBACKEND") else _shell()
-    if shell is not None:
-        shell.enable_matplotlib("inline")
-
-
-sys.meta_path.insert(0, _AfterImport({"IPython": _on_ipython_import, "matplotlib.pyplot": _on_pyplot_import}))
-
-
-def _json_bundle(data):
-    # Binary values (a png a formatter returned as bytes) go out as base64.
-    out = {}
-    for mime, value in data.items():
-        if isinstance(value, (bytes, bytearray)):
-            value = _import("base64").b64encode(value).decode("ascii")
-        out[mime] = value
-    return out
-
-
-def _bundle(obj):
-    if type(obj) in _PLAIN_TYPES:
-        if _shell_obj is None:
-            return {"text/plain": repr(obj)}
-        text = _plain_text_only(_shell_obj.display_formatter, obj)
-        if text is not None:
-            return {"text/plain": text}
-    shell = _shell()
-    if shell is not None:
-        data, _ = shell.display_formatter.format(obj)
-        return _json_bundle(data)
-    data = {"text/plain": repr(obj)}
-    for mime, name in _REPR_METHODS:
-        method = getattr(obj, name, None)
-        if callable(method) and not isinstance(obj, type):
-            try:
-                value = method()
-            except Exception:
-                continue
-            if isinstance(value, tuple):
-                value = value[0]
-            if value is not None:
-                data[mime] = value
-    return _json_bundle(data)
-
-
-def _plain_text_only(display_formatter, obj):
-    """The text/plain of a builtin scalar no other formatter claims, else None.
-
-    DisplayFormatter.format runs every formatter (~1 ms for 2); for a scalar
-    only text/plain (which keeps %precision) has something to say, unless a
-    formatter was registered for its type.
-    """
-    cls = type(obj)
-    key = (cls.__module__, cls.__name__)
-    for mime, formatter in display_formatter.formatters.items():
-        if mime != "text/plain" and (cls in formatter.type_printers or key in formatter.deferred_printers):
-            return None
-    for formatter in (display_formatter.mimebundle_formatter, display_formatter.ipython_display_formatter):
-        if cls in formatter.type_printers or key in formatter.deferred_printers:
-            return None
-    return display_formatter.formatters["text/plain"](obj)
-
-
-def display(*objs, raw=False, **kwargs):
-    """Show each object as a rich display_data message (IPython's display() where it is installed)."""
-    if _shell() is not None:
-        from IPython.display import display as ipython_display
-
-        return ipython_display(*objs, raw=raw, **kwargs)
-    for obj in objs:
-        data = obj if raw else _bundle(obj)
-        if data:
-            _emit({"type": "display_data", "parent_id": _parent, "data": data})
-
-
-builtins.display = display
 
 
 # A SIGINT can be lost for as long as a blocking call lasts: CPython runs
@@ -746,8 +577,8 @@ def _run(code, filename, silent):
     source, tree = _parse(code, filename)
     # Tracebacks show the lines that ran, read from here.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    quiet = _may_end_with_semicolon(source) and _shell() is not None
-    shell = _shell_obj
+    quiet = _may_end_with_semicolon(source) and _sh.shell() is not None
+    shell = _sh.obj
     if shell is not None and not silent:
         # What IPython's run_cell does around the code that matters here:
         # In/_i and the ';' check read the history, and pre_execute and
@@ -777,14 +608,14 @@ def _parse(code, filename):
     source = _dedent(code)
     try:
         tree = ast.parse(source, filename=filename, mode="exec")
-        if not _unbound_name(tree) or _shell() is None:
+        if not _unbound_name(tree) or _sh.shell() is None:
             return source, tree
         # A lone unbound name (`pwd`, `ls`): IPython's automagic may run it.
     except SyntaxError:
-        if _shell() is None:
+        if _sh.shell() is None:
             _check_needs_ipython(source)
             raise
-    source = _shell_obj.transform_cell(code)
+    source = _sh.obj.transform_cell(code)
     return source, ast.parse(source, filename=filename, mode="exec")
 
 
@@ -837,7 +668,7 @@ def _check_needs_ipython(source):
     raise ModuleNotFoundError(
         "line %d is IPython syntax (!command or %%magic), which needs IPython, and %s cannot import it (%s): "
         "install it (Debian: apt-get install python3-ipython; pip: pip install ipython) "
-        "or point KERNELHOST_PYTHON at a Python that has it" % (line, sys.executable, _no_shell),
+        "or point KERNELHOST_PYTHON at a Python that has it" % (line, sys.executable, _sh.missing),
         name="IPython",
     ) from None
 
@@ -944,7 +775,7 @@ def _execute(req):
     # With the shell, post_execute runs after the cell: the inline backend
     # shows the figures still open then, after the result and the error,
     # as in IPython, so those go out first.
-    post_execute = _shell_obj is not None and not silent
+    post_execute = _sh.obj is not None and not silent
     try:
         _running = True
         try:
@@ -957,9 +788,9 @@ def _execute(req):
                 if not _flusher_go.is_set():
                     _wake_flusher()
                 value = _run(code, filename, silent)
-            post_execute = _shell_obj is not None and not silent  # the cell may have created it
+            post_execute = _sh.obj is not None and not silent  # the cell may have created it
             if value is not None and not silent:
-                result = {"type": "execute_result", "parent_id": msg_id, "execution_count": _count, "data": _bundle(value)}
+                result = {"type": "execute_result", "parent_id": msg_id, "execution_count": _count, "data": _sh.bundle(value)}
                 _remember_result(value)
                 if post_execute:
                     _emit(result)
@@ -967,7 +798,7 @@ def _execute(req):
                     closing.append(result)
             if post_execute:
                 post_execute = False
-                _shell_obj.events.trigger("post_execute")
+                _sh.obj.events.trigger("post_execute")
         finally:
             _running = False
     except BaseException as exc:  # KeyboardInterrupt and SystemExit included: the kernel lives on
@@ -977,7 +808,7 @@ def _execute(req):
         tb = _traceback(type(exc), exc, exc.__traceback__, filename)
         error = {"type": "error", "parent_id": msg_id, "ename": ename, "evalue": evalue, "traceback": tb}
         reply.update(status="error", ename=ename, evalue=evalue, traceback=tb)
-        post_execute = post_execute or (_shell_obj is not None and not silent)
+        post_execute = post_execute or (_sh.obj is not None and not silent)
         if post_execute:
             _emit(error)
             _post_execute_after_error()
@@ -991,8 +822,8 @@ def _execute(req):
 
 def _remember_result(value):
     # _ (and with the shell __, ___, _N and Out[N], as IPython keeps them).
-    if _shell_obj is not None:
-        _shell_obj.displayhook.update_user_ns(value)
+    if _sh.obj is not None:
+        _sh.obj.displayhook.update_user_ns(value)
     else:
         builtins._ = value
 
@@ -1001,7 +832,7 @@ def _post_execute_after_error():
     global _running
     _running = True
     try:
-        _shell_obj.events.trigger("post_execute")
+        _sh.obj.events.trigger("post_execute")
     except BaseException:
         pass  # the cell already failed; an interrupt here ends only the callbacks
     finally:
@@ -1034,4 +865,5 @@ def _main():
             continue
 
 
+_load_kernelhost()
 _main()

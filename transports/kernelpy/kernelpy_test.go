@@ -1,4 +1,4 @@
-package kernelenv_test
+package kernelpy_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/kernelenv"
+	"github.com/kernelhost/kernelhost/transports/kernelpy"
 	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
@@ -29,13 +29,20 @@ func runPython(t testing.TB, code string) string {
 	return string(out)
 }
 
+// loadEnv is python that gives a bare interpreter the package, as the
+// setup request does, and the environment loaded, as env.
+var loadEnv = `
+exec(compile(` + strconv.Quote(kernelpy.Setup("python")) + `, '<setup>', 'exec'), {})
+env = sys.modules['_kernelhost'].load('_kernelhost.env')
+`
+
 func TestSetupIsForPythonOnly(t *testing.T) {
 	for _, lang := range []string{"javascript", "typescript", "r", "java", "bash", ""} {
-		if code := kernelenv.Setup(lang); code != "" {
+		if code := kernelpy.Setup(lang); code != "" {
 			t.Errorf("Setup(%q) = %q, want nothing", lang, code)
 		}
 	}
-	if kernelenv.Setup("python") == "" {
+	if kernelpy.Setup("python") == "" {
 		t.Fatal("Setup(python) is empty")
 	}
 }
@@ -45,7 +52,7 @@ func TestSetupIsForPythonOnly(t *testing.T) {
 // nothing is registered twice, nothing lands in the user's globals, and none
 // of matplotlib, pandas, PIL is imported by it.
 func TestPythonSetupIsIdempotentLazyAndClean(t *testing.T) {
-	setup := kernelenv.Setup("python")
+	setup := kernelpy.Setup("python")
 	out := runPython(t, `
 import json, sys
 from IPython.core.interactiveshell import InteractiveShell
@@ -96,7 +103,7 @@ class TheirJSON(JSONFormatter):
 forms = shell.display_formatter.formatters
 forms['e2b/chart'] = TheirChart(parent=shell.display_formatter)
 forms['application/json'] = TheirJSON(parent=shell.display_formatter)
-shell.run_cell(`+strconv.Quote(kernelenv.Setup("python"))+`, silent=True)
+shell.run_cell(`+strconv.Quote(kernelpy.Setup("python"))+`, silent=True)
 import matplotlib.pyplot as plt
 fig = plt.figure(); plt.plot([1, 2], [3, 4])
 data, _ = shell.display_formatter.format(fig)
@@ -114,9 +121,7 @@ print(json.dumps({"chart": data.get('e2b/chart'), "json": 'application/json' in 
 func chartTimings(t testing.TB, n int) (wallMS, cpuMS float64) {
 	out := runPython(t, `
 import json, statistics, sys, time
-exec(compile(`+strconv.Quote(kernelenv.PythonSource())+`, '<kernelhost python env>', 'exec'), {'__name__': '_kernelhost_env'})
-env = sys.modules['_kernelhost_env']
-import matplotlib.pyplot as plt
+`+loadEnv+`import matplotlib.pyplot as plt
 import numpy as np
 x = np.linspace(0, 100, 10000)
 fig = plt.figure()
@@ -165,7 +170,7 @@ func BenchmarkChart10kLine(b *testing.B) {
 func TestPythonShellMadeLaterGetsTheFormatters(t *testing.T) {
 	out := runPython(t, `
 import json, sys
-exec(compile(`+strconv.Quote(kernelenv.Setup("python"))+`, '<setup>', 'exec'), {})
+exec(compile(`+strconv.Quote(kernelpy.Setup("python"))+`, '<setup>', 'exec'), {})
 ipython_after_setup = 'IPython' in sys.modules
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
@@ -186,7 +191,7 @@ func TestPythonUnreadableChartIsLeftOut(t *testing.T) {
 import contextlib, io, json
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
-shell.run_cell(`+strconv.Quote(kernelenv.Setup("python"))+`, silent=True)
+shell.run_cell(`+strconv.Quote(kernelpy.Setup("python"))+`, silent=True)
 from matplotlib.figure import Figure
 class Odd(Figure):
     def get_axes(self):
@@ -202,22 +207,22 @@ print(json.dumps({"formats": sorted(data), "printed": err.getvalue()}))
 }
 
 // On a kernel with nothing to format or show yet (the subprocess driver
-// before IPython), the setup leaves python_env.py uncompiled: it loads at the
+// before IPython), the setup leaves env.py uncompiled: it loads at the
 // first import of a module it patches, which it then patches. Run twice
 // before that, the setup installs one hook.
 func TestPythonSetupDefersTheEnvironment(t *testing.T) {
-	setup := strconv.Quote(kernelenv.Setup("python"))
+	setup := strconv.Quote(kernelpy.Setup("python"))
 	out := runPython(t, `
 import json, sys
 for _ in range(2):
     exec(compile(`+setup+`, '<setup>', 'exec'), {})
-deferred = '`+kernelenv.PythonModule+`' not in sys.modules
+deferred = '`+kernelpy.PythonModule+`' not in sys.modules
 hooks = [type(f).__name__ for f in sys.meta_path].count('_ImportHook')
 from PIL import Image
 print(json.dumps({
     "deferred": deferred,
     "hooks": hooks,
-    "loaded_by_import": '`+kernelenv.PythonModule+`' in sys.modules,
+    "loaded_by_import": '`+kernelpy.PythonModule+`' in sys.modules,
     "show_patched": getattr(Image.Image.show, '_kernelhost', False),
 }))
 `)
@@ -231,17 +236,15 @@ print(json.dumps({
 func TestPythonBootWatchesWhatTheEnvironmentPatches(t *testing.T) {
 	out := runPython(t, `
 import json, sys
-boot = {'__name__': 'boot', '_SOURCE': `+strconv.Quote(kernelenv.PythonSource())+`}
-exec(compile(`+strconv.Quote(kernelenv.PythonBootSource())+`, '<boot>', 'exec'), boot)
-env = boot['_env']()
-print(json.dumps([sorted(boot['_WATCHED']), sorted(env.ON_IMPORT)]))
+`+loadEnv+`
+print(json.dumps([sorted(sys.modules['_kernelhost'].ENV_WATCHED), sorted(env.ON_IMPORT)]))
 `)
 	var lists [2][]string
 	if err := json.Unmarshal([]byte(out), &lists); err != nil {
 		t.Fatalf("decode %q: %v", out, err)
 	}
 	if strings.Join(lists[0], " ") != strings.Join(lists[1], " ") {
-		t.Fatalf("python_boot.py watches %v, python_env.py patches %v", lists[0], lists[1])
+		t.Fatalf("_kernelhost watches %v, _kernelhost.env patches %v", lists[0], lists[1])
 	}
 }
 
@@ -252,9 +255,7 @@ print(json.dumps([sorted(boot['_WATCHED']), sorted(env.ON_IMPORT)]))
 func TestPythonChartRounding(t *testing.T) {
 	out := runPython(t, `
 import json, sys
-exec(compile(`+strconv.Quote(kernelenv.PythonSource())+`, '<kernelhost python env>', 'exec'), {'__name__': '_kernelhost_env'})
-env = sys.modules['_kernelhost_env']
-import matplotlib.pyplot as plt
+`+loadEnv+`import matplotlib.pyplot as plt
 fig, ax = plt.subplots()
 ax.pie([90, 10], startangle=90)
 print(json.dumps({

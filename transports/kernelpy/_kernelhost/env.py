@@ -1,10 +1,8 @@
-# kernelhost's python kernel environment.
+# _kernelhost.env: kernelhost's python kernel environment.
 #
-# Every new python kernel (the subprocess driver's and Jupyter's alike) gets
-# this through its context's silent setup request, in a namespace of its
-# own, so the user's globals stay clean: python_boot.py, which that request
-# runs, loads it once the kernel has something to format or show. It teaches the
-# kernel's IPython display formatter what the E2B SDKs read from a result:
+# Every python kernel gets it (the package's __init__.py says how): it
+# teaches the kernel's IPython display formatter what the E2B SDKs read from
+# a result:
 #
 #   e2b/chart         a matplotlib Figure as structured chart data (the SDK's
 #                     LineChart, ScatterChart, BarChart, PieChart,
@@ -17,22 +15,21 @@
 #
 # Nothing here imports matplotlib, pandas, PIL or IPython: the formatters
 # know their types by name, and what needs a module waits for its import
-# (python_boot.py's import hook calls ON_IMPORT): the two show() patches, and
-# the formatters of an IPython shell made later (a driver that loads IPython
-# only when a cell needs it).
+# (the package's import hook calls ON_IMPORT): the two show() patches, and
+# the formatters of an IPython shell made later (the subprocess driver
+# loads IPython only when a cell needs it).
 # A missing package or a chart this code cannot read never breaks a cell:
-# the chart is left out, the rest of the result stays.
+# the chart is left out, the rest of the result stays. A patch that fails
+# to apply is reported (the package's failed()).
 #
-# Running it again is harmless: the module registers itself in sys.modules,
-# and it adds a formatter only for a MIME type nobody handles yet, so E2B's
-# own startup scripts, where a kernel has them, keep theirs.
+# It adds a formatter only for a MIME type nobody handles yet, so E2B's own
+# startup scripts, where a kernel has them, keep theirs.
 import builtins
 import json
 import math
 import re
 import sys
 
-_NAME = "_kernelhost_env"
 CHART_MIME = "e2b/chart"
 DATA_MIME = "e2b/data"
 
@@ -441,7 +438,7 @@ def _display_formatter():
     a cell needs it keeps that; its shell gets the formatters when it is
     made (_patch_shell_class)."""
     # getattr: the import of IPython that loads this environment (see
-    # python_boot.py) may not have defined get_ipython yet.
+    # the package's __init__.py) may not have defined get_ipython yet.
     get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
     shell = get_ipython() if get_ipython is not None else None
     if shell is not None:
@@ -583,14 +580,14 @@ def _patch_shell_class(interactiveshell):
         try:
             _register(self.display_formatter)
         except Exception:
-            pass
+            _failed("registering the formatters of a new IPython shell")
 
     init_display_formatter._kernelhost = True
     shell_class.init_display_formatter = init_display_formatter
 
 
-# The modules patched once they are imported: python_boot.py's import hook
-# calls these (and lists the same names).
+# The modules patched once they are imported: the package's import hook
+# calls these (and its ENV_WATCHED lists the same names).
 ON_IMPORT = {
     "PIL.Image": _patch_pil,
     "matplotlib.pyplot": _patch_pyplot,
@@ -607,20 +604,16 @@ def install():
             try:
                 patch(sys.modules[name])
             except Exception:
-                pass
+                _failed("patching " + name)
 
 
-def _as_module():
-    import types
+def _failed(what):
+    """Report the exception being handled through the package (raise it
+    where this module runs on its own, in a test)."""
+    root = sys.modules.get(__package__ or "")
+    if root is None:
+        raise
+    root.failed(what)
 
-    module = types.ModuleType(_NAME, "kernelhost's python kernel environment")
-    module.__dict__.update(globals())
-    return module
 
-
-if _NAME not in sys.modules:
-    sys.modules[_NAME] = _as_module()
-    try:
-        install()
-    except Exception:  # the environment is an extra: a kernel without it still runs cells
-        pass
+install()

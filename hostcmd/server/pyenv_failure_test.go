@@ -1,0 +1,78 @@
+package server_test
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
+)
+
+// brokenRe is a sitecustomize that breaks one re.compile that
+// kernelhost's python environment (_kernelhost.env) makes as it loads, and
+// nothing else: a broken environment, as a python that cannot run it has.
+const brokenRe = `import re
+_compile = re.compile
+def compile(pattern, flags=0):
+    if isinstance(pattern, str) and "mathdefault" in pattern:
+        raise re.error("broken by the test")
+    return _compile(pattern, flags)
+re.compile = compile
+`
+
+// A python environment that fails to load is reported, not swallowed: on
+// the stderr of a context's first execution (not its second), and in the
+// host's log; the context runs its cells all the same. On the subprocess
+// transport the driver loads it at start; a Jupyter kernel is sent it.
+func TestBrokenPythonEnvironmentIsReported(t *testing.T) {
+	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython")
+	check := func(t *testing.T, transport func(t *testing.T, site string) func(*server.Config)) {
+		site := t.TempDir()
+		if err := os.WriteFile(filepath.Join(site, "sitecustomize.py"), []byte(brokenRe), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Every python from here on, the Jupyter server's kernels included.
+		t.Setenv("PYTHONPATH", site)
+		var logged syncBuffer
+		h := startHost(t, transport(t, site), func(c *server.Config) {
+			c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		})
+		const failure = "kernelhost: loading _kernelhost.env failed"
+		stderr := func(lines []line) string {
+			var b strings.Builder
+			for _, l := range ofType(lines, "stderr") {
+				b.WriteString(l.str("text"))
+			}
+			return b.String()
+		}
+		first := h.run(map[string]any{"code": "1 + 1", "language": "python"})
+		if got := stderr(first); !strings.Contains(got, failure) || !strings.Contains(got, "broken by the test") {
+			t.Fatalf("first execution's stderr: %q, want the failure to load the environment", got)
+		}
+		if r := ofType(first, "result"); len(r) != 1 || r[0].str("text") != "2" {
+			t.Fatalf("first execution: %v, want the result 2 as well", first)
+		}
+		if got := stderr(h.run(map[string]any{"code": "1 + 1", "language": "python"})); got != "" {
+			t.Fatalf("second execution's stderr: %q, want nothing", got)
+		}
+		if log := logged.String(); !strings.Contains(log, "kernel setup reported a failure") || !strings.Contains(log, "broken by the test") {
+			t.Fatalf("host log:\n%s\nwant the failure", log)
+		}
+	}
+	t.Run("subprocess", func(t *testing.T) {
+		check(t, func(_ *testing.T, site string) func(*server.Config) {
+			return func(c *server.Config) {
+				// The sandbox's /tmp is its own: it must see site.
+				c.Transport = subprocess.New(subprocess.Options{Python: testkit.DebianPython, Sandbox: subprocess.SandboxOptions{Writable: []string{site}}})
+			}
+		})
+	})
+	t.Run("jupyter", func(t *testing.T) {
+		check(t, func(t *testing.T, _ string) func(*server.Config) { return jupyterInProcess(t, jupytertest.Start(t)) })
+	})
+}

@@ -1,0 +1,200 @@
+# _kernelhost.shell: the subprocess driver's rich display and IPython's cell
+# semantics (transports/subprocess/drivers/driver.py loads it at start and
+# attach()es it; a Jupyter kernel has ipykernel's shell instead).
+#
+# A plain cell (valid Python, no trailing ';') runs without IPython:
+# importing it costs ~0.4 s and ~35 MB, which an idle context must not pay.
+# This module creates one InteractiveShell (IPython's own machinery,
+# without ZMQ) the first time a cell needs it: a cell that does not compile
+# as Python (`!cmd`, `%magic`, `%%cell_magic`, `x?`, ...: IPython's input
+# transformers turn it into Python), a trailing ';', a result or display()
+# of something other than a builtin scalar (IPython's DisplayFormatter
+# formats it), user code importing IPython (its display() and get_ipython()
+# must find this shell) or matplotlib.pyplot (the inline backend). From then
+# on every result and display goes through shell.display_formatter, so
+# formatters registered on get_ipython().display_formatter take effect.
+# Cells still run through the driver's own _run, not shell.run_cell: the
+# ordering, interrupt and error handling there stay one path for both.
+import builtins
+import os
+
+obj = None  # the InteractiveShell once created
+missing = None  # why IPython could not be loaded, once it could not
+_creating = False
+_driver = None  # what attach() was given
+
+
+def attach(driver):
+    """Serve the driver: driver.emit(*msgs) sends messages, driver.parent()
+    and driver.count() are the running request's id and execution count,
+    driver.main_module is the users' __main__, driver.own_imports() a
+    context in which the working directory is off sys.path, and
+    driver.import_module(name) imports that way. kernelhost is the package
+    (_kernelhost), whose import hook calls this module when user code
+    imports IPython or matplotlib.pyplot, before the environment's own
+    callbacks (see _kernelhost.start)."""
+    global _driver
+    _driver = driver
+    builtins.get_ipython = _get_ipython
+    builtins.display = display
+    kernelhost = __import__("sys").modules[__package__]
+    kernelhost.after_import("IPython", lambda module: shell())
+    kernelhost.after_import("matplotlib.pyplot", _on_pyplot_import)
+
+
+# Exact types whose IPython text/plain is their repr: formatted without IPython.
+_PLAIN_TYPES = frozenset((int, float, complex, bool, str, bytes))
+
+_REPR_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+    ("application/pdf", "_repr_pdf_"),
+)
+
+
+def shell():
+    """The InteractiveShell, created on first use; None where IPython is missing."""
+    global obj, missing, _creating
+    if obj is not None or missing is not None or _creating:
+        return obj
+    _creating = True
+    try:
+        obj = _create_shell()
+    except Exception as exc:  # not installed, or broken: run cells without it
+        missing = exc
+    finally:
+        _creating = False
+    return obj
+
+
+def _create_shell():
+    with _driver.own_imports():
+        from IPython.core.displaypub import DisplayPublisher
+        from IPython.core.interactiveshell import InteractiveShell
+        from traitlets import Type
+        from traitlets.config import Config
+
+    class Publisher(DisplayPublisher):
+        """display(), IPython's and the inline backend's: a message on fd 4, at once."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            kind = "update_display_data" if update else "display_data"
+            _driver.emit({"type": kind, "parent_id": _driver.parent(), "data": _json_bundle(data)})
+
+        def clear_output(self, wait=False):
+            pass  # the wire contract has no clear_output
+
+    class Shell(InteractiveShell):
+        display_pub_class = Type(Publisher)
+        # `!cmd`, %pip, %conda: the command writes to fd 1/2 itself, streamed
+        # live by the host, stdout apart from stderr, and after the prints
+        # before it (the audit hook). IPython's default, system_piped, reads
+        # it through a pty (pexpect) and merges stderr into stdout.
+        system = InteractiveShell.system_raw
+
+        def _showtraceback(self, etype, evalue, stb):
+            # An error a magic (%time 1/0) or an event callback caught and
+            # showed: an error message, as ipykernel sends it; the cell goes on.
+            _driver.emit({"type": "error", "parent_id": _driver.parent(), "ename": etype.__name__, "evalue": str(evalue), "traceback": stb})
+
+        def enable_gui(self, gui=None):
+            if gui not in (None, "inline"):
+                from IPython.core.error import UsageError
+
+                raise UsageError("no GUI event loop in a kernelhost context: use %matplotlib inline")
+
+    config = Config()
+    # One history per context, kept in memory: contexts would otherwise share
+    # (and lock) one sqlite file in ~/.ipython.
+    config.HistoryManager.hist_file = ":memory:"
+    config.InteractiveShell.colors = "NoColor"
+    made = Shell.instance(config=config, user_module=_driver.main_module)
+    made.execution_count = _driver.count()
+    return made
+
+
+def _get_ipython():
+    """get_ipython() before the shell exists: it creates it."""
+    return shell()
+
+
+def _on_pyplot_import(pyplot):
+    # matplotlib's inline backend, as ipykernel sets it up: plt.show() displays
+    # the figures as image/png, and post_execute shows the ones still open at
+    # the end of the cell, then closes them. An MPLBACKEND the user set wins.
+    made = None if os.environ.get("MPLBACKEND") else shell()
+    if made is not None:
+        made.enable_matplotlib("inline")
+
+
+def _json_bundle(data):
+    # Binary values (a png a formatter returned as bytes) go out as base64.
+    out = {}
+    for mime, value in data.items():
+        if isinstance(value, (bytes, bytearray)):
+            value = _driver.import_module("base64").b64encode(value).decode("ascii")
+        out[mime] = value
+    return out
+
+
+def bundle(value):
+    """The MIME bundle of a result or displayed value, JSON-ready."""
+    if type(value) in _PLAIN_TYPES:
+        if obj is None:
+            return {"text/plain": repr(value)}
+        text = _plain_text_only(obj.display_formatter, value)
+        if text is not None:
+            return {"text/plain": text}
+    made = shell()
+    if made is not None:
+        data, _ = made.display_formatter.format(value)
+        return _json_bundle(data)
+    data = {"text/plain": repr(value)}
+    for mime, name in _REPR_METHODS:
+        method = getattr(value, name, None)
+        if callable(method) and not isinstance(value, type):
+            try:
+                rich = method()
+            except Exception:
+                continue
+            if isinstance(rich, tuple):
+                rich = rich[0]
+            if rich is not None:
+                data[mime] = rich
+    return _json_bundle(data)
+
+
+def _plain_text_only(display_formatter, value):
+    """The text/plain of a builtin scalar no other formatter claims, else None.
+
+    DisplayFormatter.format runs every formatter (~1 ms for 2); for a scalar
+    only text/plain (which keeps %precision) has something to say, unless a
+    formatter was registered for its type.
+    """
+    cls = type(value)
+    key = (cls.__module__, cls.__name__)
+    for mime, formatter in display_formatter.formatters.items():
+        if mime != "text/plain" and (cls in formatter.type_printers or key in formatter.deferred_printers):
+            return None
+    for formatter in (display_formatter.mimebundle_formatter, display_formatter.ipython_display_formatter):
+        if cls in formatter.type_printers or key in formatter.deferred_printers:
+            return None
+    return display_formatter.formatters["text/plain"](value)
+
+
+def display(*objs, raw=False, **kwargs):
+    """Show each object as a rich display_data message (IPython's display() where it is installed)."""
+    if shell() is not None:
+        from IPython.display import display as ipython_display
+
+        return ipython_display(*objs, raw=raw, **kwargs)
+    for value in objs:
+        data = value if raw else bundle(value)
+        if data:
+            _driver.emit({"type": "display_data", "parent_id": _driver.parent(), "data": data})
