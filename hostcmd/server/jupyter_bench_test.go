@@ -135,12 +135,8 @@ func BenchmarkJupyter(b *testing.B) {
 // host, or the plugin's client end, plus the client; not the plugin
 // process, the server or the kernel).
 func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*server.Config)) {
-	// The plugin's host is started first so that it is shut down last: on
-	// Kernel Gateway 2.5.2 its shutdown can leave the gateway unanswering
-	// (see docs/benchmarks.md), which must not hold up the other deletes.
-	plugin := startHost(b, jupyterViaPlugin(srv))
 	ws := (&directJupyter{srv: srv}).kernel(b)
-	linked := startHost(b, linkedIn)
+	linked, plugin := startHost(b, linkedIn), startHost(b, jupyterViaPlugin(srv))
 	ways := []struct {
 		name string
 		once func() error
