@@ -135,8 +135,18 @@ func BenchmarkJupyter(b *testing.B) {
 // host, or the plugin's client end, plus the client; not the plugin
 // process, the server or the kernel).
 func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*server.Config)) {
+	// Each kernel answers once before the next is started: Kernel Gateway
+	// 2.5.2 can leave a start request unanswered that comes while it is still
+	// opening another kernel's websocket ("Cannot enter into task" in its log).
 	ws := (&directJupyter{srv: srv}).kernel(b)
-	linked, plugin := startHost(b, linkedIn), startHost(b, jupyterViaPlugin(srv))
+	if err := ws.oneTwo(); err != nil {
+		b.Fatal(err)
+	}
+	linked := startHost(b, linkedIn)
+	if err := hostOneTwo(linked.client, linked.URL(), ""); err != nil {
+		b.Fatal(err)
+	}
+	plugin := startHost(b, jupyterViaPlugin(srv))
 	ways := []struct {
 		name string
 		once func() error
