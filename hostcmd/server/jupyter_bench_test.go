@@ -6,7 +6,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,33 +22,32 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
+	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
-// BenchmarkJupyter measures the host on the Jupyter transport (linked in)
-// side by side with the floor: a bare websocket client straight on the
-// kernels' channels (JSON frames, TCP_QUICKACK re-armed after every read, as
-// the transport does). One server for all sub-benchmarks:
+// BenchmarkJupyter measures the host on the Jupyter transport side by side
+// with the floor: a bare websocket client straight on the kernels' channels
+// (the protocol the host speaks: the v1 binary subprotocol where the server
+// offers it, TCP_QUICKACK re-armed after every read, as the transport does).
+// One server for all sub-benchmarks:
 //
 //	go test -run '^$' -bench Jupyter -benchtime 3s -count 1 ./hostcmd/server/
 //
-// RoundTrip alternates `1+1` via the host and direct (each first every other
-// time), and reports both medians, their ratio and their difference;
-// RoundTripPlugin does the same with the transport behind its plugin; Concurrent8x50 runs 8 contexts × 50 sequential `1+1` at
-// once via the host and the same load on 8 bare websockets, twice each per op
-// (host, direct, direct, host), and reports both throughputs and their ratio; Stream200kLines and
-// Flush20kLines count every line at the client and fail on any loss.
+// RoundTrip alternates `1+1` direct, via the host with the transport linked
+// in and via the host with it behind its plugin (see roundTrips);
+// Concurrent8x50 runs 8 contexts × 50 sequential `1+1` at once via the host
+// and the same load on 8 bare websockets, twice each per op (host, direct,
+// direct, host), and reports both throughputs and their ratio;
+// Stream200kLines and Flush20kLines count every line at the client and fail
+// on any loss.
 func BenchmarkJupyter(b *testing.B) {
 	srv := jupytertest.Start(b)
 	inProc := jupyterInProcess(b, srv)
 	direct := &directJupyter{srv: srv}
 
-	// RoundTrip links the transport in; RoundTripPlugin runs it behind its
-	// plugin (one more hop, on the plugin's kernel socket), as the kernelhost
-	// binary does.
-	b.Run("RoundTrip", func(b *testing.B) { roundTripVsDirect(b, startHost(b, inProc), direct) })
-	b.Run("RoundTripPlugin", func(b *testing.B) { roundTripVsDirect(b, startHost(b, jupyterViaPlugin(srv)), direct) })
+	b.Run("RoundTrip", func(b *testing.B) { roundTrips(b, srv, inProc) })
 
 	b.Run("Concurrent8x50", func(b *testing.B) {
 		const contexts, execs = 8, 50
@@ -120,34 +121,76 @@ func BenchmarkJupyter(b *testing.B) {
 	})
 }
 
-// roundTripVsDirect times `1+1` via h and on a bare websocket to another
-// kernel of the same server, each first every other time, and reports both
-// medians, their ratio (host/direct) and their difference (added-p50-ms).
-func roundTripVsDirect(b *testing.B, h *testHost, direct *directJupyter) {
-	ws := direct.kernel(b)
-	var hostUse, directUse usage
-	hostOnce := testkit.Timed(func() {
-		defer hostUse.add(takeUsage())
-		if err := hostOneTwo(h.client, h.URL(), ""); err != nil {
+// roundTrips times `1+1` three ways on srv, each on a kernel of its own:
+// on a bare websocket (direct), via a host with the transport linked in
+// (linked) and via a host running it behind its plugin as the kernelhost
+// binary does (plugin: one more process and hop, the plugin's kernel
+// socket). Every round of three runs them in the next of the six orders, so
+// each way sees the same machine: the load of other processes drifts over
+// seconds, and the plugin's cost was once read wrong from two sub-benchmarks
+// run a minute apart. It reports each median, each host's ratio to direct
+// and what it adds at p50, the plugin's cost over linked in
+// (plugin-minus-linked-ms), and this process's CPU time and voluntary
+// context switches per round trip of each way (getrusage: the linked-in
+// host, or the plugin's client end, plus the client; not the plugin
+// process, the server or the kernel).
+func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*server.Config)) {
+	// Each kernel answers once before the next is started: Kernel Gateway
+	// 2.5.2 can leave a start request unanswered that comes while it is still
+	// opening another kernel's websocket ("Cannot enter into task" in its log).
+	ws := (&directJupyter{srv: srv}).kernel(b)
+	if err := ws.oneTwo(); err != nil {
+		b.Fatal(err)
+	}
+	linked := startHost(b, linkedIn)
+	if err := hostOneTwo(linked.client, linked.URL(), ""); err != nil {
+		b.Fatal(err)
+	}
+	plugin := startHost(b, jupyterViaPlugin(srv))
+	ways := []struct {
+		name string
+		once func() error
+		d    []time.Duration
+		use  usage
+	}{
+		{name: "direct", once: ws.oneTwo},
+		{name: "linked", once: func() error { return hostOneTwo(linked.client, linked.URL(), "") }},
+		{name: "plugin", once: func() error { return hostOneTwo(plugin.client, plugin.URL(), "") }},
+	}
+	run := func(i int) time.Duration {
+		w := &ways[i]
+		defer w.use.add(takeUsage())
+		t0 := time.Now()
+		if err := w.once(); err != nil {
 			b.Fatal(err)
 		}
-	})
-	directOnce := testkit.Timed(func() {
-		defer directUse.add(takeUsage())
-		if err := ws.oneTwo(); err != nil {
-			b.Fatal(err)
+		return time.Since(t0)
+	}
+	for range 20 { // warm every path up
+		for i := range ways {
+			run(i)
 		}
-	})
-	hostD, directD := testkit.Compare(b, 20, hostOnce, directOnce) // 20 pairs warm up both paths
-	testkit.ReportRatio(b, time.Millisecond, "host", hostD, "direct", directD, "host/direct")
-	added := testkit.Quantile(hostD, 0.5) - testkit.Quantile(directD, 0.5)
-	b.ReportMetric(float64(added)/float64(time.Millisecond), "added-p50-ms")
-	// What the load does not blur: this process's CPU time and context
-	// switches per round trip (the host, linked in or the plugin's client
-	// end, plus the client; not the plugin process, the server or the
-	// kernel).
-	hostUse.report(b, "host", len(hostD))
-	directUse.report(b, "direct", len(directD))
+	}
+	for i := range ways {
+		ways[i].use = usage{}
+	}
+	orders := [][3]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}, {2, 1, 0}, {1, 0, 2}}
+	for r := 0; b.Loop(); r++ {
+		for _, i := range orders[r%len(orders)] {
+			ways[i].d = append(ways[i].d, run(i))
+		}
+	}
+	p50 := make([]time.Duration, len(ways))
+	for i, w := range ways {
+		p50[i] = testkit.Quantile(w.d, 0.5)
+		b.ReportMetric(float64(p50[i])/float64(time.Millisecond), w.name+"-p50-ms")
+		w.use.report(b, w.name, len(w.d))
+	}
+	for i := 1; i < len(ways); i++ {
+		b.ReportMetric(float64(p50[i])/float64(p50[0]), ways[i].name+"/direct")
+		b.ReportMetric(float64(p50[i]-p50[0])/float64(time.Millisecond), ways[i].name+"-added-p50-ms")
+	}
+	b.ReportMetric(float64(p50[2]-p50[1])/float64(time.Millisecond), "plugin-minus-linked-ms")
 }
 
 // usage sums this process's CPU time and voluntary context switches over
@@ -187,15 +230,14 @@ func rusage() usage {
 	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nvcsw: ru.Nvcsw}
 }
 
-// BenchmarkKernelGateway is BenchmarkJupyter's RoundTrip and RoundTripPlugin
-// against Kernel Gateway 2.5.2 (jupytertest.StartKernelGateway):
+// BenchmarkKernelGateway is BenchmarkJupyter's RoundTrip against Kernel
+// Gateway 2.5.2 (jupytertest.StartKernelGateway), which offers only JSON
+// frames:
 //
 //	go test -run '^$' -bench KernelGateway -benchtime 400x -count 1 ./hostcmd/server/
 func BenchmarkKernelGateway(b *testing.B) {
 	kg := jupytertest.StartKernelGateway(b)
-	direct := &directJupyter{srv: kg}
-	b.Run("RoundTrip", func(b *testing.B) { roundTripVsDirect(b, startHost(b, jupyterInProcess(b, kg)), direct) })
-	b.Run("RoundTripPlugin", func(b *testing.B) { roundTripVsDirect(b, startHost(b, jupyterViaPlugin(kg)), direct) })
+	b.Run("RoundTrip", func(b *testing.B) { roundTrips(b, kg, jupyterInProcess(b, kg)) })
 }
 
 // streamLines runs `for i in range(n): <stmt>` through h, decodes every
@@ -262,13 +304,19 @@ func hostOneTwo(client *http.Client, url, id string) error {
 }
 
 // directJupyter starts kernels on srv over REST and talks to them on bare
-// websockets: the least any client has to do.
+// websockets, in the protocol the host speaks: the least any client has to
+// do.
 type directJupyter struct{ srv *jupytertest.Server }
 
 type directKernel struct {
 	ws      *websocket.Conn
 	session string
+	v1      bool // the server took the v1 binary subprotocol
 }
+
+// subprotocolV1 is jupyter-server's binary websocket subprotocol, which the
+// transport offers (a server without it answers with JSON frames).
+const subprotocolV1 = "v1.kernel.websocket.jupyter.org"
 
 func (d *directJupyter) kernel(b testing.TB) *directKernel {
 	b.Helper()
@@ -305,41 +353,47 @@ func (d *directJupyter) start(b testing.TB) (*directKernel, error) {
 		}
 	})
 	k := &directKernel{session: uuid.NewString()}
-	dialer := websocket.Dialer{NetDialContext: quickAckDial}
+	dialer := websocket.Dialer{NetDialContext: quickAckDial, Subprotocols: []string{subprotocolV1}}
 	wsURL := "ws" + strings.TrimPrefix(d.srv.URL, "http") + "api/kernels/" + km.ID + "/channels?session_id=" + k.session
 	ws, _, err := dialer.DialContext(ctx, wsURL, hdr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", wsURL, err)
 	}
 	b.Cleanup(func() { ws.Close() })
-	k.ws = ws
+	k.ws, k.v1 = ws, ws.Subprotocol() == subprotocolV1
 	return k, nil
 }
 
-// oneTwo sends `1+1` as a JSON-frame execute_request and reads until its
-// execute_reply and its status idle.
+// oneTwo sends `1+1` as an execute_request (a v1 frame or a JSON frame) and
+// reads until its execute_reply and its status idle.
 func (k *directKernel) oneTwo() error {
 	id := uuid.NewString()
-	frame, _ := json.Marshal(map[string]any{
-		"header": map[string]any{
-			"msg_id": id, "session": k.session, "username": "bench", "msg_type": "execute_request",
-			"version": "5.3", "date": time.Now().UTC().Format(time.RFC3339Nano),
-		},
-		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "shell", "buffers": []any{},
-		"content": map[string]any{
-			"code": "1+1", "silent": false, "store_history": true, "user_expressions": map[string]any{},
-			"allow_stdin": false, "stop_on_error": false,
-		},
+	header, _ := json.Marshal(map[string]any{
+		"msg_id": id, "session": k.session, "username": "bench", "msg_type": "execute_request",
+		"version": "5.3", "date": time.Now().UTC().Format(time.RFC3339Nano),
 	})
+	content, _ := json.Marshal(map[string]any{
+		"code": "1+1", "silent": false, "store_history": true, "user_expressions": map[string]any{},
+		"allow_stdin": false, "stop_on_error": false,
+	})
+	typ, frame := websocket.TextMessage, []byte(nil)
+	if k.v1 {
+		typ, frame = websocket.BinaryMessage, v1Frame("shell", header, []byte("{}"), []byte("{}"), content)
+	} else {
+		frame, _ = json.Marshal(map[string]any{
+			"header": json.RawMessage(header), "parent_header": map[string]any{}, "metadata": map[string]any{},
+			"content": json.RawMessage(content), "channel": "shell", "buffers": []any{},
+		})
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	_ = k.ws.SetWriteDeadline(deadline)
-	if err := k.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
+	if err := k.ws.WriteMessage(typ, frame); err != nil {
 		return err
 	}
 	_ = k.ws.SetReadDeadline(deadline)
 	var reply, idle, result bool
 	for !reply || !idle {
-		_, data, err := k.ws.ReadMessage()
+		typ, data, err := k.ws.ReadMessage()
 		if err != nil {
 			return fmt.Errorf("direct 1+1: %w", err)
 		}
@@ -355,7 +409,15 @@ func (k *directKernel) oneTwo() error {
 				Data           map[string]string `json:"data"`
 			}
 		}
-		if err := json.Unmarshal(data, &m); err != nil {
+		if k.v1 && typ == websocket.BinaryMessage {
+			parts, err := v1Parts(data)
+			if err == nil {
+				err = errors.Join(json.Unmarshal(parts[0], &m.Header), json.Unmarshal(parts[1], &m.ParentHeader), json.Unmarshal(parts[3], &m.Content))
+			}
+			if err != nil {
+				return fmt.Errorf("direct: decode v1 frame: %w", err)
+			}
+		} else if err := json.Unmarshal(data, &m); err != nil {
 			return fmt.Errorf("direct: decode frame: %w", err)
 		}
 		if m.ParentHeader.MsgID != id {
@@ -374,6 +436,58 @@ func (k *directKernel) oneTwo() error {
 		return fmt.Errorf("direct 1+1: no result 2")
 	}
 	return nil
+}
+
+// v1Frame lays out a v1 frame: the count of offsets, the offsets (8-byte
+// little-endian each: the channel's start, then the end of the channel and
+// of every part), the channel, the parts.
+func v1Frame(channel string, parts ...[]byte) []byte {
+	n := 2 + len(parts)
+	off := 8 * (1 + n)
+	b := binary.LittleEndian.AppendUint64(nil, uint64(n))
+	b = binary.LittleEndian.AppendUint64(b, uint64(off))
+	off += len(channel)
+	b = binary.LittleEndian.AppendUint64(b, uint64(off))
+	for _, p := range parts {
+		off += len(p)
+		b = binary.LittleEndian.AppendUint64(b, uint64(off))
+	}
+	b = append(b, channel...)
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+// v1Parts returns the message parts of a v1 frame (header, parent_header,
+// metadata, content, buffers...); the last part may run to the frame's end
+// without an end offset.
+func v1Parts(f []byte) ([][]byte, error) {
+	if len(f) < 8 {
+		return nil, errors.New("short v1 frame")
+	}
+	n := binary.LittleEndian.Uint64(f)
+	if n < 2 || n > uint64(len(f)/8-1) {
+		return nil, fmt.Errorf("v1 frame: %d offsets", n)
+	}
+	offs := make([]int, n, n+1)
+	for i := range offs {
+		offs[i] = int(binary.LittleEndian.Uint64(f[8*(i+1):]))
+		if offs[i] > len(f) || (i > 0 && offs[i] < offs[i-1]) {
+			return nil, fmt.Errorf("v1 frame: bad offset %d", offs[i])
+		}
+	}
+	if offs[n-1] < len(f) {
+		offs = append(offs, len(f))
+	}
+	var parts [][]byte
+	for i := 1; i+1 < len(offs); i++ {
+		parts = append(parts, f[offs[i]:offs[i+1]])
+	}
+	if len(parts) < 4 {
+		return nil, fmt.Errorf("v1 frame: %d parts", len(parts))
+	}
+	return parts, nil
 }
 
 // quickAckDial dials TCP and re-arms TCP_QUICKACK after every read, so the

@@ -28,6 +28,8 @@ import (
 //   - hangList: GET api/kernels is never answered.
 //   - refuseList: GET api/kernels answers 403, as Kernel Gateway's and
 //     Enterprise Gateway's default.
+//   - holdDeletes: kernel deletes (DELETE api/kernels/{id}) are held that
+//     long before they go to the server, as Kernel Gateway's take 1-2 s.
 type gatewayProxy struct {
 	*httptest.Server
 	rp      *httputil.ReverseProxy
@@ -43,9 +45,11 @@ type gatewayProxy struct {
 	// kernel shut down on the server meanwhile, as a gateway that culls a
 	// kernel still starting does.
 	cullOnUpgrade bool
-	starts        int           // start requests received
-	answered      int           // start requests the server answered
-	stop          chan struct{} // closed at cleanup: hanging requests end
+	holdDeletes   time.Duration
+	deletes       map[string]int // DELETE api/kernels/{id} received, by id
+	starts        int            // start requests received
+	answered      int            // start requests the server answered
+	stop          chan struct{}  // closed at cleanup: hanging requests end
 }
 
 func startGatewayProxy(t *testing.T, srv *jupytertest.Server) *gatewayProxy {
@@ -80,7 +84,22 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && r.URL.Path == "/api/kernels" {
 		p.starts++
 	}
+	holdDelete := time.Duration(0)
+	if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/api/kernels/") {
+		if p.deletes == nil {
+			p.deletes = map[string]int{}
+		}
+		p.deletes[strings.TrimPrefix(r.URL.Path, "/api/kernels/")]++
+		holdDelete = p.holdDeletes
+	}
 	p.mu.Unlock()
+	if holdDelete > 0 {
+		select {
+		case <-time.After(holdDelete):
+		case <-p.stop:
+			return
+		}
+	}
 	switch {
 	case silent:
 		p.serveSilent(w, r)
@@ -316,6 +335,49 @@ func TestAbandonedStartLeavesNothing(t *testing.T) {
 			p.waitAnswered(t, 1, 30*time.Second)
 			waitNoKernels(t, srv, 30*time.Second)
 		})
+	}
+}
+
+// deleteCount is how many DELETEs of kernel id the proxy received.
+func (p *gatewayProxy) deleteCount(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deletes[id]
+}
+
+// A transport closed while a kernel's delete is still in flight (a Shutdown
+// whose caller gave up on it, as the plugin's stream does after 1 s) waits
+// for that delete instead of sending a second one: Kernel Gateway 2.5.2
+// answers a second DELETE of a kernel it is deleting with a 500 and then
+// leaves its next request unanswered for about 30 s.
+func TestCloseWaitsForADeleteInFlight(t *testing.T) {
+	srv := jupytertest.Start(t)
+	p := startGatewayProxy(t, srv)
+	p.holdDeletes = 2 * time.Second
+	tr := newTransport(t, &jupytertest.Server{URL: p.url(), Token: srv.Token}, nil)
+	k := startKernel(t, tr).(*kernel)
+	shutDown := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		shutDown <- k.Shutdown(ctx)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.deleteCount(k.id) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the kernel's delete did not reach the server within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tr.Close()
+	if n := p.deleteCount(k.id); n != 1 {
+		t.Errorf("the kernel was deleted %d times, want once", n)
+	}
+	if err := <-shutDown; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if ks := serverKernels(t, srv); len(ks) != 0 {
+		t.Errorf("kernels left on the server once the transport was closed: %+v", ks)
 	}
 }
 

@@ -81,9 +81,9 @@ type kernel struct {
 	lostErr  error         // why the kernel was given up, once it was
 	restarts int           // manual restarts in progress (see forward)
 
-	// onDeleted, when set, is called once the kernel was deleted on the
-	// server (or found gone) at Shutdown.
-	onDeleted func()
+	// deleteOnServer deletes the kernel on the server at Shutdown
+	// (Transport.deleteOwned, which takes it off the transport's record).
+	deleteOnServer func(ctx context.Context) error
 
 	// lose, when set (tests only), drops the incoming messages it returns
 	// true for, as a full ZeroMQ queue would. Set before the first Execute.
@@ -272,15 +272,8 @@ func (k *kernel) Shutdown(ctx context.Context) error {
 	}
 	k.bg.Wait() // ends with k.ctx
 	k.delOnce.Do(func() {
-		err := k.c.deleteKernel(ctx, k.id)
-		var ae *apiError
-		if errors.As(err, &ae) && ae.Status == 404 {
-			err = nil // already gone, e.g. culled or lost
-		}
-		if err != nil {
+		if err := k.deleteOnServer(ctx); err != nil {
 			k.delErr = fmt.Errorf("shut down kernel %s: %w", k.id, err)
-		} else if k.onDeleted != nil {
-			k.onDeleted()
 		}
 	})
 	return k.delErr

@@ -121,12 +121,6 @@ func (t *Transport) own(id string) {
 	t.mu.Unlock()
 }
 
-func (t *Transport) disown(id string) {
-	t.mu.Lock()
-	delete(t.owned, id)
-	t.mu.Unlock()
-}
-
 func (t *Transport) isOwned(id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -134,17 +128,44 @@ func (t *Transport) isOwned(id string) bool {
 }
 
 // deleteOwned deletes kernel id on the server and takes it off the record
-// once the server no longer has it.
+// once the server no longer has it (a 404 says so too). A delete of id
+// already in flight is waited for, not sent again: Kernel Gateway 2.5.2
+// answers a second DELETE of a kernel it is still deleting with a 500 and
+// then leaves its next request unanswered for about 30 s, and Close meets
+// one whenever a kernel's Shutdown outlived its caller (the plugin's stream
+// gives a Shutdown 1 s; KG's delete takes 1-2 s).
 func (t *Transport) deleteOwned(ctx context.Context, id string) error {
-	err := t.c.deleteKernel(ctx, id)
-	var ae *apiError
-	if errors.As(err, &ae) && ae.Status == 404 {
-		err = nil // already gone
+	for {
+		t.mu.Lock()
+		inFlight, busy := t.deleting[id]
+		if !busy {
+			done := make(chan struct{})
+			t.deleting[id] = done
+			t.mu.Unlock()
+			err := t.c.deleteKernel(ctx, id)
+			var ae *apiError
+			if errors.As(err, &ae) && ae.Status == 404 {
+				err = nil // already gone, e.g. culled or lost
+			}
+			t.mu.Lock()
+			delete(t.deleting, id)
+			if err == nil {
+				delete(t.owned, id)
+			}
+			t.mu.Unlock()
+			close(done)
+			return err
+		}
+		t.mu.Unlock()
+		select {
+		case <-inFlight:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !t.isOwned(id) {
+			return nil // the delete in flight succeeded
+		}
 	}
-	if err == nil {
-		t.disown(id)
-	}
-	return err
 }
 
 // deleteAllOwned deletes every kernel still on record, at once, within

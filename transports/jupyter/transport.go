@@ -26,6 +26,9 @@ type Transport struct {
 	mu    sync.Mutex
 	specs kernelSpecs     // refreshed when a language is not found
 	owned map[string]bool // every kernel id the server gave us, until deleted (reap.go)
+	// deleting holds the ids whose delete is in flight, each with a channel
+	// closed when it ends (deleteOwned).
+	deleting map[string]chan struct{}
 
 	bgCtx     context.Context // ends abandoned start requests and the reapers at Close
 	bgCancel  context.CancelFunc
@@ -53,7 +56,7 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("jupyter server at %s: %w", cfg.URL, err)
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	return &Transport{c: c, version: v, specs: specs, owned: map[string]bool{}, bgCtx: bgCtx, bgCancel: bgCancel}, nil
+	return &Transport{c: c, version: v, specs: specs, owned: map[string]bool{}, deleting: map[string]chan struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel}, nil
 }
 
 // Close leaves nothing on the server: it waits (closeWait at most) for
@@ -177,7 +180,7 @@ func (t *Transport) startKernel(ctx context.Context, name string) (*kernel, erro
 		return nil, err
 	}
 	k := newKernel(t.c, km.ID, uuid.NewString())
-	k.onDeleted = func() { t.disown(km.ID) }
+	k.deleteOnServer = func(ctx context.Context) error { return t.deleteOwned(ctx, km.ID) }
 	ws, err := t.dialWhileAlive(ctx, km.ID, k.session)
 	if err == nil {
 		c := newConn(ws)
