@@ -322,7 +322,7 @@ func TestAbandonedStartLeavesNothing(t *testing.T) {
 // A gateway that never answers GET api/kernels does not hold up a start
 // beyond that request's own bound.
 func TestKernelListThatNeverAnswers(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	p := startGatewayProxy(t, srv)
 	p.hangList = true
 	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, nil)

@@ -2,6 +2,8 @@ package jupyter
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,19 @@ import (
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain stops the shared jupyter server (jupytertest.Shared) once the
+// tests are done, then fails a passing run that left goroutines running.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	jupytertest.StopShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak: leaked goroutines after the tests:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // runTimeout bounds one execution in tests.
 const runTimeout = 60 * time.Second

@@ -46,6 +46,7 @@ var rSkipped = map[string]string{
 // cat(Sys.getenv(...)), and is unset (or the global value restored) after the
 // execution; EngineEnvResetAfterOverlap, that a queued request never sees it.
 func TestRKernel(t *testing.T) {
+	t.Parallel()
 	srv := startRServer(t)
 	s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, srv, nil) }, Lang: rSnippets}
 	for _, c := range transporttest.Cases {
@@ -127,11 +128,11 @@ func testRCwd(t *testing.T, srv *jupytertest.Server) {
 	}
 }
 
-// startRServer starts a server and checks it has the R kernel spec: missing R
+// startRServer is the shared server, checked for the R kernel spec: missing R
 // skips the test, or fails it under CI, where `make test` installs it.
 func startRServer(t *testing.T) *jupytertest.Server {
 	t.Helper()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	if _, ok := newTransport(t, srv, nil).kernelName("r"); !ok {
 		testkit.Missingf(t, "the jupyter server has no R kernel spec (apt-get install r-cran-irkernel)")
 	}

@@ -78,7 +78,8 @@ func TestTLSAndHeaders(t *testing.T) {
 // and the kernel's websocket get through and `1+1` runs; without a
 // certificate, or with one of another CA, New fails saying why.
 func TestClientCertificate(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	target, err := url.Parse(srv.URL)
 	if err != nil {
 		t.Fatal(err)
