@@ -28,7 +28,7 @@ func TestKernelGateway(t *testing.T) {
 		// "Cannot enter into task ... while another task ... is being
 		// executed" in MappingKernelManager.start_kernel, in its log).
 		s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, kg, nil) }, Lang: transporttest.Python}
-		for _, c := range transporttest.Cases {
+		for _, c := range transporttest.Cases() {
 			t.Run(c.Name, func(t *testing.T) { c.Run(t, s) })
 		}
 	})

@@ -49,7 +49,7 @@ func TestRKernel(t *testing.T) {
 	t.Parallel()
 	srv := startRServer(t)
 	s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, srv, nil) }, Lang: rSnippets}
-	for _, c := range transporttest.Cases {
+	for _, c := range transporttest.Cases() {
 		t.Run(c.Name, func(t *testing.T) {
 			if why, ok := rSkipped[c.Name]; ok {
 				t.Skip(why)
