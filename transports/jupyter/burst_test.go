@@ -281,6 +281,7 @@ func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 // closed right away (the host gave up at start-up and exits), whether the
 // gateway lists kernels or not.
 func TestAbandonedStartLeavesNothing(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t)
 	for _, tc := range []struct {
 		name           string

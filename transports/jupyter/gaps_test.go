@@ -97,6 +97,7 @@ func TestCounterGapIsAnnounced(t *testing.T) {
 // A kernel whose IOPub queue holds one message drops for real what the server
 // does not read in time; the transport counts every one of them.
 func TestIOPubOverflowIsAnnounced(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t)
 	if err := srv.UseOverflowingPython(); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 // gateway-specific cases below. It is the heavier of the gateway tests: one
 // gateway for all of them.
 func TestKernelGateway(t *testing.T) {
+	t.Parallel()
 	kg := jupytertest.StartKernelGateway(t)
 	if v := newTransport(t, kg, nil).Info().Version; !strings.HasPrefix(v, "kernel-gateway (api ") {
 		t.Errorf("version label %q, want Kernel Gateway's", v)

@@ -335,6 +335,7 @@ func TestManyLinesArrive(t *testing.T) {
 
 // A server that does drop output (its rate limit on) must say so clearly.
 func TestDroppedOutputIsReported(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t, "--ServerApp.limit_rate=True", "--ServerApp.iopub_msg_rate_limit=100", "--ServerApp.rate_limit_window=1.0")
 	k := startKernel(t, newTransport(t, srv, nil))
 	r := run(t, k, "for i in range(5000):\n    print(i, flush=True)")

@@ -27,6 +27,7 @@ import (
 // header of its own: the CA file and the extra headers reach it;
 // InsecureSkipVerify does too, without the CA.
 func TestTLSAndHeaders(t *testing.T) {
+	t.Parallel()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Proxy-Auth") != "secret" {
