@@ -48,7 +48,7 @@ func jupyterViaPlugin(srv *jupytertest.Server) func(*server.Config) {
 }
 
 func TestJupyterHost(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	modes := []struct {
 		name string
 		set  func(*server.Config)

@@ -122,7 +122,7 @@ func TestPluginFailsToStart(t *testing.T) {
 
 // The jupyter transport through its plugin, against a real Jupyter Server.
 func TestJupyterPlugin(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	h := startHost(t, viaPlugin, func(c *server.Config) {
 		c.TransportName = "jupyter"
 		c.Jupyter = server.Jupyter{URL: srv.URL, Token: srv.Token}

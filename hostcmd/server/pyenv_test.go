@@ -26,7 +26,7 @@ func TestPythonResults(t *testing.T) {
 	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
 	t.Run("subprocess", func(t *testing.T) { testPythonResults(t, startHost(t, onDebianPython)) })
 	t.Run("jupyter", func(t *testing.T) {
-		srv := jupytertest.Start(t)
+		srv := jupytertest.Shared(t)
 		testPythonResults(t, startHost(t, jupyterInProcess(t, srv)))
 	})
 }

@@ -2,32 +2,20 @@ package jupyter
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"go.uber.org/goleak"
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
-// TestMain stops the shared jupyter server (jupytertest.Shared) once the
-// tests are done, then fails a passing run that left goroutines running.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	jupytertest.StopShared()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak: leaked goroutines after the tests:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain: testkit.Main stops the shared server (jupytertest.Shared) once
+// the tests are done, and checks for leaked goroutines.
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 // runTimeout bounds one execution in tests.
 const runTimeout = 60 * time.Second

@@ -3,6 +3,7 @@ package testkit
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -10,8 +11,8 @@ import (
 
 // Main is a package's TestMain: it makes a temporary directory, calls setup
 // with it to build what the tests run (setup may be nil), runs the tests,
-// removes the directory, and fails a passing run that left goroutines
-// running. A setup error fails the run before any test runs. Main does not
+// runs the AfterTests functions, removes the directory, and fails a passing
+// run that left goroutines running. A setup error fails the run before any test runs. Main does not
 // return.
 func Main(m *testing.M, setup func(dir string) error) {
 	os.Exit(run(m, setup))
@@ -31,7 +32,9 @@ func run(m *testing.M, setup func(dir string) error) int {
 				return 1
 			}
 		}
-		return m.Run()
+		code := m.Run()
+		runAfterTests()
+		return code
 	}()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -40,4 +43,29 @@ func run(m *testing.M, setup func(dir string) error) int {
 		}
 	}
 	return code
+}
+
+var afterTests struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+// AfterTests registers f to run once all of the package's tests are done
+// (Main runs it, before its goroutine-leak check; the last registered runs
+// first). Fixtures that tests share, such as jupytertest.Shared's server,
+// stop there.
+func AfterTests(f func()) {
+	afterTests.mu.Lock()
+	defer afterTests.mu.Unlock()
+	afterTests.fns = append(afterTests.fns, f)
+}
+
+func runAfterTests() {
+	afterTests.mu.Lock()
+	fns := afterTests.fns
+	afterTests.fns = nil
+	afterTests.mu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
 }

@@ -195,20 +195,26 @@ type missingError struct{ error }
 var shared struct {
 	once sync.Once
 	s    *Server
-	stop func()
 	err  error
 }
 
 // Shared returns the test binary's shared server, a Start with no extra
-// arguments that the first caller launches and StopShared (called by the
-// package's TestMain after m.Run) stops. Tests that neither change their
-// server (its kernel specs, its arguments, its life) nor count its kernels
-// share it: they use kernels of their own on it, and a server start costs
-// seconds of a loaded machine. If the server failed to start, every caller
-// fails with the same error. A failing caller prints the log so far.
+// arguments that the first caller launches and that stops once all the
+// package's tests are done (testkit.AfterTests: the package's TestMain must
+// be testkit.Main). Tests that neither change their server (its kernel
+// specs, its arguments, its life) nor count its kernels share it: they use
+// kernels of their own on it, and a server start costs seconds of a loaded
+// machine. If the server failed to start, every caller fails with the same
+// error. A failing caller prints the server's log so far.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
-	shared.once.Do(func() { shared.s, shared.stop, shared.err = start() })
+	shared.once.Do(func() {
+		var stop func()
+		shared.s, stop, shared.err = start()
+		if shared.err == nil {
+			testkit.AfterTests(stop)
+		}
+	})
 	if shared.err != nil {
 		if m, ok := shared.err.(missingError); ok {
 			testkit.Missing(tb, m.error)
@@ -222,14 +228,6 @@ func Shared(tb testing.TB) *Server {
 		}
 	})
 	return s
-}
-
-// StopShared stops the shared server, if one was started (TestMain calls it
-// after m.Run, before checking for leaked goroutines).
-func StopShared() {
-	if shared.stop != nil {
-		shared.stop()
-	}
 }
 
 // KernelGatewayDir is where the unmodified Kernel Gateway 2.5.2 the tests run
