@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/kernelenv"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // runPython runs code in a fresh Debian python and returns its stdout. The

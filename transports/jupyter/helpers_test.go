@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // TestMain: testkit.Main stops the shared server (jupytertest.Shared) once

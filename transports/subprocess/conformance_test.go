@@ -6,7 +6,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 

@@ -29,7 +29,7 @@ import (
 
 	jupyterdeploy "github.com/kernelhost/kernelhost/deploy/jupyter"
 
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // StartTimeout bounds how long Start waits for the server to answer.
