@@ -128,11 +128,14 @@ func testRCwd(t *testing.T, srv *jupytertest.Server) {
 	}
 }
 
-// startRServer is the shared server, checked for the R kernel spec: missing R
-// skips the test, or fails it under CI, where `make test` installs it.
+// startRServer starts a server and checks it has the R kernel spec: missing R
+// skips the test, or fails it under CI, where `make test` installs it. A
+// server of its own, not the shared one: IRkernel starts are the slowest, and
+// one beside the parallel tests' traffic on the shared server missed its
+// bound at load 30.
 func startRServer(t *testing.T) *jupytertest.Server {
 	t.Helper()
-	srv := jupytertest.Shared(t)
+	srv := jupytertest.Start(t)
 	if _, ok := newTransport(t, srv, nil).kernelName("r"); !ok {
 		testkit.Missingf(t, "the jupyter server has no R kernel spec (apt-get install r-cran-irkernel)")
 	}
