@@ -218,8 +218,13 @@ test: deps
 # host's and the Jupyter transport's packages run real interpreters, Jupyter
 # Servers and a Kernel Gateway one after the other; on a loaded 2-core
 # machine they have come within it.
+# SLOW_TEST_PACKAGES come first: go test starts package binaries in the order
+# it is given them (-p of them at once, one per core), and ./... alone would
+# start the longest ones last, leaving one core idle at the end while they
+# finish. Longest first, the short packages fill in beside them.
+SLOW_TEST_PACKAGES := ./transports/jupyter/ ./hostcmd/server/ ./transports/subprocess/
 test-go:
-	$(GO) test -race -count=1 -timeout=30m ./...
+	$(GO) test -race -count=1 -timeout=30m $(SLOW_TEST_PACKAGES) ./...
 
 ## test-faults: the fault suite (kill -9 of interpreter, plugin, Jupyter
 ## kernel and server; cut and stalled websocket; 500 disconnecting clients;

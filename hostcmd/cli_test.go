@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of the CLI tests")

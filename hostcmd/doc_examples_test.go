@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // The doc-example harness: TestDocExamples runs the examples of README.md and

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // The real kernelhost binary with the plugins next to it in plugins/, as

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // make install into a staging directory, then the installed binary as an

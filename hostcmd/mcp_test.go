@@ -11,7 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kernelhost/kernelhost/hostcmd/mcpserver/mcptest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // `kernelhost mcp`: the Go SDK's client starts the real binary as an MCP

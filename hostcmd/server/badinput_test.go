@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // Each bad request gets the right status and a clear message, and disturbs

@@ -15,8 +15,8 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // BenchmarkRoundTrip measures `1+1` through the host over HTTP and the same

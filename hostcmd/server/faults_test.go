@@ -28,9 +28,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // descendants lists the live processes under pid (zombies excluded).

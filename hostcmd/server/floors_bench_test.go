@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // The floors benchmarks put each figure of the host's default transport

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // ipythonPython is Debian's python3, which has python3-ipython and

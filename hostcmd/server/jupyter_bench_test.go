@@ -23,8 +23,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // BenchmarkJupyter measures the host on the Jupyter transport side by side

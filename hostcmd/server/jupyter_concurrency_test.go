@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // latencies of a concurrent load: every execution's round trip, and the wall time.

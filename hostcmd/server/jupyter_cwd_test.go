@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // A Jupyter kernel may run on another machine, whose directories the host

@@ -49,7 +49,7 @@ func jupyterViaPlugin(srv *jupytertest.Server) func(*server.Config) {
 }
 
 func TestJupyterHost(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	modes := []struct {
 		name string
 		set  func(*server.Config)
@@ -193,7 +193,7 @@ HTML('<i>main</i>')`, onePixelPNG)
 func testJupyterEnvVars(t *testing.T, start func(...func(*server.Config)) *testHost) {
 	h := start(func(c *server.Config) { c.GlobalEnv = map[string]string{"KH_TEST_0": "global 'value'\n"} })
 	env := map[string]string{}
-	for i, v := range transporttest.EnvValues {
+	for i, v := range transporttest.EnvValues() {
 		env[fmt.Sprintf("KH_TEST_%d", i)] = v
 	}
 	code := "import os, json\nprint(json.dumps({k: os.environ[k] for k in os.environ if k.startswith('KH_TEST_')}))"

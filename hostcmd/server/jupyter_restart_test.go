@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // A restart that takes longer than -jupyter-restart-timeout (through the

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // forward accepts on l and pipes every connection to target, until the test
@@ -54,7 +54,7 @@ func forward(t *testing.T, l net.Listener, target string) {
 // starts (the plugin's configure cannot reach it) is waited for: the host
 // starts once it comes up.
 func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	gateway := testkit.FreeAddr(t) // nothing listens there yet
 	var log testkit.SyncBuffer
 	cfg := server.Config{
@@ -116,7 +116,7 @@ func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
 // counted in /metrics, and the next execution runs on the fresh kernel,
 // saying the old one was replaced.
 func TestJupyterKernelDeathLoggedAndCounted(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	var log testkit.SyncBuffer
 	h := startHost(t, jupyterInProcess(t, srv), func(c *server.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // Past MaxContexts, POST /contexts answers 429 with a message that says

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/mcpserver/mcptest"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // /mcp through the Go SDK's client over streamable HTTP. The TypeScript

@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // logLines decodes JSON log output, one record a line.

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // interpreterPID asks the default python context for its process id.
@@ -122,7 +122,7 @@ func TestPluginFailsToStart(t *testing.T) {
 
 // The jupyter transport through its plugin, against a real Jupyter Server.
 func TestJupyterPlugin(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	h := startHost(t, viaPlugin, func(c *server.Config) {
 		c.TransportName = "jupyter"
 		c.SetTransportSetting("jupyter-url", srv.URL)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // copyModule copies a built module into dir under name, so a test can put a

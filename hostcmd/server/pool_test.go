@@ -12,7 +12,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // Through the real plugin with its default pools: /metrics reports the

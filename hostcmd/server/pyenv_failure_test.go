@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // brokenRe is a sitecustomize that breaks one re.compile that

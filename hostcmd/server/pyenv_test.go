@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // Charts, data and images over HTTP: kernelhost's python kernel environment
@@ -26,7 +26,7 @@ func TestPythonResults(t *testing.T) {
 	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
 	t.Run("subprocess", func(t *testing.T) { testPythonResults(t, startHost(t, onDebianPython)) })
 	t.Run("jupyter", func(t *testing.T) {
-		srv := jupytertest.Start(t)
+		srv := jupytertest.Shared(t)
 		testPythonResults(t, startHost(t, jupyterInProcess(t, srv)))
 	})
 }

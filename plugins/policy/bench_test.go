@@ -11,7 +11,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // BenchmarkEvaluate measures one Chain.Evaluate of one module with pooled

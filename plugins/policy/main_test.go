@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // wasmDir holds the modules built for this run: denylist.wasm from Go, and

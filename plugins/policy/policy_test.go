@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 func TestDenylist(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // BenchmarkRoundTrip measures `1+1` from execute_request to execute_reply and

@@ -300,6 +300,7 @@ func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 // closed right away (the host gave up at start-up and exits), whether the
 // gateway lists kernels or not.
 func TestAbandonedStartLeavesNothing(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t)
 	for _, tc := range []struct {
 		name           string
@@ -384,7 +385,7 @@ func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 // A gateway that never answers GET api/kernels does not hold up a start
 // beyond that request's own bound.
 func TestKernelListThatNeverAnswers(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	p := startGatewayProxy(t, srv)
 	p.hangList = true
 	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, nil)

@@ -11,7 +11,8 @@ import (
 // TestConformance runs the shared transport suite on ipykernel, once per
 // websocket protocol, against one real server.
 func TestConformance(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	protocols(t, func(t *testing.T, p Protocol) {
 		transporttest.Run(t, func(t *testing.T) core.Transport {
 			return newTransport(t, srv, func(c *Config) { c.Protocol = p })

@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 func TestWebsocketCutReconnects(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	p := testkit.StartProxy(t, srv.URL[len("http://"):len(srv.URL)-1])
 	tr := newTransport(t, srv, func(c *Config) { c.URL = p.URL() })
 	k := startKernel(t, tr)
@@ -30,7 +31,7 @@ func TestWebsocketCutReconnects(t *testing.T) {
 }
 
 func TestStalledConnectionIsNoticed(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	p := testkit.StartProxy(t, srv.URL[len("http://"):len(srv.URL)-1])
 	tr := newTransport(t, srv, func(c *Config) {
 		c.URL = p.URL()
@@ -48,7 +49,7 @@ func TestStalledConnectionIsNoticed(t *testing.T) {
 }
 
 func TestPongsKeepIdleConnectionAlive(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	tr := newTransport(t, srv, func(c *Config) {
 		c.PingInterval = 100 * time.Millisecond
 		c.PongTimeout = 200 * time.Millisecond
@@ -62,7 +63,8 @@ func TestPongsKeepIdleConnectionAlive(t *testing.T) {
 }
 
 func TestKernelDeletedElsewhereClosesMessages(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	tr := newTransport(t, srv, func(c *Config) { c.PingInterval = 200 * time.Millisecond })
 	k := startKernel(t, tr)
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
@@ -90,7 +92,7 @@ func TestKernelDeletedElsewhereClosesMessages(t *testing.T) {
 // transport's back, before a ping tick noticed, ends within seconds: the
 // request's silence makes the transport ask the server.
 func TestExecutionOnDeletedKernelEndsWithinSeconds(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	tr := newTransport(t, srv, nil) // PingInterval 15 s: no tick in the test's span
 	k := startKernel(t, tr)
 	run(t, k, "x = 1")

@@ -102,6 +102,7 @@ func (eg *fakeEG) transport(t *testing.T, mod func(*Config)) *Transport {
 // without KERNEL_USERNAME; the error says so, and the configured KernelEnv
 // is what gets the request through.
 func TestEnterpriseGatewayNeedsKernelUsername(t *testing.T) {
+	t.Parallel()
 	eg := startFakeEG(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -140,6 +141,7 @@ func TestEnterpriseGatewayNeedsKernelUsername(t *testing.T) {
 // that says so, and the kernel the gateway creates afterwards is deleted
 // (and only that one: a kernel that was there before stays).
 func TestAbandonedStartIsDeleted(t *testing.T) {
+	t.Parallel()
 	eg := startFakeEG(t, 3*time.Second)
 	eg.created = []string{"kernel-of-someone-else"}
 	tr := eg.transport(t, func(c *Config) {

@@ -50,7 +50,8 @@ func lostOf(r *result) (notices []string, lost int) {
 // the request's stream with their count, in front of its reply; requests
 // before and after, with nothing lost, carry no notice.
 func TestCounterGapIsAnnounced(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	if r := run(t, k, "for i in range(10):\n    print('line', i, flush=True)"); r.stderr.String() != "" {
 		t.Fatalf("nothing lost, yet stderr = %q", r.stderr.String())
@@ -96,6 +97,7 @@ func TestCounterGapIsAnnounced(t *testing.T) {
 // A kernel whose IOPub queue holds one message drops for real what the server
 // does not read in time; the transport counts every one of them.
 func TestIOPubOverflowIsAnnounced(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t)
 	if err := srv.UseOverflowingPython(); err != nil {
 		t.Fatal(err)

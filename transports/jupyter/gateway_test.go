@@ -17,6 +17,7 @@ import (
 // gateway-specific cases below. It is the heavier of the gateway tests: one
 // gateway for all of them.
 func TestKernelGateway(t *testing.T) {
+	t.Parallel()
 	kg := jupytertest.StartKernelGateway(t)
 	if v := newTransport(t, kg, nil).Info().Version; !strings.HasPrefix(v, "kernel-gateway (api ") {
 		t.Errorf("version label %q, want Kernel Gateway's", v)
@@ -28,7 +29,7 @@ func TestKernelGateway(t *testing.T) {
 		// "Cannot enter into task ... while another task ... is being
 		// executed" in MappingKernelManager.start_kernel, in its log).
 		s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, kg, nil) }, Lang: transporttest.Python}
-		for _, c := range transporttest.Cases {
+		for _, c := range transporttest.Cases() {
 			t.Run(c.Name, func(t *testing.T) { c.Run(t, s) })
 		}
 	})

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.uber.org/goleak"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain: testkit.Main stops the shared server (jupytertest.Shared) once
+// the tests are done, and checks for leaked goroutines.
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 // runTimeout bounds one execution in tests.
 const runTimeout = 60 * time.Second

@@ -22,7 +22,8 @@ func protocols(t *testing.T, f func(t *testing.T, p Protocol)) {
 }
 
 func TestInfo(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	tr := newTransport(t, srv, nil)
 	info := tr.Info()
 	if info.Name != "jupyter" || !strings.HasPrefix(info.Version, "jupyter-server ") {
@@ -44,7 +45,8 @@ func TestInfo(t *testing.T) {
 }
 
 func TestWrongToken(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tr, err := New(ctx, Config{URL: srv.URL, Token: "wrong"})
@@ -58,7 +60,8 @@ func TestWrongToken(t *testing.T) {
 }
 
 func TestStateStreamingAndReply(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	protocols(t, func(t *testing.T, p Protocol) {
 		k := startKernel(t, newTransport(t, srv, func(c *Config) { c.Protocol = p }))
 		run(t, k, "x = 41")
@@ -100,7 +103,8 @@ func TestStateStreamingAndReply(t *testing.T) {
 }
 
 func TestSilentRequestsAreNotCounted(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	first := run(t, k, "1").reply.ExecutionCount
 	id := "silent-" + t.Name()
@@ -117,7 +121,8 @@ func TestSilentRequestsAreNotCounted(t *testing.T) {
 }
 
 func TestErrorReply(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	r := run(t, k, "1/0")
 	if r.reply.Status != core.ReplyError || r.reply.EName != "ZeroDivisionError" {
@@ -149,7 +154,8 @@ func TestErrorReply(t *testing.T) {
 }
 
 func TestMIMEBundles(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	protocols(t, func(t *testing.T, p Protocol) {
 		k := startKernel(t, newTransport(t, srv, func(c *Config) { c.Protocol = p }))
 		// A 1×1 PNG, so the test needs no matplotlib.
@@ -185,7 +191,8 @@ display({'application/json': {'n': 12345678901234567890, 'f': 1.25, 'z': None}},
 }
 
 func TestUpdateDisplayData(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	r := run(t, k, "from IPython.display import display\nh = display('one', display_id=True)\nh.update('two')")
 	var got []string
@@ -201,7 +208,8 @@ func TestUpdateDisplayData(t *testing.T) {
 }
 
 func TestInterrupt(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	id := send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
 	waitStream(t, k, id, "sleeping")
@@ -224,7 +232,8 @@ func TestInterrupt(t *testing.T) {
 }
 
 func TestRestart(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	run(t, k, "x = 1")
 	id := send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
@@ -248,7 +257,8 @@ func TestRestart(t *testing.T) {
 }
 
 func TestKernelDeathAutoRestarts(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	run(t, k, "x = 1")
 	send(t, k, "import os; os._exit(1)")
@@ -266,7 +276,7 @@ func TestKernelDeathAutoRestarts(t *testing.T) {
 // a second: the test servers' restarter polls the kernel process four times
 // a second (jupytertest.Args), then the server reports restarting.
 func TestKernelSegfaultReportedWithinASecond(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	run(t, k, "x = 1")
 	id := send(t, k, "import os, time; print('dying', flush=True); time.sleep(0.1); os.kill(os.getpid(), 11)")
@@ -287,7 +297,8 @@ func TestKernelSegfaultReportedWithinASecond(t *testing.T) {
 }
 
 func TestTooLarge(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	code := "x = '" + strings.Repeat("a", 11<<20) + "'"
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
@@ -304,8 +315,10 @@ func TestTooLarge(t *testing.T) {
 	}
 }
 
+// Not in parallel: its bound is a throughput, and a neighbour's output
+// through the same server (or CPU) slowed it past the bound.
 func TestManyLinesArrive(t *testing.T) {
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	start := time.Now()
 	// ipykernel's flush waits for its IOPub thread, about 1 ms a line (more
@@ -322,6 +335,7 @@ func TestManyLinesArrive(t *testing.T) {
 }
 
 // A server that does drop output (its rate limit on) must say so clearly.
+// Not in parallel, as TestManyLinesArrive: 5,000 lines within runTimeout.
 func TestDroppedOutputIsReported(t *testing.T) {
 	srv := jupytertest.Start(t, "--ServerApp.limit_rate=True", "--ServerApp.iopub_msg_rate_limit=100", "--ServerApp.rate_limit_window=1.0")
 	k := startKernel(t, newTransport(t, srv, nil))
@@ -332,7 +346,8 @@ func TestDroppedOutputIsReported(t *testing.T) {
 }
 
 func TestShutdownClosesMessages(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	tr := newTransport(t, srv, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
@@ -356,7 +371,8 @@ func TestShutdownClosesMessages(t *testing.T) {
 // A lost idle (a full ZeroMQ queue drops messages silently) must not leave
 // the request unfinished: the idle probe notices, and the client is told.
 func TestLostIdleIsDetected(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	lossy := "lossy-" + t.Name()
 	k.(*kernel).lose = func(m core.Message) bool {

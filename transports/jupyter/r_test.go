@@ -8,8 +8,8 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -46,9 +46,10 @@ var rSkipped = map[string]string{
 // cat(Sys.getenv(...)), and is unset (or the global value restored) after the
 // execution; EngineEnvResetAfterOverlap, that a queued request never sees it.
 func TestRKernel(t *testing.T) {
+	t.Parallel()
 	srv := startRServer(t)
 	s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, srv, nil) }, Lang: rSnippets}
-	for _, c := range transporttest.Cases {
+	for _, c := range transporttest.Cases() {
 		t.Run(c.Name, func(t *testing.T) {
 			if why, ok := rSkipped[c.Name]; ok {
 				t.Skip(why)
@@ -128,7 +129,10 @@ func testRCwd(t *testing.T, srv *jupytertest.Server) {
 }
 
 // startRServer starts a server and checks it has the R kernel spec: missing R
-// skips the test, or fails it under CI, where `make test` installs it.
+// skips the test, or fails it under CI, where `make test` installs it. A
+// server of its own, not the shared one: IRkernel starts are the slowest, and
+// one beside the parallel tests' traffic on the shared server missed its
+// bound at load 30.
 func startRServer(t *testing.T) *jupytertest.Server {
 	t.Helper()
 	srv := jupytertest.Start(t)

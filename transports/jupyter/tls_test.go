@@ -27,6 +27,7 @@ import (
 // header of its own: the CA file and the extra headers reach it;
 // InsecureSkipVerify does too, without the CA.
 func TestTLSAndHeaders(t *testing.T) {
+	t.Parallel()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Proxy-Auth") != "secret" {
@@ -78,7 +79,8 @@ func TestTLSAndHeaders(t *testing.T) {
 // and the kernel's websocket get through and `1+1` runs; without a
 // certificate, or with one of another CA, New fails saying why.
 func TestClientCertificate(t *testing.T) {
-	srv := jupytertest.Start(t)
+	t.Parallel()
+	srv := jupytertest.Shared(t)
 	target, err := url.Parse(srv.URL)
 	if err != nil {
 		t.Fatal(err)

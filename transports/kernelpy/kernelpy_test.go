@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/kernelpy"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // runPython runs code in a fresh Debian python and returns its stdout. The

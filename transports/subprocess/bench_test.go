@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // rawDriver is driver.py run over its pipes without the Kernel (requests on

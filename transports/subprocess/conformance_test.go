@@ -6,7 +6,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -14,30 +14,38 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newTransport(t *testing.T) core.Transport { return New(Options{}) }
 
+// Each conformance suite is a parallel test: its cases run beside the other
+// suites' cases (go test's -parallel bounds how many at once), not after them.
 func TestConformancePython(t *testing.T) {
+	t.Parallel()
 	transporttest.Run(t, newTransport, transporttest.Python)
 }
 
 func TestConformanceBash(t *testing.T) {
+	t.Parallel()
 	transporttest.Run(t, newTransport, transporttest.Bash)
 }
 
 func TestConformanceJavaScript(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, newTransport, transporttest.JavaScript)
 }
 
 func TestConformanceTypeScript(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, newTransport, transporttest.TypeScript)
 }
 
 func TestConformanceR(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	transporttest.Run(t, newTransport, transporttest.R)
 }
 
 func TestConformanceJava(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	transporttest.Run(t, newTransport, transporttest.Java)
 }
@@ -57,15 +65,18 @@ func newPooledTransport(lang string) func(t *testing.T) core.Transport {
 
 // The conformance suite on kernels that took pooled interpreters.
 func TestConformancePythonPooled(t *testing.T) {
+	t.Parallel()
 	transporttest.Run(t, newPooledTransport("python"), transporttest.Python)
 }
 
 func TestConformanceJavaScriptPooled(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, newPooledTransport("javascript"), transporttest.JavaScript)
 }
 
 func TestConformanceTypeScriptPooled(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, newPooledTransport("typescript"), transporttest.TypeScript)
 }

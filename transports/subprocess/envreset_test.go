@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 

@@ -22,7 +22,7 @@ func fuzzEngine(f *testing.F) *engine.Engine {
 // bash processes byte for byte, and is gone again in the next execution
 // (invariants 2 and 7, with the engine's generated snippets).
 func FuzzEnvValueRoundTrip(f *testing.F) {
-	for _, v := range transporttest.EnvValues {
+	for _, v := range transporttest.EnvValues() {
 		f.Add(v)
 	}
 	e := fuzzEngine(f)

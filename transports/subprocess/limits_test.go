@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // limitedEngine is an engine on a transport with lim, sandboxed, with a

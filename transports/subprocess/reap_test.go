@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // Children that left the interpreter's process group and session must end

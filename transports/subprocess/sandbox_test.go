@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 

@@ -9,23 +9,30 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 )
 
-// Cases is the conformance table, run in order by Run.
-var Cases = []Case{
-	{"StartShutdown", testStartShutdown},
-	{"UnknownLanguage", testUnknownLanguage},
-	{"MainResult", testMainResult},
-	{"Stdout", testStdout},
-	{"Stderr", testStderr},
-	{"StreamsBeforeEnd", testStreamsBeforeEnd},
-	{"Error", testError},
-	{"StatePersists", testStatePersists},
-	{"SilentNotCounted", testSilentNotCounted},
-	{"ParentIDs", testParentIDs},
-	{"Interrupt", testInterrupt},
-	{"InterruptIdle", testInterruptIdle},
-	{"Restart", testRestart},
-	{"RestartDuringExecution", testRestartDuringExecution},
-	{"KernelDeath", testKernelDeath},
+// Cases returns the conformance table, a fresh copy each call: the kernel-level
+// cases, then the engine-level ones (engineCases). Run runs each as a
+// parallel subtest.
+func Cases() []Case { return append(kernelCases(), engineCases()...) }
+
+// kernelCases are the checks at the Kernel level.
+func kernelCases() []Case {
+	return []Case{
+		{"StartShutdown", testStartShutdown},
+		{"UnknownLanguage", testUnknownLanguage},
+		{"MainResult", testMainResult},
+		{"Stdout", testStdout},
+		{"Stderr", testStderr},
+		{"StreamsBeforeEnd", testStreamsBeforeEnd},
+		{"Error", testError},
+		{"StatePersists", testStatePersists},
+		{"SilentNotCounted", testSilentNotCounted},
+		{"ParentIDs", testParentIDs},
+		{"Interrupt", testInterrupt},
+		{"InterruptIdle", testInterruptIdle},
+		{"Restart", testRestart},
+		{"RestartDuringExecution", testRestartDuringExecution},
+		{"KernelDeath", testKernelDeath},
+	}
 }
 
 func need(t *testing.T, snippets ...string) {

@@ -14,26 +14,29 @@ import (
 	"github.com/kernelhost/kernelhost/core/engine"
 )
 
-// The engine-level cases run the transport under the real engine.Engine: they
-// prove that the engine's snippets work on this transport's kernels (env vars
-// and cwd byte for byte, invariant 7) and that the invariants hold on a real
+// engineCases run the transport under the real engine.Engine: they prove
+// that the engine's snippets work on this transport's kernels (env vars and
+// cwd byte for byte, invariant 7) and that the invariants hold on a real
 // kernel, not only on core's scripted fake.
-func init() {
-	Cases = append(Cases,
-		Case{"EngineEnvVarsExact", testEngineEnvVarsExact},
-		Case{"EngineCwdExact", testEngineCwdExact},
-		Case{"EngineEnvResetAfterOverlap", testEngineEnvResetAfterOverlap},
-		Case{"EngineEnvRestoresShadowed", testEngineEnvRestoresShadowed},
-		Case{"EngineErrorDoesNotAbortQueued", testEngineErrorDoesNotAbortQueued},
-		Case{"EngineDisconnectFreesContext", testEngineDisconnectFreesContext},
-	)
+func engineCases() []Case {
+	return []Case{
+		{"EngineEnvVarsExact", testEngineEnvVarsExact},
+		{"EngineCwdExact", testEngineCwdExact},
+		{"EngineEnvResetAfterOverlap", testEngineEnvResetAfterOverlap},
+		{"EngineEnvRestoresShadowed", testEngineEnvRestoresShadowed},
+		{"EngineErrorDoesNotAbortQueued", testEngineErrorDoesNotAbortQueued},
+		{"EngineDisconnectFreesContext", testEngineDisconnectFreesContext},
+	}
 }
 
-// EnvValues are the values every transport must carry exactly.
-var EnvValues = []string{
-	`it's`, `say "hi"`, `back\slash \n not a newline`, "line\nbreak", "trailing newline\n",
-	"tab\tand\r\ncrlf", "$(echo injected) `echo injected` ${HOME}", "", "ünïcödé €", "astral 😀 𝄞",
-	"'; import os; os._exit(1); '", "\u2028\u2029\u0085",
+// EnvValues returns the values every transport must carry exactly (a fresh
+// slice each call).
+func EnvValues() []string {
+	return []string{
+		`it's`, `say "hi"`, `back\slash \n not a newline`, "line\nbreak", "trailing newline\n",
+		"tab\tand\r\ncrlf", "$(echo injected) `echo injected` ${HOME}", "", "ünïcödé €", "astral 😀 𝄞",
+		"'; import os; os._exit(1); '", "\u2028\u2029\u0085",
+	}
 }
 
 func newEngine(t *testing.T, s *Suite, cfg engine.Config) *engine.Engine {
@@ -117,7 +120,7 @@ func testEngineEnvVarsExact(t *testing.T, s *Suite) {
 		return map[string]string{"KH_GLOBAL": "global 'value'\n"}, nil
 	}})
 	ctx := context.Background()
-	for _, v := range EnvValues {
+	for _, v := range EnvValues() {
 		got := EngineStdout(t, EngineRun(t, e, ctx, engine.ExecRequest{Language: s.Lang.Language, Code: s.Lang.PrintEnv("KH_VALUE"), EnvVars: map[string]string{"KH_VALUE": v}}))
 		if got != v {
 			t.Errorf("env value %q arrived as %q", v, got)

@@ -10,9 +10,10 @@
 //
 // The suite works at the Kernel level: it starts kernels, sends requests and
 // reads Messages in the test goroutine (it starts no goroutines of its own).
-// Its checks are the table Cases; each is one parallel subtest, skipped when the
-// language's LanguageSnippets lacks the code it needs. Add checks by appending
-// to Cases (or by calling a Case's Run with a Suite of your own).
+// Its checks are the table Cases returns; each is one parallel subtest, skipped
+// when the language's LanguageSnippets lacks the code it needs. Add a check to
+// kernelCases (cases.go) or engineCases (engine_cases.go); run the cases
+// another way by calling a Case's Run with a Suite of your own.
 package transporttest
 
 import (
@@ -29,7 +30,7 @@ import (
 
 // Timeouts of the suite. They are generous because CI machines are small and
 // busy; a passing transport is far quicker.
-var (
+const (
 	StartTimeout = 60 * time.Second // StartKernel and Restart
 	ExecTimeout  = 30 * time.Second // one execution, request to reply and idle
 	// InterruptTimeout bounds the end of an interrupted request.
@@ -55,7 +56,7 @@ type Case struct {
 func Run(t *testing.T, newTransport func(t *testing.T) core.Transport, lang LanguageSnippets) {
 	t.Helper()
 	s := &Suite{NewTransport: newTransport, Lang: lang}
-	for _, c := range Cases {
+	for _, c := range Cases() {
 		t.Run(c.Name, func(t *testing.T) {
 			// Each case starts kernels of its own and spends most of its
 			// time waiting on them: side by side, the waits overlap.

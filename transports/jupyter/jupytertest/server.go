@@ -10,8 +10,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,7 +29,7 @@ import (
 
 	jupyterdeploy "github.com/kernelhost/kernelhost/deploy/jupyter"
 
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
 // StartTimeout bounds how long Start waits for the server to answer.
@@ -147,13 +149,84 @@ func Binary() (path string, pre []string, err error) {
 // tb.Cleanup. extra arguments are added to Args, replacing those they set again.
 func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
+	s, stop, err := start(extra...)
+	return s.own(tb, "jupyter server", stop, err)
+}
+
+// start launches a jupyter server with Args and extra; stop ends it and
+// removes its dirs.
+func start(extra ...string) (s *Server, stop func(), err error) {
 	bin, pre, err := Binary()
 	if err != nil {
-		testkit.Missingf(tb, "%v", err)
+		return nil, nil, missingError{err}
 	}
-	s, port := newServer(tb)
+	s, port, err := newServer()
+	if err != nil {
+		return nil, nil, err
+	}
 	args := append(pre, override(Args(port, s.Token, s.RootDir), extra)...)
-	s.launch(tb, "jupyter server", exec.Command(bin, args...), "is running at")
+	return s.launch("jupyter server", exec.Command(bin, args...), "is running at")
+}
+
+// own hands the server that start or launch made (or their error) to tb:
+// an error fails tb (a missing dependency goes through testkit.Missing), and
+// the server stops in tb.Cleanup, its log printed if tb failed.
+func (s *Server) own(tb testing.TB, what string, stop func(), err error) *Server {
+	tb.Helper()
+	if err != nil {
+		if m, ok := err.(missingError); ok {
+			testkit.Missing(tb, m.error)
+		}
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		stop()
+		if tb.Failed() {
+			tb.Logf("%s log:\n%s", what, s.Log())
+		}
+	})
+	return s
+}
+
+// missingError is a dependency that is not installed: a test skips on it,
+// or fails under CI (testkit.Missing).
+type missingError struct{ error }
+
+var shared struct {
+	once sync.Once
+	s    *Server
+	err  error
+}
+
+// Shared returns the test binary's shared server, a Start with no extra
+// arguments that the first caller launches and that stops once all the
+// package's tests are done (testkit.AfterTests: the package's TestMain must
+// be testkit.Main). Tests that neither change their server (its kernel
+// specs, its arguments, its life) nor count its kernels share it: they use
+// kernels of their own on it, and a server start costs seconds of a loaded
+// machine. If the server failed to start, every caller fails with the same
+// error. A failing caller prints the server's log so far.
+func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	shared.once.Do(func() {
+		var stop func()
+		shared.s, stop, shared.err = start()
+		if shared.err == nil {
+			testkit.AfterTests(stop)
+		}
+	})
+	if shared.err != nil {
+		if m, ok := shared.err.(missingError); ok {
+			testkit.Missing(tb, m.error)
+		}
+		tb.Fatal(shared.err)
+	}
+	s := shared.s
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("shared jupyter server log:\n%s", s.Log())
+		}
+	})
 	return s
 }
 
@@ -184,19 +257,26 @@ func KernelGatewayArgs(port int) []string {
 // added to KernelGatewayArgs, replacing those they set again.
 func StartKernelGateway(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
+	s, stop, err := startKernelGateway(extra...)
+	return s.own(tb, "kernel gateway", stop, err)
+}
+
+func startKernelGateway(extra ...string) (s *Server, stop func(), err error) {
 	dir := filepath.Join(repoRoot(), filepath.FromSlash(KernelGatewayDir))
 	if _, err := os.Stat(filepath.Join(dir, "kernel_gateway", "__init__.py")); err != nil {
-		testkit.Missingf(tb, "Kernel Gateway 2.5.2 is not at %s (it is ../shared/third_party beside the repository)", dir)
+		return nil, nil, missingError{fmt.Errorf("Kernel Gateway 2.5.2 is not at %s (it is ../shared/third_party beside the repository)", dir)}
 	}
 	const python = "/usr/bin/python3"
 	if out, err := exec.Command(python, "-c", "import notebook, jupyter_client, ipykernel").CombinedOutput(); err != nil {
-		testkit.Missingf(tb, "Kernel Gateway needs Debian's python3-notebook and python3-ipykernel (apt-get install python3-notebook python3-ipykernel): %v\n%s", err, out)
+		return nil, nil, missingError{fmt.Errorf("Kernel Gateway needs Debian's python3-notebook and python3-ipykernel (apt-get install python3-notebook python3-ipykernel): %v\n%s", err, out)}
 	}
-	s, port := newServer(tb)
+	s, port, err := newServer()
+	if err != nil {
+		return nil, nil, err
+	}
 	cmd := exec.Command(python, append([]string{"-m", "kernel_gateway"}, override(KernelGatewayArgs(port), extra)...)...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "KG_AUTH_TOKEN="+s.Token)
-	s.launch(tb, "kernel gateway", cmd, "is available at")
-	return s
+	return s.launch("kernel gateway", cmd, "is available at")
 }
 
 // repoRoot is the repository's root, found from this file's path.
@@ -206,66 +286,106 @@ func repoRoot() string {
 }
 
 // newServer makes the dirs, port and token of a server to launch.
-func newServer(tb testing.TB) (*Server, int) {
-	tb.Helper()
-	dir := tb.TempDir()
-	root := filepath.Join(dir, "root")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		tb.Fatal(err)
+func newServer() (*Server, int, error) {
+	dir, err := os.MkdirTemp("", "jupytertest-")
+	if err != nil {
+		return nil, 0, err
 	}
-	port := testkit.FreePort(tb)
-	tok := make([]byte, 16)
-	_, _ = rand.Read(tok)
-	s := &Server{
-		URL:     fmt.Sprintf("http://127.0.0.1:%d/", port),
-		Token:   hex.EncodeToString(tok),
-		RootDir: root,
-		DataDir: filepath.Join(dir, "data"),
-		dir:     dir,
+	s, port, err := func() (*Server, int, error) {
+		root := filepath.Join(dir, "root")
+		if err := os.Mkdir(root, 0o755); err != nil {
+			return nil, 0, err
+		}
+		port, err := freePort()
+		if err != nil {
+			return nil, 0, err
+		}
+		tok := make([]byte, 16)
+		_, _ = rand.Read(tok)
+		s := &Server{
+			URL:     fmt.Sprintf("http://127.0.0.1:%d/", port),
+			Token:   hex.EncodeToString(tok),
+			RootDir: root,
+			DataDir: filepath.Join(dir, "data"),
+			dir:     dir,
+		}
+		if err := WriteKernelSpec(s.DataDir); err != nil {
+			return nil, 0, err
+		}
+		return s, port, writeIPythonConfig(filepath.Join(dir, "ipython"))
+	}()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, 0, err
 	}
-	if err := WriteKernelSpec(s.DataDir); err != nil {
-		tb.Fatal(err)
+	return s, port, nil
+}
+
+// writeIPythonConfig keeps each kernel's IPython history in memory: the
+// kernels of one server share its IPYTHONDIR, and many of them writing one
+// history.sqlite at once (the tests share a server and run in parallel) made
+// IPython print "Session/line number was not unique in database" into a
+// cell's stdout.
+func writeIPythonConfig(ipythonDir string) error {
+	dir := filepath.Join(ipythonDir, "profile_default")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
-	return s, port
+	return os.WriteFile(filepath.Join(dir, "ipython_kernel_config.py"), []byte("c.HistoryManager.hist_file = ':memory:'\n"), 0o644)
+}
+
+// freePort is a loopback port nothing listens on (testkit.FreePort without a test).
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // launch runs cmd as the server s (its own process group and Jupyter dirs),
-// waits until its log has ready, checks that it has a Python kernel spec,
-// and stops it in tb.Cleanup.
-func (s *Server) launch(tb testing.TB, what string, cmd *exec.Cmd, ready string) {
-	tb.Helper()
+// waits until its log has ready and checks that it has a Python kernel
+// spec. stop ends the server and its kernels and removes its dirs; on an
+// error, launch has done that already.
+func (s *Server) launch(what string, cmd *exec.Cmd, ready string) (_ *Server, stop func(), err error) {
 	s.prepare(cmd)
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		tb.Fatal(err)
+		os.RemoveAll(s.dir)
+		return nil, nil, err
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
-		tb.Fatalf("start %s: %v", what, err)
+		os.RemoveAll(s.dir)
+		return nil, nil, fmt.Errorf("start %s: %v", what, err)
 	}
 	pw.Close()
 	running, logDone := s.collectLog(pr, ready)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-
-	tb.Cleanup(func() {
-		stop(cmd, exited, pr, logDone)
-		if tb.Failed() {
-			tb.Logf("%s log:\n%s", what, s.Log())
-		}
-	})
+	stop = func() {
+		halt(cmd, exited, pr, logDone)
+		os.RemoveAll(s.dir)
+	}
 
 	select {
 	case <-running:
 	case err := <-exited:
-		exited <- err // for cleanup
-		tb.Fatalf("%s exited before it was ready: %v\n%s", what, err, s.Log())
+		exited <- err // for halt
+		stop()
+		return nil, nil, fmt.Errorf("%s exited before it was ready: %v\n%s", what, err, s.Log())
 	case <-time.After(StartTimeout):
-		tb.Fatalf("%s not ready after %v\n%s", what, StartTimeout, s.Log())
+		stop()
+		return nil, nil, fmt.Errorf("%s not ready after %v\n%s", what, StartTimeout, s.Log())
 	}
-	s.checkPython(tb)
+	if err := s.checkPython(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return s, stop, nil
 }
 
 // prepare makes cmd run in s's root dir with s's own Jupyter dirs, in a
@@ -313,8 +433,7 @@ func (s *Server) collectLog(pr io.Reader, ready string) (running, logDone chan s
 
 // checkPython makes sure the server answers with the token and has a Python
 // kernel spec (python3-ipykernel).
-func (s *Server) checkPython(tb testing.TB) {
-	tb.Helper()
+func (s *Server) checkPython() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"api/kernelspecs", nil)
@@ -323,7 +442,7 @@ func (s *Server) checkPython(tb testing.TB) {
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
-		tb.Fatalf("jupyter server: GET api/kernelspecs: %v", err)
+		return fmt.Errorf("jupyter server: GET api/kernelspecs: %v", err)
 	}
 	defer resp.Body.Close()
 	var specs struct {
@@ -334,22 +453,22 @@ func (s *Server) checkPython(tb testing.TB) {
 		} `json:"kernelspecs"`
 	}
 	if resp.StatusCode != 200 {
-		tb.Fatalf("jupyter server: GET api/kernelspecs: %s", resp.Status)
+		return fmt.Errorf("jupyter server: GET api/kernelspecs: %s", resp.Status)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&specs); err != nil {
-		tb.Fatalf("jupyter server: GET api/kernelspecs: %v", err)
+		return fmt.Errorf("jupyter server: GET api/kernelspecs: %v", err)
 	}
 	for _, ks := range specs.Kernelspecs {
 		if strings.EqualFold(ks.Spec.Language, "python") {
-			return
+			return nil
 		}
 	}
-	testkit.Missingf(tb, "the jupyter server has no Python kernel spec (apt-get install python3-ipykernel)")
+	return missingError{errors.New("the jupyter server has no Python kernel spec (apt-get install python3-ipykernel)")}
 }
 
-// stop asks the server to shut down (it then stops its kernels), and kills the
+// halt asks the server to shut down (it then stops its kernels), and kills the
 // whole process group if it has not exited in time.
-func stop(cmd *exec.Cmd, exited chan error, pr *os.File, logDone chan struct{}) {
+func halt(cmd *exec.Cmd, exited chan error, pr *os.File, logDone chan struct{}) {
 	pgid := cmd.Process.Pid
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/plugins/examples/bashtransport"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // benchCase is one transport in one language, linked in or behind the plugin

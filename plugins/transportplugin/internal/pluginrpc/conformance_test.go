@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -32,31 +32,39 @@ func pluginTransportConfig(shared Config) func(t *testing.T) core.Transport {
 	}
 }
 
+// Each conformance suite is a parallel test: its cases run beside the other
+// suites' cases (go test's -parallel bounds how many at once), not after them.
 func TestConformanceSubprocessPluginPython(t *testing.T) {
+	t.Parallel()
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Python)
 }
 
 func TestConformanceSubprocessPluginBash(t *testing.T) {
+	t.Parallel()
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Bash)
 }
 
 func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.JavaScript)
 }
 
 func TestConformanceSubprocessPluginTypeScript(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.TypeScript)
 }
 
 func TestConformanceExamplePlugin(t *testing.T) {
+	t.Parallel()
 	transporttest.Run(t, pluginTransport(exampleBin), transporttest.Bash)
 }
 
 // The kernels of the example plugin on gRPC streams instead of the kernel
 // socket: the slower path stays correct.
 func TestConformanceExamplePluginGRPCStreams(t *testing.T) {
+	t.Parallel()
 	transporttest.Run(t, pluginTransportConfig(Config{Path: exampleBin, GRPCKernelStreams: true}), transporttest.Bash)
 }
 

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	pb "github.com/kernelhost/kernelhost/plugins/transportplugin/proto"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // The floor of a round trip between two processes on this machine, to set

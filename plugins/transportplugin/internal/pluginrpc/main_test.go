@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/plugins/examples/bashtransport"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // helperEnv makes the test binary act as a plugin (or as a small host) in one

@@ -22,8 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	pb "github.com/kernelhost/kernelhost/plugins/transportplugin/proto"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // selfPlugin is a Config that runs this test binary as a plugin in mode.

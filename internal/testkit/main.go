@@ -1,0 +1,71 @@
+package testkit
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Main is a package's TestMain: it makes a temporary directory, calls setup
+// with it to build what the tests run (setup may be nil), runs the tests,
+// runs the AfterTests functions, removes the directory, and fails a passing
+// run that left goroutines running. A setup error fails the run before any test runs. Main does not
+// return.
+func Main(m *testing.M, setup func(dir string) error) {
+	os.Exit(run(m, setup))
+}
+
+func run(m *testing.M, setup func(dir string) error) int {
+	dir, err := os.MkdirTemp("", "kernelhost-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		if setup != nil {
+			if err := setup(dir); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		code := m.Run()
+		runAfterTests()
+		return code
+	}()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak: leaked goroutines after the tests:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+var afterTests struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+// AfterTests registers f to run once all of the package's tests are done
+// (Main runs it, before its goroutine-leak check; the last registered runs
+// first). Fixtures that tests share, such as jupytertest.Shared's server,
+// stop there.
+func AfterTests(f func()) {
+	afterTests.mu.Lock()
+	defer afterTests.mu.Unlock()
+	afterTests.fns = append(afterTests.fns, f)
+}
+
+func runAfterTests() {
+	afterTests.mu.Lock()
+	fns := afterTests.fns
+	afterTests.fns = nil
+	afterTests.mu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
