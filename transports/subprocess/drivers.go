@@ -4,8 +4,12 @@ import _ "embed"
 
 // The drivers are real files so they can be read, linted and run by hand.
 var (
+	// driverPython is driver.py with forkserver.py appended (see there).
 	//go:embed drivers/driver.py
-	driverPython string
+	driverPythonMain string
+	//go:embed drivers/forkserver.py
+	driverPythonFork string
+	driverPython     = driverPythonMain + driverPythonFork
 	//go:embed drivers/driver.sh
 	driverBash string
 	//go:embed drivers/driver.js

@@ -174,19 +174,7 @@ type procSpec struct {
 // its driver reported ready. owner receives its messages; nil for a pooled
 // interpreter, which is given one when it is handed out (adopt).
 func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err error) {
-	p := &proc{
-		spec:     spec,
-		stop:     make(chan struct{}),
-		waitDone: make(chan struct{}),
-		pumpDone: make(chan struct{}),
-		ready:    make(chan error, 1),
-		cwdAck:   make(chan string, 1),
-		drainBuf: make([]byte, 64<<10),
-		tickFD:   -1,
-	}
-	p.owner.Store(owner)
-	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
-	p.streams[0].framed = spec.lang.framed
+	p := newProc(spec, owner)
 	childEnds, err := p.openPipes()
 	defer func() {
 		for _, f := range childEnds {
@@ -215,6 +203,25 @@ func startProc(ctx context.Context, spec procSpec, owner *Kernel) (_ *proc, err 
 		return nil, err
 	}
 	return p, nil
+}
+
+// newProc is the state of an interpreter not started yet (startProc, and
+// forkProc in fork.go).
+func newProc(spec procSpec, owner *Kernel) *proc {
+	p := &proc{
+		spec:     spec,
+		stop:     make(chan struct{}),
+		waitDone: make(chan struct{}),
+		pumpDone: make(chan struct{}),
+		ready:    make(chan error, 1),
+		cwdAck:   make(chan string, 1),
+		drainBuf: make([]byte, 64<<10),
+		tickFD:   -1,
+	}
+	p.owner.Store(owner)
+	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
+	p.streams[0].framed = spec.lang.framed
+	return p
 }
 
 // childFiles are the child's ends of its pipes, in descriptor order.

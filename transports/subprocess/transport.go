@@ -49,6 +49,10 @@ type Options struct {
 	// Limits bound each interpreter (limits.go). A limit this machine has no
 	// cgroup controller for makes Limited and every StartKernel fail.
 	Limits Limits
+	// Preload lists the modules python's fork server preloads (forkserver.go,
+	// ParsePreload); empty: no fork server. Ignored when interpreters are
+	// sandboxed.
+	Preload []string
 }
 
 // Transport starts local interpreter processes. It is safe for concurrent use.
@@ -71,7 +75,8 @@ type Transport struct {
 	// missing explains each known language whose interpreter was not found:
 	// what was looked for and the Debian package that provides it.
 	missing map[string]string
-	pools   map[string]*pool // by language, those with a size above 0
+	pools   map[string]*pool       // by language, those with a size above 0
+	forks   map[string]*forkServer // by language: python's when Options.Preload is set (forkserver.go)
 }
 
 var _ core.Transport = (*Transport)(nil)
@@ -161,6 +166,9 @@ func New(opts Options) *Transport {
 	} else {
 		t.startPools(nil, "")
 	}
+	if t.limitsErr == nil {
+		t.startForkServer(opts.Preload, cleanCwd(opts.PoolCwd)) // fork hook (issue 28)
+	}
 	if t.cgroups {
 		go removeOrphanCgroups()
 	}
@@ -186,6 +194,9 @@ func (t *Transport) Close() error {
 	t.closeCancel()
 	for _, pl := range t.pools {
 		pl.close()
+	}
+	for _, fs := range t.forks {
+		fs.close()
 	}
 	return nil
 }
@@ -295,6 +306,7 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 	k := &Kernel{
 		procSpec: ps,
 		pool:     t.pools[spec.Language],
+		forks:    t.forks[spec.Language],
 		msgs:     make(chan core.Message, 1024),
 		quit:     make(chan struct{}),
 	}

@@ -1070,6 +1070,8 @@ def _main():
             req = _loads(line)
             if "cwd" in req:
                 _enter_cwd(req["cwd"])
+            elif "fork" in req:  # a fork of this context (forkserver.py)
+                _fork_context(req["fork"], False)
             else:
                 _execute(req)
         except KeyboardInterrupt:
@@ -1078,4 +1080,5 @@ def _main():
             continue
 
 
-_main()
+# forkserver.py, which drivers.go appends here, calls _main() (or, in a fork
+# template, serves forks).
