@@ -105,4 +105,155 @@ func syscall0(pid int) error {
 	return nil
 }
 
-var _ = filepath.Join
+// Contexts forked from one template see nothing of each other: no global,
+// env var, cwd, thread, open descriptor, numpy random state or cgroup of
+// another (the warm pool's guarantees, pool.go).
+func TestForkedContextsHaveNoStateOfAnother(t *testing.T) {
+	tr, dir := forkTransport(t, DefaultPreload)
+	readyTemplate(t, tr)
+	elsewhere := t.TempDir()
+	a := startIn(t, tr, "python", dir)
+	dirty := "import os, threading, time, numpy\nkh_global = 1\nos.environ['KH_FORK_ENV'] = 'a'\nos.chdir(" + strconv.Quote(elsewhere) + ")\n" +
+		"threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\nkh_fd = os.open('/dev/null', os.O_RDONLY)\nos.set_inheritable(kh_fd, True)\nprint(kh_fd, numpy.random.random())"
+	e := tt.Exec(t, a, dirty, false)
+	if e.Reply().Status != "ok" {
+		t.Fatalf("A:%s", e)
+	}
+	aOut := strings.Fields(e.Stream("stdout"))
+	b := startIn(t, tr, "python", dir)
+	probe := "import os, threading, numpy\nprint('kh_global' in globals(), os.environ.get('KH_FORK_ENV'), os.getcwd(), threading.active_count(), len(os.listdir('/proc/self/task')))\n" +
+		"print(os.path.exists('/proc/self/fd/" + aOut[0] + "'), numpy.random.random())"
+	got := strings.Split(tt.Exec(t, b, probe, false).Stream("stdout"), "\n")
+	// Two threads: the cell's and the driver's output thread, as in any
+	// context that ran a cell; A's sleeping thread is not among them.
+	if want := "False None " + dir + " 2 2"; got[0] != want {
+		t.Errorf("B sees %q, want %q", got[0], want)
+	}
+	if f := strings.Fields(got[1]); f[0] != "False" || f[1] == aOut[1] {
+		t.Errorf("B sees A's descriptor %s or numpy draws A's number %s: %q", aOut[0], aOut[1], got[1])
+	}
+	if ca, cb := cgroupOf(a.Pid()), cgroupOf(b.Pid()); CgroupsAvailable() && (ca == "" || ca == cb) {
+		t.Errorf("cgroups of A %q and B %q: want one of each's own", ca, cb)
+	}
+}
+
+// numpy's matrix product (OpenBLAS, whose threads start at import) in a
+// forked context gives what it gives in a fresh interpreter, and does not
+// hang for want of the template's BLAS threads.
+func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
+	tr, dir := forkTransport(t, DefaultPreload)
+	readyTemplate(t, tr)
+	code := "import numpy as np\na = np.random.default_rng(7).random((400, 400))\nprint(repr(float((a @ a @ a).sum())), repr(float(np.linalg.inv(a + 400 * np.eye(400)).sum())))"
+	forked := startIn(t, tr, "python", dir)
+	got := tt.Exec(t, forked, code, false)
+	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	t.Cleanup(func() { _ = cold.Close() })
+	fresh := startIn(t, cold, "python", dir)
+	want := tt.Exec(t, fresh, code, false)
+	if got.Stream("stdout") == "" || got.Stream("stdout") != want.Stream("stdout") {
+		t.Fatalf("forked: %s\nfresh: %s", got, want)
+	}
+}
+
+// A preloaded package replaced on disk (pip install -U) is what the next
+// context imports: the template sees its directory changed, refuses the
+// fork and is replaced.
+func TestUpgradedPackageIsSeenByTheNextContext(t *testing.T) {
+	lib := t.TempDir()
+	write := func(version string) {
+		pkg := filepath.Join(lib, "khpkg")
+		if err := os.RemoveAll(pkg); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(pkg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WriteFile(t, filepath.Join(pkg, "__init__.py"), "VERSION = "+version+"\n")
+	}
+	write("1")
+	tr, dir := forkTransport(t, []string{"khpkg"}, "PYTHONPATH="+lib)
+	tmpl := readyTemplate(t, tr)
+	probe := "import sys\nprint('khpkg' in sys.modules)\nimport khpkg\nprint(khpkg.VERSION)"
+	if got := tt.Exec(t, startIn(t, tr, "python", dir), probe, false).Stream("stdout"); got != "True\n1\n" {
+		t.Fatalf("first context: %q", got)
+	}
+	write("2")
+	if got := tt.Exec(t, startIn(t, tr, "python", dir), probe, false).Stream("stdout"); got != "False\n2\n" {
+		t.Fatalf("after the upgrade: %q, want a fresh import of version 2", got)
+	}
+	if next := readyTemplate(t, tr); next == tmpl {
+		t.Fatalf("the stale template (pid %d) still serves", tmpl)
+	}
+	if got := tt.Exec(t, startIn(t, tr, "python", dir), probe, false).Stream("stdout"); got != "True\n2\n" {
+		t.Fatalf("from the new template: %q", got)
+	}
+}
+
+// With the sandbox on, there is no fork server and no fork: bwrap makes
+// each interpreter's namespaces and /tmp at its start, which a fork would
+// share.
+func TestNoForkWhenSandboxed(t *testing.T) {
+	if _, err := bwrapWorks(); err != nil {
+		testkit.Missingf(t, "bwrap cannot sandbox here: %v", err)
+	}
+	tr := New(Options{Python: testkit.DebianPython, Preload: DefaultPreload, Sandbox: SandboxOptions{Mode: SandboxOn}})
+	t.Cleanup(func() { _ = tr.Close() })
+	if tr.forks["python"] != nil {
+		t.Fatal("a fork server runs beside the sandbox")
+	}
+	k := startIn(t, tr, "python", t.TempDir())
+	_, err := tr.ForkKernel(context.Background(), k)
+	if err == nil || !strings.Contains(err.Error(), "sandbox") {
+		t.Fatalf("ForkKernel of a sandboxed context: %v, want an error that names the sandbox", err)
+	}
+}
+
+// ForkKernel copies a live context: variables, imports, functions and cwd;
+// afterwards each goes its own way (a write in one is not seen in the
+// other), and the source runs on. A busy source and a bash context are
+// refused with errors that say why.
+func TestForkKernelCopiesALiveContext(t *testing.T) {
+	tr, dir := forkTransport(t, nil)
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := startIn(t, tr, "python", dir)
+	setup := "import os, json, numpy as np\nx = 41\narr = np.zeros(1000)\ndef f(): return x + 1\nos.chdir('sub')\nprint('set')"
+	if got := tt.Exec(t, src, setup, false).Stream("stdout"); got != "set\n" {
+		t.Fatalf("setup: %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+	defer cancel()
+	ck, err := tr.ForkKernel(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fk := ck.(*Kernel)
+	t.Cleanup(func() { fk.Shutdown(context.Background()) })
+	if parentOf(fk.Pid()) != os.Getpid() {
+		t.Fatalf("the fork's parent is %d, want this process", parentOf(fk.Pid()))
+	}
+	if got := tt.Exec(t, fk, "print(f(), json.dumps([1]), os.getcwd())\narr[0] = 7\nx = 1", false).Stream("stdout"); got != "42 [1] "+sub+"\n" {
+		t.Fatalf("fork: %q", got)
+	}
+	if got := tt.Exec(t, src, "print(f(), arr[0])", false).Stream("stdout"); got != "42 0.0\n" {
+		t.Fatalf("source after the fork's writes: %q", got)
+	}
+	if got := tt.Exec(t, fk, "print(f(), arr[0])", false).Stream("stdout"); got != "2 7.0\n" {
+		t.Fatalf("fork after its writes: %q", got)
+	}
+	busy := tt.Send(t, src, "import time\nprint('busy', flush=True)\ntime.sleep(30)", false)
+	tt.Collect(t, src, busy, tt.ExecTimeout, func(r tt.Received) bool { return r.Type == core.MsgStream })
+	if _, err := tr.ForkKernel(ctx, src); err == nil || !strings.Contains(err.Error(), "idle") {
+		t.Fatalf("fork of a busy context: %v, want an error saying to wait for idle", err)
+	}
+	if err := src.Interrupt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, src, busy, tt.ExecTimeout, nil)
+	sh := startIn(t, tr, "bash", dir)
+	if _, err := tr.ForkKernel(ctx, sh); err == nil || !strings.Contains(err.Error(), "bash") {
+		t.Fatalf("fork of a bash context: %v, want an error naming bash", err)
+	}
+}
