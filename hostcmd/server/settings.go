@@ -130,6 +130,9 @@ type Config struct {
 	// InterpreterPool sizes the subprocess transport's warm pools of ready
 	// interpreters: "language=size" pairs separated by commas.
 	InterpreterPool string
+	// PythonPreload is what the python fork server preloads
+	// (subprocess.ParsePreload): auto, off, or module names.
+	PythonPreload string
 	// MaxMessageBytes caps one message of a subprocess interpreter (one
 	// output message, one result, one batch of them): past it the output
 	// is cut with a notice and the execution goes on.
@@ -337,6 +340,8 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.Interpreters.Java }},
 	&row[string]{name: "interpreter-pool", def: "python=1,javascript=1", help: "subprocess transport: ready interpreters kept per language for new contexts and restarts (python, javascript and typescript in any cwd, others in the default cwd), as language=size pairs separated by commas (python=2,javascript=1,r=1); languages not named have none; python=0,javascript=0 turns them off", transport: "subprocess",
 		field: func(c *Config) *string { return &c.InterpreterPool }},
+	&row[string]{name: "python-preload", def: "auto", help: "subprocess transport: python contexts are forked from a template interpreter that imported these modules (names separated by commas), so a new context starts with them loaded and shares their memory; auto: those of numpy, pandas, matplotlib.pyplot (its inline backend) and IPython that are installed; off: no template. Off while interpreters are sandboxed", transport: "subprocess",
+		field: func(c *Config) *string { return &c.PythonPreload }},
 	&row[int]{name: "max-message-bytes", def: DefaultMaxMessageBytes, help: "subprocess transport: largest message an interpreter may send (one output write, one result or display, one batch of them); past it the output is cut, with a notice in the stream saying how much was dropped, and the execution goes on with its state", transport: "subprocess",
 		field: func(c *Config) *int { return &c.MaxMessageBytes }, check: checkMaxMessageBytes},
 	negated("kernel-cgroups", "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only", "subprocess",

@@ -228,5 +228,6 @@ func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kerne
 		return nil, err
 	}
 	nk.setProc(p)
+	t.track(nk)
 	return nk, nil
 }

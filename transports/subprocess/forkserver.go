@@ -228,3 +228,15 @@ func (t *Transport) startForkServer(preload []string, cwd string) {
 		return spec, err
 	})
 }
+
+// ForkServerReady says whether lang's fork server has its template ready
+// (a kernel started now is forked from it). For tests and benchmarks.
+func (t *Transport) ForkServerReady(lang string) bool {
+	fs := t.forks[lang]
+	if fs == nil {
+		return false
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.tmpl != nil && !fs.tmpl.isGone()
+}

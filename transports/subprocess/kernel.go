@@ -18,6 +18,7 @@ type Kernel struct {
 	procSpec             // how its interpreters start
 	pool     *pool       // where it takes a ready one, if any (nil: none)
 	forks    *forkServer // where it forks one from, before the pool (nil: none; forkserver.go)
+	forget   func()      // drops it from the transport's live kernels (memory.go); nil: not tracked
 
 	msgs     chan core.Message // outlives restarts; closed by Shutdown
 	quit     chan struct{}     // closed when Shutdown begins: unblocks a Restart stuck emitting
@@ -295,6 +296,9 @@ func (k *Kernel) Shutdown(ctx context.Context) error {
 	if k.p != nil {
 		k.p.kill()
 		k.setProc(nil)
+	}
+	if k.forget != nil {
+		k.forget()
 	}
 	close(k.msgs)
 	return nil

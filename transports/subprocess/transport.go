@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/kernelhost/kernelhost/core"
 )
@@ -77,6 +78,7 @@ type Transport struct {
 	missing map[string]string
 	pools   map[string]*pool       // by language, those with a size above 0
 	forks   map[string]*forkServer // by language: python's when Options.Preload is set (forkserver.go)
+	live    sync.Map               // the kernels not shut down, as keys (MemoryStats)
 }
 
 var _ core.Transport = (*Transport)(nil)
@@ -315,6 +317,7 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 		return nil, err
 	}
 	k.setProc(p)
+	t.track(k)
 	return k, nil
 }
 

@@ -31,6 +31,8 @@ type settings struct {
 	// interpreters start in DefaultCwd, where contexts start by default.
 	Pool       string `setting:"interpreter-pool"`
 	DefaultCwd string `setting:"default-cwd"`
+	// Preload is what python's fork server preloads (subprocess.ParsePreload).
+	Preload string `setting:"python-preload"`
 	// Sandbox is auto, on or off (subprocess.SandboxOptions); the default
 	// cwd and SandboxWritable (paths separated by commas) are writable in
 	// every sandbox.
@@ -69,6 +71,7 @@ func newTransport(_ context.Context, hs transportplugin.Settings) (core.Transpor
 		Python: s.Python, Node: s.Node, Bash: s.Bash, R: s.R, Java: s.Java,
 		NoCgroups: !s.KernelCgroups,
 		PoolSizes: pools, PoolCwd: s.DefaultCwd,
+		Preload:         subprocess.ParsePreload(s.Preload),
 		MaxMessageBytes: s.MaxMessageBytes,
 		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable},
 		Limits:          subprocess.Limits{MemoryBytes: memory, Pids: s.ContextPids, CPUWeight: s.ContextCPUWeight},
@@ -99,6 +102,16 @@ func (w withGauges) Gauges() []transportplugin.Gauge {
 			transportplugin.Gauge{Name: "kernelhost_pool_interpreters", Help: "Interpreters ready in the subprocess transport's warm pool, per language.", Labels: lang, Value: float64(st.Ready)},
 			transportplugin.Gauge{Name: "kernelhost_pool_size", Help: "Configured size of the subprocess transport's warm pool, per language (interpreter-pool).", Labels: lang, Value: float64(st.Size)},
 			transportplugin.Gauge{Name: "kernelhost_pool_rss_bytes", Help: "Resident memory of the interpreters ready in the subprocess transport's warm pool, per language.", Labels: lang, Value: float64(st.RSSBytes)})
+	}
+	for _, st := range w.MemoryStats() {
+		labels := func(kind string) map[string]string {
+			return map[string]string{"language": st.Language, "role": st.Role, "kind": kind}
+		}
+		gauges = append(gauges,
+			transportplugin.Gauge{Name: "kernelhost_interpreters", Help: "Interpreters the subprocess transport runs, per language and role (context, pool, fork-template).", Labels: map[string]string{"language": st.Language, "role": st.Role}, Value: float64(st.Interpreters)})
+		for kind, v := range map[string]int64{"rss": st.RSS, "pss": st.PSS, "uss": st.USS} {
+			gauges = append(gauges, transportplugin.Gauge{Name: "kernelhost_interpreter_memory_bytes", Help: "Memory of the subprocess transport's interpreters, per language and role, summed: rss counts shared pages in full, pss shares them out among the processes that map them, uss counts only pages of their own (contexts forked from a template share its pages).", Labels: labels(kind), Value: float64(v)})
+		}
 	}
 	return gauges
 }
