@@ -197,10 +197,10 @@ func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kerne
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: "subprocess: not a kernel of this transport"}
 	}
 	if k.langName != "python" {
-		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("subprocess: a %s context cannot be forked: only python contexts can", k.langName)}
+		return nil, &core.Error{Kind: core.KindUnsupported, Msg: fmt.Sprintf("subprocess: a %s context cannot be forked: only python contexts can", k.langName)}
 	}
 	if t.sandbox != nil {
-		return nil, &core.Error{Kind: core.KindInvalid, Msg: "subprocess: contexts cannot be forked while interpreters run sandboxed (a fork would share its source's sandbox)"}
+		return nil, &core.Error{Kind: core.KindUnsupported, Msg: "subprocess: contexts cannot be forked while interpreters run sandboxed (a fork would share its source's sandbox)"}
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()

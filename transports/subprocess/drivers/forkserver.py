@@ -38,9 +38,14 @@ def _clone_syscall():
     return None
 
 
+_fork_cache = {}  # what a fork needs that stays the same: found at the first
+
+
 def _tid_address(ctypes):
     """The address of glibc's record of this thread's tid (struct pthread's
     tid), which the child must get right: raise() and pthread_kill read it."""
+    if "tid" in _fork_cache:
+        return _fork_cache["tid"]
     libc = ctypes.CDLL(None)
     libc.pthread_self.restype = ctypes.c_void_p
     base = libc.pthread_self()
@@ -48,6 +53,7 @@ def _tid_address(ctypes):
     found = [off for off in range(0, 2048, 4) if ctypes.c_int.from_address(base + off).value == tid]
     if len(found) != 1:
         raise OSError("cannot find glibc's thread id record (%d candidates)" % len(found))
+    _fork_cache["tid"] = base + found[0]
     return base + found[0]
 
 
@@ -88,10 +94,12 @@ def _clone_context():
     if others:
         raise OSError("the context runs %d thread%s of its own: a fork would copy them half done" % (others, "s" if others > 1 else ""))
     ctid = _tid_address(ctypes)
-    libc = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL across clone, as os.fork does
-    syscall = libc.syscall
-    syscall.restype = ctypes.c_long
-    syscall.argtypes = [ctypes.c_long] * 6
+    syscall = _fork_cache.get("syscall")
+    if syscall is None:
+        syscall = ctypes.PyDLL(None, use_errno=True).syscall  # keeps the GIL across clone, as os.fork does
+        syscall.restype = ctypes.c_long
+        syscall.argtypes = [ctypes.c_long] * 6
+        _fork_cache["syscall"] = syscall
     flags = _CLONE_PARENT | _CLONE_CHILD_SETTID | _SIGCHLD
     args = (ctid, 0) if order == "ctid_then_tls" else (0, ctid)
     api = ctypes.pythonapi
@@ -129,7 +137,8 @@ def _fork_context(spec, template):
 
 def _become_context(spec, template):
     global _FRAME_MARK, _tick_fd, _hold_err, _sigint_r, _sigint_w, _main_thread
-    libc = _import("ctypes").CDLL(None)
+    libc = _fork_cache.get("libc") or _import("ctypes").CDLL(None)
+    _fork_cache["libc"] = libc
     host = spec["host"]
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != host:
