@@ -2,6 +2,7 @@ package subprocess
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -81,4 +82,44 @@ func BenchmarkForkKernelSmall(b *testing.B) {
 		b.StartTimer()
 	}
 	testkit.ReportQuantile(b, time.Millisecond, "fork", times, 0.5)
+}
+
+// BenchmarkForkedRoundTrip compares `1+1` in a context forked from the fork
+// server's template with one in a context started cold, alternated: with
+// the default preload, and with numpy and pandas only. (A context that
+// imported pandas pays for it in every cell, forked or not.)
+func BenchmarkForkedRoundTrip(b *testing.B) {
+	testkit.NeedPythonModules(b, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
+	b.Run("default", func(b *testing.B) { forkedRoundTrip(b, DefaultPreload) })
+	b.Run("numpy,pandas", func(b *testing.B) { forkedRoundTrip(b, []string{"numpy", "pandas"}) })
+}
+
+func forkedRoundTrip(b *testing.B, preload []string) {
+	dir := b.TempDir()
+	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	b.Cleanup(func() { _ = tr.Close() })
+	readyTemplate(b, tr)
+	start := func() *Kernel {
+		k, err := tr.StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { k.Shutdown(context.Background()) })
+		return k.(*Kernel)
+	}
+	forked := start()
+	tr.forks["python"].close() // the next start is cold
+	cold := start()
+	if parentOf(forked.Pid()) != parentOf(cold.Pid()) || forked.Pid() == cold.Pid() {
+		b.Fatal("not two interpreters")
+	}
+	n := 0
+	rt := func(k *Kernel) func() {
+		return func() {
+			n++
+			kernelRoundTrip(b, k, "rt"+strconv.Itoa(n), "1+1")
+		}
+	}
+	aD, cD := testkit.Compare(b, 50, testkit.Timed(rt(forked)), testkit.Timed(rt(cold)))
+	testkit.ReportAdded(b, time.Microsecond, "forked", aD, "cold", cD)
 }

@@ -172,8 +172,6 @@ def _become_context(spec, template):
         _import("importlib").invalidate_caches()
     if template and "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()  # else every context draws the template's numbers
-    if template:
-        _import("gc").unfreeze()
     _main()
 
 
