@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/transports/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
@@ -255,5 +256,85 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 	sh := startIn(t, tr, "bash", dir)
 	if _, err := tr.ForkKernel(ctx, sh); err == nil || !strings.Contains(err.Error(), "bash") {
 		t.Fatalf("fork of a bash context: %v, want an error naming bash", err)
+	}
+}
+
+// A forked kernel in a directory other than the template's behaves as one
+// started there (the pool's test, TestPooledKernelInAnotherCwdIsAsIfStartedThere):
+// everything testkit.CwdProbes prints is what a cold-started kernel of the
+// same interpreter prints.
+func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
+	tr, _ := forkTransport(t, []string{"json"})
+	tmpl := readyTemplate(t, tr)
+	other := t.TempDir()
+	testkit.CwdFixture(t, other)
+	k := startIn(t, tr, "python", other)
+	if parentOf(k.Pid()) != os.Getpid() || k.Pid() == tmpl {
+		t.Fatalf("the kernel (pid %d) is not a fork of the template (pid %d)", k.Pid(), tmpl)
+	}
+	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	defer cold.Close()
+	c := startIn(t, cold, "python", other)
+	if err := os.WriteFile(filepath.Join(other, "khlate.py"), []byte("V = 'late'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	probe := func(k *Kernel) string {
+		t.Helper()
+		e := tt.Exec(t, k, testkit.CwdProbes["python"], false)
+		if e.Reply().Status != "ok" {
+			t.Fatalf("probe:%s", e)
+		}
+		return e.Stream("stdout")
+	}
+	if want, got := probe(c), probe(k); got != want {
+		t.Errorf("the forked kernel prints\n%s\na cold one\n%s", got, want)
+	}
+}
+
+// A forked context is bound by the limits (limits.go) as a started one: past
+// its memory limit it is killed with the error naming the limit, and its
+// neighbour, forked from the same template, keeps its state.
+func TestForkedContextHasItsLimits(t *testing.T) {
+	dir := t.TempDir()
+	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	if err := tr.Limited(); err != nil {
+		tr.Close()
+		testkit.Missingf(t, "no cgroup controller for the limits here: %v", err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	readyTemplate(t, tr)
+	e, err := engine.NewEngine(engine.Config{Transport: tr, DefaultCwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	hog, err := e.CreateContext(ctx, "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	neighbour, err := e.CreateContext(ctx, "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runStdout(t, ctx, e, neighbour.ID, "keep = 42")
+	if got := runStdout(t, ctx, e, hog.ID, "import os, sys\nprint(os.getppid() == "+strconv.Itoa(os.Getpid())+", 'json' in sys.modules)"); got != "True True\n" {
+		t.Fatalf("the context is not a fork of the template: %q", got)
+	}
+	var errs []engine.Output
+	for _, o := range runAll(t, ctx, e, hog.ID, "b = bytearray(600 << 20)\nprint('not reached')") {
+		if o.Type == engine.OutError {
+			errs = append(errs, o)
+		}
+		if o.Type == engine.OutStdout {
+			t.Errorf("stdout %q: the allocation past the limit succeeded", o.Text)
+		}
+	}
+	if len(errs) != 1 || errs[0].ErrName != "MemoryLimitExceeded" || !strings.Contains(errs[0].ErrValue, "256 MiB") {
+		t.Fatalf("errors %+v, want one MemoryLimitExceeded naming 256 MiB", errs)
+	}
+	if got := runStdout(t, ctx, e, neighbour.ID, "print(keep)"); got != "42\n" {
+		t.Errorf("the neighbour's variable: %q", got)
 	}
 }
