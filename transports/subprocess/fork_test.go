@@ -209,7 +209,8 @@ func TestNoForkWhenSandboxed(t *testing.T) {
 	}
 }
 
-// ForkKernel copies a live context: variables, imports, functions and cwd;
+// ForkKernel copies a live context: variables, imports, functions, cwd and
+// IPython history;
 // afterwards each goes its own way (a write in one is not seen in the
 // other), and the source runs on. A busy source and a bash context are
 // refused with errors that say why.
@@ -224,6 +225,9 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 	if got := tt.Exec(t, src, setup, false).Stream("stdout"); got != "set\n" {
 		t.Fatalf("setup: %q", got)
 	}
+	// The IPython shell, once a cell made it, keeps the inputs (In).
+	tt.Exec(t, src, "get_ipython()", false)
+	tt.Exec(t, src, "'kh-history-mark'", false)
 	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
 	defer cancel()
 	ck, err := tr.ForkKernel(ctx, src)
@@ -237,6 +241,9 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 	}
 	if got := tt.Exec(t, fk, "print(f(), json.dumps([1]), os.getcwd())\narr[0] = 7\nx = 1", false).Stream("stdout"); got != "42 [1] "+sub+"\n" {
 		t.Fatalf("fork: %q", got)
+	}
+	if got := tt.Exec(t, fk, "print(any('kh-history-mark' in i for i in In))", false).Stream("stdout"); got != "True\n" {
+		t.Fatalf("the fork's IPython history lacks the source's input: %q", got)
 	}
 	if got := tt.Exec(t, src, "print(f(), arr[0])", false).Stream("stdout"); got != "42 0.0\n" {
 		t.Fatalf("source after the fork's writes: %q", got)
