@@ -146,6 +146,9 @@ func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
 	readyTemplate(t, tr)
 	code := "import numpy as np\na = np.random.default_rng(7).random((400, 400))\nprint(repr(float((a @ a @ a).sum())), repr(float(np.linalg.inv(a + 400 * np.eye(400)).sum())))"
 	forked := startIn(t, tr, "python", dir)
+	if got := tt.Exec(t, forked, "import sys\nprint('numpy' in sys.modules)", false).Stream("stdout"); got != "True\n" {
+		t.Fatalf("the context is not a fork of the template that preloaded numpy: %q", got)
+	}
 	got := tt.Exec(t, forked, code, false)
 	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOff}})
 	t.Cleanup(func() { _ = cold.Close() })
