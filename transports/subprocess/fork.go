@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kernelhost/kernelhost/core"
 )
 
@@ -34,11 +36,15 @@ type forkRequest struct {
 }
 
 type forkSpec struct {
-	Host int    `json:"host"` // this process: the child opens /proc/<host>/fd/<n>
-	Fds  []int  `json:"fds"`  // the child's ends, in childFiles order (3, 4, 1, 2, 5)
-	Ack  int    `json:"ack"`  // where the forking driver writes the child's pid, or "error <why>"
-	Mark string `json:"mark"` // the child's frame mark (frames.go)
-	Cwd  string `json:"cwd,omitempty"`
+	Host int   `json:"host"` // this process: the child opens /proc/<host>/fd/<n>
+	Fds  []int `json:"fds"`  // the child's ends, in childFiles order (3, 4, 1, 2, 5)
+	Ack  int   `json:"ack"`  // where the forking driver writes the child's pid, or "error <why>"
+	// Inodes are those of Fds' pipes, then Ack's: a descriptor number the
+	// host closed meanwhile (it gave up) may name another file by then,
+	// which the driver must not open as its pipe.
+	Inodes []uint64 `json:"inodes"`
+	Mark   string   `json:"mark"` // the child's frame mark (frames.go)
+	Cwd    string   `json:"cwd,omitempty"`
 }
 
 // errForkRefused wraps what the forking driver answered instead of a pid.
@@ -74,8 +80,15 @@ func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, owner *
 	defer ackR.Close()
 	defer ackW.Close()
 	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: strings.TrimPrefix(env, frameMarkEnv+"="), Cwd: cwd}}
-	for _, f := range childEnds {
-		req.Fork.Fds = append(req.Fork.Fds, int(f.Fd()))
+	for _, f := range append(childEnds, ackW) {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return nil, fmt.Errorf("fork %s kernel: %w", spec.langName, err)
+		}
+		if f != ackW {
+			req.Fork.Fds = append(req.Fork.Fds, int(f.Fd()))
+		}
+		req.Fork.Inodes = append(req.Fork.Inodes, st.Ino)
 	}
 	pid, err := askFork(ctx, src, req, ackR)
 	if err != nil {

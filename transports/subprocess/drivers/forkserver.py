@@ -115,11 +115,26 @@ def _clone_context():
     return pid
 
 
+def _open_host_fd(host, fd, inode, mode):
+    """Open the host's descriptor fd, which must be the pipe of that inode:
+    a host that gave up on the request may have closed it, and the number
+    may name another file of the host by now."""
+    opened = os.open("/proc/%d/fd/%d" % (host, fd), mode | os.O_CLOEXEC)
+    if os.fstat(opened).st_ino != inode:
+        os.close(opened)
+        raise OSError("the host's descriptor %d is no longer the pipe it named" % fd)
+    return opened
+
+
 def _fork_context(spec, template):
     """Serve a fork request: the child becomes a context and never returns
-    here; the parent writes the child's pid (or why not) to the host's ack pipe."""
+    here; the parent writes the child's pid (or why not) to the host's ack
+    pipe. A request the host gave up on is dropped."""
     host = spec["host"]
-    ack = os.open("/proc/%d/fd/%d" % (host, spec["ack"]), os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        ack = _open_host_fd(host, spec["ack"], spec["inodes"][-1], os.O_WRONLY)
+    except (OSError, IndexError):
+        return
     try:
         why = _stale() if template else None
         pid = _clone_context() if why is None else -1
@@ -131,6 +146,8 @@ def _fork_context(spec, template):
         raise SystemExit(0)  # through the frames of the request that forked: the interpreter exits as a driver does
     try:
         os.write(ack, (str(pid) if why is None else "error " + why).encode())
+    except OSError:
+        pass  # the host gave up; the child, if any, finds its pipes gone and exits
     finally:
         os.close(ack)
 
@@ -147,7 +164,10 @@ def _become_context(spec, template):
     # The pipes, in the order of fd.go's childFiles: 3, 4, 1, 2 and 5 (ticks).
     targets = (REQ_FD, MSG_FD, 1, 2, 5)
     modes = (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY, os.O_WRONLY, os.O_RDONLY)
-    opened = [os.open("/proc/%d/fd/%d" % (host, fd), mode) for fd, mode in zip(spec["fds"], modes)]
+    try:
+        opened = [_open_host_fd(host, fd, inode, mode) for fd, inode, mode in zip(spec["fds"], spec["inodes"], modes)]
+    except OSError:
+        os._exit(1)
     for fd, target in zip(opened, targets):
         os.dup2(fd, target, inheritable=target < 3)
         os.close(fd)
