@@ -15,6 +15,7 @@ const (
 	KindUnavailable                  // the engine is shutting down, or a part it needs is not back yet (HTTP 503)
 	KindTooLarge                     // the request is larger than a limit (HTTP 413)
 	KindGone                         // what was asked for existed but is no longer kept (HTTP 410)
+	KindUnsupported                  // the transport or language cannot do what was asked (HTTP 501)
 )
 
 // Error is an engine error with a kind and a message meant for the client.

@@ -25,6 +25,15 @@ type Transport interface {
 	StartKernel(ctx context.Context, spec KernelSpec) (Kernel, error)
 }
 
+// Forker is a Transport that can copy a live kernel (optional): the new
+// kernel holds a copy of src's interpreter state (variables, imports,
+// functions, cwd), and src runs on untouched. The engine calls it only
+// while src runs no request. A kernel it cannot copy (its language) is an
+// *Error of KindUnsupported that names the language.
+type Forker interface {
+	ForkKernel(ctx context.Context, src Kernel) (Kernel, error)
+}
+
 // TransportInfo describes a transport.
 type TransportInfo struct {
 	Name      string   `json:"name"`

@@ -63,11 +63,16 @@ type controlKind int
 const (
 	opRestart controlKind = iota
 	opDelete
+	opFork // waits for the running execution instead of aborting it (fork.go)
 )
 
 type controlOp struct {
 	kind controlKind
 	done chan error // capacity 1
+	// For opFork: the caller's context, and the new context made.
+	ctx    context.Context
+	forked *Context
+	err    error
 }
 
 func newContext(e *Engine, info ContextInfo) *Context {
@@ -256,6 +261,11 @@ func (c *Context) nextWork() (*controlOp, *Execution) {
 
 // handleControl runs a restart or delete; stop: the context is gone.
 func (c *Context) handleControl(op *controlOp) (stop bool) {
+	if op.kind == opFork {
+		op.forked, op.err = c.fork(op.ctx)
+		op.done <- op.err
+		return false
+	}
 	if op.kind == opRestart {
 		op.done <- c.restartOnRequest()
 		return false

@@ -10,8 +10,7 @@ import (
 )
 
 // tools holds what the tool handlers share. Each tool is one entry of
-// register and one method; a new one (fork_context, once the engine can
-// fork a context) is one more of each.
+// register and one method.
 type tools struct {
 	opts   Options
 	engine *engine.Engine
@@ -51,6 +50,14 @@ func (t *tools) register(s *mcp.Server) {
 			"Use it when the interpreter is stuck or its state is broken.",
 		Annotations: &mcp.ToolAnnotations{Title: "Restart a context", DestructiveHint: ptr(true), IdempotentHint: true},
 	}, t.restartContext)
+	mcp.AddTool(s, &mcp.Tool{
+		Name:  "fork_context",
+		Title: "Fork a context",
+		Description: "Copy a context: a new context (its id is returned) holding a copy of the context's state (variables, imports, functions, working directory), made in milliseconds whatever its size. " +
+			"The two go their own ways afterwards: try several approaches from one state, or keep a copy before a risky step. " +
+			"Waits for code running in the context to finish. Python contexts only, and only where the host's interpreters are not sandboxed.",
+		Annotations: &mcp.ToolAnnotations{Title: "Fork a context", IdempotentHint: false},
+	}, t.forkContext)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "delete_context",
 		Title:       "Delete a context",
@@ -104,6 +111,14 @@ func (t *tools) restartContext(ctx context.Context, _ *mcp.CallToolRequest, in C
 		return nil, Done{}, err
 	}
 	return text("Restarted context " + in.ContextID + ": its state is gone."), Done{ContextID: in.ContextID, Done: "restarted"}, nil
+}
+
+func (t *tools) forkContext(ctx context.Context, _ *mcp.CallToolRequest, in ContextIDInput) (*mcp.CallToolResult, engine.ContextInfo, error) {
+	info, err := t.engine.Fork(ctx, in.ContextID)
+	if err != nil {
+		return nil, engine.ContextInfo{}, err
+	}
+	return text(fmt.Sprintf("Forked context %s into a new %s context with id %s (cwd %s).", in.ContextID, info.Language, info.ID, info.Cwd)), info, nil
 }
 
 func (t *tools) deleteContext(ctx context.Context, _ *mcp.CallToolRequest, in ContextIDInput) (*mcp.CallToolResult, Done, error) {

@@ -53,6 +53,7 @@ var routes = []route{
 	{"DELETE", "/contexts/{id}", (*api).deleteContext},
 	{"POST", "/contexts/{id}/restart", (*api).restartContext},
 	{"POST", "/contexts/{id}/interrupt", (*api).interruptContext},
+	{"POST", "/contexts/{id}/fork", (*api).forkContext},
 	{"GET", "/executions/{id}", (*api).executionState},
 	{"GET", "/executions/{id}/stream", (*api).resumeExecution},
 	{"GET", "/metrics", (*api).serveMetrics},
@@ -189,6 +190,8 @@ func statusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case core.KindGone:
 		return http.StatusGone
+	case core.KindUnsupported:
+		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
 }

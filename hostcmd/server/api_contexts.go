@@ -48,6 +48,18 @@ func (a *api) restartContext(w http.ResponseWriter, r *http.Request) {
 	a.control(w, r, a.engine.Restart)
 }
 
+// forkContext answers a new context holding a copy of the context's state
+// (engine.Fork).
+func (a *api) forkContext(w http.ResponseWriter, r *http.Request) {
+	setContextID(r.Context(), r.PathValue("id"))
+	info, err := a.engine.Fork(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, info)
+}
+
 func (a *api) interruptContext(w http.ResponseWriter, r *http.Request) {
 	a.control(w, r, a.engine.Interrupt)
 }

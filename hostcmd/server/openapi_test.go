@@ -20,6 +20,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/docs"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
 // The route table of api.go and docs/openapi.json describe the same API:
@@ -150,6 +151,23 @@ Rich()`
 		}
 		c.exchange(t, call{"POST", "/contexts/" + ids[0] + "/interrupt", "", nil, 200})
 		c.exchange(t, call{"POST", "/contexts/" + ids[0] + "/restart", "", nil, 200})
+		// A fork: of python, where interpreters are not sandboxed (a
+		// sandbox makes each at its start); never of bash.
+		forked := http.StatusOK
+		if sandboxed, _, _ := h.Engine.Transport().(*subprocess.Transport).Sandboxed(); sandboxed {
+			forked = http.StatusNotImplemented
+		}
+		c.exchange(t, call{"POST", "/execute", `{"code":"x = 1","context_id":"` + ids[1] + `"}`, nil, 200})
+		if forked == http.StatusOK {
+			_, _, fork := c.exchangeJSON(t, call{"POST", "/contexts/" + ids[1] + "/fork", "", nil, forked})
+			ids = append(ids, fork["id"].(string))
+		} else {
+			c.exchange(t, call{"POST", "/contexts/" + ids[1] + "/fork", "", nil, forked})
+		}
+		_, _, bash := c.exchangeJSON(t, call{"POST", "/contexts", `{"language":"bash"}`, nil, 200})
+		ids = append(ids, bash["id"].(string))
+		c.exchange(t, call{"POST", "/contexts/" + bash["id"].(string) + "/fork", "", nil, 501})
+		c.exchange(t, call{"POST", "/contexts/nope/fork", "", nil, 404})
 		for _, id := range ids {
 			c.exchange(t, call{"DELETE", "/contexts/" + id, "", nil, 200})
 			c.exchange(t, call{"DELETE", "/contexts/" + id, "", nil, 404})

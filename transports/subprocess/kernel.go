@@ -15,8 +15,10 @@ import (
 // Kernel is one interpreter process (replaced on Restart). It implements
 // core.Kernel and is safe for concurrent use.
 type Kernel struct {
-	procSpec       // how its interpreters start
-	pool     *pool // where it takes a ready one, if any (nil: none)
+	procSpec             // how its interpreters start
+	pool     *pool       // where it takes a ready one, if any (nil: none)
+	forks    *forkServer // where it forks one from, before the pool (nil: none; forkserver.go)
+	forget   func()      // drops it from the transport's live kernels (memory.go); nil: not tracked
 
 	msgs     chan core.Message // outlives restarts; closed by Shutdown
 	quit     chan struct{}     // closed when Shutdown begins: unblocks a Restart stuck emitting
@@ -168,6 +170,9 @@ func (k *Kernel) Restart(ctx context.Context) error {
 // startInterpreter takes a ready interpreter from the pool when it serves
 // the kernel's cwd (moved there: see pool.go), and otherwise starts one.
 func (k *Kernel) startInterpreter(ctx context.Context) (*proc, error) {
+	if p := k.forks.fork(ctx, k.msgs, k.procSpec, k.cwd); p != nil {
+		return p, nil
+	}
 	if k.pool.serves(k.lang, k.cwd) {
 		if p := k.pool.take(ctx, k.msgs, k.cwd); p != nil {
 			return p, nil
@@ -212,6 +217,9 @@ func (k *Kernel) Shutdown(ctx context.Context) error {
 	if k.p != nil {
 		k.p.kill()
 		k.setProc(nil)
+	}
+	if k.forget != nil {
+		k.forget()
 	}
 	close(k.msgs)
 	return nil

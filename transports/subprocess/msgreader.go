@@ -434,14 +434,16 @@ func (p *proc) deliver(m core.Message) bool {
 		}
 		return true
 	}
+	if m.Type == core.MsgStatus && m.State == core.StateIdle {
+		// Ended before its idle is delivered: whoever acts on the idle
+		// finds the interpreter idle (ForkKernel refuses a busy one).
+		p.req.end(m.ParentID)
+	}
 	if !p.emit(m) {
 		return false
 	}
 	if m.Type == core.MsgStatus && m.State == core.StateBusy {
 		p.req.open(m.ParentID)
-	}
-	if m.Type == core.MsgStatus && m.State == core.StateIdle {
-		p.req.end(m.ParentID)
 	}
 	return true
 }

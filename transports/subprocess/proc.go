@@ -138,20 +138,7 @@ type procSpec struct {
 // its driver reported ready. Its messages go to out; nil for a pooled
 // interpreter, which is given one when it is handed out (adopt).
 func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *proc, err error) {
-	p := &proc{
-		spec:     spec,
-		stop:     make(chan struct{}),
-		waitDone: make(chan struct{}),
-		pumpDone: make(chan struct{}),
-		ready:    make(chan error, 1),
-		cwdAck:   make(chan string, 1),
-		drainBuf: make([]byte, 64<<10),
-	}
-	if out != nil {
-		p.out.Store(&out)
-	}
-	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
-	p.streams[0].reader, p.streams[1].reader = outputReader{}, outputReader{}
+	p := newProc(spec, out)
 	childEnds, err := p.openPipes()
 	defer func() {
 		for _, f := range childEnds {
@@ -180,6 +167,26 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *
 		return nil, err
 	}
 	return p, nil
+}
+
+// newProc is the state of an interpreter not started yet (startProc, and
+// forkProc in fork.go). Its messages go to out (nil: none yet, see adopt).
+func newProc(spec procSpec, out chan<- core.Message) *proc {
+	p := &proc{
+		spec:     spec,
+		stop:     make(chan struct{}),
+		waitDone: make(chan struct{}),
+		pumpDone: make(chan struct{}),
+		ready:    make(chan error, 1),
+		cwdAck:   make(chan string, 1),
+		drainBuf: make([]byte, 64<<10),
+	}
+	if out != nil {
+		p.out.Store(&out)
+	}
+	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
+	p.streams[0].reader, p.streams[1].reader = outputReader{}, outputReader{}
+	return p
 }
 
 // childFiles are the child's ends of its pipes, in descriptor order.

@@ -23,11 +23,18 @@ var pythonLanguage = langDef{
 	},
 }
 
-// driverPython is drivers/driver.py, a real file so it can be read, linted
-// and run by hand.
-//
-//go:embed drivers/driver.py
-var driverPython string
+// driverPython is drivers/driver.py with drivers/forkserver.py appended,
+// which runs in its globals and ends the script: it serves requests
+// (_main), or forks in a fork template (forkserver.go). Real files, so they
+// can be read, linted and run by hand (cat driver.py forkserver.py).
+var driverPython = driverPythonMain + driverPythonFork
+
+var (
+	//go:embed drivers/driver.py
+	driverPythonMain string
+	//go:embed drivers/forkserver.py
+	driverPythonFork string
+)
 
 type pythonLang struct{ cache *pythonDriver }
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/kernelhost/kernelhost/core"
 )
@@ -47,6 +48,10 @@ type Options struct {
 	// Limits bound each interpreter (limits.go). A limit this machine has no
 	// cgroup controller for makes Limited and every StartKernel fail.
 	Limits Limits
+	// Preload lists the modules python's fork server preloads (forkserver.go,
+	// ParsePreload); empty: no fork server. Ignored when interpreters are
+	// sandboxed.
+	Preload []string
 }
 
 // Transport starts local interpreter processes. It is safe for concurrent use.
@@ -69,7 +74,9 @@ type Transport struct {
 	// missing explains each known language whose interpreter was not found:
 	// what was looked for and the Debian package that provides it.
 	missing map[string]string
-	pools   map[string]*pool // by language, those with a size above 0
+	pools   map[string]*pool       // by language, those with a size above 0
+	forks   map[string]*forkServer // by language: python's when Options.Preload is set (forkserver.go)
+	live    sync.Map               // the kernels not shut down, as keys (MemoryStats)
 }
 
 var _ core.Transport = (*Transport)(nil)
@@ -104,6 +111,9 @@ func New(opts Options) *Transport {
 	} else {
 		t.startPools(nil, "")
 	}
+	if t.limitsErr == nil {
+		t.startForkServer(opts.Preload, cleanCwd(opts.PoolCwd)) // fork hook (issue 28)
+	}
 	if t.cgroups {
 		go removeOrphanCgroups()
 	}
@@ -129,6 +139,9 @@ func (t *Transport) Close() error {
 	t.closeCancel()
 	for _, pl := range t.pools {
 		pl.close()
+	}
+	for _, fs := range t.forks {
+		fs.close()
 	}
 	return nil
 }
@@ -224,6 +237,7 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 	k := &Kernel{
 		procSpec: ps,
 		pool:     t.pools[spec.Language],
+		forks:    t.forks[spec.Language],
 		msgs:     make(chan core.Message, 1024),
 		quit:     make(chan struct{}),
 	}
@@ -232,6 +246,7 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 		return nil, err
 	}
 	k.setProc(p)
+	t.track(k)
 	return k, nil
 }
 

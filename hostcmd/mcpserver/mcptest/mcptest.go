@@ -98,7 +98,7 @@ func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
 			}
 		}
 		slices.Sort(names)
-		if want := []string{"create_context", "delete_context", "list_contexts", "restart_context", "run_code"}; !slices.Equal(names, want) {
+		if want := []string{"create_context", "delete_context", "fork_context", "list_contexts", "restart_context", "run_code"}; !slices.Equal(names, want) {
 			t.Fatalf("tools %v, want %v", names, want)
 		}
 	})
@@ -201,6 +201,19 @@ func Tools(t *testing.T, s *mcp.ClientSession, progress <-chan string) {
 		list := structured(t, callTool(t, s, "list_contexts", nil))
 		if !strings.Contains(mustJSON(list), id) {
 			t.Fatalf("list_contexts lacks %s: %v", id, list)
+		}
+		// A fork copies the state, where the host can fork (not while
+		// sandboxed: then the error says so).
+		if res := callTool(t, s, "fork_context", map[string]any{"context_id": id}); res.IsError {
+			if !strings.Contains(Texts(res), "sandbox") && !strings.Contains(Texts(res), "cannot fork") {
+				t.Fatalf("fork_context failed without saying why: %s", Texts(res))
+			}
+		} else {
+			fork, _ := structured(t, res)["id"].(string)
+			if got := structured(t, Run(t, s, map[string]any{"code": "print(mine)", "context_id": fork}))["stdout"]; got != "1\n" {
+				t.Fatalf("the fork's copy of mine: %v", got)
+			}
+			callTool(t, s, "delete_context", map[string]any{"context_id": fork})
 		}
 		if res := callTool(t, s, "restart_context", map[string]any{"context_id": id}); res.IsError {
 			t.Fatal(Texts(res))

@@ -35,6 +35,7 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 		Python: s.Python, Node: s.Node, Bash: s.Bash, R: s.R, Java: s.Java,
 		NoCgroups: !s.KernelCgroups,
 		PoolSizes: pools, PoolCwd: s.DefaultCwd,
+		Preload:         subprocess.ParsePreload(s.Preload),
 		MaxMessageBytes: s.MaxMessageBytes,
 		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable},
 		Limits:          subprocess.Limits{MemoryBytes: memory, Pids: s.ContextPids, CPUWeight: s.ContextCPUWeight},
@@ -47,6 +48,9 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 	if err != nil {
 		t.Close()
 		return nil, err
+	}
+	if on && len(subprocess.ParsePreload(s.Preload)) > 0 {
+		transportplugin.Logger().Info("python contexts start from the warm pool, not by fork: the fork server (-python-preload) is off while interpreters are sandboxed")
 	}
 	if !on && s.Sandbox != subprocess.SandboxOff {
 		transportplugin.Logger().Warn("INTERPRETERS ARE NOT SANDBOXED: every context can reach every other context's interpreter and the host's environment (-sandbox=on refuses to start without a sandbox)", "why", why)
@@ -65,6 +69,16 @@ func (w withGauges) Gauges() []transportplugin.Gauge {
 			transportplugin.Gauge{Name: "kernelhost_pool_interpreters", Help: "Interpreters ready in the subprocess transport's warm pool, per language.", Labels: lang, Value: float64(st.Ready)},
 			transportplugin.Gauge{Name: "kernelhost_pool_size", Help: "Configured size of the subprocess transport's warm pool, per language (interpreter-pool).", Labels: lang, Value: float64(st.Size)},
 			transportplugin.Gauge{Name: "kernelhost_pool_rss_bytes", Help: "Resident memory of the interpreters ready in the subprocess transport's warm pool, per language.", Labels: lang, Value: float64(st.RSSBytes)})
+	}
+	for _, st := range w.MemoryStats() {
+		labels := func(kind string) map[string]string {
+			return map[string]string{"language": st.Language, "role": st.Role, "kind": kind}
+		}
+		gauges = append(gauges,
+			transportplugin.Gauge{Name: "kernelhost_interpreters", Help: "Interpreters the subprocess transport runs, per language and role (context, pool, fork-template).", Labels: map[string]string{"language": st.Language, "role": st.Role}, Value: float64(st.Interpreters)})
+		for kind, v := range map[string]int64{"rss": st.RSS, "pss": st.PSS, "uss": st.USS} {
+			gauges = append(gauges, transportplugin.Gauge{Name: "kernelhost_interpreter_memory_bytes", Help: "Memory of the subprocess transport's interpreters, per language and role, summed: rss counts shared pages in full, pss shares them out among the processes that map them, uss counts only pages of their own (contexts forked from a template share its pages).", Labels: labels(kind), Value: float64(v)})
+		}
 	}
 	return gauges
 }

@@ -13,6 +13,8 @@ type options struct {
 	// Pool sizes the warm pools (subprocess.ParsePoolSizes), whose
 	// interpreters start in DefaultCwd, where contexts start by default.
 	Pool, DefaultCwd string
+	// Preload is what python's fork server preloads (subprocess.ParsePreload).
+	Preload string
 	// Sandbox is auto, on or off (subprocess.SandboxOptions); the default
 	// cwd and SandboxWritable (paths separated by commas) are writable in
 	// every sandbox.
@@ -47,6 +49,8 @@ var settings = []transportplugin.Setting[options]{
 		func(o *options) *string { return &o.Pool }),
 	// The resolved default cwd, where the warm pools' interpreters start.
 	transportplugin.HostSetting("default-cwd", func(o *options) *string { return &o.DefaultCwd }),
+	transportplugin.StringSetting("python-preload", "auto", "subprocess transport: python contexts are forked from a template interpreter that imported these modules (names separated by commas), so a new context starts with them loaded and shares their memory; auto: those of numpy, pandas, matplotlib.pyplot (its inline backend) and IPython that are installed; off: no template. Off while interpreters are sandboxed",
+		func(o *options) *string { return &o.Preload }),
 	transportplugin.IntSetting("max-message-bytes", subprocess.DefaultMaxMessageBytes, "subprocess transport: largest message an interpreter may send (one output write, one result or display, one batch of them); past it the output is cut, with a notice in the stream saying how much was dropped, and the execution goes on with its state",
 		func(o *options) *int { return &o.MaxMessageBytes }).Between(4<<10, maxMessageCap),
 	transportplugin.BoolSetting("kernel-cgroups", true, "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only",

@@ -857,6 +857,8 @@ def _main():
             req = _loads(line)
             if "cwd" in req:
                 _enter_cwd(req["cwd"])
+            elif "fork" in req:  # a fork of this context (forkserver.py)
+                _fork_context(req["fork"], False)
             else:
                 _execute(req)
         except KeyboardInterrupt:
@@ -866,4 +868,5 @@ def _main():
 
 
 _load_kernelhost()
-_main()
+# forkserver.py, which python.go appends here, calls _main() (or, in a fork
+# template, serves forks).

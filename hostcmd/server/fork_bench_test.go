@@ -1,0 +1,195 @@
+package server_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
+)
+
+// BenchmarkForkServer measures python contexts made by the fork server
+// (issue 28) against today's warm pool, side by side in one run, on two
+// hosts of Debian's python (numpy, pandas, matplotlib, IPython): "fork"
+// has the fork server (default preload) and the pool, "pool" the pool
+// only. Each sub-benchmark alternates the two.
+//
+//   - ChartFromFreshContext: from POST /contexts to the chart result of a
+//     cell that imports numpy, pandas and pyplot, groups a 10,000-row
+//     DataFrame and shows a line chart; the context is deleted after.
+//   - RoundTrip: `1+1` in a context of each.
+//   - Create20: 20 contexts created at once, each answering `1+1`.
+//   - PSS30: 30 contexts that imported pandas and pyplot: their
+//     proportional (PSS) and resident (RSS) memory per context, as the
+//     growth of the host's interpreters' totals.
+func BenchmarkForkServer(b *testing.B) {
+	testkit.NeedPythonModules(b, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
+	withTransport := func(preload []string) func(*server.Config) {
+		return func(c *server.Config) {
+			c.Transport = subprocess.New(subprocess.Options{
+				Python:    testkit.DebianPython,
+				PoolSizes: map[string]int{"python": 1},
+				PoolCwd:   c.DefaultCwd,
+				Preload:   preload,
+				Sandbox:   subprocess.SandboxOptions{Mode: subprocess.SandboxOff},
+			})
+		}
+	}
+	hosts := func(b *testing.B) (fork, pool *testHost) {
+		fork, pool = startHost(b, withTransport(subprocess.DefaultPreload)), startHost(b, withTransport(nil))
+		for _, h := range []*testHost{fork, pool} {
+			tr := h.Engine.Transport().(*subprocess.Transport)
+			b.Cleanup(func() { _ = tr.Close() })
+		}
+		awaitForkTemplate(b, fork)
+		return fork, pool
+	}
+	b.Run("ChartFromFreshContext", func(b *testing.B) {
+		fork, pool := hosts(b)
+		chart := func(h *testHost) func() time.Duration {
+			return func() time.Duration {
+				t0 := time.Now()
+				id := h.createContext(`{"language":"python"}`).ID
+				postExpect(b, h, executeIn(id, chartCell), `"png"`)
+				d := time.Since(t0)
+				h.do("DELETE", "/contexts/"+id, "")
+				return d
+			}
+		}
+		aD, cD := testkit.Compare(b, 2, chart(fork), chart(pool))
+		testkit.ReportAdded(b, time.Millisecond, "fork", aD, "pool", cD)
+	})
+	b.Run("RoundTrip", func(b *testing.B) {
+		fork, pool := hosts(b)
+		a, c := executeIn(fork.createContext(`{"language":"python"}`).ID, "1+1"), executeIn(pool.createContext(`{"language":"python"}`).ID, "1+1")
+		compareRuns(b, "fork", func() { postExpect(b, fork, a, `"text":"2"`) }, "pool", func() { postExpect(b, pool, c, `"text":"2"`) })
+	})
+	b.Run("Create20", func(b *testing.B) {
+		fork, pool := hosts(b)
+		create := func(h *testHost) func() time.Duration {
+			return func() time.Duration {
+				ids := make([]string, 20)
+				t0 := time.Now()
+				if err := testkit.Concurrently(len(ids), func(i int) error {
+					ids[i] = h.createContext(`{"language":"python"}`).ID
+					return expect(h, executeIn(ids[i], "1+1"), `"text":"2"`)
+				}); err != nil {
+					b.Fatal(err)
+				}
+				d := time.Since(t0)
+				for _, id := range ids {
+					h.do("DELETE", "/contexts/"+id, "")
+				}
+				return d
+			}
+		}
+		aD, cD := testkit.Compare(b, 1, create(fork), create(pool))
+		testkit.ReportAdded(b, time.Millisecond, "fork", aD, "pool", cD)
+	})
+	b.Run("PSS30", func(b *testing.B) {
+		for b.Loop() {
+			fork, pool := hosts(b)
+			for _, side := range []struct {
+				name string
+				h    *testHost
+			}{{"fork", fork}, {"pool", pool}} {
+				pss, rss := memoryPerContext(b, side.h, 30)
+				b.ReportMetric(pss, side.name+"-PSS-MiB/context")
+				b.ReportMetric(rss, side.name+"-RSS-MiB/context")
+			}
+		}
+	})
+}
+
+const chartCell = "import numpy as np, pandas as pd, matplotlib.pyplot as plt\n" +
+	"df = pd.DataFrame({'k': np.arange(10000) % 10, 'v': np.random.random(10000)})\n" +
+	"g = df.groupby('k')['v'].mean()\n" +
+	"plt.plot(g.index, g.values)\n" +
+	"plt.show()"
+
+func executeIn(id, code string) []byte {
+	return []byte(fmt.Sprintf(`{"code":%s,"context_id":%q}`, strconv.Quote(code), id))
+}
+
+// expect is postExpect returning an error, for goroutines.
+func expect(h *testHost, body []byte, want string) error {
+	resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Contains(out, []byte(want)) {
+		return fmt.Errorf("%v %q, want %s", err, out, want)
+	}
+	return nil
+}
+
+// awaitForkTemplate waits (bounded) until h's fork server has its template
+// ready: a context created then is a fork.
+func awaitForkTemplate(b *testing.B, h *testHost) {
+	tr := h.Engine.Transport().(*subprocess.Transport)
+	deadline := time.Now().Add(3 * time.Minute)
+	for !tr.ForkServerReady("python") {
+		if time.Now().After(deadline) {
+			b.Fatal("no fork template after 3 minutes")
+		}
+		time.Sleep(50 * time.Millisecond) // the template's preload is not awaitable from here
+	}
+}
+
+// memoryPerContext creates n python contexts on h that import pandas and
+// pyplot, and returns how much the PSS and RSS of this process's python
+// children (h's interpreters) grew per context, in MiB.
+func memoryPerContext(b *testing.B, h *testHost, n int) (pss, rss float64) {
+	pss0, rss0 := childrenMemory(b)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = h.createContext(`{"language":"python"}`).ID
+		postExpect(b, h, executeIn(ids[i], "import pandas, matplotlib.pyplot\nprint('ok')"), `ok`)
+	}
+	pss1, rss1 := childrenMemory(b)
+	for _, id := range ids {
+		h.do("DELETE", "/contexts/"+id, "")
+	}
+	return float64(pss1-pss0) / float64(n) / (1 << 20), float64(rss1-rss0) / float64(n) / (1 << 20)
+}
+
+// childrenMemory sums Pss and Rss (smaps_rollup) of this process's
+// children that run python.
+func childrenMemory(b *testing.B) (pss, rss int64) {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	var pids []string
+	for _, f := range tasks {
+		data, _ := os.ReadFile(f)
+		pids = append(pids, strings.Fields(string(data))...)
+	}
+	slices.Sort(pids)
+	for _, pid := range slices.Compact(pids) {
+		exe, _ := os.Readlink("/proc/" + pid + "/exe")
+		if !strings.Contains(filepath.Base(exe), "python") {
+			continue
+		}
+		m := subprocess.ProcessMemory(mustAtoi(b, pid))
+		pss += m.PSS
+		rss += m.RSS
+	}
+	return pss, rss
+}
+
+func mustAtoi(b *testing.B, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,122 @@
+package server_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+)
+
+// unsandboxed runs the subprocess transport linked in without a sandbox,
+// where python contexts can be forked.
+func unsandboxed(c *server.Config) {
+	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Mode: subprocess.SandboxOff}})
+}
+
+// POST /contexts/{id}/fork answers a new context with a copy of the
+// source's variables, functions, imports and cwd, and none of an
+// execution's env vars; afterwards the two go their own ways. A fork asked
+// for while an execution runs waits for it and copies what it left. An
+// unknown context is 404, a bash context 501 naming bash.
+func TestForkContext(t *testing.T) {
+	h := startHost(t, unsandboxed)
+	t.Cleanup(func() { _ = h.Engine.Transport().(*subprocess.Transport).Close() })
+	sub := filepath.Join(h.cwd, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := h.createContext(`{"language":"python"}`).ID
+	h.run(map[string]any{"context_id": src, "code": "import os, json\nx = 41\ndef f(): return x + 1\nos.chdir('sub')", "env_vars": map[string]string{"KH_REQUEST_ONLY": "1"}})
+	status, text := h.do("POST", "/contexts/"+src+"/fork", "")
+	if status != http.StatusOK {
+		t.Fatalf("fork: %d %s", status, text)
+	}
+	fork := decodeContext(t, text)
+	if fork.ID == src || fork.Language != "python" {
+		t.Fatalf("fork answered %+v", fork)
+	}
+	probe := "print(f(), json.dumps(x), os.getcwd(), os.environ.get('KH_REQUEST_ONLY'))"
+	if got := stdout(h.run(map[string]any{"context_id": fork.ID, "code": probe + "\nx = 1"})); got != "42 41 "+sub+" None\n" {
+		t.Fatalf("fork sees %q", got)
+	}
+	if got := stdout(h.run(map[string]any{"context_id": src, "code": "print(f())"})); got != "42\n" {
+		t.Fatalf("source after the fork's write: %q", got)
+	}
+
+	// A fork while an execution runs waits for it.
+	started := filepath.Join(t.TempDir(), "started")
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h.run(map[string]any{"context_id": src, "code": "import time\nopen(" + strconv.Quote(started) + ", 'w').close()\ntime.sleep(1)\ny = 5"})
+	}()
+	awaitFile(t, started)
+	status, text = h.do("POST", "/contexts/"+src+"/fork", "")
+	wg.Wait()
+	if status != http.StatusOK {
+		t.Fatalf("fork of a busy context: %d %s", status, text)
+	}
+	if got := stdout(h.run(map[string]any{"context_id": decodeContext(t, text).ID, "code": "print(y)"})); got != "5\n" {
+		t.Fatalf("the fork made while a cell ran sees y = %q, want what the cell left", got)
+	}
+
+	if status, text := h.do("POST", "/contexts/nope/fork", ""); status != http.StatusNotFound {
+		t.Fatalf("fork of an unknown context: %d %s", status, text)
+	}
+	bash := h.createContext(`{"language":"bash"}`).ID
+	if status, text := h.do("POST", "/contexts/"+bash+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "bash") {
+		t.Fatalf("fork of a bash context: %d %s, want 501 naming bash", status, text)
+	}
+}
+
+// /metrics reports each role's interpreters' memory three ways, through the
+// plugin as the binary runs it: a context's PSS and USS are above 0 and at
+// most its RSS.
+func TestInterpreterMemoryMetrics(t *testing.T) {
+	h := startHost(t, viaPlugin)
+	h.run(map[string]any{"code": "1"}) // the default python context's interpreter is there
+	s := h.scrapeMetrics(t, nil)
+	if n := s.value(t, "kernelhost_interpreters", "language", "python", "role", "context"); n < 1 {
+		t.Fatalf("%v python context interpreters", n)
+	}
+	kind := func(k string) float64 {
+		return s.value(t, "kernelhost_interpreter_memory_bytes", "language", "python", "role", "context", "kind", k)
+	}
+	rss, pss, uss := kind("rss"), kind("pss"), kind("uss")
+	if pss <= 0 || uss <= 0 || pss > rss || uss > pss {
+		t.Fatalf("rss %v, pss %v, uss %v: want 0 < uss <= pss <= rss", rss, pss, uss)
+	}
+}
+
+func decodeContext(t *testing.T, text string) contextInfo {
+	t.Helper()
+	var c contextInfo
+	if err := json.Unmarshal([]byte(text), &c); err != nil {
+		t.Fatalf("%v: %s", err, text)
+	}
+	return c
+}
+
+// awaitFile waits (bounded) until path exists.
+func awaitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not made after 30 s", path)
+		}
+		time.Sleep(10 * time.Millisecond) // a file has nothing to wait on
+	}
+}

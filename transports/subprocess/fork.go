@@ -1,0 +1,246 @@
+package subprocess
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// Contexts by fork (issue 28; docs/RATIONALE.md, "Contexts by fork"): a
+// python interpreter can be asked, on fd 3, to fork a child that becomes
+// a new interpreter (drivers/forkserver.py). The child is cloned with
+// CLONE_PARENT, so it is this process's child exactly as an interpreter
+// started by exec is: forkProc gives it its own pipes (made here, opened by
+// the child through /proc/<this pid>/fd), its own process group, cgroup and
+// limits, and from then on it is a proc like any other: the same pump,
+// readers, interrupt, kill and reaping.
+
+// forkAckWait bounds the wait for the forking interpreter's answer (the
+// child's pid) when ctx has no sooner deadline.
+const forkAckWait = 30 * time.Second
+
+// forkRequest is the record on fd 3 that asks a python driver to fork.
+type forkRequest struct {
+	Fork forkSpec `json:"fork"`
+}
+
+type forkSpec struct {
+	Host int   `json:"host"` // this process: the child opens /proc/<host>/fd/<n>
+	Fds  []int `json:"fds"`  // the child's ends, in childFiles order (3, 4, 1, 2)
+	Ack  int   `json:"ack"`  // where the forking driver writes the child's pid, or "error <why>"
+	// Inodes are those of Fds' pipes, then Ack's: a descriptor number the
+	// host closed meanwhile (it gave up) may name another file by then,
+	// which the driver must not open as its pipe.
+	Inodes []uint64 `json:"inodes"`
+	Mark   string   `json:"mark"` // the child's frame mark (frames.go)
+	Cwd    string   `json:"cwd,omitempty"`
+}
+
+// errForkRefused wraps what the forking driver answered instead of a pid.
+var errForkRefused = errors.New("fork refused")
+
+// forkProc makes a new interpreter for spec, whose messages go to out, as a fork of
+// src's interpreter, moved into cwd ("": it stays in src's). The caller
+// makes sure nothing else is written to src's fd 3 meanwhile and that src
+// runs no request.
+func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out chan<- core.Message) (_ *proc, err error) {
+	p := newProc(spec, out)
+	childEnds, err := p.openPipes()
+	defer func() {
+		for _, f := range childEnds {
+			f.Close() // the child opened its own by now, or failed
+		}
+		if err != nil && p.cmd == nil {
+			p.closeFiles()
+		}
+	}()
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	fr, env, err := newFrameReader()
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	p.streams[0].reader = fr // python's channel (fd1Frames), with the child's own mark
+	ackR, ackW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	defer ackR.Close()
+	defer ackW.Close()
+	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: strings.TrimPrefix(env, frameMarkEnv+"="), Cwd: cwd}}
+	for _, f := range append(childEnds, ackW) {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		}
+		if f != ackW {
+			req.Fork.Fds = append(req.Fork.Fds, int(f.Fd()))
+		}
+		req.Fork.Inodes = append(req.Fork.Inodes, st.Ino)
+	}
+	pid, err := askFork(ctx, src, req, ackR)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	process, err := os.FindProcess(pid)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	p.cmd = &exec.Cmd{Path: src.cmd.Path, Args: src.cmd.Args, Process: process}
+	p.idsMu.Lock()
+	p.pid, p.pgid = pid, pid // the child made its own group before it opened its pipes
+	p.idsMu.Unlock()
+	if err := p.enterGroups(pid); err != nil {
+		_ = process.Kill()
+		_, _ = process.Wait()
+		p.removeCgroup()
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	go p.wait()
+	p.readers.Add(2)
+	go p.readStream(&p.streams[0])
+	go p.readStream(&p.streams[1])
+	go p.pump()
+	if err := p.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// askFork writes req on src's fd 3 and reads the answer: the child's pid.
+func askFork(ctx context.Context, src *proc, req forkRequest, ack *os.File) (int, error) {
+	line, err := json.Marshal(req)
+	if err != nil {
+		return 0, err
+	}
+	deadline := time.Now().Add(forkAckWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = src.reqW.SetWriteDeadline(deadline)
+	_, err = src.reqW.Write(append(line, '\n'))
+	_ = src.reqW.SetWriteDeadline(time.Time{})
+	if err != nil {
+		return 0, fmt.Errorf("send the fork request: %w", err)
+	}
+	// The driver writes its answer with one write and closes its end; ours
+	// stays open (the child could not open it otherwise), so the answer is
+	// what one read returns. A driver that died never answers: the deadline
+	// or src's end says so.
+	_ = ack.SetReadDeadline(deadline)
+	answer := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		n, _ := ack.Read(buf)
+		answer <- string(buf[:n])
+	}()
+	var got string
+	select {
+	case got = <-answer:
+	case <-src.pumpDone:
+		_ = ack.SetReadDeadline(aLongTimeAgo)
+		return 0, errors.New("the forking interpreter died")
+	case <-ctx.Done():
+		_ = ack.SetReadDeadline(aLongTimeAgo)
+		return 0, ctx.Err()
+	}
+	if why, ok := strings.CutPrefix(got, "error "); ok {
+		return 0, fmt.Errorf("%w: %s", errForkRefused, why)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(got))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the forking interpreter answered %q", got)
+	}
+	return pid, nil
+}
+
+// enterGroups moves the forked child into a cgroup of its own and its
+// limits' groups, as launch starts an interpreter in them. Its memory
+// shared with the interpreter it was forked from stays charged there; what
+// it allocates or copies from now on is charged to it.
+func (p *proc) enterGroups(pid int) (err error) {
+	s := p.spec
+	procs := []byte(strconv.Itoa(pid))
+	if s.cgroups {
+		if p.cg, err = newCgroup(); err != nil {
+			return err
+		}
+		if p.cg != nil {
+			p.cg.started()
+			if err = os.WriteFile(filepath.Join(p.cg.dir, "cgroup.procs"), procs, 0); err != nil {
+				return fmt.Errorf("enter cgroup %s: %w", p.cg.dir, err)
+			}
+			p.inCgroup = true
+		}
+	}
+	if s.limits != nil {
+		if p.lim, err = s.limits.newGroups(p.cg); err != nil {
+			return err
+		}
+		for _, g := range p.lim.v1 {
+			if err = os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), procs, 0); err != nil {
+				return fmt.Errorf("subprocess limits: enter %s: %w", g.dir, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ForkKernel starts a new kernel holding a copy of src's interpreter state
+// (variables, imports, functions, cwd, IPython history; not a running
+// request, which src must not have): src's python interpreter forks
+// (fork.go). src runs on untouched. Only python kernels can be forked; a
+// sandboxed transport forks none (each interpreter's sandbox is made by
+// bwrap at its start, and a fork would share its source's).
+func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kernel, error) {
+	k, ok := src.(*Kernel)
+	if !ok {
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: "subprocess: not a kernel of this transport"}
+	}
+	if k.lang.name != "python" {
+		return nil, &core.Error{Kind: core.KindUnsupported, Msg: fmt.Sprintf("subprocess: a %s context cannot be forked: only python contexts can", k.lang.name)}
+	}
+	if t.sandbox != nil {
+		return nil, &core.Error{Kind: core.KindUnsupported, Msg: "subprocess: contexts cannot be forked while interpreters run sandboxed (a fork would share its source's sandbox)"}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, ErrShutdown
+	}
+	if k.p == nil || k.p.isGone() {
+		return nil, fmt.Errorf("subprocess: %s kernel is dead; restart it", k.lang.name)
+	}
+	if id := k.p.req.current(); id != "" {
+		return nil, &core.Error{Kind: core.KindQueueFull, Msg: fmt.Sprintf("subprocess: the context runs request %s; fork it once it is idle", id)}
+	}
+	nk := &Kernel{
+		procSpec: k.procSpec,
+		pool:     k.pool,
+		forks:    k.forks,
+		msgs:     make(chan core.Message, 1024),
+		quit:     make(chan struct{}),
+	}
+	p, err := forkProc(ctx, k.p, k.procSpec, "", nk.msgs)
+	if errors.Is(err, errForkRefused) {
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: "subprocess: " + err.Error(), Err: err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	nk.setProc(p)
+	t.track(nk)
+	return nk, nil
+}

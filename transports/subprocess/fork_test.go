@@ -1,0 +1,350 @@
+package subprocess
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/transports/testkit"
+	tt "github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+// forkTransport is a Transport with Debian's python, whose fork server
+// preloads preload and serves kernels in the directory it returns, without
+// a sandbox (the fork server is off in one); closed with the test.
+func forkTransport(t *testing.T, preload []string, env ...string) (*Transport, string) {
+	t.Helper()
+	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
+	dir := t.TempDir()
+	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, Env: env, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr, dir
+}
+
+// readyTemplate waits (bounded) until the python fork server's template is
+// ready and returns its pid.
+func readyTemplate(t testing.TB, tr *Transport) int {
+	t.Helper()
+	fs := tr.forks["python"]
+	if fs == nil {
+		t.Fatal("no python fork server")
+	}
+	deadline := time.Now().Add(2 * tt.StartTimeout) // it imports pandas and matplotlib: seconds on a loaded machine
+	for {
+		if p := fs.template(); p != nil {
+			pid, _, _ := p.ids()
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no fork template ready after %v", 2*tt.StartTimeout)
+		}
+		time.Sleep(20 * time.Millisecond) // the template's start is not awaitable from here
+	}
+}
+
+// A context from the fork server is a child of the template's, a child of
+// this process (so reaped and killed as any interpreter), has the preloaded
+// modules loaded, and works as a python context: prints, results, errors,
+// interrupts, restart and shutdown.
+func TestForkServerContextIsAChildWithModulesLoaded(t *testing.T) {
+	tr, dir := forkTransport(t, DefaultPreload)
+	tmpl := readyTemplate(t, tr)
+	k := startIn(t, tr, "python", dir)
+	pid := k.Pid()
+	if pid == tmpl {
+		t.Fatalf("the kernel runs the template itself (pid %d)", pid)
+	}
+	if got := parentOf(pid); got != os.Getpid() {
+		t.Fatalf("the forked interpreter's parent is %d, want this process (%d)", got, os.Getpid())
+	}
+	if got := tt.Exec(t, k, "import sys, os\nprint('pandas' in sys.modules, os.getpid() == "+strconv.Itoa(pid)+", os.getcwd())", false).Stream("stdout"); got != "True True "+dir+"\n" {
+		t.Fatalf("got %q", got)
+	}
+	if e := tt.Exec(t, k, "1/0", false); e.Reply().Status != "error" || e.Reply().EName != "ZeroDivisionError" {
+		t.Fatalf("1/0:%s", e)
+	}
+	// An interrupt reaches the forked interpreter's group.
+	e := tt.Send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(r tt.Received) bool { return r.Type == core.MsgStream })
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.ExecTimeout, nil)
+	if e.Reply().EName != "KeyboardInterrupt" {
+		t.Fatalf("interrupted sleep:%s", e)
+	}
+	// A restart forks a new one; the old one is gone.
+	if err := k.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if k.Pid() == pid {
+		t.Fatal("restart kept the interpreter")
+	}
+	if err := syscall0(pid); err == nil {
+		t.Fatalf("pid %d still runs after the restart", pid)
+	}
+	if got := tt.Exec(t, k, "print(1+1)", false).Stream("stdout"); got != "2\n" {
+		t.Fatalf("after restart: %q", got)
+	}
+}
+
+// syscall0 reports whether pid exists (signal 0), a zombie not counted.
+func syscall0(pid int) error {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return err
+	}
+	if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:])); f[0] == "Z" {
+		return os.ErrProcessDone
+	}
+	return nil
+}
+
+// Contexts forked from one template see nothing of each other: no global,
+// env var, cwd, thread, open descriptor, numpy random state or cgroup of
+// another (the warm pool's guarantees, pool.go).
+func TestForkedContextsHaveNoStateOfAnother(t *testing.T) {
+	tr, dir := forkTransport(t, DefaultPreload)
+	readyTemplate(t, tr)
+	elsewhere := t.TempDir()
+	a := startIn(t, tr, "python", dir)
+	dirty := "import os, threading, time, numpy\nkh_global = 1\nos.environ['KH_FORK_ENV'] = 'a'\nos.chdir(" + strconv.Quote(elsewhere) + ")\n" +
+		"threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\nkh_fd = os.open('/dev/null', os.O_RDONLY)\nos.set_inheritable(kh_fd, True)\nprint(kh_fd, numpy.random.random())"
+	e := tt.Exec(t, a, dirty, false)
+	if e.Reply().Status != "ok" {
+		t.Fatalf("A:%s", e)
+	}
+	aOut := strings.Fields(e.Stream("stdout"))
+	b := startIn(t, tr, "python", dir)
+	probe := "import os, threading, numpy\nprint('kh_global' in globals(), os.environ.get('KH_FORK_ENV'), os.getcwd(), threading.active_count(), len(os.listdir('/proc/self/task')))\n" +
+		"print(os.path.exists('/proc/self/fd/" + aOut[0] + "'), numpy.random.random())"
+	got := strings.Split(tt.Exec(t, b, probe, false).Stream("stdout"), "\n")
+	// Two threads: the cell's and the driver's output thread, as in any
+	// context that ran a cell; A's sleeping thread is not among them.
+	if want := "False None " + dir + " 2 2"; got[0] != want {
+		t.Errorf("B sees %q, want %q", got[0], want)
+	}
+	if f := strings.Fields(got[1]); f[0] != "False" || f[1] == aOut[1] {
+		t.Errorf("B sees A's descriptor %s or numpy draws A's number %s: %q", aOut[0], aOut[1], got[1])
+	}
+	if ca, cb := cgroupOf(a.Pid()), cgroupOf(b.Pid()); CgroupsAvailable() && (ca == "" || ca == cb) {
+		t.Errorf("cgroups of A %q and B %q: want one of each's own", ca, cb)
+	}
+}
+
+// numpy's matrix product (OpenBLAS, whose threads start at import) in a
+// forked context gives what it gives in a fresh interpreter, and does not
+// hang for want of the template's BLAS threads.
+func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
+	tr, dir := forkTransport(t, DefaultPreload)
+	readyTemplate(t, tr)
+	code := "import numpy as np\na = np.random.default_rng(7).random((400, 400))\nprint(repr(float((a @ a @ a).sum())), repr(float(np.linalg.inv(a + 400 * np.eye(400)).sum())))"
+	forked := startIn(t, tr, "python", dir)
+	if got := tt.Exec(t, forked, "import sys\nprint('numpy' in sys.modules)", false).Stream("stdout"); got != "True\n" {
+		t.Fatalf("the context is not a fork of the template that preloaded numpy: %q", got)
+	}
+	got := tt.Exec(t, forked, code, false)
+	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	t.Cleanup(func() { _ = cold.Close() })
+	fresh := startIn(t, cold, "python", dir)
+	want := tt.Exec(t, fresh, code, false)
+	if got.Stream("stdout") == "" || got.Stream("stdout") != want.Stream("stdout") {
+		t.Fatalf("forked: %s\nfresh: %s", got, want)
+	}
+}
+
+// A preloaded package replaced on disk (pip install -U) is what the next
+// context imports: the template sees its directory changed, refuses the
+// fork and is replaced.
+func TestUpgradedPackageIsSeenByTheNextContext(t *testing.T) {
+	lib := t.TempDir()
+	write := func(version string) {
+		pkg := filepath.Join(lib, "khpkg")
+		if err := os.RemoveAll(pkg); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(pkg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WriteFile(t, filepath.Join(pkg, "__init__.py"), "VERSION = "+version+"\n")
+	}
+	write("1")
+	tr, dir := forkTransport(t, []string{"khpkg"}, "PYTHONPATH="+lib)
+	tmpl := readyTemplate(t, tr)
+	probe := "import sys\nprint('khpkg' in sys.modules)\nimport khpkg\nprint(khpkg.VERSION)"
+	if got := tt.Exec(t, startIn(t, tr, "python", dir), probe, false).Stream("stdout"); got != "True\n1\n" {
+		t.Fatalf("first context: %q", got)
+	}
+	write("2")
+	if got := tt.Exec(t, startIn(t, tr, "python", dir), probe, false).Stream("stdout"); got != "False\n2\n" {
+		t.Fatalf("after the upgrade: %q, want a fresh import of version 2", got)
+	}
+	if next := readyTemplate(t, tr); next == tmpl {
+		t.Fatalf("the stale template (pid %d) still serves", tmpl)
+	}
+	if got := tt.Exec(t, startIn(t, tr, "python", dir), probe, false).Stream("stdout"); got != "True\n2\n" {
+		t.Fatalf("from the new template: %q", got)
+	}
+}
+
+// With the sandbox on, there is no fork server and no fork: bwrap makes
+// each interpreter's namespaces and /tmp at its start, which a fork would
+// share.
+func TestNoForkWhenSandboxed(t *testing.T) {
+	if _, err := bwrapWorks(); err != nil {
+		testkit.Missingf(t, "bwrap cannot sandbox here: %v", err)
+	}
+	tr := New(Options{Python: testkit.DebianPython, Preload: DefaultPreload, Sandbox: SandboxOptions{Mode: SandboxOn}})
+	t.Cleanup(func() { _ = tr.Close() })
+	if tr.forks["python"] != nil {
+		t.Fatal("a fork server runs beside the sandbox")
+	}
+	k := startIn(t, tr, "python", t.TempDir())
+	_, err := tr.ForkKernel(context.Background(), k)
+	if err == nil || !strings.Contains(err.Error(), "sandbox") {
+		t.Fatalf("ForkKernel of a sandboxed context: %v, want an error that names the sandbox", err)
+	}
+}
+
+// ForkKernel copies a live context: variables, imports, functions, cwd and
+// IPython history;
+// afterwards each goes its own way (a write in one is not seen in the
+// other), and the source runs on. A busy source and a bash context are
+// refused with errors that say why.
+func TestForkKernelCopiesALiveContext(t *testing.T) {
+	tr, dir := forkTransport(t, nil)
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := startIn(t, tr, "python", dir)
+	setup := "import os, json, numpy as np\nx = 41\narr = np.zeros(1000)\ndef f(): return x + 1\nos.chdir('sub')\nprint('set')"
+	if got := tt.Exec(t, src, setup, false).Stream("stdout"); got != "set\n" {
+		t.Fatalf("setup: %q", got)
+	}
+	// The IPython shell, once a cell made it, keeps the inputs (In).
+	tt.Exec(t, src, "get_ipython()", false)
+	tt.Exec(t, src, "'kh-history-mark'", false)
+	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+	defer cancel()
+	ck, err := tr.ForkKernel(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fk := ck.(*Kernel)
+	t.Cleanup(func() { fk.Shutdown(context.Background()) })
+	if parentOf(fk.Pid()) != os.Getpid() {
+		t.Fatalf("the fork's parent is %d, want this process", parentOf(fk.Pid()))
+	}
+	if got := tt.Exec(t, fk, "print(f(), json.dumps([1]), os.getcwd())\narr[0] = 7\nx = 1", false).Stream("stdout"); got != "42 [1] "+sub+"\n" {
+		t.Fatalf("fork: %q", got)
+	}
+	if got := tt.Exec(t, fk, "print(any('kh-history-mark' in i for i in In))", false).Stream("stdout"); got != "True\n" {
+		t.Fatalf("the fork's IPython history lacks the source's input: %q", got)
+	}
+	if got := tt.Exec(t, src, "print(f(), arr[0])", false).Stream("stdout"); got != "42 0.0\n" {
+		t.Fatalf("source after the fork's writes: %q", got)
+	}
+	if got := tt.Exec(t, fk, "print(f(), arr[0])", false).Stream("stdout"); got != "2 7.0\n" {
+		t.Fatalf("fork after its writes: %q", got)
+	}
+	busy := tt.Send(t, src, "import time\nprint('busy', flush=True)\ntime.sleep(30)", false)
+	tt.Collect(t, src, busy, tt.ExecTimeout, func(r tt.Received) bool { return r.Type == core.MsgStream })
+	if _, err := tr.ForkKernel(ctx, src); err == nil || !strings.Contains(err.Error(), "idle") {
+		t.Fatalf("fork of a busy context: %v, want an error saying to wait for idle", err)
+	}
+	if err := src.Interrupt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, src, busy, tt.ExecTimeout, nil)
+	sh := startIn(t, tr, "bash", dir)
+	if _, err := tr.ForkKernel(ctx, sh); err == nil || !strings.Contains(err.Error(), "bash") {
+		t.Fatalf("fork of a bash context: %v, want an error naming bash", err)
+	}
+}
+
+// A forked kernel in a directory other than the template's behaves as one
+// started there (the pool's test, TestPooledKernelInAnotherCwdIsAsIfStartedThere):
+// everything testkit.CwdProbes prints is what a cold-started kernel of the
+// same interpreter prints.
+func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
+	tr, _ := forkTransport(t, []string{"json"})
+	tmpl := readyTemplate(t, tr)
+	other := t.TempDir()
+	testkit.CwdFixture(t, other)
+	k := startIn(t, tr, "python", other)
+	if parentOf(k.Pid()) != os.Getpid() || k.Pid() == tmpl {
+		t.Fatalf("the kernel (pid %d) is not a fork of the template (pid %d)", k.Pid(), tmpl)
+	}
+	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	defer cold.Close()
+	c := startIn(t, cold, "python", other)
+	if err := os.WriteFile(filepath.Join(other, "khlate.py"), []byte("V = 'late'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	probe := func(k *Kernel) string {
+		t.Helper()
+		e := tt.Exec(t, k, testkit.CwdProbes["python"], false)
+		if e.Reply().Status != "ok" {
+			t.Fatalf("probe:%s", e)
+		}
+		return e.Stream("stdout")
+	}
+	if want, got := probe(c), probe(k); got != want {
+		t.Errorf("the forked kernel prints\n%s\na cold one\n%s", got, want)
+	}
+}
+
+// A forked context is bound by the limits (limits.go) as a started one: past
+// its memory limit it is killed with the error naming the limit, and its
+// neighbour, forked from the same template, keeps its state.
+func TestForkedContextHasItsLimits(t *testing.T) {
+	dir := t.TempDir()
+	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	if err := tr.Limited(); err != nil {
+		tr.Close()
+		testkit.Missingf(t, "no cgroup controller for the limits here: %v", err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	readyTemplate(t, tr)
+	e, err := engine.NewEngine(engine.Config{Transport: tr, DefaultCwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	hog, err := e.CreateContext(ctx, "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	neighbour, err := e.CreateContext(ctx, "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runStdout(t, ctx, e, neighbour.ID, "keep = 42")
+	if got := runStdout(t, ctx, e, hog.ID, "import os, sys\nprint(os.getppid() == "+strconv.Itoa(os.Getpid())+", 'json' in sys.modules)"); got != "True True\n" {
+		t.Fatalf("the context is not a fork of the template: %q", got)
+	}
+	var errs []engine.Output
+	for _, o := range runAll(t, ctx, e, hog.ID, "b = bytearray(600 << 20)\nprint('not reached')") {
+		if o.Type == engine.OutError {
+			errs = append(errs, o)
+		}
+		if o.Type == engine.OutStdout {
+			t.Errorf("stdout %q: the allocation past the limit succeeded", o.Text)
+		}
+	}
+	if len(errs) != 1 || errs[0].ErrName != "MemoryLimitExceeded" || !strings.Contains(errs[0].ErrValue, "256 MiB") {
+		t.Fatalf("errors %+v, want one MemoryLimitExceeded naming 256 MiB", errs)
+	}
+	if got := runStdout(t, ctx, e, neighbour.ID, "print(keep)"); got != "42\n" {
+		t.Errorf("the neighbour's variable: %q", got)
+	}
+}

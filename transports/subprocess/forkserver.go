@@ -1,0 +1,244 @@
+package subprocess
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// A fork server (issue 28) makes python contexts by fork: it keeps a
+// template, a python interpreter started as any other (procSpec: the
+// host's environment, a cgroup of its own, the pool's cwd) that has
+// imported the modules of Options.Preload and then only waits for fork
+// requests (drivers/forkserver.py). A new context is a child of the
+// template (forkProc), so it starts with those modules loaded, in pages it
+// shares with the template until it writes them. What it holds and what it
+// does not, as a pooled interpreter:
+//
+//   - No state of any context: the template never runs a request, and each
+//     child is forked from it, not from another child. The env is the one
+//     the template started with, which is the one a cold start gets; the
+//     cwd is the kernel's (moved there as the pool moves a pooled
+//     interpreter, pool.moveTo); each child has its own pipes, group,
+//     cgroup and limits (enterGroups), its own wakeup pipe for SIGINT, its
+//     own output thread once it runs a cell, and no thread of the template
+//     (which has none: OpenBLAS's pool is stopped before each fork).
+//   - What is installed: when a directory the preloaded modules came from
+//     or one on the import path changed since the template preloaded (pip
+//     install -U, pip install --user), the template refuses the fork, is
+//     replaced by a new one, and the kernel starts as it would without a
+//     fork server (pool or cold).
+//   - Nothing waits on the template: until it is ready (it preloads in the
+//     background from the transport's start), and whenever a fork fails,
+//     kernels start as they would without it.
+//
+// Off when interpreters are sandboxed: bwrap makes each interpreter's PID,
+// IPC and mount namespaces and /tmp at its start, and a child of the
+// template would share the template's (see docs/RATIONALE.md).
+
+// DefaultPreload is what the python fork server preloads by default (those
+// installed): the data stack an analysis context imports first.
+// matplotlib.pyplot also sets up the inline backend (and so the IPython
+// shell), as a cell that imports it would.
+var DefaultPreload = []string{"numpy", "pandas", "matplotlib", "matplotlib.pyplot", "IPython"}
+
+// ParsePreload reads a preload setting: module names separated by commas;
+// "off" (or nothing) turns the fork server off, "auto" is DefaultPreload.
+func ParsePreload(s string) []string {
+	switch strings.TrimSpace(s) {
+	case "", "off":
+		return nil
+	case "auto":
+		return DefaultPreload
+	}
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// forkServer keeps one language's template and forks kernels from it.
+type forkServer struct {
+	lang string
+	cwd  string
+	// spec is the template's start spec: its language's, plus what makes
+	// its driver a template.
+	spec func() (procSpec, error)
+
+	// forkMu serialises the forks: one request on the template's fd 3 at a
+	// time, and its answer.
+	forkMu sync.Mutex
+
+	mu     sync.Mutex
+	tmpl   *proc         // the ready template; nil while none is
+	start  chan struct{} // closed when the template's start under way ended; nil: none under way
+	closed bool
+	ctx    context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newForkServer(lang, cwd string, spec func() (procSpec, error)) *forkServer {
+	fs := &forkServer{lang: lang, cwd: cwd, spec: spec}
+	fs.ctx, fs.stop = context.WithCancel(context.Background())
+	fs.startTemplate()
+	return fs
+}
+
+// templateEnv makes the driver a template that preloads modules.
+func templateEnv(preload []string) []string {
+	return []string{"KH_FORK_TEMPLATE=1", "KH_PRELOAD=" + strings.Join(preload, ",")}
+}
+
+// startTemplate starts a template in the background unless one runs or
+// starts already.
+func (fs *forkServer) startTemplate() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed || fs.tmpl != nil || fs.start != nil {
+		return
+	}
+	done := make(chan struct{})
+	fs.start = done
+	fs.wg.Add(1)
+	go func() {
+		defer fs.wg.Done()
+		defer close(done)
+		spec, err := fs.spec()
+		var p *proc
+		if err == nil {
+			ctx, cancel := context.WithTimeout(fs.ctx, poolStartTimeout)
+			p, err = startProc(ctx, spec, nil)
+			cancel()
+		}
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		fs.start = nil
+		if err != nil {
+			return // not retried in a loop: the next kernel's fork tries again
+		}
+		if fs.closed {
+			go p.kill()
+			return
+		}
+		fs.tmpl = p
+	}()
+}
+
+// template returns the ready template; nil (and a start under way) when
+// there is none.
+func (fs *forkServer) template() *proc {
+	fs.mu.Lock()
+	p := fs.tmpl
+	if p != nil && p.isGone() {
+		fs.tmpl, p = nil, nil
+	}
+	fs.mu.Unlock()
+	if p == nil {
+		fs.startTemplate()
+	}
+	return p
+}
+
+// retire kills template p, if it is still the current one, and starts
+// another.
+func (fs *forkServer) retire(p *proc) {
+	fs.mu.Lock()
+	current := fs.tmpl == p
+	if current {
+		fs.tmpl = nil
+	}
+	fs.mu.Unlock()
+	if current {
+		p.kill()
+	}
+	fs.startTemplate()
+}
+
+// fork makes a kernel's interpreter, in cwd, as a child of the template;
+// nil when it cannot (no template ready, a kernel without a cwd where the
+// template has one, a stale template, a failed fork): the caller starts
+// one as it would without a fork server.
+func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec procSpec, cwd string) *proc {
+	if fs == nil {
+		return nil
+	}
+	dir := ""
+	if cleanCwd(cwd) != fs.cwd {
+		if dir = pwdOf(cwd); dir == "" {
+			return nil // the host's own directory and PWD: see pool.moveTo
+		}
+	}
+	tmpl := fs.template()
+	if tmpl == nil {
+		return nil
+	}
+	fs.forkMu.Lock()
+	p, err := forkProc(ctx, tmpl, spec, dir, out)
+	fs.forkMu.Unlock()
+	if err != nil {
+		if errors.Is(err, errForkRefused) || tmpl.isGone() {
+			fs.retire(tmpl)
+		}
+		return nil
+	}
+	return p
+}
+
+// close kills the template and waits for a start under way.
+func (fs *forkServer) close() {
+	fs.mu.Lock()
+	fs.closed = true
+	p := fs.tmpl
+	fs.tmpl = nil
+	fs.mu.Unlock()
+	fs.stop()
+	fs.wg.Wait()
+	if p != nil {
+		p.kill()
+	}
+}
+
+// rss is the template's resident memory (0: none ready), for PoolStats.
+func (fs *forkServer) rss() (ready bool, bytes int64) {
+	fs.mu.Lock()
+	p := fs.tmpl
+	fs.mu.Unlock()
+	if p == nil || p.isGone() {
+		return false, 0
+	}
+	pid, _, _ := p.ids()
+	return true, rssBytes(pid)
+}
+
+// startForkServer starts python's fork server when preload names modules
+// and interpreters are not sandboxed.
+func (t *Transport) startForkServer(preload []string, cwd string) {
+	t.forks = map[string]*forkServer{}
+	if _, ok := t.langs["python"]; !ok || len(preload) == 0 || t.sandbox != nil {
+		return
+	}
+	t.forks["python"] = newForkServer("python", cwd, func() (procSpec, error) {
+		spec, err := t.spec("python", cwd)
+		spec.env = append(spec.env, templateEnv(preload)...)
+		return spec, err
+	})
+}
+
+// ForkServerReady says whether lang's fork server has its template ready
+// (a kernel started now is forked from it). For tests and benchmarks.
+func (t *Transport) ForkServerReady(lang string) bool {
+	fs := t.forks[lang]
+	if fs == nil {
+		return false
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.tmpl != nil && !fs.tmpl.isGone()
+}
