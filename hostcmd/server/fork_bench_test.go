@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
-	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // BenchmarkForkServer measures python contexts made by the fork server

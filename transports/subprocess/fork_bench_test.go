@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/transports/testkit"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
