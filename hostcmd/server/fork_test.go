@@ -13,6 +13,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
+	"github.com/kernelhost/kernelhost/transports/testkit"
 )
 
 // unsandboxed runs the subprocess transport linked in without a sandbox,
@@ -21,14 +22,39 @@ func unsandboxed(c *server.Config) {
 	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Mode: subprocess.SandboxOff}})
 }
 
+// unsandboxedViaPlugin runs the subprocess transport through its plugin,
+// as the kernelhost binary does, without a sandbox (Debian's python, no
+// fork server: contexts are forked from their own interpreters).
+func unsandboxedViaPlugin(c *server.Config) {
+	viaPlugin(c)
+	c.Sandbox = "off"
+	c.Interpreters.Python = testkit.DebianPython
+	c.PythonPreload = "off"
+}
+
 // POST /contexts/{id}/fork answers a new context with a copy of the
 // source's variables, functions, imports and cwd, and none of an
 // execution's env vars; afterwards the two go their own ways. A fork asked
 // for while an execution runs waits for it and copies what it left. An
-// unknown context is 404, a bash context 501 naming bash.
+// unknown context is 404, a bash context 501 naming bash. The same with
+// the transport linked in and through its plugin (the fork call of the
+// plugin protocol).
 func TestForkContext(t *testing.T) {
-	h := startHost(t, unsandboxed)
-	t.Cleanup(func() { _ = h.Engine.Transport().(*subprocess.Transport).Close() })
+	for _, mode := range []struct {
+		name string
+		set  func(*server.Config)
+	}{{"in-process", unsandboxed}, {"plugin", unsandboxedViaPlugin}} {
+		t.Run(mode.name, func(t *testing.T) {
+			h := startHost(t, mode.set)
+			if tr, ok := h.Engine.Transport().(*subprocess.Transport); ok {
+				t.Cleanup(func() { _ = tr.Close() })
+			}
+			testForkContext(t, h)
+		})
+	}
+}
+
+func testForkContext(t *testing.T, h *testHost) {
 	sub := filepath.Join(h.cwd, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
@@ -75,6 +101,21 @@ func TestForkContext(t *testing.T) {
 	bash := h.createContext(`{"language":"bash"}`).ID
 	if status, text := h.do("POST", "/contexts/"+bash+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "bash") {
 		t.Fatalf("fork of a bash context: %d %s, want 501 naming bash", status, text)
+	}
+}
+
+// Through the plugin as `make run` serves it (interpreters sandboxed), a
+// fork is 501 naming the sandbox, and the context runs on.
+func TestForkContextSandboxedViaPlugin(t *testing.T) {
+	needSandbox(t)
+	h := startHost(t, viaPlugin, func(c *server.Config) { c.Sandbox = "on"; c.PythonPreload = "off" })
+	src := h.createContext(`{"language":"python"}`).ID
+	h.run(map[string]any{"context_id": src, "code": "x = 41"})
+	if status, text := h.do("POST", "/contexts/"+src+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "sandbox") {
+		t.Fatalf("fork of a sandboxed context: %d %s, want 501 naming the sandbox", status, text)
+	}
+	if got := stdout(h.run(map[string]any{"context_id": src, "code": "print(x + 1)"})); got != "42\n" {
+		t.Fatalf("the context after the refused fork: %q", got)
 	}
 }
 
