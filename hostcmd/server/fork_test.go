@@ -77,13 +77,15 @@ func testForkContext(t *testing.T, h *testHost) {
 		t.Fatalf("source after the fork's write: %q", got)
 	}
 
-	// A fork while an execution runs waits for it.
+	// A fork while an execution runs waits for it, and for the reset of
+	// the execution's env vars.
 	started := filepath.Join(t.TempDir(), "started")
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		h.run(map[string]any{"context_id": src, "code": "import time\nopen(" + strconv.Quote(started) + ", 'w').close()\ntime.sleep(1)\ny = 5"})
+		h.run(map[string]any{"context_id": src, "code": "import time\nopen(" + strconv.Quote(started) + ", 'w').close()\ntime.sleep(1)\ny = 5",
+			"env_vars": map[string]string{"KH_BUSY_ONLY": "1"}})
 	}()
 	awaitFile(t, started)
 	status, text = h.do("POST", "/contexts/"+src+"/fork", "")
@@ -91,8 +93,8 @@ func testForkContext(t *testing.T, h *testHost) {
 	if status != http.StatusOK {
 		t.Fatalf("fork of a busy context: %d %s", status, text)
 	}
-	if got := stdout(h.run(map[string]any{"context_id": decodeContext(t, text).ID, "code": "print(y)"})); got != "5\n" {
-		t.Fatalf("the fork made while a cell ran sees y = %q, want what the cell left", got)
+	if got := stdout(h.run(map[string]any{"context_id": decodeContext(t, text).ID, "code": "print(y, os.environ.get('KH_BUSY_ONLY'))"})); got != "5 None\n" {
+		t.Fatalf("the fork made while a cell ran sees %q, want y = 5 that the cell left and none of its env vars", got)
 	}
 
 	if status, text := h.do("POST", "/contexts/nope/fork", ""); status != http.StatusNotFound {
