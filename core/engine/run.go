@@ -67,15 +67,20 @@ func (c *Context) runWithEnv(x *Execution) {
 //     anything else runs, and the interpreter may still be busy with the
 //     code the control op cut short, so a reset would wait HelperTimeout
 //     for it. needsRestart makes sure, should the control op fail.
+//
+// A waiting fork is no reason: it copies the interpreter as it is, so the
+// reset must run first (a fork has none of an execution's env vars).
 func (c *Context) resetIsMoot(got interpreter) bool {
 	if c.interpreter() != got {
 		return true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.control) > 0 {
-		c.needsRestart = true
-		return true
+	for _, op := range c.control {
+		if op.kind != opFork {
+			c.needsRestart = true
+			return true
+		}
 	}
 	return false
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
@@ -21,14 +22,39 @@ func unsandboxed(c *server.Config) {
 	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Mode: subprocess.SandboxOff}})
 }
 
+// unsandboxedViaPlugin runs the subprocess transport through its plugin,
+// as the kernelhost binary does, without a sandbox (Debian's python, no
+// fork server: contexts are forked from their own interpreters).
+func unsandboxedViaPlugin(c *server.Config) {
+	viaPlugin(c)
+	c.SetTransportSetting("sandbox", "off")
+	c.SetTransportSetting("python", testkit.DebianPython)
+	c.SetTransportSetting("python-preload", "off")
+}
+
 // POST /contexts/{id}/fork answers a new context with a copy of the
 // source's variables, functions, imports and cwd, and none of an
 // execution's env vars; afterwards the two go their own ways. A fork asked
 // for while an execution runs waits for it and copies what it left. An
-// unknown context is 404, a bash context 501 naming bash.
+// unknown context is 404, a bash context 501 naming bash. The same with
+// the transport linked in and through its plugin (the fork call of the
+// plugin protocol).
 func TestForkContext(t *testing.T) {
-	h := startHost(t, unsandboxed)
-	t.Cleanup(func() { _ = h.Engine.Transport().(*subprocess.Transport).Close() })
+	for _, mode := range []struct {
+		name string
+		set  func(*server.Config)
+	}{{"in-process", unsandboxed}, {"plugin", unsandboxedViaPlugin}} {
+		t.Run(mode.name, func(t *testing.T) {
+			h := startHost(t, mode.set)
+			if tr, ok := h.Engine.Transport().(*subprocess.Transport); ok {
+				t.Cleanup(func() { _ = tr.Close() })
+			}
+			testForkContext(t, h)
+		})
+	}
+}
+
+func testForkContext(t *testing.T, h *testHost) {
 	sub := filepath.Join(h.cwd, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
@@ -51,13 +77,15 @@ func TestForkContext(t *testing.T) {
 		t.Fatalf("source after the fork's write: %q", got)
 	}
 
-	// A fork while an execution runs waits for it.
+	// A fork while an execution runs waits for it, and for the reset of
+	// the execution's env vars.
 	started := filepath.Join(t.TempDir(), "started")
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		h.run(map[string]any{"context_id": src, "code": "import time\nopen(" + strconv.Quote(started) + ", 'w').close()\ntime.sleep(1)\ny = 5"})
+		h.run(map[string]any{"context_id": src, "code": "import time\nopen(" + strconv.Quote(started) + ", 'w').close()\ntime.sleep(1)\ny = 5",
+			"env_vars": map[string]string{"KH_BUSY_ONLY": "1"}})
 	}()
 	awaitFile(t, started)
 	status, text = h.do("POST", "/contexts/"+src+"/fork", "")
@@ -65,8 +93,8 @@ func TestForkContext(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("fork of a busy context: %d %s", status, text)
 	}
-	if got := stdout(h.run(map[string]any{"context_id": decodeContext(t, text).ID, "code": "print(y)"})); got != "5\n" {
-		t.Fatalf("the fork made while a cell ran sees y = %q, want what the cell left", got)
+	if got := stdout(h.run(map[string]any{"context_id": decodeContext(t, text).ID, "code": "print(y, os.environ.get('KH_BUSY_ONLY'))"})); got != "5 None\n" {
+		t.Fatalf("the fork made while a cell ran sees %q, want y = 5 that the cell left and none of its env vars", got)
 	}
 
 	if status, text := h.do("POST", "/contexts/nope/fork", ""); status != http.StatusNotFound {
@@ -75,6 +103,21 @@ func TestForkContext(t *testing.T) {
 	bash := h.createContext(`{"language":"bash"}`).ID
 	if status, text := h.do("POST", "/contexts/"+bash+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "bash") {
 		t.Fatalf("fork of a bash context: %d %s, want 501 naming bash", status, text)
+	}
+}
+
+// Through the plugin as `make run` serves it (interpreters sandboxed), a
+// fork is 501 naming the sandbox, and the context runs on.
+func TestForkContextSandboxedViaPlugin(t *testing.T) {
+	needSandbox(t)
+	h := startHost(t, viaPlugin, func(c *server.Config) { c.SetTransportSetting("sandbox", "on"); c.SetTransportSetting("python-preload", "off") })
+	src := h.createContext(`{"language":"python"}`).ID
+	h.run(map[string]any{"context_id": src, "code": "x = 41"})
+	if status, text := h.do("POST", "/contexts/"+src+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "sandbox") {
+		t.Fatalf("fork of a sandboxed context: %d %s, want 501 naming the sandbox", status, text)
+	}
+	if got := stdout(h.run(map[string]any{"context_id": src, "code": "print(x + 1)"})); got != "42\n" {
+		t.Fatalf("the context after the refused fork: %q", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,7 @@ func TestJupyterHost(t *testing.T) {
 		{"DisconnectContinues", testJupyterDisconnectContinues, false},
 		{"OverlapNeverLeaks", testJupyterOverlap, false},
 		{"TooLarge", testJupyterTooLarge, true},
+		{"ForkUnsupported", testJupyterForkUnsupported, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, m := range modes {
@@ -86,6 +88,21 @@ func TestJupyterHost(t *testing.T) {
 	}
 	// Through the plugin only: the latency tail of `make run-jupyter`.
 	t.Run("Concurrent8x50", func(t *testing.T) { testJupyterConcurrent8x50(t, srv, startHost(t, jupyterViaPlugin(srv))) })
+}
+
+// testJupyterForkUnsupported: the jupyter transport cannot fork a kernel,
+// linked in or through its plugin (which has no core.Forker to ask): 501
+// naming it, and the context runs on.
+func testJupyterForkUnsupported(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	h := start()
+	noError(t, h.run(map[string]any{"code": "x = 41"}))
+	id := h.defaultID("python")
+	if status, text := h.do("POST", "/contexts/"+id+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "jupyter transport cannot fork") {
+		t.Fatalf("fork: %d %s, want 501 saying the jupyter transport cannot fork", status, text)
+	}
+	if got := mainResult(t, h.run(map[string]any{"code": "x + 1"})); got != "42" {
+		t.Fatalf("x + 1 = %q after the refused fork, want 42", got)
+	}
 }
 
 // testJupyterBasics: defaults, state across executions, the order of stdout,

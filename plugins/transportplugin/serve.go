@@ -22,7 +22,9 @@ const MaxMessageBytes = pluginrpc.MaxMessageBytes
 //	func main() { transportplugin.Serve(mytransport.New()) }
 //
 // The plugin takes no settings: a transport that takes settings is served
-// with ServeConfigured.
+// with ServeConfigured. A transport that also implements core.Forker has its
+// kernels copied when the host forks a context; any other answers a fork
+// with a KindUnsupported error (HTTP 501).
 //
 // Rules for the plugin process, which Serve relies on:
 //   - Write nothing to stdout before calling Serve: go-plugin reads the

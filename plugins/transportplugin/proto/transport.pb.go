@@ -3,9 +3,9 @@
 // A host starts a transport plugin with hashicorp/go-plugin and talks to it
 // through this service. Describe is core.Transport.Info. Everything about
 // one kernel travels on one long-lived bidirectional stream, Kernel: the
-// host sends calls (start, execute, interrupt, restart, shut down, cancel),
-// the plugin sends back frames that carry the kernel's messages and the
-// results of those calls. An execution therefore costs one frame each way
+// host sends calls (start or fork, execute, interrupt, restart, shut down,
+// cancel), the plugin sends back frames that carry the kernel's messages and
+// the results of those calls. An execution therefore costs one frame each way
 // (the request; its result together with the messages that were ready),
 // where version 1 paid a unary call (a fresh HTTP/2 stream, headers and
 // trailers both ways) plus one or two frames on a separate message stream.
@@ -24,9 +24,11 @@
 // produced (the restarting status of a restart, say) have been delivered.
 //
 // Lifetime: the kernel lives as long as its stream. The first call on a
-// stream must be start; when the kernel's message channel closes (after
-// shutdown, or the kernel is lost) the plugin ends the stream; when the host
-// ends the stream (or goes away) the plugin shuts the kernel down.
+// stream must be start, or fork (a copy of another kernel of this plugin,
+// named by the kernel_id its own first call gave it); when the kernel's
+// message channel closes (after shutdown, or the kernel is lost) the plugin
+// ends the stream; when the host ends the stream (or goes away) the plugin
+// shuts the kernel down.
 //
 // History: version 1 (package kernelhost.transport.v1) had StartKernel,
 // Execute, Interrupt, Restart and Shutdown as unary calls addressed by a
@@ -139,6 +141,7 @@ const (
 	ErrorKind_KIND_UNAVAILABLE ErrorKind = 6
 	ErrorKind_KIND_TOO_LARGE   ErrorKind = 7
 	ErrorKind_KIND_GONE        ErrorKind = 8
+	ErrorKind_KIND_UNSUPPORTED ErrorKind = 9
 )
 
 // Enum value maps for ErrorKind.
@@ -153,6 +156,7 @@ var (
 		6: "KIND_UNAVAILABLE",
 		7: "KIND_TOO_LARGE",
 		8: "KIND_GONE",
+		9: "KIND_UNSUPPORTED",
 	}
 	ErrorKind_value = map[string]int32{
 		"KIND_NONE":        0,
@@ -164,6 +168,7 @@ var (
 		"KIND_UNAVAILABLE": 6,
 		"KIND_TOO_LARGE":   7,
 		"KIND_GONE":        8,
+		"KIND_UNSUPPORTED": 9,
 	}
 )
 
@@ -747,6 +752,7 @@ type KernelCall struct {
 	//	*KernelCall_Restart
 	//	*KernelCall_Shutdown
 	//	*KernelCall_Cancel
+	//	*KernelCall_Fork
 	Call          isKernelCall_Call `protobuf_oneof:"call"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -850,6 +856,15 @@ func (x *KernelCall) GetCancel() *Cancel {
 	return nil
 }
 
+func (x *KernelCall) GetFork() *Fork {
+	if x != nil {
+		if x, ok := x.Call.(*KernelCall_Fork); ok {
+			return x.Fork
+		}
+	}
+	return nil
+}
+
 type isKernelCall_Call interface {
 	isKernelCall_Call()
 }
@@ -878,6 +893,10 @@ type KernelCall_Cancel struct {
 	Cancel *Cancel `protobuf:"bytes,7,opt,name=cancel,proto3,oneof"`
 }
 
+type KernelCall_Fork struct {
+	Fork *Fork `protobuf:"bytes,8,opt,name=fork,proto3,oneof"`
+}
+
 func (*KernelCall_Start) isKernelCall_Call() {}
 
 func (*KernelCall_Execute) isKernelCall_Call() {}
@@ -890,12 +909,18 @@ func (*KernelCall_Shutdown) isKernelCall_Call() {}
 
 func (*KernelCall_Cancel) isKernelCall_Call() {}
 
+func (*KernelCall_Fork) isKernelCall_Call() {}
+
 // Start is core.Transport.StartKernel; its result says when the kernel is
 // ready.
 type Start struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Language      string                 `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
-	Cwd           []byte                 `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Language string                 `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
+	Cwd      []byte                 `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// The host's name for the kernel, unique among the kernels it starts or
+	// forks on this plugin process: a fork names its source by it. Empty: the
+	// kernel cannot be a fork's source.
+	KernelId      string `protobuf:"bytes,3,opt,name=kernel_id,json=kernelId,proto3" json:"kernel_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,6 +969,73 @@ func (x *Start) GetCwd() []byte {
 	return nil
 }
 
+func (x *Start) GetKernelId() string {
+	if x != nil {
+		return x.KernelId
+	}
+	return ""
+}
+
+// Fork is core.Forker.ForkKernel, in place of start as a stream's first
+// call: the kernel of the new stream is a copy of the running kernel named
+// source (its variables, imports, cwd), which runs on untouched; its result
+// says when the copy is ready. The host sends it only while the source runs
+// no request. A transport that cannot fork (not a core.Forker), or cannot
+// fork this kernel (its language, its sandbox), answers KIND_UNSUPPORTED.
+type Fork struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new kernel's name, as Start.kernel_id.
+	KernelId string `protobuf:"bytes,1,opt,name=kernel_id,json=kernelId,proto3" json:"kernel_id,omitempty"`
+	// The kernel_id of the kernel to copy.
+	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fork) Reset() {
+	*x = Fork{}
+	mi := &file_transport_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fork) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fork) ProtoMessage() {}
+
+func (x *Fork) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fork.ProtoReflect.Descriptor instead.
+func (*Fork) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Fork) GetKernelId() string {
+	if x != nil {
+		return x.KernelId
+	}
+	return ""
+}
+
+func (x *Fork) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
 // Execute is core.Kernel.Execute: its result says the kernel took the
 // request; the output comes as messages.
 type Execute struct {
@@ -957,7 +1049,7 @@ type Execute struct {
 
 func (x *Execute) Reset() {
 	*x = Execute{}
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_transport_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1061,7 @@ func (x *Execute) String() string {
 func (*Execute) ProtoMessage() {}
 
 func (x *Execute) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_transport_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1074,7 @@ func (x *Execute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execute.ProtoReflect.Descriptor instead.
 func (*Execute) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{11}
+	return file_transport_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Execute) GetMsgId() string {
@@ -1014,7 +1106,7 @@ type Interrupt struct {
 
 func (x *Interrupt) Reset() {
 	*x = Interrupt{}
-	mi := &file_transport_proto_msgTypes[12]
+	mi := &file_transport_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1118,7 @@ func (x *Interrupt) String() string {
 func (*Interrupt) ProtoMessage() {}
 
 func (x *Interrupt) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[12]
+	mi := &file_transport_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1131,7 @@ func (x *Interrupt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupt.ProtoReflect.Descriptor instead.
 func (*Interrupt) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{12}
+	return file_transport_proto_rawDescGZIP(), []int{13}
 }
 
 type Restart struct {
@@ -1050,7 +1142,7 @@ type Restart struct {
 
 func (x *Restart) Reset() {
 	*x = Restart{}
-	mi := &file_transport_proto_msgTypes[13]
+	mi := &file_transport_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1154,7 @@ func (x *Restart) String() string {
 func (*Restart) ProtoMessage() {}
 
 func (x *Restart) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[13]
+	mi := &file_transport_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1167,7 @@ func (x *Restart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restart.ProtoReflect.Descriptor instead.
 func (*Restart) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{13}
+	return file_transport_proto_rawDescGZIP(), []int{14}
 }
 
 // Shutdown stops the kernel; the plugin ends the stream after its result.
@@ -1087,7 +1179,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_transport_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1191,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_transport_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1204,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{14}
+	return file_transport_proto_rawDescGZIP(), []int{15}
 }
 
 // Cancel cancels the context of the call with this KernelCall's id (the
@@ -1126,7 +1218,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_transport_proto_msgTypes[15]
+	mi := &file_transport_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1230,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[15]
+	mi := &file_transport_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1243,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{15}
+	return file_transport_proto_rawDescGZIP(), []int{16}
 }
 
 // KernelFrame is what the plugin had ready at once: messages (merged and
@@ -1170,7 +1262,7 @@ type KernelFrame struct {
 
 func (x *KernelFrame) Reset() {
 	*x = KernelFrame{}
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1274,7 @@ func (x *KernelFrame) String() string {
 func (*KernelFrame) ProtoMessage() {}
 
 func (x *KernelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_transport_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1287,7 @@ func (x *KernelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelFrame.ProtoReflect.Descriptor instead.
 func (*KernelFrame) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{16}
+	return file_transport_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KernelFrame) GetMessages() []*Message {
@@ -1236,7 +1328,7 @@ type CallResult struct {
 
 func (x *CallResult) Reset() {
 	*x = CallResult{}
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1340,7 @@ func (x *CallResult) String() string {
 func (*CallResult) ProtoMessage() {}
 
 func (x *CallResult) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_transport_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1353,7 @@ func (x *CallResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResult.ProtoReflect.Descriptor instead.
 func (*CallResult) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{17}
+	return file_transport_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CallResult) GetId() uint64 {
@@ -1316,7 +1408,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1420,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_transport_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1433,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{18}
+	return file_transport_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Message) GetParentId() string {
@@ -1476,7 +1568,7 @@ const file_transport_proto_rawDesc = "" +
 	"\tlanguages\x18\x03 \x03(\tR\tlanguages\x12)\n" +
 	"\x10protocol_version\x18\x04 \x01(\rR\x0fprotocolVersion\x12#\n" +
 	"\rkernel_socket\x18\x05 \x01(\tR\fkernelSocket\x12!\n" +
-	"\fkernel_token\x18\x06 \x01(\fR\vkernelToken\"\x98\x03\n" +
+	"\fkernel_token\x18\x06 \x01(\fR\vkernelToken\"\xcd\x03\n" +
 	"\n" +
 	"KernelCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
@@ -1485,11 +1577,16 @@ const file_transport_proto_rawDesc = "" +
 	"\tinterrupt\x18\x04 \x01(\v2\".kernelhost.transport.v2.InterruptH\x00R\tinterrupt\x12<\n" +
 	"\arestart\x18\x05 \x01(\v2 .kernelhost.transport.v2.RestartH\x00R\arestart\x12?\n" +
 	"\bshutdown\x18\x06 \x01(\v2!.kernelhost.transport.v2.ShutdownH\x00R\bshutdown\x129\n" +
-	"\x06cancel\x18\a \x01(\v2\x1f.kernelhost.transport.v2.CancelH\x00R\x06cancelB\x06\n" +
-	"\x04call\"5\n" +
+	"\x06cancel\x18\a \x01(\v2\x1f.kernelhost.transport.v2.CancelH\x00R\x06cancel\x123\n" +
+	"\x04fork\x18\b \x01(\v2\x1d.kernelhost.transport.v2.ForkH\x00R\x04forkB\x06\n" +
+	"\x04call\"R\n" +
 	"\x05Start\x12\x1a\n" +
 	"\blanguage\x18\x01 \x01(\tR\blanguage\x12\x10\n" +
-	"\x03cwd\x18\x02 \x01(\fR\x03cwd\"L\n" +
+	"\x03cwd\x18\x02 \x01(\fR\x03cwd\x12\x1b\n" +
+	"\tkernel_id\x18\x03 \x01(\tR\bkernelId\";\n" +
+	"\x04Fork\x12\x1b\n" +
+	"\tkernel_id\x18\x01 \x01(\tR\bkernelId\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\"L\n" +
 	"\aExecute\x12\x15\n" +
 	"\x06msg_id\x18\x01 \x01(\tR\x05msgId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\fR\x04code\x12\x16\n" +
@@ -1532,7 +1629,7 @@ const file_transport_proto_rawDesc = "" +
 	"\aUNKNOWN\x10\x01\x12\v\n" +
 	"\aINVALID\x10\x02\x12\x15\n" +
 	"\x11DEADLINE_EXCEEDED\x10\x03\x12\f\n" +
-	"\bCANCELED\x10\x04*\xb4\x01\n" +
+	"\bCANCELED\x10\x04*\xca\x01\n" +
 	"\tErrorKind\x12\r\n" +
 	"\tKIND_NONE\x10\x00\x12\x11\n" +
 	"\rKIND_INTERNAL\x10\x01\x12\x10\n" +
@@ -1542,7 +1639,8 @@ const file_transport_proto_rawDesc = "" +
 	"\rKIND_REJECTED\x10\x05\x12\x14\n" +
 	"\x10KIND_UNAVAILABLE\x10\x06\x12\x12\n" +
 	"\x0eKIND_TOO_LARGE\x10\a\x12\r\n" +
-	"\tKIND_GONE\x10\b2\x81\x03\n" +
+	"\tKIND_GONE\x10\b\x12\x14\n" +
+	"\x10KIND_UNSUPPORTED\x10\t2\x81\x03\n" +
 	"\tTransport\x12b\n" +
 	"\tConfigure\x12).kernelhost.transport.v2.ConfigureRequest\x1a*.kernelhost.transport.v2.ConfigureResponse\x12_\n" +
 	"\bDescribe\x12(.kernelhost.transport.v2.DescribeRequest\x1a).kernelhost.transport.v2.DescribeResponse\x12W\n" +
@@ -1562,7 +1660,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_transport_proto_goTypes = []any{
 	(Code)(0),                 // 0: kernelhost.transport.v2.Code
 	(ErrorKind)(0),            // 1: kernelhost.transport.v2.ErrorKind
@@ -1577,50 +1675,52 @@ var file_transport_proto_goTypes = []any{
 	(*DescribeResponse)(nil),  // 10: kernelhost.transport.v2.DescribeResponse
 	(*KernelCall)(nil),        // 11: kernelhost.transport.v2.KernelCall
 	(*Start)(nil),             // 12: kernelhost.transport.v2.Start
-	(*Execute)(nil),           // 13: kernelhost.transport.v2.Execute
-	(*Interrupt)(nil),         // 14: kernelhost.transport.v2.Interrupt
-	(*Restart)(nil),           // 15: kernelhost.transport.v2.Restart
-	(*Shutdown)(nil),          // 16: kernelhost.transport.v2.Shutdown
-	(*Cancel)(nil),            // 17: kernelhost.transport.v2.Cancel
-	(*KernelFrame)(nil),       // 18: kernelhost.transport.v2.KernelFrame
-	(*CallResult)(nil),        // 19: kernelhost.transport.v2.CallResult
-	(*Message)(nil),           // 20: kernelhost.transport.v2.Message
-	nil,                       // 21: kernelhost.transport.v2.ConfigureRequest.SettingsEntry
-	nil,                       // 22: kernelhost.transport.v2.StringMap.EntriesEntry
-	nil,                       // 23: kernelhost.transport.v2.Gauge.LabelsEntry
-	nil,                       // 24: kernelhost.transport.v2.Message.DataEntry
+	(*Fork)(nil),              // 13: kernelhost.transport.v2.Fork
+	(*Execute)(nil),           // 14: kernelhost.transport.v2.Execute
+	(*Interrupt)(nil),         // 15: kernelhost.transport.v2.Interrupt
+	(*Restart)(nil),           // 16: kernelhost.transport.v2.Restart
+	(*Shutdown)(nil),          // 17: kernelhost.transport.v2.Shutdown
+	(*Cancel)(nil),            // 18: kernelhost.transport.v2.Cancel
+	(*KernelFrame)(nil),       // 19: kernelhost.transport.v2.KernelFrame
+	(*CallResult)(nil),        // 20: kernelhost.transport.v2.CallResult
+	(*Message)(nil),           // 21: kernelhost.transport.v2.Message
+	nil,                       // 22: kernelhost.transport.v2.ConfigureRequest.SettingsEntry
+	nil,                       // 23: kernelhost.transport.v2.StringMap.EntriesEntry
+	nil,                       // 24: kernelhost.transport.v2.Gauge.LabelsEntry
+	nil,                       // 25: kernelhost.transport.v2.Message.DataEntry
 }
 var file_transport_proto_depIdxs = []int32{
-	21, // 0: kernelhost.transport.v2.ConfigureRequest.settings:type_name -> kernelhost.transport.v2.ConfigureRequest.SettingsEntry
+	22, // 0: kernelhost.transport.v2.ConfigureRequest.settings:type_name -> kernelhost.transport.v2.ConfigureRequest.SettingsEntry
 	5,  // 1: kernelhost.transport.v2.SettingValue.object:type_name -> kernelhost.transport.v2.StringMap
-	22, // 2: kernelhost.transport.v2.StringMap.entries:type_name -> kernelhost.transport.v2.StringMap.EntriesEntry
+	23, // 2: kernelhost.transport.v2.StringMap.entries:type_name -> kernelhost.transport.v2.StringMap.EntriesEntry
 	9,  // 3: kernelhost.transport.v2.StatsResponse.gauges:type_name -> kernelhost.transport.v2.Gauge
-	23, // 4: kernelhost.transport.v2.Gauge.labels:type_name -> kernelhost.transport.v2.Gauge.LabelsEntry
+	24, // 4: kernelhost.transport.v2.Gauge.labels:type_name -> kernelhost.transport.v2.Gauge.LabelsEntry
 	12, // 5: kernelhost.transport.v2.KernelCall.start:type_name -> kernelhost.transport.v2.Start
-	13, // 6: kernelhost.transport.v2.KernelCall.execute:type_name -> kernelhost.transport.v2.Execute
-	14, // 7: kernelhost.transport.v2.KernelCall.interrupt:type_name -> kernelhost.transport.v2.Interrupt
-	15, // 8: kernelhost.transport.v2.KernelCall.restart:type_name -> kernelhost.transport.v2.Restart
-	16, // 9: kernelhost.transport.v2.KernelCall.shutdown:type_name -> kernelhost.transport.v2.Shutdown
-	17, // 10: kernelhost.transport.v2.KernelCall.cancel:type_name -> kernelhost.transport.v2.Cancel
-	20, // 11: kernelhost.transport.v2.KernelFrame.messages:type_name -> kernelhost.transport.v2.Message
-	19, // 12: kernelhost.transport.v2.KernelFrame.results:type_name -> kernelhost.transport.v2.CallResult
-	0,  // 13: kernelhost.transport.v2.CallResult.code:type_name -> kernelhost.transport.v2.Code
-	1,  // 14: kernelhost.transport.v2.CallResult.kind:type_name -> kernelhost.transport.v2.ErrorKind
-	24, // 15: kernelhost.transport.v2.Message.data:type_name -> kernelhost.transport.v2.Message.DataEntry
-	4,  // 16: kernelhost.transport.v2.ConfigureRequest.SettingsEntry.value:type_name -> kernelhost.transport.v2.SettingValue
-	2,  // 17: kernelhost.transport.v2.Transport.Configure:input_type -> kernelhost.transport.v2.ConfigureRequest
-	6,  // 18: kernelhost.transport.v2.Transport.Describe:input_type -> kernelhost.transport.v2.DescribeRequest
-	11, // 19: kernelhost.transport.v2.Transport.Kernel:input_type -> kernelhost.transport.v2.KernelCall
-	7,  // 20: kernelhost.transport.v2.Transport.Stats:input_type -> kernelhost.transport.v2.StatsRequest
-	3,  // 21: kernelhost.transport.v2.Transport.Configure:output_type -> kernelhost.transport.v2.ConfigureResponse
-	10, // 22: kernelhost.transport.v2.Transport.Describe:output_type -> kernelhost.transport.v2.DescribeResponse
-	18, // 23: kernelhost.transport.v2.Transport.Kernel:output_type -> kernelhost.transport.v2.KernelFrame
-	8,  // 24: kernelhost.transport.v2.Transport.Stats:output_type -> kernelhost.transport.v2.StatsResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	14, // 6: kernelhost.transport.v2.KernelCall.execute:type_name -> kernelhost.transport.v2.Execute
+	15, // 7: kernelhost.transport.v2.KernelCall.interrupt:type_name -> kernelhost.transport.v2.Interrupt
+	16, // 8: kernelhost.transport.v2.KernelCall.restart:type_name -> kernelhost.transport.v2.Restart
+	17, // 9: kernelhost.transport.v2.KernelCall.shutdown:type_name -> kernelhost.transport.v2.Shutdown
+	18, // 10: kernelhost.transport.v2.KernelCall.cancel:type_name -> kernelhost.transport.v2.Cancel
+	13, // 11: kernelhost.transport.v2.KernelCall.fork:type_name -> kernelhost.transport.v2.Fork
+	21, // 12: kernelhost.transport.v2.KernelFrame.messages:type_name -> kernelhost.transport.v2.Message
+	20, // 13: kernelhost.transport.v2.KernelFrame.results:type_name -> kernelhost.transport.v2.CallResult
+	0,  // 14: kernelhost.transport.v2.CallResult.code:type_name -> kernelhost.transport.v2.Code
+	1,  // 15: kernelhost.transport.v2.CallResult.kind:type_name -> kernelhost.transport.v2.ErrorKind
+	25, // 16: kernelhost.transport.v2.Message.data:type_name -> kernelhost.transport.v2.Message.DataEntry
+	4,  // 17: kernelhost.transport.v2.ConfigureRequest.SettingsEntry.value:type_name -> kernelhost.transport.v2.SettingValue
+	2,  // 18: kernelhost.transport.v2.Transport.Configure:input_type -> kernelhost.transport.v2.ConfigureRequest
+	6,  // 19: kernelhost.transport.v2.Transport.Describe:input_type -> kernelhost.transport.v2.DescribeRequest
+	11, // 20: kernelhost.transport.v2.Transport.Kernel:input_type -> kernelhost.transport.v2.KernelCall
+	7,  // 21: kernelhost.transport.v2.Transport.Stats:input_type -> kernelhost.transport.v2.StatsRequest
+	3,  // 22: kernelhost.transport.v2.Transport.Configure:output_type -> kernelhost.transport.v2.ConfigureResponse
+	10, // 23: kernelhost.transport.v2.Transport.Describe:output_type -> kernelhost.transport.v2.DescribeResponse
+	19, // 24: kernelhost.transport.v2.Transport.Kernel:output_type -> kernelhost.transport.v2.KernelFrame
+	8,  // 25: kernelhost.transport.v2.Transport.Stats:output_type -> kernelhost.transport.v2.StatsResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -1642,6 +1742,7 @@ func file_transport_proto_init() {
 		(*KernelCall_Restart)(nil),
 		(*KernelCall_Shutdown)(nil),
 		(*KernelCall_Cancel)(nil),
+		(*KernelCall_Fork)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1649,7 +1750,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -3,9 +3,9 @@
 // A host starts a transport plugin with hashicorp/go-plugin and talks to it
 // through this service. Describe is core.Transport.Info. Everything about
 // one kernel travels on one long-lived bidirectional stream, Kernel: the
-// host sends calls (start, execute, interrupt, restart, shut down, cancel),
-// the plugin sends back frames that carry the kernel's messages and the
-// results of those calls. An execution therefore costs one frame each way
+// host sends calls (start or fork, execute, interrupt, restart, shut down,
+// cancel), the plugin sends back frames that carry the kernel's messages and
+// the results of those calls. An execution therefore costs one frame each way
 // (the request; its result together with the messages that were ready),
 // where version 1 paid a unary call (a fresh HTTP/2 stream, headers and
 // trailers both ways) plus one or two frames on a separate message stream.
@@ -24,9 +24,11 @@
 // produced (the restarting status of a restart, say) have been delivered.
 //
 // Lifetime: the kernel lives as long as its stream. The first call on a
-// stream must be start; when the kernel's message channel closes (after
-// shutdown, or the kernel is lost) the plugin ends the stream; when the host
-// ends the stream (or goes away) the plugin shuts the kernel down.
+// stream must be start, or fork (a copy of another kernel of this plugin,
+// named by the kernel_id its own first call gave it); when the kernel's
+// message channel closes (after shutdown, or the kernel is lost) the plugin
+// ends the stream; when the host ends the stream (or goes away) the plugin
+// shuts the kernel down.
 //
 // History: version 1 (package kernelhost.transport.v1) had StartKernel,
 // Execute, Interrupt, Restart and Shutdown as unary calls addressed by a
@@ -80,8 +82,9 @@ type TransportClient interface {
 	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
 	// Describe returns the transport's name, version and languages.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
-	// Kernel starts one kernel (the first call must be start) and carries all
-	// later calls on it and all its messages, until it is shut down or lost.
+	// Kernel starts one kernel (the first call must be start or fork) and
+	// carries all later calls on it and all its messages, until it is shut
+	// down or lost.
 	Kernel(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KernelCall, KernelFrame], error)
 	// Stats returns the transport's own gauges (a warm pool's interpreters
 	// and their memory, say), which the host serves in /metrics at each
@@ -152,8 +155,9 @@ type TransportServer interface {
 	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
 	// Describe returns the transport's name, version and languages.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
-	// Kernel starts one kernel (the first call must be start) and carries all
-	// later calls on it and all its messages, until it is shut down or lost.
+	// Kernel starts one kernel (the first call must be start or fork) and
+	// carries all later calls on it and all its messages, until it is shut
+	// down or lost.
 	Kernel(grpc.BidiStreamingServer[KernelCall, KernelFrame]) error
 	// Stats returns the transport's own gauges (a warm pool's interpreters
 	// and their memory, say), which the host serves in /metrics at each

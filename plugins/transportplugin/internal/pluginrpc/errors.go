@@ -31,6 +31,7 @@ var kinds = []struct {
 	{core.KindUnavailable, pb.ErrorKind_KIND_UNAVAILABLE},
 	{core.KindTooLarge, pb.ErrorKind_KIND_TOO_LARGE},
 	{core.KindGone, pb.ErrorKind_KIND_GONE},
+	{core.KindUnsupported, pb.ErrorKind_KIND_UNSUPPORTED},
 }
 
 // kindToPB is the protocol value of err's kind: KIND_NONE when err is not a

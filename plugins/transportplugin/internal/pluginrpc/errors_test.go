@@ -28,6 +28,7 @@ var everyKind = map[string]core.ErrorKind{
 	"KindUnavailable": core.KindUnavailable,
 	"KindTooLarge":    core.KindTooLarge,
 	"KindGone":        core.KindGone,
+	"KindUnsupported": core.KindUnsupported,
 }
 
 // TestEveryKindIsListed reads core/errors.go and checks that everyKind holds

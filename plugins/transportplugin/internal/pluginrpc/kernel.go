@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,40 @@ func diedUnder(ctx context.Context, inst *instance) bool {
 // startOn starts a kernel on inst; connLost says the connection to the
 // plugin failed (rather than the transport refusing the start).
 func (s *Supervised) startOn(ctx context.Context, inst *instance, spec core.KernelSpec, what string) (_ core.Kernel, connLost bool, _ error) {
+	id := s.newKernelID()
+	first := &pb.KernelCall{Call: &pb.KernelCall_Start{Start: &pb.Start{Language: spec.Language, Cwd: []byte(spec.Cwd), KernelId: id}}}
+	return s.open(ctx, inst, id, core.Clip(spec.Language), what, first)
+}
+
+// ForkKernel asks the plugin to copy src (core.Forker): the copy is a kernel
+// of its own stream, on the plugin process that runs src. Whether the
+// plugin's transport can fork src is the plugin's answer: KindUnsupported
+// when it cannot (the jupyter plugin, a bash kernel, a sandboxed
+// interpreter). It is bounded by ctx and Config.StartKernelTimeout.
+func (s *Supervised) ForkKernel(ctx context.Context, src core.Kernel) (core.Kernel, error) {
+	rk, ok := src.(*remoteKernel)
+	if !ok || rk.s != s {
+		return nil, &core.Error{Kind: core.KindInvalid, Msg: fmt.Sprintf("fork: not a kernel of transport plugin %s", s.cfg.Name)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartKernelTimeout)
+	defer cancel()
+	id := s.newKernelID()
+	first := &pb.KernelCall{Call: &pb.KernelCall_Fork{Fork: &pb.Fork{KernelId: id, Source: rk.id}}}
+	// On src's plugin process, not the current one: a plugin that restarted
+	// since has no src, which then reads as lost.
+	k, _, err := s.open(ctx, rk.inst, id, rk.lang, "fork "+rk.lang+" kernel", first)
+	return k, err
+}
+
+// newKernelID names a kernel for the plugin (Start.kernel_id), uniquely
+// among all this host starts.
+func (s *Supervised) newKernelID() string {
+	return "k" + strconv.FormatUint(s.kernelIDs.Add(1), 10)
+}
+
+// open opens a kernel stream on inst and makes its kernel with first (a
+// start or a fork); connLost says the connection to the plugin failed.
+func (s *Supervised) open(ctx context.Context, inst *instance, id, lang, what string, first *pb.KernelCall) (_ core.Kernel, connLost bool, _ error) {
 	// The stream outlives ctx: it is the kernel's whole life.
 	sctx, scancel := context.WithCancel(inst.ctx)
 	var stream kernelClientStream
@@ -88,7 +123,8 @@ func (s *Supervised) startOn(ctx context.Context, inst *instance, spec core.Kern
 	k := &remoteKernel{
 		s:        s,
 		inst:     inst,
-		lang:     core.Clip(spec.Language), // for logs
+		id:       id,
+		lang:     lang, // for logs
 		stream:   stream,
 		msgs:     make(chan core.Message, messageBuffer),
 		done:     make(chan struct{}),
@@ -98,7 +134,7 @@ func (s *Supervised) startOn(ctx context.Context, inst *instance, spec core.Kern
 	}
 	s.pumps.Add(1)
 	go k.pump()
-	err = k.call(ctx, what, s.cfg.StartKernelTimeout, &pb.KernelCall{Call: &pb.KernelCall_Start{Start: &pb.Start{Language: spec.Language, Cwd: []byte(spec.Cwd)}}})
+	err = k.call(ctx, what, s.cfg.StartKernelTimeout, first)
 	if err != nil {
 		// Ending the stream makes the plugin stop the kernel if it started.
 		k.end()
@@ -111,6 +147,7 @@ func (s *Supervised) startOn(ctx context.Context, inst *instance, spec core.Kern
 type remoteKernel struct {
 	s    *Supervised
 	inst *instance
+	id   string // the plugin's name for it (Start.kernel_id)
 	lang string
 
 	stream kernelClientStream

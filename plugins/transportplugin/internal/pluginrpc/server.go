@@ -141,6 +141,7 @@ func (s *server) Describe(context.Context, *pb.DescribeRequest) (*pb.DescribeRes
 
 // session is one kernel and its stream.
 type session struct {
+	id     string // the host's name for the kernel (Start.kernel_id), for forks
 	k      core.Kernel
 	stream kernelStream
 	ctx    context.Context // the stream's: ends when the host goes away
@@ -167,9 +168,10 @@ type callResult struct {
 	shutdown bool // the result of a Shutdown: the stream ends after it
 }
 
-// Kernel starts a kernel with the stream's first call and then serves it:
-// a goroutine receives calls and runs each in a goroutine of its own, and
-// this one sends the kernel's messages and the calls' results.
+// Kernel starts a kernel with the stream's first call (start, or fork of
+// another kernel) and then serves it: a goroutine receives calls and runs
+// each in a goroutine of its own, and this one sends the kernel's messages
+// and the calls' results.
 func (s *server) Kernel(stream pb.Transport_KernelServer) error {
 	return s.kernel(stream)
 }
@@ -179,21 +181,29 @@ func (s *server) kernel(stream kernelStream) error {
 	if err != nil {
 		return err
 	}
-	start := first.GetStart()
-	if start == nil {
-		return status.Error(codes.InvalidArgument, "the first call on a kernel stream must be start")
-	}
 	t, err := s.transport()
 	if err != nil {
 		return err
 	}
 	ctx := stream.Context()
 	// The host bounds the start by ending the stream, which cancels ctx.
-	k, err := t.StartKernel(ctx, core.KernelSpec{Language: start.Language, Cwd: string(start.Cwd)})
+	var k core.Kernel
+	var id string
+	switch call := first.Call.(type) {
+	case *pb.KernelCall_Start:
+		id = call.Start.KernelId
+		k, err = t.StartKernel(ctx, core.KernelSpec{Language: call.Start.Language, Cwd: string(call.Start.Cwd)})
+	case *pb.KernelCall_Fork:
+		id = call.Fork.KernelId
+		k, err = s.fork(ctx, t, call.Fork.Source)
+	default:
+		return status.Error(codes.InvalidArgument, "the first call on a kernel stream must be start or fork")
+	}
 	if err != nil {
 		return stream.Send(&pb.KernelFrame{Results: []*pb.CallResult{result(first.Id, err)}})
 	}
 	ss := &session{
+		id:      id,
 		k:       k,
 		stream:  stream,
 		ctx:     ctx,
@@ -225,6 +235,27 @@ func (s *server) kernel(stream kernelStream) error {
 	}
 	go ss.receive(s)
 	return ss.send()
+}
+
+// fork copies the running kernel the host named source (core.Forker).
+func (s *server) fork(ctx context.Context, t core.Transport, source string) (core.Kernel, error) {
+	f, ok := t.(core.Forker)
+	if !ok {
+		return nil, &core.Error{Kind: core.KindUnsupported, Msg: fmt.Sprintf("the %s transport cannot fork kernels", t.Info().Name)}
+	}
+	var src core.Kernel
+	s.mu.Lock()
+	for ss := range s.kernels {
+		if source != "" && ss.id == source {
+			src = ss.k
+			break
+		}
+	}
+	s.mu.Unlock()
+	if src == nil {
+		return nil, fmt.Errorf("no running kernel %q to fork in this plugin (it was shut down or lost)", source)
+	}
+	return f.ForkKernel(ctx, src)
 }
 
 // runInline runs an Execute on the sender's goroutine and returns what it
@@ -338,7 +369,7 @@ func (ss *session) run(ctx context.Context, s *server, c *pb.KernelCall) (err er
 		delete(s.kernels, ss)
 		s.mu.Unlock()
 		return ss.k.Shutdown(ctx), true
-	case *pb.KernelCall_Start:
+	case *pb.KernelCall_Start, *pb.KernelCall_Fork:
 		return errors.New("the kernel of this stream is already started"), false
 	default:
 		return fmt.Errorf("unknown call %T (a newer host?)", c.Call), false

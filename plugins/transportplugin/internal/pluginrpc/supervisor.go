@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -139,9 +140,14 @@ type Supervised struct {
 	stop     chan struct{} // closed by Close
 	loopDone chan struct{}
 	pumps    sync.WaitGroup // kernel message pumps
+
+	kernelIDs atomic.Uint64 // the last kernel id given (Start.kernel_id)
 }
 
-var _ core.Transport = (*Supervised)(nil)
+var (
+	_ core.Transport = (*Supervised)(nil)
+	_ core.Forker    = (*Supervised)(nil)
+)
 
 // instance is one running plugin process.
 type instance struct {
