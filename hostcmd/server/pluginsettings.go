@@ -419,6 +419,12 @@ func scanArgs(name string, args []string) (v string, ok bool) {
 		}
 		n, val, hasVal := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
 		if n != name {
+			// Another flag's value ("-config x.toml") is not where the
+			// flags end: serve takes no arguments, so a word after a flag
+			// given without "=" is that flag's value.
+			if !hasVal && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				i++
+			}
 			continue
 		}
 		if !hasVal {

@@ -129,8 +129,10 @@ func TestConfigErrors(t *testing.T) {
 }
 
 // The example config of deploy/ is valid and means what its comments say.
+// It sets the subprocess plugin's settings, which only the plugins describe,
+// so the host is pointed at the plugins as an installed kernelhost finds them.
 func TestDeployConfigLoads(t *testing.T) {
-	_, err := server.Load("kernelhost serve", []string{"-config", "../../deploy/kernelhost.toml"}, env(nil), io.Discard)
+	_, err := server.Load("kernelhost serve", []string{"-config", "../../deploy/kernelhost.toml", "-plugin-dir", pluginDir}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
