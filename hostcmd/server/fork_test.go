@@ -110,7 +110,10 @@ func testForkContext(t *testing.T, h *testHost) {
 // fork is 501 naming the sandbox, and the context runs on.
 func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	needSandbox(t)
-	h := startHost(t, viaPlugin, func(c *server.Config) { c.SetTransportSetting("sandbox", "on"); c.SetTransportSetting("python-preload", "off") })
+	h := startHost(t, viaPlugin, func(c *server.Config) {
+		c.SetTransportSetting("sandbox", "on")
+		c.SetTransportSetting("python-preload", "off")
+	})
 	src := h.createContext(`{"language":"python"}`).ID
 	h.run(map[string]any{"context_id": src, "code": "x = 41"})
 	if status, text := h.do("POST", "/contexts/"+src+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "sandbox") {
