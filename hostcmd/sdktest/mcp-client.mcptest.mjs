@@ -41,7 +41,7 @@ function suite(name, makeTransport) {
 
     test('lists the tools, with schemas and descriptions', async () => {
       const { tools } = await client.listTools()
-      assert.deepEqual(tools.map((t) => t.name).sort(), ['create_context', 'delete_context', 'list_contexts', 'restart_context', 'run_code'])
+      assert.deepEqual(tools.map((t) => t.name).sort(), ['create_context', 'delete_context', 'fork_context', 'list_contexts', 'restart_context', 'run_code'])
       const runCode = tools.find((t) => t.name === 'run_code')
       assert.deepEqual(runCode.inputSchema.required, ['code'])
       assert.ok(runCode.inputSchema.properties.env_vars && runCode.description.length > 100)
