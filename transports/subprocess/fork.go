@@ -108,12 +108,7 @@ func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out cha
 		p.removeCgroup()
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
-	go p.wait()
-	p.readers.Add(2)
-	go p.readStream(&p.streams[0])
-	go p.readStream(&p.streams[1])
-	go p.pump()
-	if err := p.awaitReady(ctx); err != nil {
+	if err := p.serve(ctx); err != nil {
 		return nil, err
 	}
 	return p, nil

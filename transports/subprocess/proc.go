@@ -154,12 +154,7 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *
 	if err := p.launch(childEnds); err != nil {
 		return nil, err
 	}
-	go p.wait()
-	p.readers.Add(2)
-	go p.readStream(&p.streams[0])
-	go p.readStream(&p.streams[1])
-	go p.pump()
-	if err := p.awaitReady(ctx); err != nil {
+	if err := p.serve(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.findSandboxed(); err != nil {
@@ -395,4 +390,16 @@ func (p *proc) closeFiles() {
 			f.Close()
 		}
 	}
+}
+
+// serve starts reaping the launched interpreter and reading its pipes, and
+// waits (bounded by ctx) for its driver's ready: the same for a started and a
+// forked interpreter.
+func (p *proc) serve(ctx context.Context) error {
+	go p.wait()
+	p.readers.Add(2)
+	go p.readStream(&p.streams[0])
+	go p.readStream(&p.streams[1])
+	go p.pump()
+	return p.awaitReady(ctx)
 }
