@@ -14,10 +14,7 @@ import (
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 )
 
-// logger is made before Serve: Serve hands the process's stderr to
-// go-plugin's stream, whose lines the host logs as plain text, and a logger
-// made later (at Configure) writes there: its JSON showed raw in the host's
-// log instead of as the plugin's own lines.
+// logger's lines reach the host's log under the plugin's name.
 var logger = transportplugin.Logger()
 
 // newTransport connects to the server c names.

@@ -52,6 +52,11 @@ func runHelper(mode string) {
 		serve(func(context.Context, Settings) (core.Transport, error) { return bashtransport.New(), nil }, ProtocolVersion+1)
 	case "configured":
 		ServeConfigured(configuredSettings, newConfiguredTransport)
+	case "late-logger":
+		ServeConfigured(configuredSettings, func(ctx context.Context, greeting string) (core.Transport, error) {
+			Logger().Warn("a warning logged after Serve", "why", "late-logger")
+			return newConfiguredTransport(ctx, greeting)
+		})
 	case "hang":
 		Serve(hangTransport{})
 	case "big":

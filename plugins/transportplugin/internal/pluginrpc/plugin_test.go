@@ -267,6 +267,65 @@ func withSettings(cfg Config, settings map[string]any) Config {
 	return cfg
 }
 
+// A plugin that makes its logger after Serve (in its newTransport, as the
+// subprocess plugin logs its sandbox warning) is logged by the host at the
+// level it logged, with its fields: not as a line of raw JSON at INFO.
+func TestLoggerMadeAfterServeKeepsItsLevel(t *testing.T) {
+	records := make(chan slog.Record, 64)
+	cfg := selfPlugin(t, "late-logger")
+	cfg.Logger = slog.New(recordHandler{records})
+	launch(t, cfg)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-records:
+			if !strings.Contains(r.Message, "a warning logged after Serve") {
+				continue
+			}
+			var why string
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == "why" {
+					why = a.Value.String()
+				}
+				return true
+			})
+			if r.Level != slog.LevelWarn || why != "late-logger" || strings.Contains(r.Message, "@level") {
+				t.Fatalf("the plugin's warning was logged as level %v, message %q, why=%q: want WARN, the message alone, why=late-logger", r.Level, r.Message, why)
+			}
+			return
+		case <-deadline:
+			t.Fatal("the plugin's warning was not logged within 10 s")
+		}
+	}
+}
+
+// recordHandler sends every record it handles to a channel (dropping them
+// when it is full).
+type recordHandler struct{ records chan<- slog.Record }
+
+func (recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h.records <- r.Clone():
+	default:
+	}
+	return nil
+}
+func (h recordHandler) WithAttrs(attrs []slog.Attr) slog.Handler { return withAttrs{h, attrs} }
+func (h recordHandler) WithGroup(string) slog.Handler            { return h }
+
+// withAttrs adds the attributes a logger was made With to each record.
+type withAttrs struct {
+	recordHandler
+	attrs []slog.Attr
+}
+
+func (h withAttrs) Handle(ctx context.Context, r slog.Record) error {
+	r = r.Clone()
+	r.AddAttrs(h.attrs...)
+	return h.recordHandler.Handle(ctx, r)
+}
+
 // The host's settings reach the transport the plugin builds, over the
 // protocol: not in the plugin's environment, which its interpreters inherit
 // and /proc shows (so a secret setting stays out of both).

@@ -26,13 +26,21 @@ func Serve(t core.Transport) {
 	serve(func(context.Context, Settings) (core.Transport, error) { return t, nil }, ProtocolVersion)
 }
 
-// Logger returns the logger a plugin should use: hclog JSON on stderr, which
-// the host parses and re-logs under the plugin's name at the same level.
+// logOutput is the plugin's stderr as the process started with it, which
+// the host's go-plugin client reads as the plugin's log. Serve points
+// os.Stderr elsewhere (go-plugin's stdio stream, which the host logs as
+// plain text lines): a logger made after Serve on os.Stderr would reach the
+// host as raw JSON at INFO, a warning included.
+var logOutput = os.Stderr
+
+// Logger returns the logger a plugin should use, made before or after Serve:
+// hclog JSON on the plugin's log output, which the host parses and re-logs
+// under the plugin's name at the same level.
 func Logger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:       "transport",
 		Level:      hclog.Debug,
-		Output:     os.Stderr,
+		Output:     logOutput,
 		JSONFormat: true,
 	})
 }
