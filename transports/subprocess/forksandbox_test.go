@@ -1,12 +1,17 @@
 package subprocess
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
@@ -119,13 +124,114 @@ print(d)`
 	}
 }
 
-// mustBeForkedFrom fails unless k's interpreter is a context forked from
-// the sandboxed template tmpl: pid 2 of its own PID namespace, whose init's
-// parent is the template.
-func mustBeForkedFrom(t *testing.T, k *Kernel, tmpl int) {
+// awaitExit waits (bounded) until process pid has ended (a zombie has).
+func awaitExit(t *testing.T, pid int, within time.Duration) {
 	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // gone already
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(within); ; {
+		left := time.Until(deadline)
+		if left <= 0 {
+			t.Fatalf("pid %d still runs after %v", pid, within)
+		}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if err == nil && n > 0 {
+			return
+		}
+	}
+}
+
+// A template replaced because a preloaded package changed (here: a
+// `pip install --user` of a newer version, which the template, running no
+// code from writable paths, never imports) leaves the contexts forked from
+// it running: it lives on, reaping, until the last of them ended, then
+// exits. The new template finds the user's version shadows what it
+// preloaded, so contexts start as they would without it and import the
+// user's.
+func TestSandboxedTemplateReplacedKeepsItsContexts(t *testing.T) {
+	needSandbox(t)
+	userBase := t.TempDir()
+	tr, dir := forkTransport(t, SandboxAuto, []string{"six"}, []string{"PYTHONUSERBASE=" + userBase}, userBase)
+	old := readyTemplate(t, tr)
+	probe := "import sys\nprint('six' in sys.modules)\nimport six\nprint(getattr(six, 'KH', 'system'))"
+	first := startIn(t, tr, "python", dir)
+	mustBeForkedFrom(t, first, old)
+	if got := stdoutOf(t, first, probe+"\nkept = 'state'"); got != "True\nsystem\n" {
+		t.Fatalf("first context: %q", got)
+	}
+	site := strings.TrimSpace(stdoutOf(t, first, "import site; print(site.getusersitepackages())"))
+	if !strings.HasPrefix(site, userBase) {
+		t.Fatalf("the user site is %s, not under PYTHONUSERBASE %s", site, userBase)
+	}
+	if err := os.MkdirAll(site, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WriteFile(t, filepath.Join(site, "six.py"), "KH = 'user'\n") // pip install --user six
+	if got := stdoutOf(t, startIn(t, tr, "python", dir), probe); got != "False\nuser\n" {
+		t.Fatalf("after the user's install: %q, want a fresh import of the user's six", got)
+	}
+	if next := readyTemplate(t, tr); next == old {
+		t.Fatalf("the stale template (pid %d) still serves", old)
+	}
+	if err := syscall0(old); err != nil {
+		t.Fatalf("the retired template ended while a context forked from it runs: %v", err)
+	}
+	if got := stdoutOf(t, first, "print(kept, getattr(six, 'KH', 'system'))"); got != "state system\n" {
+		t.Fatalf("the context forked from the retired template: %q", got)
+	}
+	if got := stdoutOf(t, startIn(t, tr, "python", dir), probe); got != "False\nuser\n" {
+		t.Fatalf("from the new template, which the user's six shadows: %q", got)
+	}
+	tt.ShutdownAndDrain(t, first)
+	awaitExit(t, old, killWait)
+}
+
+// A context forked in a sandbox is interrupted, restarted and deleted as
+// an interpreter bwrap started: SIGINT reaches its cell, a restart forks a
+// new one, and its deletion ends everything it started, a process in a
+// session of its own included, and no other context.
+func TestForkedSandboxedContextInterruptRestartDelete(t *testing.T) {
+	tr, dir := forkTransport(t, SandboxAuto, []string{"wave"}, nil)
+	tmpl := readyTemplate(t, tr)
+	k := startIn(t, tr, "python", dir)
+	neighbour := startIn(t, tr, "python", dir)
+	mustBeForkedFrom(t, k, tmpl)
+	e := tt.Send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(r tt.Received) bool { return r.Type == core.MsgStream })
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.ExecTimeout, nil)
+	if e.Reply().EName != "KeyboardInterrupt" {
+		t.Fatalf("interrupted sleep:%s", e)
+	}
 	pid := k.Pid()
-	if init := parentOf(pid); pid == tmpl || nsPid(pid) != 2 || parentOf(init) != tmpl || nsPid(init) != 1 {
-		t.Fatalf("kernel pid %d (%d in its namespace, its parent %d) is not a context forked from the template (pid %d)", pid, nsPid(pid), init, tmpl)
+	if err := k.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	awaitExit(t, pid, killWait)
+	mustBeForkedFrom(t, k, tmpl)
+	marker := strconv.Itoa(600000 + os.Getpid()%100000)
+	got := stdoutOf(t, k, "import subprocess\np = subprocess.Popen(['sleep', '"+marker+"'], start_new_session=True)\nprint(p.pid > 2)")
+	if got != "True\n" {
+		t.Fatalf("detached child: %q", got)
+	}
+	sleeper := 0
+	for _, pid := range descendants(tmpl) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); string(b) == "sleep\x00"+marker+"\x00" {
+			sleeper = pid
+		}
+	}
+	if sleeper == 0 {
+		t.Fatal("the detached sleep is not among the template's descendants")
+	}
+	tt.ShutdownAndDrain(t, k)
+	awaitExit(t, sleeper, killWait)
+	if got := stdoutOf(t, neighbour, "print(6 * 7)"); got != "42\n" {
+		t.Fatalf("the neighbour after the delete: %q", got)
 	}
 }
