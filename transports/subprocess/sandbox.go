@@ -31,6 +31,11 @@ import (
 // the interpreter goes to the init's process group: the interpreter and its
 // children get it, the init ignores it (a namespace's init gets only the
 // signals it handles) and bwrap, in a group of its own, never sees it.
+//
+// A python context forked from the fork server's template (forkserver.go)
+// is not started by bwrap: the template's sandbox has a user namespace of
+// its own, and each context forked from it makes the same walls itself
+// (forksandbox.go, drivers/forkserver.py).
 
 // Sandbox modes (Options.Sandbox.Mode, the -sandbox setting).
 const (
