@@ -47,7 +47,7 @@ func TestForkServerRunsSandboxed(t *testing.T) {
 
 // A context forked from the sandboxed template is behind the walls bwrap
 // gives an interpreter it starts (TestSandbox*): its own PID namespace and
-// /proc, its own /tmp, no capability, no_new_privs, the host's files
+// /proc, its own /tmp and /dev (/dev/shm), no capability, no_new_privs, the host's files
 // read-only, the workspace writable, nothing of the host's environment.
 func TestForkedContextHasTheSandboxWalls(t *testing.T) {
 	t.Setenv("KERNELHOST_ACCESS_TOKEN", "host-secret-28")
@@ -81,6 +81,7 @@ print(status('CapEff'), status('CapBnd'), status('NoNewPrivs'), secret)
 print(write('/usr/kh-fork-probe'), write(` + pythonLiteral(filepath.Join(filepath.Dir(exe), "kh-fork-probe")) + `), write('/proc/sys/kernel/hostname'), write('shared.txt'))
 d = tempfile.mkdtemp()
 open(os.path.join(d, 'mine'), 'w').close()
+open('/dev/shm/kh-fork-shm', 'w').close()
 print(d)`
 	lines := strings.Split(strings.TrimSpace(stdoutOf(t, a, probe)), "\n")
 	if len(lines) != 4 {
@@ -110,6 +111,9 @@ print(d)`
 	}
 	if _, err := os.Stat(tmp); err == nil {
 		t.Errorf("the forked context's temporary directory %s is on the host's /tmp", tmp)
+	}
+	if got := stdoutOf(t, b, "import os; print(os.path.exists('/dev/shm/kh-fork-shm'), os.path.exists('/dev/null'), os.listdir('/dev/pts'))"); got != "False True ['ptmx']\n" {
+		t.Errorf("another forked context's /dev/shm, /dev/null, /dev/pts: %q, want its own", got)
 	}
 	// Neither sees the other, the template or the host by pid.
 	for _, pid := range []int{b.Pid(), tmpl, os.Getpid()} {

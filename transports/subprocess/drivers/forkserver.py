@@ -230,8 +230,8 @@ def _serve_as_context(spec, template):
 #     it into the context's cgroup, unshares the mount, PID, IPC and cgroup
 #     namespaces and forks B, then exits (B is then the template's to reap:
 #     it is a child subreaper).
-#   B, pid 1 of the new PID namespace, mounts the context's own /tmp and
-#     /proc (with bwrap's read-only covers), says "b" and forks C; it drops
+#   B, pid 1 of the new PID namespace, mounts the context's own /tmp, /dev
+#     and /proc (with bwrap's read-only covers), says "b" and forks C; it drops
 #     every capability and waits: when C ends, it writes C's wait status to
 #     the status pipe and exits, which ends all that is left in the
 #     namespace (bwrap's init does the same).
@@ -306,6 +306,37 @@ def _own_tmp():
             os.close(os.open(point, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
         _mount("/proc/self/fd/%d" % fd, point, None, _MS_BIND | _MS_REC)
         os.close(fd)
+
+
+def _own_dev():
+    """A /dev of its own, as bwrap's --dev makes one: a tmpfs with the
+    template's device nodes bound in, its symlinks and directories, and a
+    devpts of its own. The template's /dev (and /dev/shm, where POSIX shared
+    memory lives) is writable, and must not be shared by its contexts."""
+    stat = _import("stat")
+    entries = []
+    for name in sorted(os.listdir("/dev")):
+        path = "/dev/" + name
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            entries.append((path, "link", os.readlink(path)))
+        elif stat.S_ISDIR(st.st_mode):
+            entries.append((path, "dir", stat.S_IMODE(st.st_mode)))
+        else:
+            entries.append((path, "node", os.open(path, os.O_PATH | os.O_CLOEXEC)))
+    _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+    for path, kind, value in entries:
+        if kind == "link":
+            os.symlink(value, path)
+        elif kind == "dir":
+            os.mkdir(path)
+            os.chmod(path, value)
+        else:
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+            _mount("/proc/self/fd/%d" % value, path, None, _MS_BIND)
+            os.close(value)
+    if os.path.isdir("/dev/pts"):
+        _mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
 
 
 def _own_proc():
@@ -389,6 +420,7 @@ def _sandboxed_child(sock, status, pipes):
     # B: pid 1.
     os.setsid()
     _own_tmp()
+    _own_dev()
     _own_proc()
     sock.send(b"b")
     c = os.fork()
