@@ -27,7 +27,7 @@ import (
 // (sandbox.args), and runs only code from read-only paths. Each context it
 // forks gives itself the walls bwrap gives an interpreter it starts: its
 // own mount, PID, IPC and cgroup namespaces, /proc and /tmp, no capability,
-// no_new_privs (drivers/forkserver.py: A, B, C). The host's part is here:
+// no_new_privs (drivers/forkserver.py: B, C). The host's part is here:
 //
 //   - The template's pipes to the host cannot be opened from inside its
 //     sandbox (no /proc/<host pid>), so the context's pipes, the pipe its
@@ -125,28 +125,24 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 	}
 	toChild = nil
 
-	// A: it says "a", is moved into its groups and told to go on.
+	// B, its namespace's init, says "b", is moved into its groups and
+	// told to go on; C, the interpreter, says "c".
 	_ = hs.SetDeadline(deadline)
-	pidA, err := hs.next('a')
+	pidB, err := hs.next('b')
 	if err == nil {
-		if err = p.enterGroups(pidA); err == nil {
+		if err = p.enterGroups(pidB); err == nil {
 			_, err = hs.Write([]byte("go"))
 		}
 	}
-	var pidB, pidC int
+	var pidC int
 	if err == nil {
-		pidB, err = hs.next('b') // B, its namespace's init
-	}
-	if err == nil {
-		pidC, err = hs.next('c') // C, the interpreter
+		pidC, err = hs.next('c')
 	}
 	if err != nil {
-		// What was started ends: its group's cgroup, B's namespace, or A
-		// (which ends by itself once the handshake socket is closed).
-		for _, pid := range []int{pidB, pidC} {
-			if pid > 0 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
+		// What was started ends with B's namespace (or by itself, once
+		// the handshake socket is closed).
+		if pidB > 0 {
+			_ = syscall.Kill(pidB, syscall.SIGKILL)
 		}
 		p.removeCgroup()
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
@@ -212,8 +208,8 @@ func errTemplateGone(err error) error {
 	return fmt.Errorf("%w: %v", errTemplateStuck, err)
 }
 
-// handshake is the host's end of the socket a forked context says "a",
-// "b" and "c" on; the kernel attaches each sender's credentials
+// handshake is the host's end of the socket a forked context says "b" and
+// "c" on; the kernel attaches each sender's credentials
 // (SO_PASSCRED), whose pid is the sender's in this process's PID namespace.
 type handshake struct{ *net.UnixConn }
 

@@ -3,8 +3,10 @@ package subprocess
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kernelhost/kernelhost/core"
 )
@@ -81,6 +83,7 @@ type forkServer struct {
 
 	mu     sync.Mutex
 	tmpl   *proc         // the ready template; nil while none is
+	ended  []*proc       // sandboxed templates told to stop, which exit once their contexts ended
 	start  chan struct{} // closed when the template's start under way ended; nil: none under way
 	closed bool
 	ctx    context.Context
@@ -160,20 +163,30 @@ func (fs *forkServer) retire(p *proc) {
 	}
 	fs.mu.Unlock()
 	if current {
-		endTemplate(p)
+		fs.end(p)
 	}
 	fs.startTemplate()
 }
 
-// endTemplate ends template p. One in a sandbox is told to stop (its
-// control socket closes) and exits once the last context forked from it
-// ended: they are in its PID namespace, which ends with it.
-func endTemplate(p *proc) {
-	if p.ctl != nil {
-		p.ctl.Close()
+// end ends template p. One in a sandbox is told to stop (its control
+// socket closes) and exits once the last context forked from it ended:
+// they are in its PID namespace, which ends with it.
+func (fs *forkServer) end(p *proc) {
+	if p.ctl == nil {
+		p.kill()
 		return
 	}
-	p.kill()
+	p.ctl.Close()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.ended = slices.DeleteFunc(fs.ended, func(e *proc) bool {
+		if !isClosed(e.pumpDone) {
+			return false
+		}
+		e.kill() // it exited: this closes its files
+		return true
+	})
+	fs.ended = append(fs.ended, p)
 }
 
 // fork makes a kernel's interpreter, in cwd, as a child of the template;
@@ -216,7 +229,9 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 	return p
 }
 
-// close kills the template and waits for a start under way.
+// close ends the template and waits for a start under way, and (bounded)
+// for sandboxed templates to exit, which they do once their contexts
+// ended (the engine shuts kernels down before it closes the transport).
 func (fs *forkServer) close() {
 	fs.mu.Lock()
 	fs.closed = true
@@ -226,7 +241,19 @@ func (fs *forkServer) close() {
 	fs.stop()
 	fs.wg.Wait()
 	if p != nil {
-		endTemplate(p)
+		fs.end(p)
+	}
+	fs.mu.Lock()
+	ended := fs.ended
+	fs.mu.Unlock()
+	timeout := time.After(killWait)
+	for _, e := range ended {
+		select {
+		case <-e.pumpDone:
+			e.kill() // it exited: this closes its files
+		case <-timeout:
+			return // a context forked from it still runs
+		}
 	}
 }
 

@@ -82,8 +82,11 @@ def _other_threads():
     return n
 
 
-def _clone_context():
-    """Clone this process as a sibling (the host's child); 0 in the child."""
+def _clone_context(flags=_CLONE_PARENT):
+    """Clone this process as a sibling (the host's child), or with other
+    clone flags (a sandboxed template's: its child, in new namespaces); 0 in
+    the child. Not os.fork, whose audit event makes the driver wait for the
+    host to read its output (_on_audit): a fork needs no such wait."""
     ctypes = _import("ctypes")
     call = _clone_syscall()
     if call is None:
@@ -100,7 +103,7 @@ def _clone_context():
         syscall.restype = ctypes.c_long
         syscall.argtypes = [ctypes.c_long] * 6
         _fork_cache["syscall"] = syscall
-    flags = _CLONE_PARENT | _CLONE_CHILD_SETTID | _SIGCHLD
+    flags |= _CLONE_CHILD_SETTID | _SIGCHLD
     args = (ctid, 0) if order == "ctid_then_tls" else (0, ctid)
     api = ctypes.pythonapi
     api.PyOS_BeforeFork()
@@ -221,20 +224,19 @@ def _serve_as_context(spec, template):
 # on the host): with them it could remount its read-only paths writable,
 # so it runs only code from read-only paths: python -s (no user site) and
 # no import path under a writable directory (KH_WRITABLE). A context is
-# made in three steps, all of them this driver's code until the context's
-# own code runs:
+# made in two processes, both of them this driver's code until the
+# context's own code runs; the pipes, a status pipe and a handshake socket
+# came with the request (SCM_RIGHTS):
 #
-#   A, the template's child, takes the pipes the host sent with the request
-#     (SCM_RIGHTS), says "a" on the handshake socket (the host reads its pid
-#     from the credentials the kernel attaches), waits while the host moves
-#     it into the context's cgroup, unshares the mount, PID, IPC and cgroup
-#     namespaces and forks B, then exits (B is then the template's to reap:
-#     it is a child subreaper).
-#   B, pid 1 of the new PID namespace, mounts the context's own /tmp, /dev
-#     and /proc (with bwrap's read-only covers), says "b" and forks C; it drops
-#     every capability and waits: when C ends, it writes C's wait status to
-#     the status pipe and exits, which ends all that is left in the
-#     namespace (bwrap's init does the same).
+#   B, the template's child, cloned into new mount, PID and IPC namespaces
+#     (pid 1 in its own), says "b" on the handshake socket (the host reads
+#     its pid from the credentials the kernel attaches) and waits while the
+#     host moves it into the context's cgroup; it unshares the cgroup
+#     namespace, mounts the context's own /tmp, /dev and /proc (with
+#     bwrap's read-only covers) and forks C; it drops every capability and
+#     waits: when C ends, it writes C's wait status to the status pipe and
+#     exits, which ends all that is left in the namespace (bwrap's init
+#     does the same). The template reaps it.
 #   C, pid 2, the interpreter: a session of its own, says "c", drops every
 #     capability (the bounding set included) and sets no_new_privs, takes
 #     the import path a cold start has (user site included) and serves.
@@ -245,7 +247,7 @@ _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWPID = 0x20000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
-_PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT = 24, 36, 38, 47
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT = 24, 38, 47
 _CTL_FD = 5  # the sandboxed template's control socket (forkserver.go)
 _SANDBOXED = _take_env("KH_FORK_SANDBOX") is not None
 _cold_path = list(sys.path)  # the import path a cold start has (the template prunes its own)
@@ -351,7 +353,7 @@ def _own_proc():
 
 
 def _reap(*_):
-    """Reap the template's ended children (contexts' namespace inits)."""
+    """Reap the template's ended children (the contexts' namespace inits)."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -372,11 +374,7 @@ def _fork_sandboxed(ctl, spec, fds):
     pid = -1
     if why is None:
         try:
-            _stop_blas_threads()
-            others = _other_threads()
-            if others:
-                raise OSError("the template runs %d threads of its own" % others)
-            pid = os.fork()
+            pid = _clone_context(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC)
         except Exception as exc:
             why = str(exc) or type(exc).__name__
     if pid == 0:
@@ -404,26 +402,18 @@ def _fork_sandboxed(ctl, spec, fds):
 
 
 def _sandboxed_child(sock, status, pipes):
-    """A, then B, then C (see above); returns in C only. The context's pipes
-    become its fds 1-4 in C: until then A and B write the template's (the
-    driver's audit hook waits for the host to read fd 1 at each fork, and
-    the host reads the context's pipes only once it is ready)."""
-    sock.send(b"a")
+    """B, then C (see above); returns in C only. The context's pipes become
+    its fds 1-4 in C: until then B writes the template's."""
+    sock.send(b"b")
     if sock.recv(16) != b"go":
         os._exit(1)  # the host gave up
-    libc = _libc()
-    _checked(libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC), "unshare")
-    libc.unshare(_CLONE_NEWCGROUP)  # where the kernel has cgroup namespaces, as bwrap's --unshare-cgroup-try
+    _libc().unshare(_CLONE_NEWCGROUP)  # where the kernel has cgroup namespaces, as bwrap's --unshare-cgroup-try
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    if os.fork():
-        os._exit(0)  # A
-    # B: pid 1.
     os.setsid()
     _own_tmp()
     _own_dev()
     _own_proc()
-    sock.send(b"b")
-    c = os.fork()
+    c = _clone_context(0)
     if c == 0:
         os.close(status)
         os.setsid()  # C's own session and group: SIGINT goes to it, not to B
@@ -493,7 +483,8 @@ def _shadowed():
 def _serve_sandboxed_forks():
     """A sandboxed template's loop: requests, each with its descriptors, on
     the control socket; its end (the host retired the template) lets the
-    template live on, reaping, until its last context ended."""
+    template live on, reaping, until its last context ended (they are in
+    its PID namespace, which ends with it)."""
     global _shadow
     socket = _import("socket")
     ctl = socket.socket(fileno=_CTL_FD)
@@ -501,7 +492,6 @@ def _serve_sandboxed_forks():
         _fork_cache["cap_last"] = int(f.read())
     writable = [w for w in (_take_env("KH_WRITABLE") or "").split(":") if w]
     sys.path[:] = [p for p in sys.path if p and not any(os.path.abspath(p) == w or os.path.abspath(p).startswith(w.rstrip("/") + "/") for w in writable)]
-    _checked(_libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
     signal.signal(signal.SIGCHLD, _reap)
     _preload([n for n in (_take_env("KH_PRELOAD") or "").split(",") if n])
     _shadow = _shadowed()
