@@ -4,11 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +17,9 @@ import (
 // (issue 28) against today's warm pool, side by side in one run, on two
 // hosts of Debian's python (numpy, pandas, matplotlib, IPython): "fork"
 // has the fork server (default preload) and the pool, "pool" the pool
-// only. Each sub-benchmark alternates the two.
+// only. Each sub-benchmark alternates the two, with interpreters
+// sandboxed (sandbox=auto, the default, where bwrap works) and not
+// (sandbox=off).
 //
 //   - ChartFromFreshContext: from POST /contexts to the chart result of a
 //     cell that imports numpy, pandas and pyplot, groups a 10,000-row
@@ -33,6 +31,17 @@ import (
 //     growth of the host's interpreters' totals.
 func BenchmarkForkServer(b *testing.B) {
 	testkit.NeedPythonModules(b, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
+	for _, mode := range []string{subprocess.SandboxAuto, subprocess.SandboxOff} {
+		b.Run("sandbox="+mode, func(b *testing.B) {
+			if mode != subprocess.SandboxOff {
+				needSandbox(b)
+			}
+			benchmarkForkServer(b, mode)
+		})
+	}
+}
+
+func benchmarkForkServer(b *testing.B, mode string) {
 	withTransport := func(preload []string) func(*server.Config) {
 		return func(c *server.Config) {
 			c.Transport = subprocess.New(subprocess.Options{
@@ -40,7 +49,7 @@ func BenchmarkForkServer(b *testing.B) {
 				PoolSizes: map[string]int{"python": 1},
 				PoolCwd:   c.DefaultCwd,
 				Preload:   preload,
-				Sandbox:   subprocess.SandboxOptions{Mode: subprocess.SandboxOff},
+				Sandbox:   subprocess.SandboxOptions{Mode: mode, Writable: []string{c.DefaultCwd}},
 			})
 		}
 	}
@@ -148,48 +157,29 @@ func awaitForkTemplate(b *testing.B, h *testHost) {
 }
 
 // memoryPerContext creates n python contexts on h that import pandas and
-// pyplot, and returns how much the PSS and RSS of this process's python
-// children (h's interpreters) grew per context, in MiB.
+// pyplot, and returns how much the PSS and RSS of h's python interpreters
+// (its contexts', pool's and fork template's) grew per context, in MiB.
 func memoryPerContext(b *testing.B, h *testHost, n int) (pss, rss float64) {
-	pss0, rss0 := childrenMemory(b)
+	pss0, rss0 := interpretersMemory(h)
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = h.createContext(`{"language":"python"}`).ID
 		postExpect(b, h, executeIn(ids[i], "import pandas, matplotlib.pyplot\nprint('ok')"), `ok`)
 	}
-	pss1, rss1 := childrenMemory(b)
+	pss1, rss1 := interpretersMemory(h)
 	for _, id := range ids {
 		h.do("DELETE", "/contexts/"+id, "")
 	}
 	return float64(pss1-pss0) / float64(n) / (1 << 20), float64(rss1-rss0) / float64(n) / (1 << 20)
 }
 
-// childrenMemory sums Pss and Rss (smaps_rollup) of this process's
-// children that run python.
-func childrenMemory(b *testing.B) (pss, rss int64) {
-	tasks, _ := filepath.Glob("/proc/self/task/*/children")
-	var pids []string
-	for _, f := range tasks {
-		data, _ := os.ReadFile(f)
-		pids = append(pids, strings.Fields(string(data))...)
-	}
-	slices.Sort(pids)
-	for _, pid := range slices.Compact(pids) {
-		exe, _ := os.Readlink("/proc/" + pid + "/exe")
-		if !strings.Contains(filepath.Base(exe), "python") {
-			continue
+// interpretersMemory sums the PSS and RSS of h's python interpreters.
+func interpretersMemory(h *testHost) (pss, rss int64) {
+	for _, st := range h.Engine.Transport().(*subprocess.Transport).MemoryStats() {
+		if st.Language == "python" {
+			pss += st.PSS
+			rss += st.RSS
 		}
-		m := subprocess.ProcessMemory(mustAtoi(b, pid))
-		pss += m.PSS
-		rss += m.RSS
 	}
 	return pss, rss
-}
-
-func mustAtoi(b *testing.B, s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return n
 }

@@ -106,16 +106,28 @@ func testForkContext(t *testing.T, h *testHost) {
 	}
 }
 
-// Through the plugin as `make run` serves it (interpreters sandboxed), a
-// fork is 501 naming the sandbox, and the context runs on.
+// Through the plugin as `make run` serves it (interpreters sandboxed, the
+// default preload), new python contexts are forked from the template (they
+// start with pandas loaded), and a fork of a live context is 501 naming
+// the sandbox, and the context runs on.
 func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	needSandbox(t)
+	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
 	h := startHost(t, viaPlugin, func(c *server.Config) {
 		c.SetTransportSetting("sandbox", "on")
-		c.SetTransportSetting("python-preload", "off")
+		c.SetTransportSetting("python", testkit.DebianPython)
 	})
+	deadline := time.Now().Add(3 * time.Minute)
+	for h.scrapeMetrics(t, nil).metric("kernelhost_interpreters", "language", "python", "role", "fork-template") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no fork template in /metrics after 3 minutes")
+		}
+		time.Sleep(50 * time.Millisecond) // the template's preload is not awaitable from here
+	}
 	src := h.createContext(`{"language":"python"}`).ID
-	h.run(map[string]any{"context_id": src, "code": "x = 41"})
+	if got := stdout(h.run(map[string]any{"context_id": src, "code": "import sys, os\nx = 41\nprint('pandas' in sys.modules, os.getpid())"})); got != "True 2\n" {
+		t.Fatalf("a new context under the sandbox: %q, want one forked from the template (pandas loaded), pid 2 in its sandbox", got)
+	}
 	if status, text := h.do("POST", "/contexts/"+src+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "sandbox") {
 		t.Fatalf("fork of a sandboxed context: %d %s, want 501 naming the sandbox", status, text)
 	}

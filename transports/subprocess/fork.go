@@ -45,7 +45,16 @@ type forkSpec struct {
 	Inodes []uint64 `json:"inodes"`
 	Mark   string   `json:"mark"` // the child's frame mark (frames.go)
 	Cwd    string   `json:"cwd,omitempty"`
+	// Seq numbers a request to a sandboxed template (forksandbox.go),
+	// whose answer names it.
+	Seq uint64 `json:"seq,omitempty"`
 }
+
+// errSandboxedLiveFork is why POST /contexts/{id}/fork answers 501 while
+// interpreters are sandboxed (docs/RATIONALE.md, "Contexts by fork").
+const errSandboxedLiveFork = "subprocess: a context cannot be copied while interpreters run sandboxed: " +
+	"the copy would have to leave its source's sandbox for walls of its own, and a sandboxed interpreter holds no privilege to make them " +
+	"(new contexts still start from the fork server's preloaded template); run the host with -sandbox=off to copy contexts"
 
 // errForkRefused wraps what the forking driver answered instead of a pid.
 var errForkRefused = errors.New("fork refused")
@@ -208,7 +217,7 @@ func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kerne
 		return nil, &core.Error{Kind: core.KindUnsupported, Msg: fmt.Sprintf("subprocess: a %s context cannot be forked: only python contexts can", k.lang.name)}
 	}
 	if t.sandbox != nil {
-		return nil, &core.Error{Kind: core.KindUnsupported, Msg: "subprocess: contexts cannot be forked while interpreters run sandboxed (a fork would share its source's sandbox)"}
+		return nil, &core.Error{Kind: core.KindUnsupported, Msg: errSandboxedLiveFork}
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -2,6 +2,7 @@ package subprocess
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,16 +16,58 @@ import (
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
-// forkTransport is a Transport with Debian's python, whose fork server
-// preloads preload and serves kernels in the directory it returns, without
-// a sandbox (the fork server is off in one); closed with the test.
-func forkTransport(t *testing.T, preload []string, env ...string) (*Transport, string) {
+// forkModes are the sandbox modes the fork server's tests run in: off,
+// and auto where bwrap works (the default: a failure, not a skip, under CI
+// where it does not).
+var forkModes = []string{SandboxOff, SandboxAuto}
+
+// forEachForkMode runs test as a subtest for each of forkModes.
+func forEachForkMode(t *testing.T, test func(t *testing.T, mode string)) {
+	for _, mode := range forkModes {
+		t.Run("sandbox="+mode, func(t *testing.T) {
+			if mode != SandboxOff {
+				needSandbox(t)
+			}
+			test(t, mode)
+		})
+	}
+}
+
+// forkTransport is a Transport with Debian's python, interpreters
+// sandboxed as mode says, whose fork server preloads preload and serves
+// kernels in the directory it returns (writable in a sandbox, as are
+// writable); closed with the test.
+func forkTransport(t *testing.T, mode string, preload []string, env []string, writable ...string) (*Transport, string) {
 	t.Helper()
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, Env: env, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, Env: env, Sandbox: SandboxOptions{Mode: mode, Writable: append([]string{dir}, writable...)}})
 	t.Cleanup(func() { _ = tr.Close() })
+	if on, why, _ := tr.Sandboxed(); on != (mode != SandboxOff) {
+		t.Fatalf("sandbox %s: sandboxed %v (%s)", mode, on, why)
+	}
 	return tr, dir
+}
+
+// mustBeForkedFrom fails unless k's interpreter was forked from template
+// tmpl: unsandboxed, a child of this process (the template's sibling);
+// sandboxed, pid 2 of its own PID namespace, whose init is the
+// template's child.
+func mustBeForkedFrom(t *testing.T, k *Kernel, tmpl int) {
+	t.Helper()
+	pid := k.Pid()
+	if pid == tmpl {
+		t.Fatalf("the kernel runs the template itself (pid %d)", pid)
+	}
+	if k.sandbox == nil {
+		if got := parentOf(pid); got != os.Getpid() {
+			t.Fatalf("the forked interpreter's parent is %d, want this process (%d)", got, os.Getpid())
+		}
+		return
+	}
+	if init := parentOf(pid); nsPid(pid) != 2 || parentOf(init) != tmpl || nsPid(init) != 1 {
+		t.Fatalf("kernel pid %d (%d in its namespace, its parent %d) is not a context forked from the template (pid %d)", pid, nsPid(pid), init, tmpl)
+	}
 }
 
 // readyTemplate waits (bounded) until the python fork server's template is
@@ -53,17 +96,16 @@ func readyTemplate(t testing.TB, tr *Transport) int {
 // modules loaded, and works as a python context: prints, results, errors,
 // interrupts, restart and shutdown.
 func TestForkServerContextIsAChildWithModulesLoaded(t *testing.T) {
-	tr, dir := forkTransport(t, DefaultPreload)
+	forEachForkMode(t, testForkServerContextIsAChildWithModulesLoaded)
+}
+
+func testForkServerContextIsAChildWithModulesLoaded(t *testing.T, mode string) {
+	tr, dir := forkTransport(t, mode, DefaultPreload, nil)
 	tmpl := readyTemplate(t, tr)
 	k := startIn(t, tr, "python", dir)
 	pid := k.Pid()
-	if pid == tmpl {
-		t.Fatalf("the kernel runs the template itself (pid %d)", pid)
-	}
-	if got := parentOf(pid); got != os.Getpid() {
-		t.Fatalf("the forked interpreter's parent is %d, want this process (%d)", got, os.Getpid())
-	}
-	if got := tt.Exec(t, k, "import sys, os\nprint('pandas' in sys.modules, os.getpid() == "+strconv.Itoa(pid)+", os.getcwd())", false).Stream("stdout"); got != "True True "+dir+"\n" {
+	mustBeForkedFrom(t, k, tmpl)
+	if got := tt.Exec(t, k, "import sys, os\nprint('pandas' in sys.modules, os.getpid() == "+strconv.Itoa(nsPidOrPid(k))+", os.getcwd())", false).Stream("stdout"); got != "True True "+dir+"\n" {
 		t.Fatalf("got %q", got)
 	}
 	if e := tt.Exec(t, k, "1/0", false); e.Reply().Status != "error" || e.Reply().EName != "ZeroDivisionError" {
@@ -92,6 +134,15 @@ func TestForkServerContextIsAChildWithModulesLoaded(t *testing.T) {
 	if got := tt.Exec(t, k, "print(1+1)", false).Stream("stdout"); got != "2\n" {
 		t.Fatalf("after restart: %q", got)
 	}
+	mustBeForkedFrom(t, k, tmpl)
+}
+
+// nsPidOrPid is k's interpreter's pid as it sees itself.
+func nsPidOrPid(k *Kernel) int {
+	if k.sandbox != nil {
+		return nsPid(k.Pid())
+	}
+	return k.Pid()
 }
 
 // syscall0 reports whether pid exists (signal 0), a zombie not counted.
@@ -110,9 +161,16 @@ func syscall0(pid int) error {
 // env var, cwd, thread, open descriptor, numpy random state or cgroup of
 // another (the warm pool's guarantees, pool.go).
 func TestForkedContextsHaveNoStateOfAnother(t *testing.T) {
-	tr, dir := forkTransport(t, DefaultPreload)
+	forEachForkMode(t, testForkedContextsHaveNoStateOfAnother)
+}
+
+func testForkedContextsHaveNoStateOfAnother(t *testing.T, mode string) {
+	tr, dir := forkTransport(t, mode, DefaultPreload, nil)
 	readyTemplate(t, tr)
-	elsewhere := t.TempDir()
+	elsewhere := filepath.Join(dir, "elsewhere") // writable in a sandbox, as a context's cwd must be
+	if err := os.Mkdir(elsewhere, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	a := startIn(t, tr, "python", dir)
 	dirty := "import os, threading, time, numpy\nkh_global = 1\nos.environ['KH_FORK_ENV'] = 'a'\nos.chdir(" + strconv.Quote(elsewhere) + ")\n" +
 		"threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\nkh_fd = os.open('/dev/null', os.O_RDONLY)\nos.set_inheritable(kh_fd, True)\nprint(kh_fd, numpy.random.random())"
@@ -142,7 +200,11 @@ func TestForkedContextsHaveNoStateOfAnother(t *testing.T) {
 // forked context gives what it gives in a fresh interpreter, and does not
 // hang for want of the template's BLAS threads.
 func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
-	tr, dir := forkTransport(t, DefaultPreload)
+	forEachForkMode(t, testForkedNumpyMatmulEqualsFresh)
+}
+
+func testForkedNumpyMatmulEqualsFresh(t *testing.T, mode string) {
+	tr, dir := forkTransport(t, mode, DefaultPreload, nil)
 	readyTemplate(t, tr)
 	code := "import numpy as np\na = np.random.default_rng(7).random((400, 400))\nprint(repr(float((a @ a @ a).sum())), repr(float(np.linalg.inv(a + 400 * np.eye(400)).sum())))"
 	forked := startIn(t, tr, "python", dir)
@@ -150,7 +212,7 @@ func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
 		t.Fatalf("the context is not a fork of the template that preloaded numpy: %q", got)
 	}
 	got := tt.Exec(t, forked, code, false)
-	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: mode}})
 	t.Cleanup(func() { _ = cold.Close() })
 	fresh := startIn(t, cold, "python", dir)
 	want := tt.Exec(t, fresh, code, false)
@@ -163,7 +225,11 @@ func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
 // context imports: the template sees its directory changed, refuses the
 // fork and is replaced.
 func TestUpgradedPackageIsSeenByTheNextContext(t *testing.T) {
-	lib := t.TempDir()
+	forEachForkMode(t, testUpgradedPackageIsSeenByTheNextContext)
+}
+
+func testUpgradedPackageIsSeenByTheNextContext(t *testing.T, mode string) {
+	lib := readOnlyLib(t, mode)
 	write := func(version string) {
 		pkg := filepath.Join(lib, "khpkg")
 		if err := os.RemoveAll(pkg); err != nil {
@@ -175,7 +241,7 @@ func TestUpgradedPackageIsSeenByTheNextContext(t *testing.T) {
 		testkit.WriteFile(t, filepath.Join(pkg, "__init__.py"), "VERSION = "+version+"\n")
 	}
 	write("1")
-	tr, dir := forkTransport(t, []string{"khpkg"}, "PYTHONPATH="+lib)
+	tr, dir := forkTransport(t, mode, []string{"khpkg"}, []string{"PYTHONPATH=" + lib})
 	tmpl := readyTemplate(t, tr)
 	probe := "import sys\nprint('khpkg' in sys.modules)\nimport khpkg\nprint(khpkg.VERSION)"
 	if got := tt.Exec(t, startIn(t, tr, "python", dir), probe, false).Stream("stdout"); got != "True\n1\n" {
@@ -193,22 +259,34 @@ func TestUpgradedPackageIsSeenByTheNextContext(t *testing.T) {
 	}
 }
 
-// With the sandbox on, there is no fork server and no fork: bwrap makes
-// each interpreter's namespaces and /tmp at its start, which a fork would
-// share.
-func TestNoForkWhenSandboxed(t *testing.T) {
-	if _, err := bwrapWorks(); err != nil {
-		testkit.Missingf(t, "bwrap cannot sandbox here: %v", err)
+// readOnlyLib is a directory for a test's python package that an
+// interpreter sandboxed as mode says sees, read-only (as the system's
+// site-packages): the sandbox's own /tmp hides the host's.
+func readOnlyLib(t *testing.T, mode string) string {
+	t.Helper()
+	if mode == SandboxOff {
+		return t.TempDir()
 	}
-	tr := New(Options{Python: testkit.DebianPython, Preload: DefaultPreload, Sandbox: SandboxOptions{Mode: SandboxOn}})
+	lib, err := os.MkdirTemp("/var/tmp", "kh-fork-lib-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(lib) })
+	return lib
+}
+
+// With the sandbox on, a live context cannot be copied (its copy would
+// have to leave its source's sandbox, which holds no privilege to make
+// walls for it): ForkKernel says so, naming the sandbox.
+func TestNoLiveForkWhenSandboxed(t *testing.T) {
+	needSandbox(t)
+	tr := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOn}})
 	t.Cleanup(func() { _ = tr.Close() })
-	if tr.forks["python"] != nil {
-		t.Fatal("a fork server runs beside the sandbox")
-	}
 	k := startIn(t, tr, "python", t.TempDir())
 	_, err := tr.ForkKernel(context.Background(), k)
-	if err == nil || !strings.Contains(err.Error(), "sandbox") {
-		t.Fatalf("ForkKernel of a sandboxed context: %v, want an error that names the sandbox", err)
+	var ce *core.Error
+	if !errors.As(err, &ce) || ce.Kind != core.KindUnsupported || !strings.Contains(err.Error(), "sandboxed") {
+		t.Fatalf("ForkKernel of a sandboxed context: %v, want an unsupported error that names the sandbox", err)
 	}
 }
 
@@ -218,7 +296,7 @@ func TestNoForkWhenSandboxed(t *testing.T) {
 // other), and the source runs on. A busy source and a bash context are
 // refused with errors that say why.
 func TestForkKernelCopiesALiveContext(t *testing.T) {
-	tr, dir := forkTransport(t, nil)
+	tr, dir := forkTransport(t, SandboxOff, nil, nil)
 	sub := filepath.Join(dir, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
@@ -274,15 +352,17 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 // everything testkit.CwdProbes prints is what a cold-started kernel of the
 // same interpreter prints.
 func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
-	tr, _ := forkTransport(t, []string{"json"})
-	tmpl := readyTemplate(t, tr)
+	forEachForkMode(t, testForkedKernelInAnotherCwdIsAsIfStartedThere)
+}
+
+func testForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T, mode string) {
 	other := t.TempDir()
+	tr, _ := forkTransport(t, mode, []string{"json"}, nil, other)
+	tmpl := readyTemplate(t, tr)
 	testkit.CwdFixture(t, other)
 	k := startIn(t, tr, "python", other)
-	if parentOf(k.Pid()) != os.Getpid() || k.Pid() == tmpl {
-		t.Fatalf("the kernel (pid %d) is not a fork of the template (pid %d)", k.Pid(), tmpl)
-	}
-	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	mustBeForkedFrom(t, k, tmpl)
+	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: mode, Writable: []string{other}}})
 	defer cold.Close()
 	c := startIn(t, cold, "python", other)
 	if err := os.WriteFile(filepath.Join(other, "khlate.py"), []byte("V = 'late'\n"), 0o644); err != nil {
@@ -305,8 +385,12 @@ func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
 // its memory limit it is killed with the error naming the limit, and its
 // neighbour, forked from the same template, keeps its state.
 func TestForkedContextHasItsLimits(t *testing.T) {
+	forEachForkMode(t, testForkedContextHasItsLimits)
+}
+
+func testForkedContextHasItsLimits(t *testing.T, mode string) {
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"wave"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: mode, Writable: []string{dir}}})
 	if err := tr.Limited(); err != nil {
 		tr.Close()
 		testkit.Missingf(t, "no cgroup controller for the limits here: %v", err)
@@ -329,7 +413,7 @@ func TestForkedContextHasItsLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	runStdout(t, ctx, e, neighbour.ID, "keep = 42")
-	if got := runStdout(t, ctx, e, hog.ID, "import os, sys\nprint(os.getppid() == "+strconv.Itoa(os.Getpid())+", 'json' in sys.modules)"); got != "True True\n" {
+	if got := runStdout(t, ctx, e, hog.ID, "import sys\nprint('wave' in sys.modules)"); got != "True\n" {
 		t.Fatalf("the context is not a fork of the template: %q", got)
 	}
 	var errs []engine.Output

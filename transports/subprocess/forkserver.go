@@ -3,8 +3,10 @@ package subprocess
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kernelhost/kernelhost/core"
 )
@@ -35,9 +37,13 @@ import (
 //     background from the transport's start), and whenever a fork fails,
 //     kernels start as they would without it.
 //
-// Off when interpreters are sandboxed: bwrap makes each interpreter's PID,
-// IPC and mount namespaces and /tmp at its start, and a child of the
-// template would share the template's (see docs/RATIONALE.md).
+// When interpreters are sandboxed, the template runs in a sandbox of its
+// own and each context it forks makes its own walls (forksandbox.go): the
+// template runs only code from read-only paths (it holds capabilities in
+// its user namespace), a context forks from it only in a cwd a pooled
+// interpreter could be moved to (sandbox.reaches), and a retired template
+// lives on until the last context forked from it ended, since they are
+// nested in its PID namespace.
 
 // DefaultPreload is what the python fork server preloads by default (those
 // installed): the data stack an analysis context imports first.
@@ -77,6 +83,7 @@ type forkServer struct {
 
 	mu     sync.Mutex
 	tmpl   *proc         // the ready template; nil while none is
+	ended  []*proc       // sandboxed templates told to stop, which exit once their contexts ended
 	start  chan struct{} // closed when the template's start under way ended; nil: none under way
 	closed bool
 	ctx    context.Context
@@ -146,7 +153,7 @@ func (fs *forkServer) template() *proc {
 	return p
 }
 
-// retire kills template p, if it is still the current one, and starts
+// retire ends template p, if it is still the current one, and starts
 // another.
 func (fs *forkServer) retire(p *proc) {
 	fs.mu.Lock()
@@ -156,9 +163,30 @@ func (fs *forkServer) retire(p *proc) {
 	}
 	fs.mu.Unlock()
 	if current {
-		p.kill()
+		fs.end(p)
 	}
 	fs.startTemplate()
+}
+
+// end ends template p. One in a sandbox is told to stop (its control
+// socket closes) and exits once the last context forked from it ended:
+// they are in its PID namespace, which ends with it.
+func (fs *forkServer) end(p *proc) {
+	if p.ctl == nil {
+		p.kill()
+		return
+	}
+	p.ctl.Close()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.ended = slices.DeleteFunc(fs.ended, func(e *proc) bool {
+		if !isClosed(e.pumpDone) {
+			return false
+		}
+		e.kill() // it exited: this closes its files
+		return true
+	})
+	fs.ended = append(fs.ended, p)
 }
 
 // fork makes a kernel's interpreter, in cwd, as a child of the template;
@@ -175,15 +203,25 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 			return nil // the host's own directory and PWD: see pool.moveTo
 		}
 	}
+	if !spec.sandbox.reaches(fs.cwd, cwd) {
+		return nil // as for the pool: the template's sandbox shows the directory read-only
+	}
 	tmpl := fs.template()
 	if tmpl == nil {
 		return nil
 	}
-	fs.forkMu.Lock()
-	p, err := forkProc(ctx, tmpl, spec, dir, out)
-	fs.forkMu.Unlock()
+	var p *proc
+	var err error
+	if tmpl.ctl != nil {
+		p, err = forkSandboxed(ctx, tmpl, &fs.forkMu, spec, dir, out)
+	} else {
+		fs.forkMu.Lock()
+		p, err = forkProc(ctx, tmpl, spec, dir, out)
+		fs.forkMu.Unlock()
+	}
 	if err != nil {
-		if errors.Is(err, errForkRefused) || tmpl.isGone() {
+		shadowed := strings.Contains(err.Error(), errForkRefused.Error()+": shadowed")
+		if (errors.Is(err, errForkRefused) && !shadowed) || errors.Is(err, errTemplateStuck) || tmpl.isGone() {
 			fs.retire(tmpl)
 		}
 		return nil
@@ -191,7 +229,9 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 	return p
 }
 
-// close kills the template and waits for a start under way.
+// close ends the template and waits for a start under way, and (bounded)
+// for sandboxed templates to exit, which they do once their contexts
+// ended (the engine shuts kernels down before it closes the transport).
 func (fs *forkServer) close() {
 	fs.mu.Lock()
 	fs.closed = true
@@ -201,7 +241,19 @@ func (fs *forkServer) close() {
 	fs.stop()
 	fs.wg.Wait()
 	if p != nil {
-		p.kill()
+		fs.end(p)
+	}
+	fs.mu.Lock()
+	ended := fs.ended
+	fs.mu.Unlock()
+	timeout := time.After(killWait)
+	for _, e := range ended {
+		select {
+		case <-e.pumpDone:
+			e.kill() // it exited: this closes its files
+		case <-timeout:
+			return // a context forked from it still runs
+		}
 	}
 }
 
@@ -217,16 +269,22 @@ func (fs *forkServer) rss() (ready bool, bytes int64) {
 	return true, rssBytes(pid)
 }
 
-// startForkServer starts python's fork server when preload names modules
-// and interpreters are not sandboxed.
+// startForkServer starts python's fork server when preload names modules.
 func (t *Transport) startForkServer(preload []string, cwd string) {
 	t.forks = map[string]*forkServer{}
-	if _, ok := t.langs["python"]; !ok || len(preload) == 0 || t.sandbox != nil {
+	if _, ok := t.langs["python"]; !ok || len(preload) == 0 {
 		return
 	}
 	t.forks["python"] = newForkServer("python", cwd, func() (procSpec, error) {
 		spec, err := t.spec("python", cwd)
+		spec.forkTemplate = true
 		spec.env = append(spec.env, templateEnv(preload)...)
+		if sb := spec.sandbox; sb != nil {
+			// It holds capabilities in its user namespace: no code from a
+			// path a context can write runs in it (forkserver.py).
+			spec.args = append([]string{"-s"}, spec.args...)
+			spec.env = append(spec.env, "KH_FORK_SANDBOX=1", "KH_WRITABLE="+strings.Join(append(existingDirs([]string{cwd}), sb.writable...), ":"))
+		}
 		return spec, err
 	})
 }

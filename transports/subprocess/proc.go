@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +40,17 @@ type proc struct {
 	// req is the request it runs.
 	req running
 	cmd *exec.Cmd
+	// ctl is a sandboxed fork template's control socket (fd 5 in it):
+	// fork requests and the descriptors of the new context go there, with
+	// SCM_RIGHTS (fork.go); nil for other interpreters.
+	ctl *net.UnixConn
+	// status is, for a context forked in a sandbox, the read end of the
+	// pipe its namespace's init writes the interpreter's wait status to
+	// before it exits (the interpreter is not this process's child, so
+	// cmd.Wait cannot say); exitStatus is what it wrote, set before
+	// waitDone closes. nil for other interpreters.
+	status     *os.File
+	exitStatus *syscall.WaitStatus
 	// idsMu guards pid, pgid and nsInit: in a sandbox they are set once the
 	// driver is ready, while the readers (and driverGone) already run. Read
 	// them through ids().
@@ -132,6 +144,9 @@ type procSpec struct {
 	// maxMessage caps one message line and one batch's output (msgLines).
 	maxMessage int
 	limits     *limiter // nil: no limits (limits.go)
+	// forkTemplate marks a fork template's spec (forkserver.go): in a
+	// sandbox, its bwrap and control socket are a template's.
+	forkTemplate bool
 }
 
 // startProc starts an interpreter for spec and waits (bounded by ctx) until
@@ -240,6 +255,14 @@ func (p *proc) launch(child []*os.File) (err error) {
 		cmd.Env = append(cmd.Env, "PWD="+pwd)
 	}
 	cmd.ExtraFiles = []*os.File{child[0], child[1]} // fd 3, fd 4
+	if s.forkTemplate && s.sandbox != nil {
+		ctlChild, err := p.openControl()
+		if err != nil {
+			return fmt.Errorf("start %s fork template: %w", s.lang.name, err)
+		}
+		defer ctlChild.Close()                            // the child has its own once started
+		cmd.ExtraFiles = append(cmd.ExtraFiles, ctlChild) // fd 5
+	}
 	cmd.Stdout, cmd.Stderr = child[2], child[3]
 	if s.lang.drv.channel() == fd1Frames {
 		fr, env, err := newFrameReader()
@@ -251,7 +274,7 @@ func (p *proc) launch(child []*os.File) (err error) {
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if s.sandbox != nil {
-		s.sandbox.wrap(cmd, s.cwd)
+		s.sandbox.wrap(cmd, s.cwd, s.forkTemplate)
 	}
 	if s.cgroups {
 		if p.cg, err = newCgroup(); err != nil {
@@ -334,7 +357,11 @@ func (p *proc) ids() (pid, pgid, nsInit int) {
 var aLongTimeAgo = time.Unix(1, 0)
 
 func (p *proc) wait() {
-	_ = p.cmd.Wait()
+	if p.status != nil {
+		p.readExitStatus()
+	} else {
+		_ = p.cmd.Wait()
+	}
 	// Wake the pump: a driver whose fd 4 is still held open elsewhere (a
 	// child of bash) has exited all the same.
 	p.exited.Store(true)
@@ -389,6 +416,9 @@ func (p *proc) closeFiles() {
 		if f != nil {
 			f.Close()
 		}
+	}
+	if p.ctl != nil {
+		p.ctl.Close()
 	}
 }
 

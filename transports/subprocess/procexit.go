@@ -121,9 +121,18 @@ func (p *proc) howItDied() string {
 	default:
 		return what + " stopped answering" // not reaped within exitWait + killWait
 	}
-	st := p.cmd.ProcessState
 	pid, _, _ := p.ids()
 	what = fmt.Sprintf("%s (pid %d)", what, pid)
+	if p.status != nil { // forked in a sandbox: its namespace's init said how it ended
+		if p.exitStatus == nil {
+			return what + " was killed with its sandbox"
+		}
+		if ws := *p.exitStatus; ws.Signaled() {
+			return fmt.Sprintf("%s was killed by signal %d (%s)", what, int(ws.Signal()), ws.Signal())
+		}
+		return fmt.Sprintf("%s exited with status %d", what, p.exitStatus.ExitStatus())
+	}
+	st := p.cmd.ProcessState
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return fmt.Sprintf("%s was killed by signal %d (%s)", what, int(ws.Signal()), ws.Signal())
 	}
@@ -139,7 +148,9 @@ func startFailure(p *proc, cause error) error {
 	msg := "the interpreter exited before it was ready"
 	select {
 	case <-p.waitDone:
-		msg += " (" + p.cmd.ProcessState.String() + ")"
+		if p.cmd != nil && p.cmd.ProcessState != nil {
+			msg += " (" + p.cmd.ProcessState.String() + ")"
+		}
 	default:
 	}
 	if p.startErr.Len() > 0 {

@@ -31,6 +31,11 @@ import (
 // the interpreter goes to the init's process group: the interpreter and its
 // children get it, the init ignores it (a namespace's init gets only the
 // signals it handles) and bwrap, in a group of its own, never sees it.
+//
+// A python context forked from the fork server's template (forkserver.go)
+// is not started by bwrap: the template's sandbox has a user namespace of
+// its own, and each context forked from it makes the same walls itself
+// (forksandbox.go, drivers/forkserver.py).
 
 // Sandbox modes (Options.Sandbox.Mode, the -sandbox setting).
 const (
@@ -139,7 +144,7 @@ func probeBwrap() (string, error) {
 	if err != nil {
 		return "", errors.New("bwrap is not installed (Debian: apt-get install bubblewrap)")
 	}
-	cmd := exec.Command(path, (&sandbox{bwrap: path}).args("/")...)
+	cmd := exec.Command(path, (&sandbox{bwrap: path}).args("/", false)...)
 	cmd.Args = append(cmd.Args, "true")
 	cmd.Dir = "/"
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -175,7 +180,7 @@ func existingDirs(paths []string) []string {
 // Mounts are made in order, later ones over earlier ones: the host's
 // files read-only, then a fresh /dev, /proc and /tmp, then the writable
 // paths (parents before children), then the read-only ones under them.
-func (sb *sandbox) args(cwd string) []string {
+func (sb *sandbox) args(cwd string, template bool) []string {
 	args := []string{
 		"--ro-bind", "/", "/",
 		"--dev", "/dev",
@@ -184,6 +189,16 @@ func (sb *sandbox) args(cwd string) []string {
 		"--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try",
 		"--new-session", "--die-with-parent",
 		"--cap-drop", "ALL",
+	}
+	if template {
+		// A fork template (forkserver.go) gives each context namespaces,
+		// a /proc and a /tmp of its own, for which it needs CAP_SYS_ADMIN
+		// (and CAP_SETPCAP, for the context to drop its bounding set): in
+		// a user namespace of its own, so they are nothing on the host.
+		// Its uid and gid there are the host's, as an interpreter's are.
+		args = append(args, "--unshare-user",
+			"--uid", strconv.Itoa(os.Getuid()), "--gid", strconv.Itoa(os.Getgid()),
+			"--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP")
 	}
 	writable := sb.writable
 	if cwd != "" {
@@ -238,9 +253,9 @@ func underAny(path string, dirs []string) bool {
 }
 
 // wrap makes cmd run in a sandbox: bwrap with the command after its
-// arguments.
-func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string) {
-	args := append([]string{sb.bwrap}, sb.args(cwd)...)
+// arguments; a fork template's (template) when it is one.
+func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool) {
+	args := append([]string{sb.bwrap}, sb.args(cwd, template)...)
 	writable := append(existingDirs([]string{cwd}), sb.writable...)
 	if dir := filepath.Dir(cmd.Path); underAny(dir, []string{"/tmp"}) && !underAny(dir, writable) {
 		// An interpreter under /tmp (a test's, a venv made there) is
@@ -340,7 +355,9 @@ func (p *proc) findSandboxed() error {
 // every process left in the sandbox's PID namespace. Before findSandboxed,
 // bwrap's end takes the init with it (--die-with-parent).
 func (p *proc) killSandbox() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	if p.cmd.Process != nil { // not a context forked in a sandbox, whose init is nsInit
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
 	if _, _, nsInit := p.ids(); nsInit > 0 && !p.exited.Load() {
 		_ = syscall.Kill(nsInit, syscall.SIGKILL)
 	}

@@ -49,9 +49,6 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 		t.Close()
 		return nil, err
 	}
-	if on && len(subprocess.ParsePreload(s.Preload)) > 0 {
-		transportplugin.Logger().Info("python contexts start from the warm pool, not by fork: the fork server (-python-preload) is off while interpreters are sandboxed")
-	}
 	if !on && s.Sandbox != subprocess.SandboxOff {
 		transportplugin.Logger().Warn("INTERPRETERS ARE NOT SANDBOXED: every context can reach every other context's interpreter and the host's environment (-sandbox=on refuses to start without a sandbox)", "why", why)
 	}

@@ -49,7 +49,7 @@ var settings = []transportplugin.Setting[options]{
 		func(o *options) *string { return &o.Pool }),
 	// The resolved default cwd, where the warm pools' interpreters start.
 	transportplugin.HostSetting("default-cwd", func(o *options) *string { return &o.DefaultCwd }),
-	transportplugin.StringSetting("python-preload", "auto", "subprocess transport: python contexts are forked from a template interpreter that imported these modules (names separated by commas), so a new context starts with them loaded and shares their memory; auto: those of numpy, pandas, matplotlib.pyplot (its inline backend) and IPython that are installed; off: no template. Off while interpreters are sandboxed",
+	transportplugin.StringSetting("python-preload", "auto", "subprocess transport: python contexts are forked from a template interpreter that imported these modules (names separated by commas), so a new context starts with them loaded and shares their memory; auto: those of numpy, pandas, matplotlib.pyplot (its inline backend) and IPython that are installed; off: no template. While interpreters are sandboxed the template runs in a sandbox of its own and imports nothing from paths a context can write: a preloaded module also in the user site (pip install --user) keeps contexts from being forked until it is gone",
 		func(o *options) *string { return &o.Preload }),
 	transportplugin.IntSetting("max-message-bytes", subprocess.DefaultMaxMessageBytes, "subprocess transport: largest message an interpreter may send (one output write, one result or display, one batch of them); past it the output is cut, with a notice in the stream saying how much was dropped, and the execution goes on with its state",
 		func(o *options) *int { return &o.MaxMessageBytes }).Between(4<<10, maxMessageCap),

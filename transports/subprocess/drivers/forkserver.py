@@ -82,8 +82,11 @@ def _other_threads():
     return n
 
 
-def _clone_context():
-    """Clone this process as a sibling (the host's child); 0 in the child."""
+def _clone_context(flags=_CLONE_PARENT):
+    """Clone this process as a sibling (the host's child), or with other
+    clone flags (a sandboxed template's: its child, in new namespaces); 0 in
+    the child. Not os.fork, whose audit event makes the driver wait for the
+    host to read its output (_on_audit): a fork needs no such wait."""
     ctypes = _import("ctypes")
     call = _clone_syscall()
     if call is None:
@@ -100,7 +103,7 @@ def _clone_context():
         syscall.restype = ctypes.c_long
         syscall.argtypes = [ctypes.c_long] * 6
         _fork_cache["syscall"] = syscall
-    flags = _CLONE_PARENT | _CLONE_CHILD_SETTID | _SIGCHLD
+    flags |= _CLONE_CHILD_SETTID | _SIGCHLD
     args = (ctid, 0) if order == "ctid_then_tls" else (0, ctid)
     api = ctypes.pythonapi
     api.PyOS_BeforeFork()
@@ -153,26 +156,45 @@ def _fork_context(spec, template):
 
 
 def _become_context(spec, template):
-    global _FRAME_MARK, _hold_err, _sigint_r, _sigint_w, _main_thread
-    libc = _fork_cache.get("libc") or _import("ctypes").CDLL(None)
-    _fork_cache["libc"] = libc
+    libc = _libc()
     host = spec["host"]
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != host:
         os._exit(1)  # the host died meanwhile
     os.setpgid(0, 0)  # its own group, which SIGINT and the kill go to
     # The pipes, in the order of proc.go's childFiles: 3, 4, 1, 2.
-    targets = (REQ_FD, MSG_FD, 1, 2)
     modes = (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY, os.O_WRONLY)
-    if len(spec["fds"]) != len(targets):
+    if len(spec["fds"]) != len(_PIPE_TARGETS):
         os._exit(1)
     try:
         opened = [_open_host_fd(host, fd, inode, mode) for fd, inode, mode in zip(spec["fds"], spec["inodes"], modes)]
     except OSError:
         os._exit(1)
-    for fd, target in zip(opened, targets):
+    _take_pipes(opened)
+    _serve_as_context(spec, template)
+
+
+# The pipes, in the order of proc.go's childFiles: 3, 4, 1, 2.
+_PIPE_TARGETS = (REQ_FD, MSG_FD, 1, 2)
+
+
+def _take_pipes(fds):
+    for fd, target in zip(fds, _PIPE_TARGETS):
         os.dup2(fd, target, inheritable=target < 3)
         os.close(fd)
+
+
+def _libc():
+    libc = _fork_cache.get("libc")
+    if libc is None:
+        libc = _fork_cache["libc"] = _import("ctypes").CDLL(None, use_errno=True)
+    return libc
+
+
+def _serve_as_context(spec, template):
+    """The child's own state (its output, frame mark, SIGINT pipe, cwd, numpy
+    draws), then serve requests as any driver."""
+    global _FRAME_MARK, _hold_err, _sigint_r, _sigint_w, _main_thread
     _hold_err = True
     try:
         _stdout.reconfigure(line_buffering=False)  # undo _after_fork_in_child: the output thread flushes again
@@ -194,6 +216,310 @@ def _become_context(spec, template):
     if template and "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()  # else every context draws the template's numbers
     _main()
+
+
+# Forks of a sandboxed template (forkserver.go; docs/RATIONALE.md, "Contexts
+# by fork"). The template runs in a bwrap sandbox of its own with a user
+# namespace of its own, where it holds CAP_SYS_ADMIN and CAP_SETPCAP (none
+# on the host): with them it could remount its read-only paths writable,
+# so it runs only code from read-only paths: python -s (no user site) and
+# no import path under a writable directory (KH_WRITABLE). A context is
+# made in two processes, both of them this driver's code until the
+# context's own code runs; the pipes, a status pipe and a handshake socket
+# came with the request (SCM_RIGHTS):
+#
+#   B, the template's child, cloned into new mount, PID and IPC namespaces
+#     (pid 1 in its own), says "b" on the handshake socket (the host reads
+#     its pid from the credentials the kernel attaches) and waits while the
+#     host moves it into the context's cgroup; it unshares the cgroup
+#     namespace, mounts the context's own /tmp, /dev and /proc (with
+#     bwrap's read-only covers) and forks C; it drops every capability and
+#     waits: when C ends, it writes C's wait status to the status pipe and
+#     exits, which ends all that is left in the namespace (bwrap's init
+#     does the same). The template reaps it.
+#   C, pid 2, the interpreter: a session of its own, says "c", drops every
+#     capability (the bounding set included) and sets no_new_privs, takes
+#     the import path a cold start has (user site included) and serves.
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWCGROUP = 0x02000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWPID = 0x20000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT = 24, 38, 47
+_CTL_FD = 5  # the sandboxed template's control socket (forkserver.go)
+_SANDBOXED = _take_env("KH_FORK_SANDBOX") is not None
+_cold_path = list(sys.path)  # the import path a cold start has (the template prunes its own)
+_shadow = None  # why the template cannot serve: a module it loaded is shadowed where it cannot look
+
+
+def _checked(ret, what):
+    if ret != 0:
+        err = _import("ctypes").get_errno()
+        raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+
+def _mount(src, target, fstype, flags, data=None):
+    ctypes = _import("ctypes")
+    enc = lambda v: None if v is None else v.encode()
+    ret = _libc().mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
+    _checked(ret, "mount %s on %s" % (fstype or src, target))
+
+
+def _drop_caps():
+    """No capability left, none to gain by exec: bounding and ambient sets
+    cleared, then the others; no_new_privs."""
+    ctypes = _import("ctypes")
+    libc = _libc()
+    for cap in range(_fork_cache["cap_last"] + 1):
+        _checked(libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "drop capability %d" % cap)
+    _checked(libc.prctl(_PR_CAP_AMBIENT, 4, 0, 0, 0), "clear ambient capabilities")  # PR_CAP_AMBIENT_CLEAR_ALL
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    data = (ctypes.c_uint32 * 6)()  # two of {effective, permitted, inheritable}, all 0
+    _checked(libc.capset(ctypes.byref(Header(0x20080522, 0)), data), "capset")  # _LINUX_CAPABILITY_VERSION_3
+    _checked(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def _unescape_mount_point(s):
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
+
+
+def _own_tmp():
+    """A tmpfs on /tmp, as bwrap's --tmpfs; the paths bwrap bound under the
+    template's /tmp (a workspace there, the interpreter's directory) are
+    bound again over it, read-only as they were or writable."""
+    with open("/proc/self/mountinfo") as f:
+        points = sorted({_unescape_mount_point(line.split()[4]) for line in f})
+    keep = []
+    for point in points:
+        if point.startswith("/tmp/") and not any(point.startswith(k + "/") for k in keep):
+            keep.append(point)
+    held = [(point, os.open(point, os.O_PATH | os.O_CLOEXEC)) for point in keep]
+    _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+    for point, fd in held:
+        if os.path.isdir("/proc/self/fd/%d" % fd):
+            os.makedirs(point, 0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(point), 0o755, exist_ok=True)
+            os.close(os.open(point, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+        _mount("/proc/self/fd/%d" % fd, point, None, _MS_BIND | _MS_REC)
+        os.close(fd)
+
+
+def _own_dev():
+    """A /dev of its own, as bwrap's --dev makes one: a tmpfs with the
+    template's device nodes bound in, its symlinks and directories, and a
+    devpts of its own. The template's /dev (and /dev/shm, where POSIX shared
+    memory lives) is writable, and must not be shared by its contexts."""
+    stat = _import("stat")
+    entries = []
+    for name in sorted(os.listdir("/dev")):
+        path = "/dev/" + name
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            entries.append((path, "link", os.readlink(path)))
+        elif stat.S_ISDIR(st.st_mode):
+            entries.append((path, "dir", stat.S_IMODE(st.st_mode)))
+        else:
+            entries.append((path, "node", os.open(path, os.O_PATH | os.O_CLOEXEC)))
+    _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+    for path, kind, value in entries:
+        if kind == "link":
+            os.symlink(value, path)
+        elif kind == "dir":
+            os.mkdir(path)
+            os.chmod(path, value)
+        else:
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+            _mount("/proc/self/fd/%d" % value, path, None, _MS_BIND)
+            os.close(value)
+    if os.path.isdir("/dev/pts"):
+        _mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+
+
+def _own_proc():
+    """A /proc of the new PID namespace, its system-wide files covered
+    read-only as bwrap covers them (a root context must not write sysctls)."""
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    for sub in ("sys", "sysrq-trigger", "irq", "bus"):
+        path = "/proc/" + sub
+        if os.path.lexists(path):
+            _mount(path, path, None, _MS_BIND | _MS_REC)
+            _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+
+def _reap(*_):
+    """Reap the template's ended children (the contexts' namespace inits)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _fork_sandboxed(ctl, spec, fds):
+    """Serve a sandboxed template's fork request: answer "<seq> ok" or
+    "<seq> error <why>" on the control socket; the child never returns here."""
+    socket = _import("socket")
+    _reap()
+    why = _stale() or _shadow
+    if why is None and len(fds) != 6:
+        why = "want 6 descriptors, got %d" % len(fds)
+    pid = -1
+    if why is None:
+        try:
+            pid = _clone_context(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC)
+        except Exception as exc:
+            why = str(exc) or type(exc).__name__
+    if pid == 0:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        ctl.close()
+        *pipes, status, sock_fd = fds
+        sock = socket.socket(fileno=sock_fd)
+        try:
+            _sandboxed_child(sock, status, pipes)
+        except BaseException as exc:
+            try:
+                sock.send(("error %s" % exc).encode()[:4000])
+            except OSError:
+                pass
+            os._exit(1)
+        # C, the context, once it served: the interpreter exits as a driver does.
+        _serve_as_context(spec, True)
+        raise SystemExit(0)
+    for fd in fds:
+        os.close(fd)
+    try:
+        ctl.send(("%d %s" % (spec.get("seq", 0), "ok" if why is None else "error " + why)).encode())
+    except OSError:
+        pass
+
+
+def _sandboxed_child(sock, status, pipes):
+    """B, then C (see above); returns in C only. The context's pipes become
+    its fds 1-4 in C: until then B writes the template's."""
+    sock.send(b"b")
+    if sock.recv(16) != b"go":
+        os._exit(1)  # the host gave up
+    _libc().unshare(_CLONE_NEWCGROUP)  # where the kernel has cgroup namespaces, as bwrap's --unshare-cgroup-try
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    os.setsid()
+    _own_tmp()
+    _own_dev()
+    _own_proc()
+    c = _clone_context(0)
+    if c == 0:
+        os.close(status)
+        os.setsid()  # C's own session and group: SIGINT goes to it, not to B
+        _take_pipes(pipes)
+        sock.send(b"c")
+        sock.close()
+        _drop_caps()
+        _restore_cold_path()
+        return
+    sock.close()
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, status)
+    os.closerange(status + 1, 1 << 20)
+    _drop_caps()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            pid, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == c:
+            os.write(status, b"%d\n" % st)
+            os._exit(0)
+
+
+def _restore_cold_path():
+    """The import path of a cold start: the template's pruned entries back,
+    and the user site where site.py puts it, its .pth files processed and
+    usercustomize imported (after the driver, not before it)."""
+    sys.path[:] = _cold_path
+    site = _import("site")
+    site.ENABLE_USER_SITE = True
+    user = site.getusersitepackages()
+    if os.path.isdir(user) and user not in sys.path:
+        system = set(site.getsitepackages())
+        at = next((i for i, p in enumerate(sys.path) if p in system), len(sys.path))
+        sys.path.insert(at, user)
+        site.addsitedir(user)
+        try:
+            import usercustomize  # noqa: F401
+        except ImportError:
+            pass
+        except Exception:
+            pass  # a cold start prints it; the context starts all the same
+    _import("importlib").invalidate_caches()
+
+
+def _shadowed():
+    """Why a context would not import what the template preloaded: a module
+    it loaded is also in the user site or another writable entry of the
+    import path, which the template does not search."""
+    names = {n.partition(".")[0] for n in sys.modules}
+    site = _import("site")
+    for d in [p for p in _cold_path if p not in ("", ".") and p not in sys.path] + [site.getusersitepackages()]:
+        try:
+            entries = os.listdir(d)
+        except OSError:
+            continue
+        for e in entries:
+            if e.partition(".")[0] in names and (e.partition(".")[0] == e or e.endswith((".py", ".so"))):
+                return "shadowed: %s in %s is what a new context imports, not the template's" % (e, d)
+    return None
+
+
+def _serve_sandboxed_forks():
+    """A sandboxed template's loop: requests, each with its descriptors, on
+    the control socket; its end (the host retired the template) lets the
+    template live on, reaping, until its last context ended (they are in
+    its PID namespace, which ends with it)."""
+    global _shadow
+    socket = _import("socket")
+    ctl = socket.socket(fileno=_CTL_FD)
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        _fork_cache["cap_last"] = int(f.read())
+    writable = [w for w in (_take_env("KH_WRITABLE") or "").split(":") if w]
+    sys.path[:] = [p for p in sys.path if p and not any(os.path.abspath(p) == w or os.path.abspath(p).startswith(w.rstrip("/") + "/") for w in writable)]
+    signal.signal(signal.SIGCHLD, _reap)
+    _preload([n for n in (_take_env("KH_PRELOAD") or "").split(",") if n])
+    _shadow = _shadowed()
+    _stop_blas_threads()
+    _emit({"type": "kh_ready"})
+    while True:
+        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
+        if not msg:
+            for fd in fds:
+                os.close(fd)
+            break
+        try:
+            req = _loads(msg)
+        except ValueError:
+            req = {}
+        if "fork" in req:
+            _fork_sandboxed(ctl, req["fork"], fds)
+        else:
+            for fd in fds:
+                os.close(fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
 
 
 # Preloading and staleness (a template only).
@@ -229,7 +555,7 @@ def _preload(names):
     # A change to any directory a preloaded module came from, or on the
     # import path (pip install -U, pip install --user), means the next
     # context must import afresh: the host starts a new template.
-    paths = {p for p in sys.path if p} | {site.getusersitepackages()}
+    paths = {p for p in sys.path + _cold_path if p} | {site.getusersitepackages()}
     for mod in list(sys.modules.values()):
         f = getattr(mod, "__file__", None)
         if isinstance(f, str) and os.path.basename(f).startswith("__init__."):
@@ -261,6 +587,6 @@ def _serve_forks():
 
 
 if _take_env("KH_FORK_TEMPLATE") is not None:
-    _serve_forks()
+    _serve_sandboxed_forks() if _SANDBOXED else _serve_forks()
 else:
     _main()

@@ -1,0 +1,277 @@
+package subprocess
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// Contexts forked from a sandboxed template (docs/RATIONALE.md, "Contexts
+// by fork"). The template runs in a bwrap sandbox of its own, in a user
+// namespace of its own where it holds the capabilities to make namespaces
+// (sandbox.args), and runs only code from read-only paths. Each context it
+// forks gives itself the walls bwrap gives an interpreter it starts: its
+// own mount, PID, IPC and cgroup namespaces, /proc and /tmp, no capability,
+// no_new_privs (drivers/forkserver.py: B, C). The host's part is here:
+//
+//   - The template's pipes to the host cannot be opened from inside its
+//     sandbox (no /proc/<host pid>), so the context's pipes, the pipe its
+//     namespace's init writes the exit status to, and a handshake socket
+//     go with the request over the template's control socket (SCM_RIGHTS).
+//   - The context is not this process's child (it is nested in the
+//     template's PID namespace), so its pids come from the credentials the
+//     kernel attaches to what it says on the handshake socket, translated
+//     into this process's PID namespace; its end is the status pipe's end.
+//   - Before it leaves the template's namespaces, the host moves it into
+//     its cgroup and limits (enterGroups), so everything it starts is there.
+//
+// A forked context lives in the template's PID namespace, so a retired
+// template lives on (reaping) until its last context ended (forkServer.retire).
+
+// forkSeq numbers the requests to sandboxed templates: an answer that came
+// after its request was given up is skipped by the next one.
+var forkSeq atomic.Uint64
+
+// openControl makes a sandboxed template's control socket: p keeps one end,
+// the other (returned) is the template's fd 5.
+func (p *proc) openControl() (*os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	host := os.NewFile(uintptr(fds[0]), "fork-control")
+	defer host.Close()
+	conn, err := net.FileConn(host)
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	p.ctl = conn.(*net.UnixConn)
+	return os.NewFile(uintptr(fds[1]), "fork-control-child"), nil
+}
+
+// forkSandboxed makes a new interpreter for spec, whose messages go to out,
+// as a context forked from sandboxed template tmpl, moved into cwd ("": the
+// template's). mu serialises the exchanges with the template.
+func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpec, cwd string, out chan<- core.Message) (_ *proc, err error) {
+	deadline := time.Now().Add(forkAckWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	p := newProc(spec, out)
+	var toChild []*os.File // the child's ends, in the order forkserver.py takes them
+	started := false
+	defer func() {
+		for _, f := range toChild {
+			f.Close()
+		}
+		if !started {
+			p.closeFiles()
+			if p.status != nil {
+				p.status.Close()
+			}
+		}
+	}()
+	childEnds, err := p.openPipes()
+	toChild = append(toChild, childEnds...)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	fr, env, err := newFrameReader()
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	p.streams[0].reader = fr
+	statusR, statusW, err := pipe()
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	toChild = append(toChild, os.NewFile(uintptr(statusW), "child-status"))
+	if p.status, err = pollable(statusR, "status"); err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	hs, hsChild, err := newHandshake()
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	defer hs.Close()
+	toChild = append(toChild, hsChild)
+
+	seq := forkSeq.Add(1)
+	req := forkRequest{Fork: forkSpec{Seq: seq, Mark: strings.TrimPrefix(env, frameMarkEnv+"="), Cwd: cwd}}
+	mu.Lock()
+	err = askSandboxedFork(tmpl, req, toChild, deadline)
+	mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	for _, f := range toChild {
+		f.Close() // the child has its own now
+	}
+	toChild = nil
+
+	// B, its namespace's init, says "b", is moved into its groups and
+	// told to go on; C, the interpreter, says "c".
+	_ = hs.SetDeadline(deadline)
+	pidB, err := hs.next('b')
+	if err == nil {
+		if err = p.enterGroups(pidB); err == nil {
+			_, err = hs.Write([]byte("go"))
+		}
+	}
+	var pidC int
+	if err == nil {
+		pidC, err = hs.next('c')
+	}
+	if err != nil {
+		// What was started ends with B's namespace (or by itself, once
+		// the handshake socket is closed).
+		if pidB > 0 {
+			_ = syscall.Kill(pidB, syscall.SIGKILL)
+		}
+		p.removeCgroup()
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	p.cmd = &exec.Cmd{Path: tmpl.cmd.Path, Args: tmpl.cmd.Args}
+	p.idsMu.Lock()
+	p.pid, p.pgid, p.nsInit = pidC, pidC, pidB // C leads a session of its own
+	p.idsMu.Unlock()
+	started = true
+	if err := p.serve(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// askSandboxedFork sends req with the child's descriptors to the template
+// and reads its answer.
+func askSandboxedFork(tmpl *proc, req forkRequest, files []*os.File, deadline time.Time) error {
+	if tmpl.ctl == nil {
+		return errors.New("the template has no control socket")
+	}
+	line, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	_ = tmpl.ctl.SetDeadline(deadline)
+	defer tmpl.ctl.SetDeadline(time.Time{})
+	if _, _, err := tmpl.ctl.WriteMsgUnix(line, unix.UnixRights(fds...), nil); err != nil {
+		return fmt.Errorf("send the fork request: %w", errTemplateGone(err))
+	}
+	buf := make([]byte, 4096)
+	for {
+		n, _, _, _, err := tmpl.ctl.ReadMsgUnix(buf, nil)
+		if err != nil || n == 0 {
+			return fmt.Errorf("the template's answer: %w", errTemplateGone(err))
+		}
+		id, answer, _ := strings.Cut(string(buf[:n]), " ")
+		if id != strconv.FormatUint(req.Fork.Seq, 10) {
+			continue // the answer to a request given up on
+		}
+		if why, ok := strings.CutPrefix(answer, "error "); ok {
+			return fmt.Errorf("%w: %s", errForkRefused, why)
+		}
+		if answer != "ok" {
+			return fmt.Errorf("the template answered %q", answer)
+		}
+		return nil
+	}
+}
+
+// errTemplateStuck marks a template that did not answer (dead, or stuck):
+// the fork server replaces it.
+var errTemplateStuck = errors.New("the fork template does not answer")
+
+func errTemplateGone(err error) error {
+	if err == nil {
+		err = io.EOF
+	}
+	return fmt.Errorf("%w: %v", errTemplateStuck, err)
+}
+
+// handshake is the host's end of the socket a forked context says "b" and
+// "c" on; the kernel attaches each sender's credentials
+// (SO_PASSCRED), whose pid is the sender's in this process's PID namespace.
+type handshake struct{ *net.UnixConn }
+
+func newHandshake() (*handshake, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("handshake socket: %w", err)
+	}
+	child := os.NewFile(uintptr(fds[1]), "child-handshake")
+	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		unix.Close(fds[0])
+		child.Close()
+		return nil, nil, fmt.Errorf("handshake socket: %w", err)
+	}
+	host := os.NewFile(uintptr(fds[0]), "handshake")
+	defer host.Close()
+	conn, err := net.FileConn(host)
+	if err != nil {
+		child.Close()
+		return nil, nil, fmt.Errorf("handshake socket: %w", err)
+	}
+	return &handshake{conn.(*net.UnixConn)}, child, nil
+}
+
+// next reads the next message, which must be want, and returns its
+// sender's pid.
+func (h *handshake) next(want byte) (int, error) {
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	n, oobn, _, _, err := h.ReadMsgUnix(buf, oob)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("the forked context's step %c: %w", want, err)
+	}
+	msg := string(buf[:n])
+	if why, ok := strings.CutPrefix(msg, "error "); ok {
+		return 0, fmt.Errorf("the forked context's step %c failed: %s", want, why)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("the forked context ended before its step %c", want)
+	}
+	if msg != string(want) {
+		return 0, fmt.Errorf("the forked context said %q, want %q", msg, string(want))
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return 0, fmt.Errorf("the forked context's step %c came without credentials", want)
+	}
+	cred, err := unix.ParseUnixCredentials(&msgs[0])
+	if err != nil || cred.Pid <= 0 {
+		return 0, fmt.Errorf("the forked context's step %c came without its pid", want)
+	}
+	return int(cred.Pid), nil
+}
+
+// readExitStatus waits for the status pipe's end: its namespace's init
+// wrote the interpreter's wait status there before it exited, or was
+// killed (nothing written).
+func (p *proc) readExitStatus() {
+	got, _ := io.ReadAll(p.status)
+	p.status.Close()
+	if ws, err := strconv.Atoi(strings.TrimSpace(string(got))); err == nil {
+		st := syscall.WaitStatus(ws)
+		p.exitStatus = &st
+	}
+}
