@@ -13,6 +13,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -130,10 +132,12 @@ func BenchmarkJupyter(b *testing.B) {
 // seconds, and the plugin's cost was once read wrong from two sub-benchmarks
 // run a minute apart. It reports each median, each host's ratio to direct
 // and what it adds at p50, the plugin's cost over linked in
-// (plugin-minus-linked-ms), and this process's CPU time and voluntary
-// context switches per round trip of each way (getrusage: the linked-in
-// host, or the plugin's client end, plus the client; not the plugin
-// process, the server or the kernel).
+// (plugin-minus-linked-ms), this process's CPU time and voluntary context
+// switches per round trip of each way (getrusage: the linked-in host, or
+// the plugin's client end, plus the client), and the plugin process's own
+// (plugin-process-cpu-ms/op, plugin-process-ctxsw/op, from its threads in
+// /proc, over the whole loop: it has no other work). Not the server's or
+// the kernels'.
 func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*server.Config)) {
 	// Each kernel answers once before the next is started: Kernel Gateway
 	// 2.5.2 can leave a start request unanswered that comes while it is still
@@ -175,11 +179,20 @@ func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*server.Con
 		ways[i].use = usage{}
 	}
 	orders := [][3]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}, {2, 1, 0}, {1, 0, 2}}
+	pluginPID := plugin.PluginPID()
+	pluginBefore := processUsage(pluginPID)
 	for r := 0; b.Loop(); r++ {
 		for _, i := range orders[r%len(orders)] {
 			ways[i].d = append(ways[i].d, run(i))
 		}
 	}
+	if pluginPID != plugin.PluginPID() {
+		b.Fatalf("the plugin process changed during the benchmark (%d, now %d)", pluginPID, plugin.PluginPID())
+	}
+	pluginUse := processUsage(pluginPID)
+	pluginUse.cpu -= pluginBefore.cpu
+	pluginUse.nvcsw -= pluginBefore.nvcsw
+	pluginUse.report(b, "plugin-process", len(ways[2].d))
 	p50 := make([]time.Duration, len(ways))
 	for i, w := range ways {
 		p50[i] = testkit.Quantile(w.d, 0.5)
@@ -222,6 +235,30 @@ func (u *usage) report(b *testing.B, name string, n int) {
 	}
 	b.ReportMetric(float64(u.cpu.Microseconds())/float64(n)/1000, name+"-cpu-ms/op")
 	b.ReportMetric(float64(u.nvcsw)/float64(n), name+"-ctxsw/op")
+}
+
+// processUsage is the CPU time and voluntary context switches of every
+// thread process pid has now (Linux /proc).
+func processUsage(pid int) usage {
+	var u usage
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	for _, task := range tasks {
+		if b, err := os.ReadFile(task + "/schedstat"); err == nil {
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				ns, _ := strconv.ParseInt(f[0], 10, 64)
+				u.cpu += time.Duration(ns)
+			}
+		}
+		if b, err := os.ReadFile(task + "/status"); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+					n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					u.nvcsw += n
+				}
+			}
+		}
+	}
+	return u
 }
 
 func rusage() usage {

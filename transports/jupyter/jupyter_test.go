@@ -102,6 +102,40 @@ func TestStateStreamingAndReply(t *testing.T) {
 	})
 }
 
+// TestBufferedOutputComesBeforeTheResult: output a cell leaves in
+// ipykernel's buffers (no newline, no flush of its own) goes out before the
+// cell's result and its idle, with flushes of nothing in between. The
+// kernel spec of deploy/jupyter skips the round trip to the IOPub thread for
+// a flush with nothing buffered (launch.py): this is the order that must
+// survive it.
+func TestBufferedOutputComesBeforeTheResult(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t, newTransport(t, jupytertest.Shared(t), nil))
+	const code = "import sys\nsys.stdout.flush(); sys.stderr.flush()\n" +
+		"print('a', end=''); sys.stderr.write('e')\nsys.stdout.flush(); sys.stdout.flush()\n" +
+		"print('b', end='')\n7 * 6"
+	for i := range 20 {
+		r := run(t, k, code)
+		if got, got2 := r.stdout.String(), r.stderr.String(); got != "ab" || got2 != "e" {
+			t.Fatalf("run %d: stdout %q, stderr %q; want \"ab\", \"e\"", i, got, got2)
+		}
+		result, idle := -1, -1
+		for j, m := range r.msgs {
+			switch {
+			case m.Type == core.MsgExecuteResult:
+				result = j
+			case m.Type == core.MsgStatus && m.State == core.StateIdle:
+				idle = j
+			case m.Type == core.MsgStream && (result >= 0 || idle >= 0):
+				t.Fatalf("run %d: stream output after the result or the idle: %+v", i, r.msgs)
+			}
+		}
+		if result < 0 || idle < result || string(r.msgs[result].Data["text/plain"]) != `"42"` {
+			t.Fatalf("run %d: result at %d, idle at %d: %+v", i, result, idle, r.msgs)
+		}
+	}
+}
+
 func TestSilentRequestsAreNotCounted(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)

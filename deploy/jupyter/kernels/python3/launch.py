@@ -1,4 +1,5 @@
-# ipykernel with unbounded ZeroMQ send queues (kernelhost, docs/jupyter.md).
+# ipykernel with unbounded ZeroMQ send queues and no idle waits per cell
+# (kernelhost, docs/jupyter.md).
 #
 # ZeroMQ's default send queue holds 1,000 messages; when the Jupyter server
 # falls behind a fast kernel (a loaded machine, a burst of flushed prints),
@@ -18,6 +19,36 @@ def _init_unbounded(self, *args, **kwargs):
 
 zmq.Context.__init__ = _init_unbounded
 
-from ipykernel import kernelapp  # noqa: E402 (after the patch, on purpose)
+# Each cell costs ipykernel 6 six flushes of stdout/stderr (before its
+# result, before its reply, before its idle) and each flush, even of
+# nothing, is a round trip to the IOPub thread: two wake-ups of that thread
+# and a wait for the GIL to pass to it and back. A flush with nothing
+# buffered returns at once here. Order on IOPub is kept: what was written
+# is still flushed (and waited for) before anything that follows it, and
+# output a flush already took from the buffer is sent by the IOPub thread
+# before any message queued after it.
+from ipykernel.iostream import OutStream  # noqa: E402 (after the patch, on purpose)
+
+if hasattr(OutStream, "_rotate_buffer"):  # ipykernel 6: a buffer that the IOPub thread swaps out
+    _flush = OutStream.flush
+
+    def _flush_unless_empty(self):
+        lock = getattr(self, "_buffer_lock", None)
+        if lock is not None and getattr(self, "echo", None) is None:
+            with lock:
+                if self._buffer.tell() == 0:
+                    return
+        _flush(self)
+
+    OutStream.flush = _flush_unless_empty
+
+from ipykernel import kernelapp  # noqa: E402
+from ipykernel.kernelbase import Kernel  # noqa: E402
+
+# ipykernel sleeps 0.5 ms (1 ms and more on a busy machine) before every
+# execute_reply, for clients that stop reading IOPub at the reply. kernelhost
+# reads until the request's status idle, which comes after all its output.
+if "_execute_sleep" in Kernel.class_trait_names():
+    Kernel._execute_sleep.default_value = 0.0
 
 kernelapp.launch_new_instance()
