@@ -12,10 +12,9 @@ import (
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
-// TestKernelGateway runs against one real Jupyter Kernel Gateway 2.5.2 (the
+// TestKernelGateway runs against real Jupyter Kernel Gateways 2.5.2 (the
 // unmodified copy in ../shared/third_party): the conformance suite and the
-// gateway-specific cases below. It is the heavier of the gateway tests: one
-// gateway for all of them.
+// gateway-specific cases below. It is the heavier of the gateway tests.
 func TestKernelGateway(t *testing.T) {
 	t.Parallel()
 	kg := jupytertest.StartKernelGateway(t)
@@ -23,14 +22,26 @@ func TestKernelGateway(t *testing.T) {
 		t.Errorf("version label %q, want Kernel Gateway's", v)
 	}
 	t.Run("Conformance", func(t *testing.T) {
-		// One case at a time, not in parallel as transporttest.Run has them:
-		// Kernel Gateway 2.5.2 on Debian's notebook package leaves a kernel
-		// start POSTed while another is in progress unanswered (asyncio's
-		// "Cannot enter into task ... while another task ... is being
-		// executed" in MappingKernelManager.start_kernel, in its log).
-		s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, kg, nil) }, Lang: transporttest.Python}
-		for _, c := range transporttest.Cases() {
-			t.Run(c.Name, func(t *testing.T) { c.Run(t, s) })
+		// One case at a time on a gateway, not in parallel as
+		// transporttest.Run has them: Kernel Gateway 2.5.2 on Debian's
+		// notebook package leaves a kernel start POSTed while another is in
+		// progress unanswered (asyncio's "Cannot enter into task ... while
+		// another task ... is being executed" in
+		// MappingKernelManager.start_kernel, in its log). The cases are
+		// shared out between two gateways, each taking its cases in order:
+		// the suite waits on kernels, and the two waits overlap.
+		gateways := []*jupytertest.Server{kg, jupytertest.StartKernelGateway(t)}
+		cases := transporttest.Cases()
+		for g, gw := range gateways {
+			t.Run(fmt.Sprintf("gateway%d", g+1), func(t *testing.T) {
+				t.Parallel()
+				s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, gw, nil) }, Lang: transporttest.Python}
+				for i, c := range cases {
+					if i%len(gateways) == g {
+						t.Run(c.Name, func(t *testing.T) { c.Run(t, s) })
+					}
+				}
+			})
 		}
 	})
 	t.Run("KernelEnv", func(t *testing.T) { testKernelEnv(t, kg) })

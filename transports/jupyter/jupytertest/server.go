@@ -32,8 +32,10 @@ import (
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
-// StartTimeout bounds how long Start waits for the server to answer.
-const StartTimeout = 60 * time.Second
+// StartTimeout bounds how long Start waits for the server to answer. A
+// start takes seconds; the bound leaves room for a package's parallel tests
+// starting their servers and gateways at once on a loaded 2-core machine.
+const StartTimeout = 3 * time.Minute
 
 // Server is a running jupyter server.
 type Server struct {
