@@ -53,6 +53,7 @@ func readyTemplate(t testing.TB, tr *Transport) int {
 // modules loaded, and works as a python context: prints, results, errors,
 // interrupts, restart and shutdown.
 func TestForkServerContextIsAChildWithModulesLoaded(t *testing.T) {
+	t.Parallel()
 	tr, dir := forkTransport(t, DefaultPreload)
 	tmpl := readyTemplate(t, tr)
 	k := startIn(t, tr, "python", dir)
@@ -110,6 +111,7 @@ func syscall0(pid int) error {
 // env var, cwd, thread, open descriptor, numpy random state or cgroup of
 // another (the warm pool's guarantees, pool.go).
 func TestForkedContextsHaveNoStateOfAnother(t *testing.T) {
+	t.Parallel()
 	tr, dir := forkTransport(t, DefaultPreload)
 	readyTemplate(t, tr)
 	elsewhere := t.TempDir()
@@ -142,6 +144,7 @@ func TestForkedContextsHaveNoStateOfAnother(t *testing.T) {
 // forked context gives what it gives in a fresh interpreter, and does not
 // hang for want of the template's BLAS threads.
 func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
+	t.Parallel()
 	tr, dir := forkTransport(t, DefaultPreload)
 	readyTemplate(t, tr)
 	code := "import numpy as np\na = np.random.default_rng(7).random((400, 400))\nprint(repr(float((a @ a @ a).sum())), repr(float(np.linalg.inv(a + 400 * np.eye(400)).sum())))"
@@ -163,6 +166,7 @@ func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
 // context imports: the template sees its directory changed, refuses the
 // fork and is replaced.
 func TestUpgradedPackageIsSeenByTheNextContext(t *testing.T) {
+	t.Parallel()
 	lib := t.TempDir()
 	write := func(version string) {
 		pkg := filepath.Join(lib, "khpkg")
@@ -197,6 +201,7 @@ func TestUpgradedPackageIsSeenByTheNextContext(t *testing.T) {
 // each interpreter's namespaces and /tmp at its start, which a fork would
 // share.
 func TestNoForkWhenSandboxed(t *testing.T) {
+	t.Parallel()
 	if _, err := bwrapWorks(); err != nil {
 		testkit.Missingf(t, "bwrap cannot sandbox here: %v", err)
 	}
@@ -218,6 +223,7 @@ func TestNoForkWhenSandboxed(t *testing.T) {
 // other), and the source runs on. A busy source and a bash context are
 // refused with errors that say why.
 func TestForkKernelCopiesALiveContext(t *testing.T) {
+	t.Parallel()
 	tr, dir := forkTransport(t, nil)
 	sub := filepath.Join(dir, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
@@ -274,6 +280,7 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 // everything testkit.CwdProbes prints is what a cold-started kernel of the
 // same interpreter prints.
 func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
+	t.Parallel()
 	tr, _ := forkTransport(t, []string{"json"})
 	tmpl := readyTemplate(t, tr)
 	other := t.TempDir()
@@ -305,6 +312,7 @@ func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
 // its memory limit it is killed with the error naming the limit, and its
 // neighbour, forked from the same template, keeps its state.
 func TestForkedContextHasItsLimits(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: SandboxOff}})
 	if err := tr.Limited(); err != nil {
