@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // gateway-specific cases below. It is the heavier of the gateway tests.
 func TestKernelGateway(t *testing.T) {
 	t.Parallel()
-	kg := jupytertest.StartKernelGateway(t)
+	gateways := jupytertest.StartKernelGateways(t, 2)
+	kg := gateways[0]
 	if v := newTransport(t, kg, nil).Info().Version; !strings.HasPrefix(v, "kernel-gateway (api ") {
 		t.Errorf("version label %q, want Kernel Gateway's", v)
 	}
@@ -28,13 +30,14 @@ func TestKernelGateway(t *testing.T) {
 		// progress unanswered (asyncio's "Cannot enter into task ... while
 		// another task ... is being executed" in
 		// MappingKernelManager.start_kernel, in its log). The cases are
-		// shared out between two gateways, each taking its cases in order:
-		// the suite waits on kernels, and the two waits overlap.
-		gateways := []*jupytertest.Server{kg, jupytertest.StartKernelGateway(t)}
+		// shared out between two gateways, each taking its share in order:
+		// the suite waits on kernels, and the two waits overlap. The two
+		// run as goroutines of this test, not as parallel subtests, which
+		// would queue behind the package's other parallel tests.
 		cases := transporttest.Cases()
+		var wg sync.WaitGroup
 		for g, gw := range gateways {
-			t.Run(fmt.Sprintf("gateway%d", g+1), func(t *testing.T) {
-				t.Parallel()
+			wg.Go(func() {
 				s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, gw, nil) }, Lang: transporttest.Python}
 				for i, c := range cases {
 					if i%len(gateways) == g {
@@ -43,6 +46,7 @@ func TestKernelGateway(t *testing.T) {
 				}
 			})
 		}
+		wg.Wait()
 	})
 	t.Run("KernelEnv", func(t *testing.T) { testKernelEnv(t, kg) })
 	t.Run("SlowKernelStart", func(t *testing.T) { testSlowKernelStart(t, kg) })

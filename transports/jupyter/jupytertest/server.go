@@ -263,6 +263,39 @@ func StartKernelGateway(tb testing.TB, extra ...string) *Server {
 	return s.own(tb, "kernel gateway", stop, err)
 }
 
+// StartKernelGateways starts n gateways as StartKernelGateway does, at once:
+// a gateway's start is seconds of Python imports, and n of them overlap.
+func StartKernelGateways(tb testing.TB, n int, extra ...string) []*Server {
+	tb.Helper()
+	type started struct {
+		s    *Server
+		stop func()
+		err  error
+	}
+	all := make([]started, n)
+	var wg sync.WaitGroup
+	for i := range all {
+		wg.Go(func() {
+			s, stop, err := startKernelGateway(extra...)
+			all[i] = started{s, stop, err}
+		})
+	}
+	wg.Wait()
+	// Every gateway that started stops with tb, before a failed start fails it.
+	servers := make([]*Server, n)
+	for i, g := range all {
+		if g.err == nil {
+			servers[i] = g.s.own(tb, "kernel gateway", g.stop, nil)
+		}
+	}
+	for _, g := range all {
+		if g.err != nil {
+			g.s.own(tb, "kernel gateway", nil, g.err)
+		}
+	}
+	return servers
+}
+
 func startKernelGateway(extra ...string) (s *Server, stop func(), err error) {
 	dir := filepath.Join(repoRoot(), filepath.FromSlash(KernelGatewayDir))
 	if _, err := os.Stat(filepath.Join(dir, "kernel_gateway", "__init__.py")); err != nil {
