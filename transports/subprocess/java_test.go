@@ -63,9 +63,9 @@ func TestJavaEngine(t *testing.T) {
 	}
 }
 
-// TestJavaInterruptLoop: an interrupt stops a loop that never sleeps.
+// TestJavaInterruptLoop: an interrupt stops a loop that never sleeps. Not
+// parallel: see TestBashInterruptIsSentAgain.
 func TestJavaInterruptLoop(t *testing.T) {
-	t.Parallel()
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	interruptLoop(t, "java", "int kept = 7;", "System.out.println(\"start\");\nlong i = 0; while (true) { i++; }", "7")
 }

@@ -103,9 +103,9 @@ func TestRValues(t *testing.T) {
 }
 
 // TestRInterruptLoop: an interrupt stops R code that never sleeps, and the
-// session and its state survive it.
+// session and its state survive it. Not parallel: see
+// TestBashInterruptIsSentAgain.
 func TestRInterruptLoop(t *testing.T) {
-	t.Parallel()
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	interruptLoop(t, "r", "kept <- 7", "cat(\"start\\n\"); i <- 0; repeat i <- i + 1", "[1] 7")
 }
