@@ -1,8 +1,10 @@
 package testkit
 
 import (
+	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -67,5 +69,24 @@ func runAfterTests() {
 	afterTests.mu.Unlock()
 	for i := len(fns) - 1; i >= 0; i-- {
 		fns[i]()
+	}
+}
+
+// WaitingParallel makes n the number of parallel tests the package's test
+// binary runs at once, unless go test's -parallel was given. Call it from
+// TestMain, before Main. go test's default is GOMAXPROCS, which suits tests
+// that compute; it leaves most of a machine idle for a package whose
+// parallel tests spend their time waiting on interpreters, kernels and
+// servers (a kernel's start, a sleep in a cell, a bound that must expire).
+func WaitingParallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+			panic(err)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
 
@@ -231,16 +232,23 @@ func waitNoKernels(t *testing.T, srv *jupytertest.Server, within time.Duration) 
 	}
 }
 
+// parallelAnswerTimeout is the answer bound (Config.answerTimeout) of the
+// parallel tests that wait it out once, for a kernel made silent: a healthy
+// kernel's answer must come within it though parallel neighbours load the
+// machine, else the test sees a third start.
+const parallelAnswerTimeout = 10 * time.Second
+
 // A kernel whose websocket opens but never answers is deleted and replaced
 // by a new one, and the start succeeds.
 func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t)
 	p := startGatewayProxy(t, srv)
 	p.silent = true
 	var mu sync.Mutex
 	var warned []string
 	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) {
-		c.answerTimeout = 3 * time.Second
+		c.answerTimeout = parallelAnswerTimeout
 		c.Warn = func(msg string, _ ...any) {
 			mu.Lock()
 			warned = append(warned, msg)
@@ -272,10 +280,11 @@ func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 // timeout is shorter than a start) is replaced within seconds, not after
 // the connect timeout.
 func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t)
 	p := startGatewayProxy(t, srv)
 	p.cullOnUpgrade = true
-	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = 3 * time.Second })
+	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = parallelAnswerTimeout })
 	began := time.Now()
 	k := startKernel(t, tr)
 	took := time.Since(began)
@@ -352,6 +361,7 @@ func (p *gatewayProxy) deleteCount(id string) int {
 // answers a second DELETE of a kernel it is deleting with a 500 and then
 // leaves its next request unanswered for about 30 s.
 func TestCloseWaitsForADeleteInFlight(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t)
 	p := startGatewayProxy(t, srv)
 	p.holdDeletes = 2 * time.Second
@@ -385,6 +395,7 @@ func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 // A gateway that never answers GET api/kernels does not hold up a start
 // beyond that request's own bound.
 func TestKernelListThatNeverAnswers(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Shared(t)
 	p := startGatewayProxy(t, srv)
 	p.hangList = true
@@ -423,11 +434,12 @@ func startBurst(t *testing.T, tr *Transport, n int, within time.Duration) ([]cor
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		for _, k := range ks {
-			if k != nil {
-				_ = k.Shutdown(ctx)
+		_ = testkit.Concurrently(n, func(i int) error {
+			if ks[i] == nil {
+				return nil
 			}
-		}
+			return ks[i].Shutdown(ctx)
+		})
 	})
 	for i, err := range errs {
 		if err != nil {
@@ -471,12 +483,17 @@ func serverStartTime(t *testing.T, srv *jupytertest.Server, n int) time.Duration
 	}
 	wg.Wait()
 	took := time.Since(began)
-	for i, id := range ids {
-		if id != "" {
-			_ = c.deleteKernel(ctx, id)
+	// At once, as they were started: one by one, the deletes took as long
+	// as the starts.
+	_ = testkit.Concurrently(n, func(i int) error {
+		if ids[i] == "" {
+			return nil
 		}
-		if errs[i] != nil {
-			t.Fatalf("bare start %d: %v", i, errs[i])
+		return c.deleteKernel(ctx, ids[i])
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("bare start %d: %v", i, err)
 		}
 	}
 	return took
@@ -511,10 +528,8 @@ func TestBurstOfStarts(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, k := range ks {
-		if err := k.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
+	if err := testkit.Concurrently(n, func(i int) error { return ks[i].Shutdown(ctx) }); err != nil {
+		t.Error(err)
 	}
 	waitNoKernels(t, srv, 30*time.Second)
 }

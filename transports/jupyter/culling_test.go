@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -44,14 +45,22 @@ func (g *goneSignal) StartKernel(ctx context.Context, spec core.KernelSpec) (cor
 	return sk, nil
 }
 
-// cullIdle is how long an idle kernel lives on the culling gateway.
-const cullIdle = 4 * time.Second
+// cullIdle is how long an idle kernel lives on the culling gateway. Kernel
+// Gateway culls kernels that are still starting too: the bound is well
+// above a kernel's start on a loaded machine (at 4 s, starts beside the
+// parallel tests' were culled, and the contexts never came up).
+const cullIdle = 8 * time.Second
 
 // TestKernelGatewayCulling runs against a Kernel Gateway that culls kernels
 // idle for cullIdle, connected or not (cull_connected, as clusters set it).
+// Its subtests run one after the other: a cull on Kernel Gateway 2.5.2 while
+// another kernel lives there stops the gateway from seeing that kernel's
+// activity (an asyncio "Cannot enter into task" in its log), and it culls
+// that one too, keep-alive or not.
 func TestKernelGatewayCulling(t *testing.T) {
+	t.Parallel()
 	kg := jupytertest.StartKernelGateway(t,
-		"--MappingKernelManager.cull_idle_timeout=4",
+		fmt.Sprintf("--MappingKernelManager.cull_idle_timeout=%d", int(cullIdle.Seconds())),
 		"--MappingKernelManager.cull_interval=1",
 		"--MappingKernelManager.cull_connected=True")
 	// Without keep-alive: the kernel is culled; the next execution says

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,26 +13,40 @@ import (
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
-// TestKernelGateway runs against one real Jupyter Kernel Gateway 2.5.2 (the
+// TestKernelGateway runs against real Jupyter Kernel Gateways 2.5.2 (the
 // unmodified copy in ../shared/third_party): the conformance suite and the
-// gateway-specific cases below. It is the heavier of the gateway tests: one
-// gateway for all of them.
+// gateway-specific cases below. It is the heavier of the gateway tests.
 func TestKernelGateway(t *testing.T) {
 	t.Parallel()
-	kg := jupytertest.StartKernelGateway(t)
+	gateways := jupytertest.StartKernelGateways(t, 2)
+	kg := gateways[0]
 	if v := newTransport(t, kg, nil).Info().Version; !strings.HasPrefix(v, "kernel-gateway (api ") {
 		t.Errorf("version label %q, want Kernel Gateway's", v)
 	}
 	t.Run("Conformance", func(t *testing.T) {
-		// One case at a time, not in parallel as transporttest.Run has them:
-		// Kernel Gateway 2.5.2 on Debian's notebook package leaves a kernel
-		// start POSTed while another is in progress unanswered (asyncio's
-		// "Cannot enter into task ... while another task ... is being
-		// executed" in MappingKernelManager.start_kernel, in its log).
-		s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, kg, nil) }, Lang: transporttest.Python}
-		for _, c := range transporttest.Cases() {
-			t.Run(c.Name, func(t *testing.T) { c.Run(t, s) })
+		// One case at a time on a gateway, not in parallel as
+		// transporttest.Run has them: Kernel Gateway 2.5.2 on Debian's
+		// notebook package leaves a kernel start POSTed while another is in
+		// progress unanswered (asyncio's "Cannot enter into task ... while
+		// another task ... is being executed" in
+		// MappingKernelManager.start_kernel, in its log). The cases are
+		// shared out between two gateways, each taking its share in order:
+		// the suite waits on kernels, and the two waits overlap. The two
+		// run as goroutines of this test, not as parallel subtests, which
+		// would queue behind the package's other parallel tests.
+		cases := transporttest.Cases()
+		var wg sync.WaitGroup
+		for g, gw := range gateways {
+			wg.Go(func() {
+				s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, gw, nil) }, Lang: transporttest.Python}
+				for i, c := range cases {
+					if i%len(gateways) == g {
+						t.Run(c.Name, func(t *testing.T) { c.Run(t, s) })
+					}
+				}
+			})
 		}
+		wg.Wait()
 	})
 	t.Run("KernelEnv", func(t *testing.T) { testKernelEnv(t, kg) })
 	t.Run("SlowKernelStart", func(t *testing.T) { testSlowKernelStart(t, kg) })

@@ -14,8 +14,16 @@ import (
 )
 
 // TestMain: testkit.Main stops the shared server (jupytertest.Shared) once
-// the tests are done, and checks for leaked goroutines.
-func TestMain(m *testing.M) { testkit.Main(m, nil) }
+// the tests are done, and checks for leaked goroutines. The parallel tests
+// spend their time waiting on kernels and servers, so more of them run at
+// once than go test's default of one per core.
+func TestMain(m *testing.M) {
+	testkit.WaitingParallel(parallelTests)
+	testkit.Main(m, nil)
+}
+
+// parallelTests is how many parallel tests run at once, unless -parallel says.
+const parallelTests = 4
 
 // runTimeout bounds one execution in tests.
 const runTimeout = 60 * time.Second

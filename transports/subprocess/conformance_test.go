@@ -10,7 +10,16 @@ import (
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain: the parallel tests spend their time waiting on interpreters
+// (starts, sleeps in cells, bounds that must expire), so more of them run at
+// once than go test's default of one per core.
+func TestMain(m *testing.M) {
+	testkit.WaitingParallel(parallelTests)
+	goleak.VerifyTestMain(m)
+}
+
+// parallelTests is how many parallel tests run at once, unless -parallel says.
+const parallelTests = 4
 
 func newTransport(t *testing.T) core.Transport { return New(Options{}) }
 

@@ -44,6 +44,7 @@ func waitForStdout(t *testing.T, x *engine.Execution) string {
 }
 
 func TestControlDuringEnvExecutionIsNotHeldUp(t *testing.T) {
+	t.Parallel()
 	busy := map[string]string{
 		"python": "import os, time\nprint(os.readlink('/proc/self/ns/pid'), os.getpid(), flush=True)\ntime.sleep(120)",
 		"bash":   "echo $(readlink /proc/self/ns/pid) $$; sleep 120",
@@ -52,6 +53,7 @@ func TestControlDuringEnvExecutionIsNotHeldUp(t *testing.T) {
 		for _, keys := range []int{1, 3000} {
 			for _, op := range []string{"restart", "delete", "shutdown"} {
 				t.Run(fmt.Sprintf("%s/%dkeys/%s", lang, keys, op), func(t *testing.T) {
+					t.Parallel()
 					e, err := engine.NewEngine(engine.Config{Transport: New(Options{}), DefaultCwd: t.TempDir(), HelperTimeout: 30 * time.Second, MaxEnvVars: 5000})
 					if err != nil {
 						t.Fatal(err)
@@ -114,6 +116,7 @@ func TestControlDuringEnvExecutionIsNotHeldUp(t *testing.T) {
 // kernel's lock until its deadline; Restart and Shutdown must not wait for
 // it.
 func TestRestartCutsABlockedWrite(t *testing.T) {
+	t.Parallel()
 	for _, op := range []string{"restart", "shutdown"} {
 		t.Run(op, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -30,6 +30,7 @@ func newEnvEngine(t *testing.T) *engine.Engine {
 // naively call, while its secret is set; the next request must not see the
 // secret, and PATH, which the request shadowed, must come back.
 func TestEnvResetCannotBeRedefined(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		lang     transporttest.LanguageSnippets
 		redefine string

@@ -96,6 +96,7 @@ func readyTemplate(t testing.TB, tr *Transport) int {
 // modules loaded, and works as a python context: prints, results, errors,
 // interrupts, restart and shutdown.
 func TestForkServerContextIsAChildWithModulesLoaded(t *testing.T) {
+	t.Parallel()
 	forEachForkMode(t, testForkServerContextIsAChildWithModulesLoaded)
 }
 
@@ -161,6 +162,7 @@ func syscall0(pid int) error {
 // env var, cwd, thread, open descriptor, numpy random state or cgroup of
 // another (the warm pool's guarantees, pool.go).
 func TestForkedContextsHaveNoStateOfAnother(t *testing.T) {
+	t.Parallel()
 	forEachForkMode(t, testForkedContextsHaveNoStateOfAnother)
 }
 
@@ -200,6 +202,7 @@ func testForkedContextsHaveNoStateOfAnother(t *testing.T, mode string) {
 // forked context gives what it gives in a fresh interpreter, and does not
 // hang for want of the template's BLAS threads.
 func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
+	t.Parallel()
 	forEachForkMode(t, testForkedNumpyMatmulEqualsFresh)
 }
 
@@ -225,6 +228,7 @@ func testForkedNumpyMatmulEqualsFresh(t *testing.T, mode string) {
 // context imports: the template sees its directory changed, refuses the
 // fork and is replaced.
 func TestUpgradedPackageIsSeenByTheNextContext(t *testing.T) {
+	t.Parallel()
 	forEachForkMode(t, testUpgradedPackageIsSeenByTheNextContext)
 }
 
@@ -296,6 +300,7 @@ func TestNoLiveForkWhenSandboxed(t *testing.T) {
 // other), and the source runs on. A busy source and a bash context are
 // refused with errors that say why.
 func TestForkKernelCopiesALiveContext(t *testing.T) {
+	t.Parallel()
 	tr, dir := forkTransport(t, SandboxOff, nil, nil)
 	sub := filepath.Join(dir, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
@@ -352,6 +357,7 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 // everything testkit.CwdProbes prints is what a cold-started kernel of the
 // same interpreter prints.
 func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
+	t.Parallel()
 	forEachForkMode(t, testForkedKernelInAnotherCwdIsAsIfStartedThere)
 }
 
@@ -385,6 +391,7 @@ func testForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T, mode string) {
 // its memory limit it is killed with the error naming the limit, and its
 // neighbour, forked from the same template, keeps its state.
 func TestForkedContextHasItsLimits(t *testing.T) {
+	t.Parallel()
 	forEachForkMode(t, testForkedContextHasItsLimits)
 }
 

@@ -13,6 +13,7 @@ import (
 // still stops a cell. Before the driver bound them at start, the next
 // request never ended and the interrupt did nothing.
 func TestPythonDriverKeepsItsJSON(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	result(t, k, "import json\njson.dumps = lambda *a, **k: 'x'\njson.loads = lambda *a, **k: {}")
 	if got := result(t, k, "6 * 7"); got != "42" {

@@ -69,12 +69,14 @@ func results(e *tt.Execution) []string {
 
 // The conformance suite, on an interpreter with IPython and matplotlib.
 func TestConformancePythonIPython(t *testing.T) {
+	t.Parallel()
 	python := needIPython(t)
 	tt.Run(t, func(t *testing.T) core.Transport { return New(Options{Python: python}) }, tt.Python)
 }
 
 // A cell cut from an indented block runs, with and without IPython.
 func TestPythonIndentedCell(t *testing.T) {
+	t.Parallel()
 	for name, python := range map[string]string{"ipython": needIPython(t), "no-ipython": pythonWithoutIPython(t)} {
 		t.Run(name, func(t *testing.T) {
 			k := startPython(t, python)
@@ -91,6 +93,7 @@ func TestPythonIndentedCell(t *testing.T) {
 
 // Plain cells do not load IPython: an idle context stays small.
 func TestPythonPlainCellsDoNotLoadIPython(t *testing.T) {
+	t.Parallel()
 	k := startPython(t, needIPython(t))
 	for _, code := range []string{"x = 1", "print(x)", "x + 1", "'s' * 2", "\n  y = 2", "import matplotlib"} {
 		execOK(t, k, code)
@@ -105,6 +108,7 @@ func TestPythonPlainCellsDoNotLoadIPython(t *testing.T) {
 // live: the first line arrives while the command still runs, and an
 // interrupt ends it.
 func TestIPythonShellCommand(t *testing.T) {
+	t.Parallel()
 	k := startPython(t, needIPython(t))
 	// One command per line: a child's own stdout against its stderr is in
 	// the order of the host's reads of two pipes (docs/drivers.md).
@@ -132,6 +136,7 @@ func TestIPythonShellCommand(t *testing.T) {
 
 // Line and cell magics run through IPython's magics.
 func TestIPythonMagics(t *testing.T) {
+	t.Parallel()
 	k := startPython(t, needIPython(t))
 	execOK(t, k, "%env KH_MAGIC=1")
 	if got := results(execOK(t, k, "import os\nos.environ['KH_MAGIC']")); len(got) != 1 || got[0] != "'1'" {
@@ -189,6 +194,7 @@ func TestIPythonMagics(t *testing.T) {
 // A trailing ';' hides the result, as in IPython; one in a string or
 // before a comment is read as IPython reads it.
 func TestIPythonSemicolon(t *testing.T) {
+	t.Parallel()
 	k := startPython(t, needIPython(t))
 	// In order: the last cell reads the x the one before it set.
 	for _, c := range []struct {
@@ -204,6 +210,7 @@ func TestIPythonSemicolon(t *testing.T) {
 // A traceback names the cell and the user's line, also where IPython
 // turned the cell into Python.
 func TestIPythonTraceback(t *testing.T) {
+	t.Parallel()
 	k := startPython(t, needIPython(t))
 	e := tt.Exec(t, k, "x = 1\n!true\ny = x / 0", false)
 	r := e.Reply()
@@ -220,6 +227,7 @@ func TestIPythonTraceback(t *testing.T) {
 // called, a figure still open at the end of the cell is displayed then and
 // closed.
 func TestIPythonInlineFigures(t *testing.T) {
+	t.Parallel()
 	k := startPython(t, needIPython(t))
 	e := execOK(t, k, "import matplotlib.pyplot as plt\nprint('before')\nplt.plot([1, 2])\nplt.show()\nprint('after')")
 	checkTrace(t, e, "stdout:before\ndisplay:<Figure size 640x480 with 1 Axes>\nstdout:after\n")
@@ -251,6 +259,7 @@ func checkPNG(t *testing.T, m core.Message) {
 // Formatters registered on get_ipython().display_formatter (as a silent
 // setup execution does) format results and displays.
 func TestIPythonDisplayFormatter(t *testing.T) {
+	t.Parallel()
 	k := startPython(t, needIPython(t))
 	setup := "class Point:\n    pass\nget_ipython().display_formatter.formatters['text/html'].for_type(Point, lambda p: '<b>point</b>')"
 	if r := tt.Exec(t, k, setup, true).Reply(); r.Status != core.ReplyOK {
@@ -277,6 +286,7 @@ func TestIPythonDisplayFormatter(t *testing.T) {
 // Without IPython a plain cell runs as before, and a magic or `!` line fails
 // with an error that says what to install.
 func TestPythonWithoutIPython(t *testing.T) {
+	t.Parallel()
 	k := startPython(t, pythonWithoutIPython(t))
 	for _, code := range []string{"!echo hi", "x = 1\n%time x", "%%bash\necho hi"} {
 		r := tt.Exec(t, k, code, false).Reply()

@@ -17,6 +17,7 @@ import (
 // errors name the exception; a busy loop is interrupted and the session
 // keeps its state.
 func TestJavaEngine(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	e := tt.NewEngine(t, engine.Config{Transport: New(Options{})})
 	ctx := context.Background()
@@ -62,7 +63,8 @@ func TestJavaEngine(t *testing.T) {
 	}
 }
 
-// TestJavaInterruptLoop: an interrupt stops a loop that never sleeps.
+// TestJavaInterruptLoop: an interrupt stops a loop that never sleeps. Not
+// parallel: see TestBashInterruptIsSentAgain.
 func TestJavaInterruptLoop(t *testing.T) {
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	interruptLoop(t, "java", "int kept = 7;", "System.out.println(\"start\");\nlong i = 0; while (true) { i++; }", "7")
@@ -75,6 +77,7 @@ func TestJavaInterruptLoop(t *testing.T) {
 // the test writes the record the host writes after each SIGINT it sends.
 // (Without the record a third of the next cells were stopped.)
 func TestJavaSigintDoesNotReachTheNextCell(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	k := startKernel(t, "java", t.TempDir())
 	for range 20 {
@@ -89,6 +92,7 @@ func TestJavaSigintDoesNotReachTheNextCell(t *testing.T) {
 // A record of a signal the handler never runs for (the kernel merged it
 // with another) holds the next cell back for a second at most.
 func TestJavaSigintRecordWithoutSignal(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
 	k := startKernel(t, "java", t.TempDir())
 	e := tt.Exec(t, k, "int kept = 7;", false)

@@ -35,6 +35,7 @@ func failure(t *testing.T, k *Kernel, code string) (name, traceback string) {
 }
 
 func TestTypeScriptCells(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "typescript", t.TempDir())
 	for _, c := range []struct{ code, want string }{
@@ -60,6 +61,7 @@ func TestTypeScriptCells(t *testing.T) {
 // Errors point at the cell's own lines and columns, although the code that
 // ran is esbuild's (types gone, lines reflowed).
 func TestTypeScriptErrorLines(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "typescript", t.TempDir())
 	// A runtime error: f's throw is on line 6 of the cell, column 9.
@@ -96,6 +98,7 @@ func TestTypeScriptErrorLines(t *testing.T) {
 // typescript cells: default, named and namespace; the names stay for later
 // cells; export is harmless.
 func TestESMImports(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	cwd := t.TempDir()
 	writePackage(t, cwd, "kh-esm", `{"name":"kh-esm","type":"module","exports":"./index.js"}`,

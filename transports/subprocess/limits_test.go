@@ -51,6 +51,7 @@ func runAll(t *testing.T, ctx context.Context, e *engine.Engine, id, code string
 // error naming the limit and the setting; its next execution runs in a
 // fresh interpreter, with the notice; its neighbour keeps its state.
 func TestMemoryLimitEndsOnlyItsContext(t *testing.T) {
+	t.Parallel()
 	e, _ := limitedEngine(t, Limits{MemoryBytes: 256 << 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -99,6 +100,7 @@ func TestMemoryLimitEndsOnlyItsContext(t *testing.T) {
 // A fork loop stops at the pids limit: fork fails (EAGAIN), the context
 // lives on.
 func TestPidsLimitStopsAForkLoop(t *testing.T) {
+	t.Parallel()
 	const limit = 40
 	e, _ := limitedEngine(t, Limits{Pids: limit})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -137,6 +139,7 @@ print(len(children), failure)`)
 // The CPU weight is in the interpreter's cgroup: cpu.weight on cgroup v2,
 // cpu.shares (weight*1024/100) on v1.
 func TestCPUWeightApplied(t *testing.T) {
+	t.Parallel()
 	_, tr := limitedEngine(t, Limits{CPUWeight: 50})
 	k := startIn(t, tr, "python", t.TempDir())
 	file, want := "", ""

@@ -57,6 +57,7 @@ func checkTrace(t *testing.T, e *tt.Execution, want string) {
 // print to stdout and to stderr, alternating without pause, arrives in the
 // order it was printed (two pipes read by two goroutines would not keep it).
 func TestPythonStdoutStderrInterleaved(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	var want strings.Builder
 	for i := range 200 {
@@ -71,6 +72,7 @@ func TestPythonStdoutStderrInterleaved(t *testing.T) {
 // The hostcmd streaming-order case, many times over: stdout, then stderr,
 // then the result.
 func TestPythonPrintThenStderrThenResult(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	for range 50 {
 		e := tt.Exec(t, k, "print('a'); import sys; print('b', file=sys.stderr); 1+1", false)
@@ -81,6 +83,7 @@ func TestPythonPrintThenStderrThenResult(t *testing.T) {
 // Output of a child process written to fd 1 or 2 comes after the prints
 // before it and before the prints after it, stdout against stderr included.
 func TestPythonChildOutputBetweenPrints(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	code := `import os, sys, subprocess
 for i in range(50):
@@ -99,6 +102,7 @@ for i in range(50):
 
 // display() and the result keep their place between prints.
 func TestPythonDisplayBetweenPrints(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	var want strings.Builder
 	for i := range 100 {
@@ -113,6 +117,7 @@ func TestPythonDisplayBetweenPrints(t *testing.T) {
 // never leaves half a message: no "bad driver message", and the kernel goes
 // on.
 func TestPythonInterruptLongPrint(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	for range 5 {
 		e := tt.Send(t, k, "print('start')\nwhile True:\n    print('x' * 100000)", false)
@@ -139,6 +144,7 @@ func TestPythonInterruptLongPrint(t *testing.T) {
 // console.log, console.error and process.stdout/stderr.write keep their
 // order, stdout against stderr included.
 func TestNodeStreamsInOrder(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "javascript", t.TempDir())
 	var want strings.Builder
@@ -164,6 +170,7 @@ func TestNodeStreamsInOrder(t *testing.T) {
 // An interrupt sent right after the request, whatever phase the request is
 // in when it lands (not read yet, compiling, running, awaiting), ends it.
 func TestNodeInterruptAnyPhase(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "javascript", t.TempDir())
 	for range 20 {
@@ -197,6 +204,7 @@ func writeSigintRecord(k *Kernel, id string) {
 // SIGINT it sends; the next request must run untouched. (Without the
 // record, the first such request was terminated.)
 func TestNodeSigintDoesNotReachTheNextRequest(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "javascript", t.TempDir())
 	for range 20 {
@@ -238,6 +246,7 @@ func writtenWhileRunning(t *testing.T, k *Kernel, stream, code string) {
 // A print followed by a long sleep arrives long before the sleep ends, the
 // first print of a context (whose flusher thread starts then) and a later one.
 func TestPythonPrintArrivesDuringSleep(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	for range 2 {
 		printedWhileRunning(t, k, "import time\nprint('start')\ntime.sleep(120)")
@@ -246,12 +255,14 @@ func TestPythonPrintArrivesDuringSleep(t *testing.T) {
 
 // So does a write to stderr (queued apart from stdout's buffer, see driver.py).
 func TestPythonStderrArrivesDuringSleep(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	writtenWhileRunning(t, k, "stderr", "import sys, time\nsys.stderr.write('start\\n')\ntime.sleep(120)")
 }
 
 // A pooled interpreter's print arrives during a sleep too.
 func TestPooledPythonPrintArrivesDuringSleep(t *testing.T) {
+	t.Parallel()
 	tr, dir := pooledTransport(t, "python")
 	pooled := readyPid(t, tr, "python")
 	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
@@ -270,6 +281,7 @@ func TestPooledPythonPrintArrivesDuringSleep(t *testing.T) {
 // A console.log followed by a long wait arrives long before the wait ends,
 // whether the cell awaits or computes without yielding.
 func TestNodeLogArrivesDuringWait(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	k := startKernel(t, "javascript", t.TempDir())
 	printedWhileRunning(t, k, "console.log('start'); await new Promise(r => setTimeout(r, 120000))")

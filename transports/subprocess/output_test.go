@@ -15,6 +15,7 @@ import (
 // counts the Python calls its own thread makes while it prints 10,000
 // lines (sys.setprofile sees every Python call, not C ones).
 func TestPythonPrintRunsInC(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	code := `import sys
 calls = 0
@@ -43,6 +44,7 @@ calls`
 // bytes that are not UTF-8 arrive as U+FFFD), fileno, encoding; and a cell
 // that closes sys.stdout leaves a working one to the cells after it.
 func TestPythonStdoutIsATextFile(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	code := `import sys
 sys.stdout.buffer.write(b'caf\xc3')
@@ -66,6 +68,7 @@ print(sys.stdout.fileno(), sys.stderr.fileno(), sys.stdout.encoding, sys.stdout.
 // A forked child's prints arrive (it has no flusher thread: it sends each
 // line), before the parent's that come after it waited for the child.
 func TestPythonForkedChildPrints(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	code := `import os, sys
 print('before')
@@ -90,6 +93,7 @@ print('parent')`
 // interrupt is held back): either way the interrupt ends the loop, the
 // output holds nothing but the prints, and the kernel goes on.
 func TestPythonInterruptPrintLoop(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	for _, stream := range []string{"stdout", "stderr"} {
 		e := tt.Send(t, k, "import sys\nwhile True:\n    print('x' * 100000, file=sys."+stream+")", false)
@@ -114,6 +118,7 @@ func TestPythonInterruptPrintLoop(t *testing.T) {
 // with it and the cell sleeps). A display larger than a frame arrives
 // whole while a child process floods fd 1 at the same time.
 func TestPythonFramesAmongOutput(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	fake := `sys.stdout.buffer.write(b'\x1ekh' + b'0' * 16 + b'.0005hello\n')`
 	e := tt.Exec(t, k, "import sys\n"+fake+"\nprint('after')", false)

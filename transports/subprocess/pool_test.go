@@ -95,6 +95,7 @@ var poolCases = map[string]struct{ dirty, probe string }{
 // no global, no env var, not its cwd. Its interpreter is the one the pool
 // had ready.
 func TestPooledKernelHasNoStateOfAnother(t *testing.T) {
+	t.Parallel()
 	for _, lang := range []string{"python", "javascript"} {
 		t.Run(lang, func(t *testing.T) {
 			if lang == "javascript" {
@@ -129,6 +130,7 @@ func TestPooledKernelHasNoStateOfAnother(t *testing.T) {
 
 // A restart takes the pooled interpreter, which has none of the old one's state.
 func TestRestartTakesAPooledInterpreter(t *testing.T) {
+	t.Parallel()
 	tr, dir := pooledTransport(t, "python")
 	first := readyPid(t, tr, "python")
 	k := startIn(t, tr, "python", dir)
@@ -151,6 +153,7 @@ func TestRestartTakesAPooledInterpreter(t *testing.T) {
 // A bash kernel in another cwd starts cold, in its cwd (bash's driver is
 // not moved on hand-out: see pool.go); the pool keeps its own.
 func TestOtherCwdStartsColdForBash(t *testing.T) {
+	t.Parallel()
 	tr, _ := pooledTransport(t, "bash")
 	pooled := readyPid(t, tr, "bash")
 	other := t.TempDir()
@@ -168,6 +171,7 @@ func TestOtherCwdStartsColdForBash(t *testing.T) {
 
 // Size 0 (and the zero Options) keeps no pool: kernels start cold as before.
 func TestPoolSizeZero(t *testing.T) {
+	t.Parallel()
 	tr := New(Options{PoolSizes: map[string]int{"python": 0}})
 	defer tr.Close()
 	if len(tr.pools) != 0 || len(tr.PoolStats()) != 0 {
@@ -182,6 +186,7 @@ func TestPoolSizeZero(t *testing.T) {
 // A pooled interpreter killed while it waits is replaced, and a kernel
 // gets the replacement.
 func TestPooledInterpreterKilledWhileIdleIsReplaced(t *testing.T) {
+	t.Parallel()
 	tr, dir := pooledTransport(t, "python")
 	first := readyPid(t, tr, "python")
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
@@ -200,6 +205,7 @@ func TestPooledInterpreterKilledWhileIdleIsReplaced(t *testing.T) {
 // A pooled interpreter that died before the pool noticed is not handed out:
 // the kernel starts cold and works.
 func TestDeadPooledInterpreterIsNotHandedOut(t *testing.T) {
+	t.Parallel()
 	tr, dir := pooledTransport(t, "python")
 	pid := readyPid(t, tr, "python")
 	pl := tr.pools["python"]
@@ -223,6 +229,7 @@ func TestDeadPooledInterpreterIsNotHandedOut(t *testing.T) {
 // Many kernels at once drain the pool; those that find it empty start
 // cold, none waits on another.
 func TestPoolDrainedByConcurrentStarts(t *testing.T) {
+	t.Parallel()
 	tr, dir := pooledTransport(t, "python")
 	readyPid(t, tr, "python")
 	const n = 4
@@ -255,6 +262,7 @@ func TestPoolDrainedByConcurrentStarts(t *testing.T) {
 
 // Close kills the pooled interpreters and removes their cgroups.
 func TestCloseKillsPooledInterpreters(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name      string
 		noCgroups bool
@@ -305,6 +313,7 @@ func cgroupOf(pid int) string {
 
 // PoolStats reports the ready interpreters and their memory.
 func TestPoolStats(t *testing.T) {
+	t.Parallel()
 	tr, _ := pooledTransport(t, "python")
 	readyPid(t, tr, "python")
 	st := tr.PoolStats()
@@ -332,6 +341,7 @@ func TestParsePoolSizes(t *testing.T) {
 // context's execution runs with per-request env vars sees none of them, nor
 // that context's globals, env or cwd; it has the cwd it was created with.
 func TestPooledContextSeesNoRequestEnvOfAnother(t *testing.T) {
+	t.Parallel()
 	tr, dir := pooledTransport(t, "python")
 	e, err := engine.NewEngine(engine.Config{Transport: tr, DefaultCwd: dir})
 	if err != nil {

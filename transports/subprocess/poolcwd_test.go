@@ -19,6 +19,7 @@ import (
 // prints is what a cold-started kernel in that directory prints. A restart
 // takes the next pooled interpreter, moved there too.
 func TestPooledKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
+	t.Parallel()
 	for _, lang := range []string{"python", "javascript", "typescript"} {
 		t.Run(lang, func(t *testing.T) {
 			if lang != "python" {
@@ -79,6 +80,7 @@ func TestPooledKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
 // A cwd that is not a directory fails as without a pool (the client's
 // mistake, the same message), and the pooled interpreter stays for the next.
 func TestPooledStartInMissingCwdFailsAsCold(t *testing.T) {
+	t.Parallel()
 	tr, _ := pooledTransport(t, "python")
 	pooled := readyPid(t, tr, "python")
 	missing := filepath.Join(t.TempDir(), "gone")
@@ -101,6 +103,7 @@ func TestPooledStartInMissingCwdFailsAsCold(t *testing.T) {
 // pooled interpreter there, which is killed, and fails as a cold restart
 // does, with the same error.
 func TestPooledRestartInRemovedCwdFailsAsCold(t *testing.T) {
+	t.Parallel()
 	errs := map[bool]string{}
 	for _, pooled := range []bool{true, false} {
 		dir := t.TempDir()

@@ -35,6 +35,7 @@ func dataString(t *testing.T, m core.Message, mime string) string {
 // displays, invisible values not at all, data.frames with HTML, plots as
 // PNG, warnings on stderr, errors with R's message and the user's calls.
 func TestRValues(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	k := startKernel(t, "r", t.TempDir())
 
@@ -102,7 +103,8 @@ func TestRValues(t *testing.T) {
 }
 
 // TestRInterruptLoop: an interrupt stops R code that never sleeps, and the
-// session and its state survive it.
+// session and its state survive it. Not parallel: see
+// TestBashInterruptIsSentAgain.
 func TestRInterruptLoop(t *testing.T) {
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	interruptLoop(t, "r", "kept <- 7", "cat(\"start\\n\"); i <- 0; repeat i <- i + 1", "[1] 7")
@@ -133,6 +135,7 @@ func interruptLoop(t *testing.T, lang, keep, loop, want string) {
 // A language whose interpreter is missing is not listed, and starting it is
 // a client error that names the Debian package to install.
 func TestMissingInterpreterNamesPackage(t *testing.T) {
+	t.Parallel()
 	tr := New(Options{R: "kh-no-such-Rscript", Node: "kh-no-such-node"})
 	if langs := tr.Info().Languages; slices.Contains(langs, "r") || slices.Contains(langs, "javascript") {
 		t.Errorf("languages %v list a missing interpreter", langs)
@@ -154,6 +157,7 @@ func TestMissingInterpreterNamesPackage(t *testing.T) {
 // global environment neither keeps a request's var from arriving nor from
 // being removed, and the helpers take no execution counts.
 func TestREnvHelpersResistRedefinition(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	e := tt.NewEngine(t, engine.Config{Transport: New(Options{})})
 	ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 // machine offers: a cgroup per interpreter (where cgroup v2 is writable
 // here) and the process tree (always).
 func TestDescendantsEndWithTheirContext(t *testing.T) {
+	t.Parallel()
 	spawn := map[string]string{
 		// Each prints the pids of what it started, one per line.
 		"python": "import subprocess, sys\n" +
@@ -49,6 +50,7 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 				}
 				for _, op := range []string{"delete", "restart", "shutdown"} {
 					t.Run(lang+"/"+op, func(t *testing.T) {
+						t.Parallel()
 						e, err := engine.NewEngine(engine.Config{Transport: New(Options{NoCgroups: mode.noCgroups}), DefaultCwd: t.TempDir()})
 						if err != nil {
 							t.Fatal(err)

@@ -56,6 +56,7 @@ func stdoutOf(t *testing.T, k *Kernel, code string) string {
 // nothing can be written into their fd 3 or fd 1, nor their environ or
 // memory read, by pid or by scanning.
 func TestSandboxHidesOtherProcesses(t *testing.T) {
+	t.Parallel()
 	tr, victim, attacker, _ := sandboxedPair(t)
 	pooled := readyPid(t, tr, "python")
 	got := stdoutOf(t, attacker, `import os
@@ -107,6 +108,7 @@ print(found)`)
 // Files: the host's are read-only, the workspace is shared and writable,
 // /tmp is the context's own and goes with it.
 func TestSandboxFiles(t *testing.T) {
+	t.Parallel()
 	_, victim, attacker, workspace := sandboxedPair(t)
 	exe, _ := os.Executable()
 	got := stdoutOf(t, attacker, `import os, tempfile
@@ -152,6 +154,7 @@ print(d)`)
 // A child that writes itself into the root cgroup (or any other) cannot:
 // /sys is read-only. And it ends with its context all the same.
 func TestSandboxChildCannotLeaveItsCgroup(t *testing.T) {
+	t.Parallel()
 	_, _, attacker, _ := sandboxedPair(t)
 	got := stdoutOf(t, attacker, `import os, glob
 out = []
@@ -170,6 +173,7 @@ print(out)`)
 
 // An R context's tempdir is in its own /tmp: deleted with it.
 func TestSandboxRTempdirGoesWithTheContext(t *testing.T) {
+	t.Parallel()
 	needSandbox(t)
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
 	tr := New(Options{Sandbox: SandboxOptions{Mode: SandboxOn}})
@@ -248,6 +252,7 @@ sys.stdout.buffer.write(marshal.dumps(compile(sys.argv[1], "x", "exec")))`, "ope
 // shared) runs nowhere in the driver: contexts start and run cells, and
 // user code still imports modules from its cwd.
 func TestPythonDriverImportsNothingFromTheCwd(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	marker := filepath.Join(t.TempDir(), "imported")
 	for _, name := range []string{"json.py", "ast.py", "traceback.py", "base64.py"} {

@@ -30,6 +30,7 @@ func startKernel(t testing.TB, lang, cwd string) *Kernel {
 // Output written at the fd level (os.system) comes in order with print's
 // and before the reply.
 func TestFDOutputInOrderBeforeReply(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	for i := 0; i < 20; i++ {
 		e := tt.Exec(t, k, "import os\nprint('a')\nos.system('echo b; echo c >&2')\nprint('d')", false)
@@ -51,6 +52,7 @@ func TestFDOutputInOrderBeforeReply(t *testing.T) {
 
 // A large burst on fd 1 from a child arrives whole before the reply.
 func TestFDOutputLarge(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	e := tt.Exec(t, k, "import os\nos.system('head -c 300000 /dev/zero | tr \"\\\\0\" x')", false)
 	if got := len(e.Stream("stdout")); got != 300000 {
@@ -59,6 +61,7 @@ func TestFDOutputLarge(t *testing.T) {
 }
 
 func TestDisplayReprHTML(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	e := tt.Exec(t, k, "class A:\n    def _repr_html_(self):\n        return '<b>hi</b>'\ndisplay(A())\nA()", false)
 	displays := e.OfType(core.MsgDisplayData)
@@ -74,6 +77,7 @@ func TestDisplayReprHTML(t *testing.T) {
 }
 
 func TestPythonNoneHasNoResult(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	if e := tt.Exec(t, k, "x = None\nx", false); len(e.OfType(core.MsgExecuteResult)) != 0 {
 		t.Errorf("None gave a result:%s", e)
@@ -84,6 +88,7 @@ func TestPythonNoneHasNoResult(t *testing.T) {
 }
 
 func TestPythonTracebackLines(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	e := tt.Exec(t, k, "x = 1\n\ndef f():\n    raise KeyError('k')\nf()", false)
 	tb := strings.Join(e.Reply().Traceback, "\n")
@@ -98,6 +103,7 @@ func TestPythonTracebackLines(t *testing.T) {
 }
 
 func TestCwd(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "work dir 'q'")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -118,6 +124,7 @@ func TestCwd(t *testing.T) {
 }
 
 func TestStartMissingCwd(t *testing.T) {
+	t.Parallel()
 	_, err := New(Options{}).StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: "/no/such/kh-dir"})
 	if err == nil || !strings.Contains(err.Error(), "/no/such/kh-dir") {
 		t.Fatalf("err = %v, want one naming the cwd", err)
@@ -125,6 +132,7 @@ func TestStartMissingCwd(t *testing.T) {
 }
 
 func TestStartBrokenInterpreter(t *testing.T) {
+	t.Parallel()
 	_, err := New(Options{Python: "false"}).StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") {
 		t.Fatalf("err = %v", err)
@@ -132,6 +140,7 @@ func TestStartBrokenInterpreter(t *testing.T) {
 }
 
 func TestShutdownKillsProcessGroup(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	e := tt.Exec(t, k, "import subprocess\nsubprocess.Popen(['sleep', '300']).pid", false)
 	child, err := strconv.Atoi(tt.TextPlain(e.OfType(core.MsgExecuteResult)[0].Message))
@@ -148,6 +157,7 @@ func TestShutdownKillsProcessGroup(t *testing.T) {
 }
 
 func TestRestartKillsProcessGroup(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "bash", t.TempDir())
 	e := tt.Exec(t, k, "sleep 300 & echo $!", false)
 	child, err := strconv.Atoi(strings.TrimSpace(e.Stream("stdout")))
@@ -167,6 +177,7 @@ func TestRestartKillsProcessGroup(t *testing.T) {
 }
 
 func TestBashStatePersists(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "bash", t.TempDir())
 	tt.Exec(t, k, "declare -A m=([a]=1); f() { echo \"f$1\"; }; cd /", false)
 	if got := tt.Exec(t, k, "echo ${m[a]}; f 2; pwd", false).Stream("stdout"); got != "1\nf2\n/\n" {
@@ -178,6 +189,7 @@ func TestBashStatePersists(t *testing.T) {
 }
 
 func TestNodeAwaitAndInterruptAsync(t *testing.T) {
+	t.Parallel()
 	if _, ok := New(Options{}).langs["javascript"]; !ok {
 		t.Skip("node is not on PATH")
 	}
@@ -197,6 +209,7 @@ func TestNodeAwaitAndInterruptAsync(t *testing.T) {
 }
 
 func TestExecuteDeadKernel(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	e := tt.Send(t, k, "import os; os._exit(0)", false)
 	tt.WaitStatus(t, k, core.StateDead, e.MsgID, tt.ExecTimeout)
@@ -213,7 +226,9 @@ func TestExecuteDeadKernel(t *testing.T) {
 // all). The
 // race itself is too rare to test reliably, so this code plays it: its own
 // trap lets the first SIGINT pass and ends the cell at the second, as the
-// driver's trap does.
+// driver's trap does. Not parallel, as the other interrupts of drivers that
+// get SIGINT again (sigintResends): beside the parallel tests, at load 30,
+// the resends of a second arrived as one pending signal and the cell ran on.
 func TestBashInterruptIsSentAgain(t *testing.T) {
 	k := startKernel(t, "bash", t.TempDir())
 	const code = `n=0; trap '((++n >= 2)) && { __kh_int=1; return 130; }' INT; echo start; while :; do sleep 0.05; done`
@@ -233,6 +248,7 @@ func TestBashInterruptIsSentAgain(t *testing.T) {
 // an error gets its traceback, os.system waits for the host to read its
 // output, also where user code has replaced builtins.__import__ since.
 func TestPythonDriverImportsOnDemand(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	// Printed, and no ';': a list value or a ';' would load IPython (to format
 	// the value, to read the ';').
@@ -265,6 +281,7 @@ builtins.__import__ = _blocked`
 // driver cannot import traceback: the error still arrives, as its type and
 // message, and the kernel runs on.
 func TestPythonErrorWithImportsBlockedFromTheStart(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	tt.Exec(t, k, blockImports, false)
 	e := tt.Exec(t, k, "1 / 0", false)

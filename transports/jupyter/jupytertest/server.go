@@ -32,8 +32,10 @@ import (
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
-// StartTimeout bounds how long Start waits for the server to answer.
-const StartTimeout = 60 * time.Second
+// StartTimeout bounds how long Start waits for the server to answer. A
+// start takes seconds; the bound leaves room for a package's parallel tests
+// starting their servers and gateways at once on a loaded 2-core machine.
+const StartTimeout = 3 * time.Minute
 
 // Server is a running jupyter server.
 type Server struct {
@@ -259,6 +261,39 @@ func StartKernelGateway(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	s, stop, err := startKernelGateway(extra...)
 	return s.own(tb, "kernel gateway", stop, err)
+}
+
+// StartKernelGateways starts n gateways as StartKernelGateway does, at once:
+// a gateway's start is seconds of Python imports, and n of them overlap.
+func StartKernelGateways(tb testing.TB, n int, extra ...string) []*Server {
+	tb.Helper()
+	type started struct {
+		s    *Server
+		stop func()
+		err  error
+	}
+	all := make([]started, n)
+	var wg sync.WaitGroup
+	for i := range all {
+		wg.Go(func() {
+			s, stop, err := startKernelGateway(extra...)
+			all[i] = started{s, stop, err}
+		})
+	}
+	wg.Wait()
+	// Every gateway that started stops with tb, before a failed start fails it.
+	servers := make([]*Server, n)
+	for i, g := range all {
+		if g.err == nil {
+			servers[i] = g.s.own(tb, "kernel gateway", g.stop, nil)
+		}
+	}
+	for _, g := range all {
+		if g.err != nil {
+			g.s.own(tb, "kernel gateway", nil, g.err)
+		}
+	}
+	return servers
 }
 
 func startKernelGateway(extra ...string) (s *Server, stop func(), err error) {
