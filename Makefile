@@ -80,7 +80,7 @@ SOAK ?= 10000
 BENCH     ?= .
 BENCHTIME ?= 1s
 
-.PHONY: all build install release plugins policies generate run run-jupyter test test-go test-wasm test-fuzz test-faults soak run-faults fuzz run-fuzz deps deps-apt deps-npm deps-jupyter bench vet clean
+.PHONY: all build install release plugins policies generate run run-jupyter test test-go test-go-faults test-wasm test-fuzz test-faults soak run-faults fuzz run-fuzz deps deps-apt deps-npm deps-jupyter bench vet clean
 
 all: build
 
@@ -208,11 +208,12 @@ run-jupyter: build plugins deps-jupyter
 ## core's tests compiled for WebAssembly under wazero and the fuzz targets,
 ## side by side (each part's output is printed whole when it ends)
 test: deps
-	@$(MAKE) --no-print-directory -j3 --output-sync=target test-go test-wasm test-fuzz
+	@$(MAKE) --no-print-directory -j4 --output-sync=target test-go test-go-faults test-wasm test-fuzz
 
-# test runs its three parts at once: test-go spends much of its time waiting
-# on interpreters, kernels and servers, and the builds and fuzzing of the
-# other two fill the cores meanwhile. Each part does the same work as alone.
+# test runs its four parts at once: test-go and test-go-faults spend much of
+# their time waiting on interpreters, kernels and servers, and the builds and
+# fuzzing of the other two fill the cores meanwhile. Each part does the same
+# work as alone.
 
 # -timeout: go test's default of 10 minutes is per package binary, and the
 # host's and the Jupyter transport's packages run real interpreters, Jupyter
@@ -223,8 +224,23 @@ test: deps
 # start the longest ones last, leaving one core idle at the end while they
 # finish. Longest first, the short packages fill in beside them.
 SLOW_TEST_PACKAGES := ./transports/jupyter/ ./hostcmd/server/ ./transports/subprocess/
+# Most tests are parallel tests (t.Parallel): they wait on interpreters,
+# kernels and servers of their own, two at a time per package binary (go
+# test's -parallel default, GOMAXPROCS). Tests that need their test binary to
+# themselves (the fault suite, the floods) are not: go test runs them first,
+# alone, and the parallel ones wait for them. The fault suite (hostcmd/server's
+# TestFault*) is therefore test-go-faults, a test binary of its own beside
+# test-go rather than ahead of the host's other tests. test-go skips it; the
+# two run every test once between them.
+FAULT_SUITE := ^TestFault
 test-go:
-	$(GO) test -race -count=1 -timeout=30m $(SLOW_TEST_PACKAGES) ./...
+	$(GO) test -race -count=1 -timeout=30m -skip='$(FAULT_SUITE)' $(SLOW_TEST_PACKAGES) ./...
+
+# A TestFault* elsewhere would be skipped by test-go and run by neither.
+test-go-faults:
+	@if git grep -l '^func TestFault' -- '*_test.go' ':!hostcmd/server/'; then \
+		echo "TestFault* outside hostcmd/server (above): test-go skips them; run them in test-go-faults" >&2; exit 1; fi
+	$(GO) test -race -count=1 -timeout=30m -run='$(FAULT_SUITE)' ./hostcmd/server/
 
 ## test-faults: the fault suite (kill -9 of interpreter, plugin, Jupyter
 ## kernel and server; cut and stalled websocket; 500 disconnecting clients;

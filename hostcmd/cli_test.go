@@ -75,10 +75,28 @@ func golden(t *testing.T, name string, status int, stdout, stderr string, mask f
 
 func replacer(oldnew ...string) func(string) string { return strings.NewReplacer(oldnew...).Replace }
 
+// linkPlugins hard-links the plugins TestMain built (bin/plugins beside
+// kernelhost) into dir: a directory of the test's own to add files to,
+// without building them again.
+func linkPlugins(t *testing.T, dir string) {
+	t.Helper()
+	built := filepath.Join(filepath.Dir(kernelhost), "plugins")
+	entries, err := os.ReadDir(built)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("the plugins TestMain built in %s: %v", built, err)
+	}
+	for _, e := range entries {
+		if err := os.Link(filepath.Join(built, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // goVersion masks the Go version and platform in version's output.
 var goVersion = replacer(runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH, "GOVERSION")
 
 func TestCLIUsageAndHelp(t *testing.T) {
+	t.Parallel()
 	binDir := filepath.Dir(kernelhost)
 	masks := replacer(filepath.Join(binDir, "plugins"), "BIN/plugins")
 	for name, args := range map[string][]string{
@@ -101,6 +119,7 @@ func TestCLIUsageAndHelp(t *testing.T) {
 }
 
 func TestCLIVersion(t *testing.T) {
+	t.Parallel()
 	t.Run("dev", func(t *testing.T) {
 		status, stdout, stderr := run(t, kernelhost, "", hostEnv(), "version")
 		commit := regexp.MustCompile(`(?m)^commit .*$`)
@@ -119,13 +138,12 @@ func TestCLIVersion(t *testing.T) {
 	})
 }
 
-// plugins list on freshly built plugins, plus one that crashes and one that
-// is not executable; the jupyter plugin fails too (no server at its URL).
+// plugins list on the plugins TestMain built, plus one that crashes and one
+// that is not executable; the jupyter plugin fails too (no server at its URL).
 func TestCLIPluginsList(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	if err := testkit.Plugins(dir); err != nil {
-		t.Fatal(err)
-	}
+	linkPlugins(t, dir)
 	crash := "#!/bin/sh\necho 'no transport here' >&2\nexit 3\n"
 	if err := os.WriteFile(filepath.Join(dir, "kernelhost-transport-crash"), []byte(crash), 0o755); err != nil {
 		t.Fatal(err)
@@ -162,6 +180,7 @@ func TestCLIPluginsList(t *testing.T) {
 // settings, still lists the host's settings and says which it cannot list
 // and why; a plugin's setting is then an error that says why it is unknown.
 func TestCLIHelpWithoutPlugins(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	masks := replacer(dir, "PLUGINS", filepath.Join(filepath.Dir(kernelhost), "plugins"), "BIN/plugins")
 	status, stdout, stderr := run(t, kernelhost, "", hostEnv(), "serve", "-help", "-plugin-dir", dir)
@@ -183,6 +202,7 @@ func TestCLIHelpWithoutPlugins(t *testing.T) {
 // policy eval on the example modules: allow, rewrite and reject, and the
 // errors: a module that is no module, one that traps, bad input.
 func TestCLIPolicyEval(t *testing.T) {
+	t.Parallel()
 	if watErr != nil {
 		testkit.Missing(t, watErr)
 	}

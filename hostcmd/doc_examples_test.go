@@ -215,6 +215,7 @@ func appendMergingStreams(lines []string, line string) []string {
 }
 
 func TestDocExamples(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		testkit.Missing(t, fmt.Errorf("the doc examples need curl (apt-get install curl; `make test` installs it): %v", err))
 	}
@@ -243,6 +244,7 @@ func TestDocExamples(t *testing.T) {
 		}
 		seen[rel] = len(doc.examples)
 		t.Run(rel, func(t *testing.T) {
+			t.Parallel()
 			for _, f := range doc.files {
 				want, err := os.ReadFile(filepath.Join(root, f.path))
 				if err != nil {
@@ -252,7 +254,10 @@ func TestDocExamples(t *testing.T) {
 				}
 			}
 			for _, e := range doc.examples {
-				t.Run(e.name, func(t *testing.T) { runDocExample(t, rel, bin, e) })
+				t.Run(e.name, func(t *testing.T) {
+					t.Parallel() // each example has a host of its own on a port of its own
+					runDocExample(t, rel, bin, e)
+				})
 			}
 		})
 	}

@@ -202,6 +202,7 @@ func post(t *testing.T, url string, req map[string]any) (int, string) {
 // The binary as an operator runs it: plugins found next to the executable,
 // policies from a list file reloaded by SIGHUP, SIGTERM stops everything.
 func TestBinary(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	list := filepath.Join(dir, "policies.list")
 	if err := os.WriteFile(list, nil, 0o644); err != nil {
@@ -271,6 +272,7 @@ func TestBinary(t *testing.T) {
 // sends READY=1 once /health answers 200 and STOPPING=1 when it begins to
 // shut down, and the socket's name reaches neither the plugin nor the code.
 func TestSystemdNotify(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "notify.sock")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
@@ -332,6 +334,7 @@ func TestSystemdNotify(t *testing.T) {
 // asked for: exit status 0, a log line that says so, and nothing left
 // running. (The "python" here never gets ready: it only sleeps.)
 func TestBinarySignalDuringStartUp(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	python := filepath.Join(dir, "slow-python")
 	if err := os.WriteFile(python, []byte("#!/bin/sh\nsleep 600\n"), 0o755); err != nil {
@@ -385,6 +388,7 @@ func findProcess(t *testing.T, arg string) int {
 
 // Start-up failures exit 1 with a message that says what to do.
 func TestBinaryStartFailures(t *testing.T) {
+	t.Parallel()
 	empty := t.TempDir()
 	bad := filepath.Join(t.TempDir(), "bad.wasm")
 	if err := os.WriteFile(bad, []byte("junk"), 0o644); err != nil {
@@ -418,6 +422,7 @@ func TestBinaryStartFailures(t *testing.T) {
 // (which even a process the host started could read, where it is not
 // sandboxed), and still admits requests; one given in a file works alike.
 func TestBinaryTokenNotInEnviron(t *testing.T) {
+	t.Parallel()
 	t.Run("root", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "jupyter-token")
 		if err := os.WriteFile(file, []byte("jupyter-file-secret-24\n"), 0o600); err != nil {
@@ -483,6 +488,7 @@ func tokenNotInEnviron(t *testing.T, p *proc) {
 // context past -context-memory ends with MemoryLimitExceeded naming it, and
 // its next execution runs in a fresh interpreter.
 func TestBinaryContextMemoryLimit(t *testing.T) {
+	t.Parallel()
 	probe := subprocess.New(subprocess.Options{Limits: subprocess.Limits{MemoryBytes: 256 << 20}})
 	err := probe.Limited()
 	probe.Close()

@@ -24,6 +24,7 @@ import (
 // script reports a bad config with the log's tail. make builds into the
 // checkout's bin/, as make install always does.
 func TestInstall(t *testing.T) {
+	t.Parallel()
 	if watErr != nil {
 		testkit.Missing(t, watErr) // make policies needs wat2wasm
 	}

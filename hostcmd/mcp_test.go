@@ -20,6 +20,7 @@ import (
 // the same in hostcmd/sdktest/sdk-mcp.test.mjs; /mcp (HTTP) is tested in
 // hostcmd/server/mcp_test.go.
 func TestMCPStdio(t *testing.T) {
+	t.Parallel()
 	testkit.NeedPythonModules(t, testkit.DebianPython, "matplotlib")
 	testkit.NeedCommand(t, "node", "nodejs")
 	testkit.NeedCommand(t, "Rscript", "r-base-core")

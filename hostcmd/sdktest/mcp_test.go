@@ -19,6 +19,7 @@ import (
 // (streamable HTTP, on a host with an access token). The Go SDK's client
 // runs the same checks in hostcmd/server/mcp_test.go and hostcmd/mcp_test.go.
 func TestMCPClientTS(t *testing.T) {
+	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err == nil {
 		_, err = os.Stat(filepath.Join("node_modules", "@modelcontextprotocol", "sdk", "package.json"))

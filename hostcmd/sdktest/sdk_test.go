@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 // plugin. Without node or node_modules the test skips, except under CI, where
 // it fails: `make test` installs both (and jupyter-server).
 func TestOfficialSDK(t *testing.T) {
+	t.Parallel()
 	python, env := pickPython(t)
 	for _, mode := range []struct {
 		name string
@@ -48,8 +49,14 @@ func TestOfficialSDK(t *testing.T) {
 			c.SetTransportSetting("python", python)
 		}},
 	} {
-		t.Run(mode.name, func(t *testing.T) { testOfficialSDK(t, mode.set, env...) })
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel() // a host of its own
+			testOfficialSDK(t, mode.set, env...)
+		})
 	}
+	// Two node runs at once, not four: four beside their hosts went past a
+	// run's 3-minute bound on a loaded 2-core machine. The Jupyter pair runs
+	// first (this subtest is not parallel), then the subprocess pair.
 	t.Run("jupyter", func(t *testing.T) {
 		srv := jupytertest.Start(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -62,9 +69,11 @@ func TestOfficialSDK(t *testing.T) {
 		// ipykernel only: no javascript default context (KH_SDK_NO_JS), and
 		// no r or java either (KH_SDK_TRANSPORT: sdk-rjava.test.mjs).
 		t.Run("in-process", func(t *testing.T) {
+			t.Parallel()
 			testOfficialSDK(t, func(c *server.Config) { c.Transport = tr }, "KH_SDK_NO_JS=1", "KH_SDK_TRANSPORT=jupyter")
 		})
 		t.Run("plugin", func(t *testing.T) {
+			t.Parallel()
 			testOfficialSDK(t, func(c *server.Config) {
 				c.PluginDir, c.TransportName = pluginDir, "jupyter"
 				c.SetTransportSetting("jupyter-url", srv.URL)

@@ -16,6 +16,7 @@ import (
 // Each bad request gets the right status and a clear message, and disturbs
 // nothing: a context with state keeps it and keeps working.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	const limit = 64 << 10
 	h := startHost(t, func(c *server.Config) { c.MaxBodyBytes = limit })
 	other := h.createContext(`{}`)
@@ -73,6 +74,7 @@ func TestBadInput(t *testing.T) {
 // unknown fields and query parameters, JSON content type on bodiless routes,
 // and (a browser build, from an allowed origin) CORS preflights.
 func TestLenientInput(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, func(c *server.Config) { c.AllowedOrigins = []string{"http://example.test"} })
 	for _, body := range []string{
 		`{"code":"1+1","context_id":"","language":""}`,
@@ -115,6 +117,7 @@ func TestLenientInput(t *testing.T) {
 // language cannot make an 8 MiB body, nor a newline in an id forge a log
 // line (issue 11 item 10).
 func TestClientStringsAreClipped(t *testing.T) {
+	t.Parallel()
 	var logs testkit.SyncBuffer
 	h := startHost(t, func(c *server.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -44,6 +44,7 @@ func bystander(t *testing.T, h *testHost) (id string, check func()) {
 // for that cell, the plugin keeps running, a bystander keeps its state.
 // Before the limit, esbuild's parser overflowed the plugin's stack.
 func TestNestingBombKeepsPlugin(t *testing.T) {
+	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
 	h := startHost(t, viaPlugin)
 	_, check := bystander(t, h)
@@ -89,6 +90,10 @@ type floodCase struct {
 // ends normally, the context keeps its state, the plugin stays bounded
 // by the cap and keeps serving, and a bystander keeps its state. What
 // each flood cost before the caps: docs/reliability.md.
+//
+// Not a parallel test: the floods are CPU work for the interpreters, the
+// plugin and this race-instrumented host, and the bystander's 2 s bound is
+// on its latency meanwhile. It runs before the parallel tests, alone.
 func TestFloodKeepsState(t *testing.T) {
 	testkit.NeedCommand(t, "node", "nodejs")
 	h := startHost(t, viaPlugin)
@@ -195,6 +200,7 @@ func (s *syncBuffer) String() string {
 // A client string of 4 MiB (a language, a cwd, a context id) comes back
 // clipped in the error and in the log, through the plugin too.
 func TestLongClientStringsClipped(t *testing.T) {
+	t.Parallel()
 	var logged syncBuffer
 	h := startHost(t, viaPlugin, func(c *server.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -245,6 +251,7 @@ func cgroupDirOf(t *testing.T, pid int) string {
 // interpreters' detached children ran on and 6-8 empty cgroups per crash
 // stayed.
 func TestPluginKilledLeavesNothing(t *testing.T) {
+	t.Parallel()
 	if !subprocess.CgroupsAvailable() {
 		t.Skip("no writable cgroup v2 with cgroup.kill here: a killed plugin's processes are found by its cgroups")
 	}

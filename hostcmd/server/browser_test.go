@@ -23,6 +23,7 @@ func browserRequest(t *testing.T, h *testHost, method, path, body string, header
 // foreign Origin is refused, a Host that is not a loopback name or address
 // or an allowed name is refused, and /execute wants application/json.
 func TestBrowserDriveByIsRefused(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	const code = `{"code":"1+1"}`
 
@@ -88,6 +89,7 @@ func TestBrowserDriveByIsRefused(t *testing.T) {
 // Origins and host names the operator allows get through: an allowed
 // origin gets CORS (its own origin echoed, never credentials), "*" any.
 func TestBrowserAllowedOriginsAndHosts(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, func(c *server.Config) {
 		c.AllowedOrigins = []string{"http://app.test:3000"}
 		c.AllowedHosts = []string{"kh.internal", "*.sandboxes.test"}

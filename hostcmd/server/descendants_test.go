@@ -21,11 +21,13 @@ import (
 // shuts the plugin down. These are the ways without a sandbox (-sandbox=off);
 // in one, both end with the context (TestDetachedChildrenEndWithTheirSandbox).
 func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name      string
 		noCgroups bool
 	}{{"cgroup", false}, {"subreaper", true}} {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel() // a host of its own; the pids it checks are its own
 			if !mode.noCgroups && !subprocess.CgroupsAvailable() {
 				t.Skip("no writable cgroup v2 with cgroup.kill here: the subreaper path is what runs on this machine")
 			}
@@ -88,12 +90,14 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 // a double-forked daemon end when their context is deleted: they are in its
 // PID namespace, which ends with it.
 func TestDetachedChildrenEndWithTheirSandbox(t *testing.T) {
+	t.Parallel()
 	needSandbox(t)
 	for _, mode := range []struct {
 		name      string
 		noCgroups bool
 	}{{"cgroup", false}, {"no-cgroup", true}} {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel() // a host of its own; the pids it checks are its own
 			h := startHost(t, viaPlugin, func(c *server.Config) {
 				c.SetTransportSetting("kernel-cgroups", strconv.FormatBool(!mode.noCgroups))
 				c.SetTransportSetting("sandbox", "on")

@@ -4,8 +4,12 @@ package server_test
 // each. After every fault the host answers /health, the next execution on
 // every context works, and, when the test ends, no goroutine of the test's
 // is left (goleak against the test's own baseline) and no process the test
-// started is left (the /proc tree under the test binary). Lines starting
-// with "FIGURE" are the figures of docs/reliability.md.
+// started is left (the /proc tree under the test binary). Those checks see
+// the whole test binary, so a fault test is never a parallel test: go test
+// runs the package's other tests, which are, only after it. make test runs
+// this package's TestFault* in a test binary of their own (test-go-faults),
+// beside the rest. Lines starting with "FIGURE" are the figures of
+// docs/reliability.md.
 
 import (
 	"context"

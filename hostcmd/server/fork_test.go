@@ -40,6 +40,7 @@ func unsandboxedViaPlugin(c *server.Config) {
 // the transport linked in and through its plugin (the fork call of the
 // plugin protocol).
 func TestForkContext(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name string
 		set  func(*server.Config)
@@ -111,6 +112,7 @@ func testForkContext(t *testing.T, h *testHost) {
 // start with pandas loaded), and a fork of a live context is 501 naming
 // the sandbox, and the context runs on.
 func TestForkContextSandboxedViaPlugin(t *testing.T) {
+	t.Parallel()
 	needSandbox(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
 	h := startHost(t, viaPlugin, func(c *server.Config) {
@@ -140,6 +142,7 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 // plugin as the binary runs it: a context's PSS and USS are above 0 and at
 // most its RSS.
 func TestInterpreterMemoryMetrics(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, viaPlugin)
 	h.run(map[string]any{"code": "1"}) // the default python context's interpreter is there
 	s := h.scrapeMetrics(t, nil)

@@ -68,6 +68,7 @@ var goldenCases = []struct {
 //
 // and review the diff: it is the change a client sees.
 func TestNDJSONGolden(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		testNDJSONGolden(t, start())
 	})

@@ -55,6 +55,9 @@ func TestMain(m *testing.M) {
 		if err := testkit.Denylist(denylist); err != nil {
 			return fmt.Errorf("build denylist.wasm: %w", err)
 		}
+		if err := compilePolicy(denylist); err != nil {
+			return err
+		}
 		loopWasm = filepath.Join(dir, "loop.wasm")
 		if watMissing = testkit.Wat("plugins/policy/testdata/loop.wat", loopWasm); watMissing != nil {
 			if !errors.Is(watMissing, testkit.ErrNoWat2wasm) {
@@ -64,6 +67,20 @@ func TestMain(m *testing.M) {
 		}
 		return nil
 	})
+}
+
+// compilePolicy loads the module at path once, so that its compiled code is
+// in policyCache before any test's host loads it: the parallel tests that
+// start hosts with it at once then only instantiate it, instead of each
+// compiling it beside the others.
+func compilePolicy(path string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	chain, err := policy.Load(ctx, []policy.ModuleConfig{{Path: path}}, policyOptions())
+	if err != nil {
+		return fmt.Errorf("compile %s: %w", path, err)
+	}
+	return chain.Close(ctx)
 }
 
 // inProcess runs the subprocess transport linked into the test binary.
@@ -89,13 +106,15 @@ func viaPlugin(c *server.Config) {
 }
 
 // eachTransport runs f once per way the host gets its transport: linked in
-// and through the plugin boundary. f passes start's options to startHost.
+// and through the plugin boundary, side by side (each has a host of its
+// own). f passes start's options to startHost.
 func eachTransport(t *testing.T, f func(t *testing.T, start func(...func(*server.Config)) *testHost)) {
 	for _, mode := range []struct {
 		name string
 		set  func(*server.Config)
 	}{{"in-process", inProcess}, {"plugin", viaPlugin}} {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			f(t, func(configure ...func(*server.Config)) *testHost {
 				t.Helper()
 				return startHost(t, append([]func(*server.Config){mode.set}, configure...)...)

@@ -17,6 +17,7 @@ import (
 )
 
 func TestHealthAndDefaultContexts(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		status, body := h.do("GET", "/health", "")
@@ -40,6 +41,7 @@ func TestHealthAndDefaultContexts(t *testing.T) {
 }
 
 func TestStateAcrossExecutions(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		noError(t, h.run(map[string]any{"code": "x = 41"}))
@@ -58,6 +60,7 @@ func TestStateAcrossExecutions(t *testing.T) {
 }
 
 func TestStreamingOrder(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		lines := h.run(map[string]any{"code": "import sys\nprint('a', flush=True)\nprint('b', flush=True)\nprint('c', file=sys.stderr, flush=True)\n1+1"})
@@ -83,6 +86,7 @@ func TestStreamingOrder(t *testing.T) {
 // The first line of a long execution reaches the client while the code still
 // runs: the code waits for a file that the test creates only after reading it.
 func TestFirstLineArrivesBeforeTheEnd(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		flag := filepath.Join(t.TempDir(), "go-on")
@@ -103,6 +107,7 @@ func TestFirstLineArrivesBeforeTheEnd(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		lines := h.run(map[string]any{"code": "print('before')\nxyz"})
@@ -139,6 +144,7 @@ func envMap() map[string]string {
 }
 
 func TestEnvVarsPython(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start(func(c *server.Config) { c.GlobalEnv = map[string]string{"KH_TEST_0": "global value"} })
 		env := envMap()
@@ -167,6 +173,7 @@ func TestEnvVarsPython(t *testing.T) {
 }
 
 func TestEnvVarsBash(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		env := envMap()
@@ -198,6 +205,7 @@ func TestEnvVarsBash(t *testing.T) {
 }
 
 func TestCwd(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		testCwd(t, start(), t.TempDir())
 	})
@@ -230,6 +238,7 @@ func testCwd(t *testing.T, h *testHost, dir string) {
 }
 
 func TestContextsLifecycle(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		defaults := h.contexts()
@@ -272,6 +281,7 @@ func TestContextsLifecycle(t *testing.T) {
 }
 
 func TestDeleteDefaultContext(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	id := h.defaultID("python")
 	if status, _ := h.do("DELETE", "/contexts/"+id, ""); status != 200 {
@@ -287,6 +297,7 @@ func TestDeleteDefaultContext(t *testing.T) {
 }
 
 func TestInterrupt(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		id := h.defaultID("python")
@@ -314,6 +325,7 @@ func TestInterrupt(t *testing.T) {
 // A client that leaves mid-execution does not hold the context: with the
 // interrupt policy the next execution runs at once.
 func TestDisconnectMidExecution(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -331,6 +343,7 @@ func TestDisconnectMidExecution(t *testing.T) {
 }
 
 func TestKeepalive(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, func(c *server.Config) { c.Keepalive = 50 * time.Millisecond })
 	flag := filepath.Join(t.TempDir(), "go-on")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -347,6 +360,7 @@ func TestKeepalive(t *testing.T) {
 }
 
 func TestNonASCIIOutput(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	want := "héllo 😀 \x01 \"q\" \\ 中文\n"
 	lines := h.run(map[string]any{"code": fmt.Sprintf("print(%q, end='')", want)})
@@ -356,6 +370,7 @@ func TestNonASCIIOutput(t *testing.T) {
 }
 
 func TestShutdownEndsStreams(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -381,6 +396,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 }
 
 func TestJavaScript(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("node is not installed")
 	}

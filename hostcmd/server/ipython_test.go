@@ -29,6 +29,7 @@ func ipythonPython(t *testing.T) func(*server.Config) {
 // Every row of issue 13's table, over HTTP: the cells an agent sends as
 // upstream (IPython in Jupyter) runs them.
 func TestIPythonCellsOverHTTP(t *testing.T) {
+	t.Parallel()
 	usePython := ipythonPython(t)
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start(usePython)

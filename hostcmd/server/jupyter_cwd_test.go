@@ -22,6 +22,7 @@ import (
 // workspace the host created, as a remote kernel's file system would
 // differ from the host's.
 func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t)
 	base := t.TempDir()
 	// launcher: mkdir $1, rm -rf $2, then the kernel (its cwd: the server's root).
@@ -51,6 +52,7 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 	}
 
 	t.Run("OnlyWhereTheKernelRuns", func(t *testing.T) {
+		t.Parallel() // a kernel spec, transport and host of its own
 		// Quotes, $(…) and non-ASCII: the snippet quotes the path as chdir did.
 		dir := filepath.Join(base, `kernel's "side" $(x) ü`)
 		workspace := filepath.Join(base, "workspace-1")
@@ -67,6 +69,7 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 	})
 
 	t.Run("Nowhere", func(t *testing.T) {
+		t.Parallel() // a kernel spec, transport and host of its own
 		nowhere := filepath.Join(base, "nowhere")
 		workspace := filepath.Join(base, "workspace-2")
 		h, log := start(t, "python-nowhere", nowhere, workspace, filepath.Join(base, "unrelated"), workspace)

@@ -50,6 +50,7 @@ func jupyterViaPlugin(srv *jupytertest.Server) func(*server.Config) {
 }
 
 func TestJupyterHost(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Shared(t)
 	modes := []struct {
 		name string
@@ -423,6 +424,7 @@ func (s *stream) stdoutLine() string {
 // announced on the execution's stderr and counted in /metrics, through the
 // plugin as a host runs it.
 func TestJupyterLostMessagesAnnouncedAndCounted(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Start(t)
 	if err := srv.UseOverflowingPython(); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 // execution works. The kernel spec's launcher sleeps on every start but the
 // first, as a kernel whose restart waits for a cluster would.
 func TestJupyterRestartTimeout(t *testing.T) {
+	t.Parallel()
 	const restartTimeout, slowStart = 2 * time.Second, 6 * time.Second
 	srv := jupytertest.Start(t)
 	marker := filepath.Join(t.TempDir(), "started-once")

@@ -54,6 +54,7 @@ func forward(t *testing.T, l net.Listener, target string) {
 // starts (the plugin's configure cannot reach it) is waited for: the host
 // starts once it comes up.
 func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Shared(t)
 	gateway := testkit.FreeAddr(t) // nothing listens there yet
 	var log testkit.SyncBuffer
@@ -116,6 +117,7 @@ func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
 // counted in /metrics, and the next execution runs on the fresh kernel,
 // saying the old one was replaced.
 func TestJupyterKernelDeathLoggedAndCounted(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Shared(t)
 	var log testkit.SyncBuffer
 	h := startHost(t, jupyterInProcess(t, srv), func(c *server.Config) {

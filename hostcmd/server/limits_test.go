@@ -22,6 +22,7 @@ import (
 // Past MaxContexts, POST /contexts answers 429 with a message that says
 // what to do; deleting one makes room again. The defaults count.
 func TestMaxContexts(t *testing.T) {
+	t.Parallel()
 	defaults := 1
 	if _, err := exec.LookPath("node"); err == nil {
 		defaults = 2
@@ -44,6 +45,7 @@ func TestMaxContexts(t *testing.T) {
 // The "timeout" field of /execute (seconds) ends a run that takes longer
 // with an ExecutionTimeout error line, and the context works afterwards.
 func TestExecutionTimeoutPerRequest(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	noError(t, h.run(map[string]any{"code": "kept = 7"}))
 	began := time.Now()
@@ -67,6 +69,7 @@ func TestExecutionTimeoutPerRequest(t *testing.T) {
 // The host default applies to requests without "timeout"; a request's own
 // timeout overrides it either way.
 func TestExecutionTimeoutHostDefault(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, func(c *server.Config) { c.ExecutionTimeout = 500 * time.Millisecond })
 	if e := onlyError(t, h.run(map[string]any{"code": "import time; time.sleep(60)"})); e.str("name") != "ExecutionTimeout" {
 		t.Fatalf("error line %v, want ExecutionTimeout", e)
@@ -79,6 +82,7 @@ func TestExecutionTimeoutHostDefault(t *testing.T) {
 }
 
 func TestExecutionTimeoutInvalid(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	for _, body := range []string{
 		`{"code":"1","timeout":-1}`,
@@ -118,6 +122,7 @@ func closedWithin(t *testing.T, c net.Conn, d time.Duration) string {
 // timeout; one that trickles its body, after the read timeout. Meanwhile
 // the host serves others.
 func TestSlowClientsAreCut(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, func(c *server.Config) {
 		c.ReadHeaderTimeout = 300 * time.Millisecond
 		c.ReadTimeout = 600 * time.Millisecond
@@ -175,6 +180,7 @@ func firstLine(s string) string {
 // The read timeout bounds the request, not the response: a stream that
 // runs longer than it is not cut.
 func TestReadTimeoutDoesNotCutStreams(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, func(c *server.Config) { c.ReadTimeout = 300 * time.Millisecond })
 	lines := h.run(map[string]any{"code": "import time\nprint('a', flush=True)\ntime.sleep(1.2)\nprint('b')"})
 	noError(t, lines)
@@ -197,6 +203,7 @@ func tokenRequest(t *testing.T, h *testHost, method, path, body string, headers 
 }
 
 func TestAccessTokenEveryRoute(t *testing.T) {
+	t.Parallel()
 	const token = "s3cret-host-token"
 	h := startHost(t, func(c *server.Config) { c.AccessToken = token; c.AllowedOrigins = []string{"http://a.test"} })
 	good := map[string]string{"Authorization": "Bearer " + token}
@@ -256,6 +263,7 @@ func TestAccessTokenEveryRoute(t *testing.T) {
 // the sandbox's envd access token: they send it as X-Access-Token on
 // /execute and nothing on /contexts.
 func TestAccessTokenExecuteScope(t *testing.T) {
+	t.Parallel()
 	const token = "envd-token"
 	h := startHost(t, func(c *server.Config) { c.AccessToken = token; c.AccessTokenScope = server.ScopeExecute })
 	if status, _ := tokenRequest(t, h, "POST", "/contexts", "", nil); status != 200 {
@@ -288,6 +296,7 @@ func TestAccessTokenExecuteScope(t *testing.T) {
 // The host's logs, at debug level, through successes and every kind of
 // failure, never contain code, env values or the access token.
 func TestLogsHoldNoSecrets(t *testing.T) {
+	t.Parallel()
 	const (
 		token      = "tok-6f1d9c2ab0"
 		envSecret  = "envsecret-93b1e"
@@ -370,6 +379,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 }
 
 func TestLoadLimits(t *testing.T) {
+	t.Parallel()
 	c, err := server.Load("kernelhost", nil, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -420,6 +430,7 @@ func TestLoadLimits(t *testing.T) {
 // A language the transport does not have is the client's error (400, with
 // the languages there are), not a 500, on /execute and POST /contexts.
 func TestUnknownLanguageIs400(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	for _, r := range [][2]string{{"/execute", `{"code":"1","language":"cobol"}`}, {"/contexts", `{"language":"cobol"}`}} {
 		status, body := h.do("POST", r[0], r[1])
@@ -435,6 +446,7 @@ func TestUnknownLanguageIs400(t *testing.T) {
 // env_vars past -max-env-vars or -max-env-bytes are refused with a 400 that
 // names the limit, before anything runs; at the limit they are applied.
 func TestEnvVarLimits(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, func(c *server.Config) { c.MaxEnvVars = 3; c.MaxEnvBytes = 64 })
 	body := func(env map[string]string) string {
 		b, err := json.Marshal(map[string]any{"code": "import os\nprint(sorted(k for k in os.environ if k.startswith('KH_')))", "env_vars": env})

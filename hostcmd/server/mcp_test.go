@@ -93,6 +93,7 @@ func connectMCPVia(t testing.TB, h *testHost, ht *headerTransport) (*mcp.ClientS
 }
 
 func TestMCPOverHTTP(t *testing.T) {
+	t.Parallel()
 	testkit.NeedPythonModules(t, testkit.DebianPython, "matplotlib")
 	testkit.NeedCommand(t, "node", "nodejs")
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
@@ -105,6 +106,7 @@ func TestMCPOverHTTP(t *testing.T) {
 }
 
 func TestMCPRefusals(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, withToken)
 	for name, c := range map[string]struct {
 		headers map[string]string
@@ -139,6 +141,7 @@ func TestMCPRefusals(t *testing.T) {
 // call for it (the code is interrupted), and the context serves the next
 // client with its state.
 func TestMCPClientLeavesMidRun(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	first, progress, conns, err := connectMCPVia(t, h, newHeaderTransport(nil, ""))
 	if err != nil {

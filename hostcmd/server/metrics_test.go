@@ -134,6 +134,7 @@ func readAll(s *stream) int {
 // and fill a queue move the counters, histograms and gauges by exactly what
 // happened; the streamed-bytes counter equals what the client received.
 func TestMetricsMove(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	mod := copyModule(t, denylist, dir, "denylist.wasm")
 	// TZ is injected when a request does not set it (a rewrite); a request
@@ -247,6 +248,7 @@ func startHeld(t *testing.T, h *testHost, ctx context.Context, id string) (s *st
 // A queued execution deleted with its context leaves no queue-depth series
 // behind, though the engine reports the drained queue after the removal.
 func TestMetricsQueueSeriesGoneWithContext(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	c := h.createContext(`{}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -269,6 +271,7 @@ func TestMetricsQueueSeriesGoneWithContext(t *testing.T) {
 // /metrics needs the access token with scope all, and never with scope
 // execute (like /contexts).
 func TestMetricsAccessToken(t *testing.T) {
+	t.Parallel()
 	const token = "metrics-tok-31c9"
 	for _, tc := range []struct {
 		scope         string
@@ -288,6 +291,7 @@ func TestMetricsAccessToken(t *testing.T) {
 
 // Without metrics the route is not there.
 func TestMetricsDisabled(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, func(c *server.Config) { c.DisableMetrics = true })
 	if status, _ := h.do("GET", "/metrics", ""); status != http.StatusNotFound {
 		t.Fatalf("GET /metrics with metrics off: %d, want 404", status)

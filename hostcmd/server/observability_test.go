@@ -62,6 +62,7 @@ func (h *testHost) requestWithID(t *testing.T, method, path, body, id string) (i
 // id that is not a sane token is replaced; the plugin's lines carry its
 // name.
 func TestRequestLogIDs(t *testing.T) {
+	t.Parallel()
 	var logs testkit.SyncBuffer
 	h := startHost(t, viaPlugin, func(c *server.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -147,6 +148,7 @@ func TestRequestLogIDs(t *testing.T) {
 // -pprof-addr serves /debug/pprof/ on its own listener, never on the API's;
 // a non-loopback address gets a warning.
 func TestPprof(t *testing.T) {
+	t.Parallel()
 	get := func(t *testing.T, url string) (int, string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

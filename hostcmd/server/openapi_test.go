@@ -27,6 +27,7 @@ import (
 // every registered route is documented and every documented operation is
 // registered (path parameters compared by name).
 func TestRoutesMatchOpenAPI(t *testing.T) {
+	t.Parallel()
 	d := loadAPIDoc(t)
 	registered := make(map[string]bool)
 	for _, r := range server.RouteTable() {
@@ -61,6 +62,7 @@ func openAPIPath(route string) string {
 // line of every /execute stream, and the document refuses a request exactly
 // when the host refuses it for its shape (422).
 func TestOpenAPIMatchesTraffic(t *testing.T) {
+	t.Parallel()
 	const limit = 64 << 10
 	h := startHost(t, func(c *server.Config) {
 		c.MaxBodyBytes = limit
@@ -214,6 +216,7 @@ Rich()`
 // refuses the credentials, /health needs none, X-Access-Token counts on
 // /execute only.
 func TestOpenAPISecurityMatchesTraffic(t *testing.T) {
+	t.Parallel()
 	const token = "openapi-test-token"
 	defaults := 1
 	if _, err := exec.LookPath("node"); err == nil {

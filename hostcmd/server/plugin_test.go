@@ -25,6 +25,7 @@ func interpreterPID(t *testing.T, h *testHost) int {
 // Shutdown stops the plugin process and the interpreters it ran: nothing is
 // left behind.
 func TestPluginStoppedOnShutdown(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, viaPlugin)
 	plugin := h.PluginPID()
 	if plugin == 0 || plugin == os.Getpid() || !testkit.Alive(plugin) {
@@ -50,6 +51,7 @@ func TestPluginStoppedOnShutdown(t *testing.T) {
 // that says what happened, the host keeps serving, and the next execution on
 // the same context runs on a restarted plugin.
 func TestPluginKilledMidExecution(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, viaPlugin)
 	id := h.defaultID("python")
 	noError(t, h.run(map[string]any{"code": "x = 1"}))
@@ -91,6 +93,7 @@ func TestPluginKilledMidExecution(t *testing.T) {
 
 // A missing plugin is a start-up error that names the path and what to run.
 func TestMissingPlugin(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -107,6 +110,7 @@ func TestMissingPlugin(t *testing.T) {
 // A plugin that fails at start-up (the jupyter plugin with no server) is a
 // start-up error with the plugin's reason, and leaves no process behind.
 func TestPluginFailsToStart(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_, err := server.Start(ctx, server.Config{
@@ -122,6 +126,7 @@ func TestPluginFailsToStart(t *testing.T) {
 
 // The jupyter transport through its plugin, against a real Jupyter Server.
 func TestJupyterPlugin(t *testing.T) {
+	t.Parallel()
 	srv := jupytertest.Shared(t)
 	h := startHost(t, viaPlugin, func(c *server.Config) {
 		c.TransportName = "jupyter"

@@ -50,6 +50,7 @@ func envOf(t *testing.T, h *testHost, key string, env map[string]string) string 
 // The example denylist policy over HTTP: a refused key is a 403 naming it and
 // the code never runs; an injected default is what the code sees.
 func TestPolicyDenylist(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		dir := t.TempDir()
 		mod := copyModule(t, denylist, dir, "denylist.wasm")
@@ -91,6 +92,7 @@ func TestPolicyDenylist(t *testing.T) {
 // A hostile module (it spins when it sees env vars): those executions get a
 // 403 naming the module, within its deadline; the others keep working.
 func TestPolicyHostileModule(t *testing.T) {
+	t.Parallel()
 	if loopWasm == "" {
 		testkit.Missing(t, watMissing)
 	}
@@ -112,6 +114,7 @@ func TestPolicyHostileModule(t *testing.T) {
 
 // A module that does not load is a start-up error naming the file.
 func TestPolicyBrokenAtStart(t *testing.T) {
+	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "broken.wasm")
 	testkit.WriteFile(t, bad, "not wasm")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -139,6 +142,7 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 // ReloadPolicies (SIGHUP in the binary) picks up a changed config and a
 // changed module list; a failed reload keeps the policies in use.
 func TestPolicyReload(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	mod := copyModule(t, denylist, dir, "denylist.wasm")
 	list := filepath.Join(dir, "policies.list")

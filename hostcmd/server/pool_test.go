@@ -20,6 +20,7 @@ import (
 // takes the pooled one; shutting the host down ends every interpreter the
 // plugin started, pooled ones included.
 func TestPoolThroughPlugin(t *testing.T) {
+	t.Parallel()
 	needNode(t)
 	h := startHost(t, viaPlugin)
 	for _, lang := range []string{"python", "javascript"} {
@@ -81,6 +82,7 @@ func (h *testHost) awaitPool(t *testing.T, lang string) (rss float64) {
 // a directory of its own takes the pooled interpreter, and everything
 // testkit.CwdProbes prints is what the same context prints on a host without pools.
 func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
+	t.Parallel()
 	needNode(t)
 	// The contexts' directories are in a workspace every sandbox may write,
 	// where a pooled interpreter may be moved.

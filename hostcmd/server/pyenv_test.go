@@ -23,9 +23,14 @@ func onDebianPython(c *server.Config) {
 }
 
 func TestPythonResults(t *testing.T) {
+	t.Parallel()
 	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
-	t.Run("subprocess", func(t *testing.T) { testPythonResults(t, startHost(t, onDebianPython)) })
+	t.Run("subprocess", func(t *testing.T) {
+		t.Parallel() // each transport has a host of its own
+		testPythonResults(t, startHost(t, onDebianPython))
+	})
 	t.Run("jupyter", func(t *testing.T) {
+		t.Parallel()
 		srv := jupytertest.Shared(t)
 		testPythonResults(t, startHost(t, jupyterInProcess(t, srv)))
 	})

@@ -106,6 +106,7 @@ func testUpstreamParity(t *testing.T, h *testHost) {
 // an argparse parser gets no arguments and so its defaults, and
 // sys.stdout.buffer writes bytes (after a flush, in order with the prints).
 func TestPythonProcessAsAScript(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	lines := h.run(map[string]any{"code": "import argparse, sys\np = argparse.ArgumentParser()\np.add_argument('--n', default=3)\n" +
 		"print(sys.argv, p.parse_args().n)\nsys.stdout.flush()\nsys.stdout.buffer.write(b'bytes\\n')\nprint('after')"})

@@ -74,6 +74,7 @@ func gate(t *testing.T) (path string, open func()) {
 // line it received and gets exactly the lines it missed and the rest, live:
 // none lost, none repeated (checked by sequence number and by content).
 func TestResumeAfterACutConnection(t *testing.T) {
+	t.Parallel()
 	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
 		h := start(func(c *server.Config) { c.DisconnectPolicy = engine.DisconnectContinue })
 		fifo, openGate := gate(t)
@@ -146,6 +147,7 @@ func TestResumeAfterACutConnection(t *testing.T) {
 
 // The SDKs' stream is unchanged: no seq field unless asked for.
 func TestExecuteStreamHasNoSeqUnlessAsked(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	for _, l := range h.run(map[string]any{"code": "print(1)\n2"}) {
 		if _, ok := l["seq"]; ok {
@@ -155,6 +157,7 @@ func TestExecuteStreamHasNoSeqUnlessAsked(t *testing.T) {
 }
 
 func TestResumeErrors(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, func(c *server.Config) { c.ReplayBytes = 4096 })
 	fifo, openGate := gate(t)
 	// stdout and stderr in turn: separate outputs (a stream's consecutive

@@ -18,6 +18,7 @@ import (
 // settings.go), each once, with its variable and its default: the test
 // fails when one of them drifts from the other.
 func TestOperatingDocSettings(t *testing.T) {
+	t.Parallel()
 	defaults, err := server.SettingDefaults(pluginDir)
 	if err != nil {
 		t.Fatal(err)

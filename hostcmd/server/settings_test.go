@@ -18,6 +18,7 @@ func env(m map[string]string) func(string) string {
 }
 
 func TestLoadDefaults(t *testing.T) {
+	t.Parallel()
 	c, err := server.Load("kernelhost", nil, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +44,7 @@ func TestLoadDefaults(t *testing.T) {
 }
 
 func TestLoadTransportAndPolicies(t *testing.T) {
+	t.Parallel()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("from-file\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -110,6 +112,7 @@ func TestLoadTransportAndPolicies(t *testing.T) {
 }
 
 func TestLoadEnvAndFlags(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "env.json")
 	if err := os.WriteFile(file, []byte(`{"A":"from file","B":"file"}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -141,6 +144,7 @@ func TestLoadEnvAndFlags(t *testing.T) {
 }
 
 func TestLoadErrors(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct {
 		args []string
 		env  map[string]string
@@ -181,6 +185,7 @@ func TestLoadErrors(t *testing.T) {
 }
 
 func TestEnvVarName(t *testing.T) {
+	t.Parallel()
 	if got := server.EnvVar("default-cwd"); got != "KERNELHOST_DEFAULT_CWD" {
 		t.Fatal(got)
 	}
@@ -189,6 +194,7 @@ func TestEnvVarName(t *testing.T) {
 // The plugins' settings are config file keys too, with the TOML type of
 // their flag; the plugin directory may itself come from the file.
 func TestPluginSettingsInTheConfigFile(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "kernelhost.toml")
 	if err := os.WriteFile(file, []byte("plugin-dir = \""+pluginDir+"\"\njupyter-start-timeout = \"3m\"\ncontext-pids = 5\nkernel-cgroups = false\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -211,6 +217,7 @@ func TestPluginSettingsInTheConfigFile(t *testing.T) {
 // Without its plugin, a plugin's setting is unknown, and the error says
 // why; -help still works and says which settings it cannot list.
 func TestPluginSettingsWithoutThePlugin(t *testing.T) {
+	t.Parallel()
 	empty := t.TempDir()
 	_, err := server.Load("kernelhost", []string{"-plugin-dir", empty, "-jupyter-url", "http://gw/"}, env(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "not defined: -jupyter-url") || !strings.Contains(err.Error(), "has no kernelhost-transport-* executables") {

@@ -92,7 +92,9 @@ func resumeToEnd(t *testing.T, h *testHost, id string) {
 // to -max-output-bytes (64 MiB) of host heap each, with no bound on how
 // many, or hold a shutdown for its whole 30 s.
 func TestSlowClientsAreCutAndReleased(t *testing.T) {
+	t.Parallel()
 	t.Run("write timeout", func(t *testing.T) {
+		t.Parallel()
 		h := startHost(t, func(c *server.Config) { c.WriteTimeout = 300 * time.Millisecond; c.Keepalive = 100 * time.Millisecond })
 		id, _ := stalledClient(t, h, floodCode(20, ""))
 		took := waitFor(t, 20*time.Second, "the stalled stream detached", func() bool { return !executionState(t, h, id).Attached })
@@ -104,6 +106,7 @@ func TestSlowClientsAreCutAndReleased(t *testing.T) {
 	})
 
 	t.Run("buffer bound", func(t *testing.T) {
+		t.Parallel()
 		const bound = 4 << 20
 		h := startHost(t, func(c *server.Config) { c.MaxBufferedBytes = bound; c.WriteTimeout = time.Minute })
 		gate, open := gate(t)
@@ -132,6 +135,7 @@ func TestSlowClientsAreCutAndReleased(t *testing.T) {
 	})
 
 	t.Run("shutdown", func(t *testing.T) {
+		t.Parallel()
 		h := startHost(t) // the default write timeout, 30 s
 		stalledClient(t, h, floodCode(20, "import time\ntime.sleep(3600)"))
 		waitFor(t, 30*time.Second, "the stalled stream's buffer grew", func() bool { return h.Engine.BufferedBytes() > 1<<20 })

@@ -34,6 +34,7 @@ var soakValues = []string{
 // or concurrent request), each line arrived once and in order, and only the
 // executions that raised have an error line (none aborted by another's).
 func TestIsolationSoak(t *testing.T) {
+	t.Parallel()
 	global := map[string]string{"SK_G1": "global \"one\"\nü", "SK_G2": "global-two"}
 	h := startHost(t, func(c *server.Config) {
 		c.GlobalEnv = global

@@ -24,6 +24,7 @@ func writeConfig(t *testing.T, text string) string {
 // One setting of each kind (string, integer, duration) in the file, the
 // environment and on the command line: the first source that has it wins.
 func TestConfigPrecedence(t *testing.T) {
+	t.Parallel()
 	file := writeConfig(t, `# the settings' flag names are the keys
 default-cwd = "/from/file"
 queue-depth = 8
@@ -86,6 +87,7 @@ keepalive = "7s"
 // Every config file mistake stops the start with the file, the line and the
 // key, even when a flag overrides the key.
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct {
 		text string
 		args []string
@@ -132,6 +134,7 @@ func TestConfigErrors(t *testing.T) {
 // It sets the subprocess plugin's settings, which only the plugins describe,
 // so the host is pointed at the plugins as an installed kernelhost finds them.
 func TestDeployConfigLoads(t *testing.T) {
+	t.Parallel()
 	_, err := server.Load("kernelhost serve", []string{"-config", "../../deploy/kernelhost.toml", "-plugin-dir", pluginDir}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -139,6 +142,7 @@ func TestDeployConfigLoads(t *testing.T) {
 }
 
 func TestPluginDirFor(t *testing.T) {
+	t.Parallel()
 	prefix := t.TempDir()
 	exe := filepath.Join(prefix, "bin", "kernelhost")
 	beside := filepath.Join(prefix, "bin", "plugins")

@@ -50,6 +50,7 @@ func health(addr string) (int, string) {
 // -default-start-retry, and /health says what start-up waits for meanwhile;
 // without it the first failure ends start-up, as before.
 func TestDefaultStartRetried(t *testing.T) {
+	t.Parallel()
 	cfg := server.Config{
 		Addr:              testkit.FreeAddr(t),
 		DefaultCwd:        t.TempDir(),

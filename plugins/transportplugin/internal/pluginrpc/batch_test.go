@@ -11,6 +11,7 @@ import (
 // keeps everything else apart and in order, and never holds back the end of
 // a request.
 func TestBatcherMergesStreamsAndKeepsOrder(t *testing.T) {
+	t.Parallel()
 	ch := make(chan core.Message, 16)
 	in := []core.Message{
 		{ParentID: "a", Type: core.MsgStream, Name: "stdout", Text: "1\n", Timestamp: "t1"},
@@ -51,6 +52,7 @@ func TestBatcherMergesStreamsAndKeepsOrder(t *testing.T) {
 // Lingering waits for more stream output only while the batch ends in
 // stream output: an idle arriving ends the wait at once.
 func TestBatcherLingerEndsOnIdle(t *testing.T) {
+	t.Parallel()
 	ch := make(chan core.Message, 4)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()

@@ -74,6 +74,7 @@ func TestConformanceExamplePluginGRPCStreams(t *testing.T) {
 // code plays it: its own trap lets the first SIGINT pass and ends the cell at
 // the second.
 func TestExamplePluginInterruptIsSentAgain(t *testing.T) {
+	t.Parallel()
 	s := &transporttest.Suite{NewTransport: pluginTransport(exampleBin), Lang: transporttest.Bash}
 	k := s.StartKernel(t)
 	const code = `n=0; trap '((++n >= 2)) && return 130' INT; echo start; while :; do sleep 0.05; done`

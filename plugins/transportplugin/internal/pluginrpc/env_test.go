@@ -13,6 +13,7 @@ import (
 // variables (PLUGIN_CLIENT_CERT, the magic cookie, ...). A variable the host
 // passes on purpose is the control: it must still be there.
 func TestKernelsDoNotSeeHandshakeEnv(t *testing.T) {
+	t.Parallel()
 	const control = "KH_ENV_CONTROL=passed-on"
 	cases := []struct {
 		name, bin, lang, code string

@@ -34,6 +34,7 @@ var everyKind = map[string]core.ErrorKind{
 // TestEveryKindIsListed reads core/errors.go and checks that everyKind holds
 // each ErrorKind constant declared there.
 func TestEveryKindIsListed(t *testing.T) {
+	t.Parallel()
 	f, err := parser.ParseFile(token.NewFileSet(), "../../../../core/errors.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +75,7 @@ func TestEveryKindIsListed(t *testing.T) {
 // TestKindTable: every core kind has its own protocol value and comes back
 // from it, and every protocol value but KIND_NONE stands for a core kind.
 func TestKindTable(t *testing.T) {
+	t.Parallel()
 	seen := map[pb.ErrorKind]string{}
 	for name, kind := range everyKind {
 		v := kindToPB(fmt.Errorf("wrapped: %w", &core.Error{Kind: kind, Msg: "m"}))
@@ -104,6 +106,7 @@ func TestKindTable(t *testing.T) {
 // would with the transport linked in. An error that is not a *core.Error
 // stays one that is not.
 func TestErrorKindsCrossThePlugin(t *testing.T) {
+	t.Parallel()
 	for _, carrier := range []struct {
 		name string
 		grpc bool
@@ -193,6 +196,7 @@ func (k *kindsKernel) Execute(_ context.Context, req core.ExecuteRequest) error 
 // KindInvalid error, for an older host, and a host still reads Code INVALID
 // without a kind, from an older plugin, as KindInvalid.
 func TestKindInvalidWithoutKindField(t *testing.T) {
+	t.Parallel()
 	r := result(1, &core.Error{Kind: core.KindInvalid, Msg: "no such cwd"})
 	if r.Code != pb.Code_INVALID || r.Kind != pb.ErrorKind_KIND_INVALID {
 		t.Errorf("KindInvalid error -> code %v, kind %v; want INVALID, KIND_INVALID", r.Code, r.Kind)

@@ -17,6 +17,7 @@ import (
 // source runs on. A bash kernel is refused as KindUnsupported naming bash,
 // a kernel that was shut down with an error that says so.
 func TestForkThroughPlugin(t *testing.T) {
+	t.Parallel()
 	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython")
 	for _, carrier := range []struct {
 		name string
@@ -82,6 +83,7 @@ func TestForkThroughPlugin(t *testing.T) {
 // plugin's) refuses as KindUnsupported naming the transport, and the
 // kernel it was asked to copy runs on.
 func TestForkRefusedByPluginThatCannot(t *testing.T) {
+	t.Parallel()
 	s := launch(t, Config{Path: exampleBin, Logger: testLogger(t)})
 	k := startBash(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -129,6 +129,7 @@ func reply(t *testing.T, ms []core.Message) core.Message {
 }
 
 func TestExamplePluginRoundTrip(t *testing.T) {
+	t.Parallel()
 	var logs testkit.SyncBuffer
 	cfg := Config{Path: exampleBin, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
 	s := launch(t, cfg)
@@ -209,6 +210,9 @@ func bigBundle() map[string]json.RawMessage {
 	return map[string]json.RawMessage{"image/png": s, "text/plain": json.RawMessage(`"<Figure>"`)}
 }
 
+// Not a parallel test: the plugin is this race-instrumented binary, and
+// moving 20 MB through it is CPU work that only waits longer beside others
+// (past run's 30 s bound on a loaded machine). It runs before them, alone.
 func TestTwentyMegabyteResultPasses(t *testing.T) {
 	s := launch(t, selfPlugin(t, "big"))
 	k := startBash(t, s)
@@ -230,6 +234,7 @@ func TestTwentyMegabyteResultPasses(t *testing.T) {
 }
 
 func TestStartupFailuresAreClear(t *testing.T) {
+	t.Parallel()
 	wrongCookie := Config{Path: exampleBin, Env: []string{handshake.MagicCookieKey + "=not-the-cookie"}, Logger: testLogger(t)}
 	cases := []struct {
 		name string
@@ -330,6 +335,7 @@ func (h withAttrs) Handle(ctx context.Context, r slog.Record) error {
 // protocol: not in the plugin's environment, which its interpreters inherit
 // and /proc shows (so a secret setting stays out of both).
 func TestSettingsReachThePlugin(t *testing.T) {
+	t.Parallel()
 	const secret = "greeting-secret-51d2"
 	s := launch(t, withSettings(selfPlugin(t, "configured"), map[string]any{"greeting": secret}))
 	if v := s.Info().Version; v != secret {
@@ -349,6 +355,7 @@ func TestSettingsReachThePlugin(t *testing.T) {
 }
 
 func TestHangingCallIsBoundedByDeadline(t *testing.T) {
+	t.Parallel()
 	cfg := selfPlugin(t, "hang")
 	cfg.CallTimeout = 300 * time.Millisecond
 	s := launch(t, cfg)
@@ -367,6 +374,7 @@ func TestHangingCallIsBoundedByDeadline(t *testing.T) {
 // cancelled too (protocol v2 sends a cancel on the kernel's stream), so a
 // transport that honours its context stops waiting.
 func TestCallDeadlineCancelsPluginContext(t *testing.T) {
+	t.Parallel()
 	cfg := selfPlugin(t, "ctxwait")
 	cfg.CallTimeout = 200 * time.Millisecond
 	s := launch(t, cfg)
@@ -390,6 +398,7 @@ func TestCallDeadlineCancelsPluginContext(t *testing.T) {
 // draining while it runs the call, and keep the order. Through the kernel
 // socket and through gRPC streams.
 func TestExecuteThatBlocksOnOutput(t *testing.T) {
+	t.Parallel()
 	var want strings.Builder
 	for i := range floodLines {
 		want.WriteString(strconv.Itoa(i) + "\n")
@@ -423,6 +432,7 @@ func TestExecuteThatBlocksOnOutput(t *testing.T) {
 // The kernel socket serves only a connection that presents the token the
 // plugin gave the host over mTLS.
 func TestKernelSocketRefusesWrongToken(t *testing.T) {
+	t.Parallel()
 	s := launch(t, Config{Path: exampleBin, Logger: testLogger(t)})
 	s.mu.Lock()
 	path, token := s.inst.kernelSocket, s.inst.kernelToken
@@ -508,6 +518,7 @@ func bashPID(t *testing.T, k core.Kernel, id string) int {
 }
 
 func TestKillNineMidExecution(t *testing.T) {
+	t.Parallel()
 	var restarts atomic.Int32
 	cfg := Config{Path: exampleBin, Logger: testLogger(t), MinBackoff: 10 * time.Millisecond,
 		OnRestart: func() { restarts.Add(1) }}
@@ -574,6 +585,7 @@ func TestKillNineMidExecution(t *testing.T) {
 }
 
 func TestCloseLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	s := launch(t, Config{Path: exampleBin, Logger: testLogger(t)})
 	k := startBash(t, s)
 	pluginFD := pidfd(t, s.PID())
@@ -600,6 +612,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 // A start while the plugin is down for longer than the start may wait is
 // refused as unavailable (HTTP 503: try again), not as an internal error.
 func TestStartWhileRestartingIsUnavailable(t *testing.T) {
+	t.Parallel()
 	s := launch(t, Config{Path: exampleBin, Logger: testLogger(t), MinBackoff: time.Minute})
 	pid := s.PID()
 	fd := pidfd(t, pid)
@@ -616,6 +629,7 @@ func TestStartWhileRestartingIsUnavailable(t *testing.T) {
 }
 
 func TestHostSIGKILLLeavesNoPlugin(t *testing.T) {
+	t.Parallel()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 // a setting the plugin does not declare, or of another type, is an error
 // that names the setting and not its value (a token).
 func TestSettingsRoundTrip(t *testing.T) {
+	t.Parallel()
 	type target struct {
 		Text   string
 		Flag   bool
