@@ -3,10 +3,14 @@ package sdktest
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,7 +55,13 @@ func TestOfficialSDK(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel() // a host of its own
-			testOfficialSDK(t, mode.set, env...)
+			runEnv := env
+			if mode.name == "plugin" {
+				// The plugin's defaults (-python-preload=auto) fork python
+				// contexts from a template that imported the data stack.
+				runEnv = append(slices.Clone(env), "KH_SDK_PRELOADED=1")
+			}
+			testOfficialSDK(t, mode.set, runEnv...)
 		})
 	}
 	// Two node runs at once, not four: four beside their hosts went past a
@@ -135,6 +145,10 @@ func testOfficialSDK(t *testing.T, configure func(*server.Config), env ...string
 		}
 	})
 
+	if slices.Contains(env, "KH_SDK_PRELOADED=1") {
+		awaitForkTemplate(t, "http://"+host.Addr()+"/metrics")
+	}
+
 	// --test-force-exit: the SDK leaves its request timer (60 s) running when a
 	// request fails with a non-2xx status, which would keep node alive.
 	// Every *.test.mjs here runs: one file per topic (sdk.test.mjs is the
@@ -155,5 +169,29 @@ func testOfficialSDK(t *testing.T, configure func(*server.Config), env ...string
 	t.Logf("node --test:\n%s", out)
 	if err != nil {
 		t.Fatalf("the SDK test failed: %v", err)
+	}
+}
+
+// awaitForkTemplate waits (bounded) until the host's /metrics shows the
+// python fork template: until it has preloaded, new contexts come from the
+// pool, without the data stack the test then expects.
+func awaitForkTemplate(t *testing.T, metricsURL string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		resp, err := http.Get(metricsURL)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range strings.Split(string(body), "\n") {
+				if strings.HasPrefix(line, "kernelhost_interpreters{") && strings.Contains(line, `language="python"`) && strings.Contains(line, `role="fork-template"`) {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no python fork template in %s after 3 minutes (last error: %v)", metricsURL, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the template's preload is not awaitable over HTTP
 	}
 }

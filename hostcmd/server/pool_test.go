@@ -81,13 +81,19 @@ func (h *testHost) awaitPool(t *testing.T, lang string) (rss float64) {
 // plugin with its default pools): a python or javascript context created in
 // a directory of its own takes the pooled interpreter, and everything
 // testkit.CwdProbes prints is what the same context prints on a host without pools.
+// The python fork server is off here: with it, new python contexts are
+// forks of its template instead (fork_test.go and transports/subprocess's
+// fork tests check those, cwd included).
 func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 	t.Parallel()
 	needNode(t)
 	// The contexts' directories are in a workspace every sandbox may write,
 	// where a pooled interpreter may be moved.
 	workspace := t.TempDir()
-	writable := func(c *server.Config) { c.SetTransportSetting("sandbox-writable", workspace) }
+	writable := func(c *server.Config) {
+		c.SetTransportSetting("sandbox-writable", workspace)
+		c.SetTransportSetting("python-preload", "off")
+	}
 	pooled := startHost(t, viaPlugin, writable)
 	cold := startHost(t, viaPlugin, writable, func(c *server.Config) { c.SetTransportSetting("interpreter-pool", "python=0,javascript=0") })
 	for _, lang := range []string{"python", "javascript"} {
