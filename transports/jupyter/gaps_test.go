@@ -58,13 +58,14 @@ func TestCounterGapIsAnnounced(t *testing.T) {
 	}
 	lossy := "lossy-" + t.Name()
 	var dropped int
-	k.(*kernel).lose = func(m core.Message) bool {
+	lose := func(m core.Message) bool {
 		if m.ParentID == lossy && m.Type == core.MsgStream && strings.Contains(m.Text, "drop") {
 			dropped++
 			return true
 		}
 		return false
 	}
+	k.(*kernel).lose.Store(&lose)
 	id := lossy
 	if err := k.Execute(t.Context(), core.ExecuteRequest{MsgID: id, Code: "for i in range(10):\n    print('drop' if i % 3 == 0 else 'keep', i, flush=True)"}); err != nil {
 		t.Fatal(err)

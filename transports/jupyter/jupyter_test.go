@@ -412,9 +412,10 @@ func TestLostIdleIsDetected(t *testing.T) {
 	srv := jupytertest.Shared(t)
 	k := startKernel(t, newTransport(t, srv, nil))
 	lossy := "lossy-" + t.Name()
-	k.(*kernel).lose = func(m core.Message) bool {
+	lose := func(m core.Message) bool {
 		return m.ParentID == lossy && m.Type == core.MsgStatus && m.State == core.StateIdle
 	}
+	k.(*kernel).lose.Store(&lose)
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: lossy, Code: "print('hi')"}); err != nil {

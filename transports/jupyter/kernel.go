@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,8 +87,9 @@ type kernel struct {
 	deleteOnServer func(ctx context.Context) error
 
 	// lose, when set (tests only), drops the incoming messages it returns
-	// true for, as a full ZeroMQ queue would. Set before the first Execute.
-	lose func(core.Message) bool
+	// true for, as a full ZeroMQ queue would. Atomic: a test sets it while
+	// the reader already reads the kernel's start-up messages.
+	lose atomic.Pointer[func(core.Message) bool]
 }
 
 type conn struct {
@@ -441,7 +443,7 @@ func (k *kernel) read(c *conn, alive func()) {
 		if m.Channel == "iopub" || m.Channel == "shell" { // control and stdin are not ours to use
 			msg, mapped, _ = toMessage(m)
 		}
-		if mapped && k.lose != nil && k.lose(msg) {
+		if lose := k.lose.Load(); mapped && lose != nil && (*lose)(msg) {
 			continue
 		}
 		k.noteCounter(m) // every message counts, those we do not forward too
