@@ -113,15 +113,7 @@ func testForkServerContextIsAChildWithModulesLoaded(t *testing.T, mode string) {
 		t.Fatalf("1/0:%s", e)
 	}
 	// An interrupt reaches the forked interpreter's group.
-	e := tt.Send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", false)
-	tt.Collect(t, k, e, tt.ExecTimeout, func(r tt.Received) bool { return r.Type == core.MsgStream })
-	if err := k.Interrupt(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	tt.Collect(t, k, e, tt.ExecTimeout, nil)
-	if e.Reply().EName != "KeyboardInterrupt" {
-		t.Fatalf("interrupted sleep:%s", e)
-	}
+	interruptSleepingCell(t, k)
 	// A restart forks a new one; the old one is gone.
 	if err := k.Restart(context.Background()); err != nil {
 		t.Fatal(err)
@@ -437,5 +429,21 @@ func testForkedContextHasItsLimits(t *testing.T, mode string) {
 	}
 	if got := runStdout(t, ctx, e, neighbour.ID, "print(keep)"); got != "42\n" {
 		t.Errorf("the neighbour's variable: %q", got)
+	}
+}
+
+// interruptSleepingCell runs a cell that prints and sleeps for a minute in
+// k, interrupts it once it printed, and fails t unless the cell ends with
+// KeyboardInterrupt.
+func interruptSleepingCell(t *testing.T, k core.Kernel) {
+	t.Helper()
+	e := tt.Send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(r tt.Received) bool { return r.Type == core.MsgStream })
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.ExecTimeout, nil)
+	if e.Reply().EName != "KeyboardInterrupt" {
+		t.Fatalf("interrupted sleep:%s", e)
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
@@ -204,15 +203,7 @@ func TestForkedSandboxedContextInterruptRestartDelete(t *testing.T) {
 	k := startIn(t, tr, "python", dir)
 	neighbour := startIn(t, tr, "python", dir)
 	mustBeForkedFrom(t, k, tmpl)
-	e := tt.Send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", false)
-	tt.Collect(t, k, e, tt.ExecTimeout, func(r tt.Received) bool { return r.Type == core.MsgStream })
-	if err := k.Interrupt(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	tt.Collect(t, k, e, tt.ExecTimeout, nil)
-	if e.Reply().EName != "KeyboardInterrupt" {
-		t.Fatalf("interrupted sleep:%s", e)
-	}
+	interruptSleepingCell(t, k)
 	pid := k.Pid()
 	if err := k.Restart(context.Background()); err != nil {
 		t.Fatal(err)
