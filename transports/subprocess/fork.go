@@ -53,7 +53,7 @@ type forkSpec struct {
 // errSandboxedLiveFork is why POST /contexts/{id}/fork answers 501 while
 // interpreters are sandboxed (docs/RATIONALE.md, "Contexts by fork").
 const errSandboxedLiveFork = "subprocess: a context cannot be copied while interpreters run sandboxed: " +
-	"the copy would have to leave its source's sandbox for walls of its own, and a sandboxed interpreter holds no privilege to make them " +
+	"the copy could not leave its source's PID namespace, so it would end with its source, and could not mount a /proc of its own " +
 	"(new contexts still start from the fork server's preloaded template); run the host with -sandbox=off to copy contexts"
 
 // errForkRefused wraps what the forking driver answered instead of a pid.

@@ -271,9 +271,9 @@ func readOnlyLib(t *testing.T, mode string) string {
 	return lib
 }
 
-// With the sandbox on, a live context cannot be copied (its copy would
-// have to leave its source's sandbox, which holds no privilege to make
-// walls for it): ForkKernel says so, naming the sandbox.
+// With the sandbox on, a live context cannot be copied (its copy would be
+// in its source's PID namespace and end with it; docs/RATIONALE.md):
+// ForkKernel says so, naming the sandbox.
 func TestNoLiveForkWhenSandboxed(t *testing.T) {
 	needSandbox(t)
 	tr := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOn}})
