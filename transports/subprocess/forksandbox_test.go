@@ -121,6 +121,9 @@ print(d)`
 			t.Errorf("pid %d is visible in the forked context's /proc", pid)
 		}
 	}
+	if sb, _ := bwrapWorks(); sb != nil && sb.noUserns {
+		wantNoUserns(t, "a forked context", stdoutOf(t, a, noUsernsProbe))
+	}
 	tt.ShutdownAndDrain(t, a)
 	if err := syscall0(b.Pid()); err != nil {
 		t.Errorf("deleting one forked context ended another: %v", err)

@@ -22,6 +22,13 @@ import (
 // capabilities and no_new_privs. Nothing it does reaches another
 // interpreter's /proc entries, pipes or environment, or the host's.
 //
+// Nor can it make a user namespace (bwrap's --disable-userns, where this
+// bwrap has it: sandbox.noUserns): a cell has no use for one, and one would
+// give it capabilities over namespaces of its own, the kernel's most
+// attacked surface. So the interpreter runs in a user namespace of its
+// own, as the host's uid and gid, whose count of user namespaces is used
+// up (docs/RATIONALE.md, "Sandbox").
+//
 // The process tree on the host is bwrap (the host's child, alone in its
 // process group, dies with the host) -> bwrap's init (pid 1 in the sandbox,
 // leader of a new session and group: --new-session) -> the interpreter (pid
@@ -66,7 +73,13 @@ var sandboxUserDirs = []string{".local", ".cache", ".npm", ".config", ".ipython"
 
 // sandbox is how interpreters are wrapped; nil: not at all.
 type sandbox struct {
-	bwrap    string
+	bwrap string
+	// noUserns says interpreters cannot make user namespaces
+	// (--disable-userns). False where this bwrap lacks the option, or
+	// where a sandbox cannot have a user namespace at all: a host running
+	// as root where user namespaces are refused, whose interpreters can
+	// then make none either.
+	noUserns bool
 	writable []string // absolute, symlinks resolved, existing
 	readOnly []string
 }
@@ -85,7 +98,7 @@ func ParseSandboxMode(s string) (string, error) {
 // newSandbox returns the sandbox for opts: nil when off, or when it cannot be
 // had here in auto mode (why says so); an error when it cannot be had and
 // opts.Mode is on.
-func newSandbox(opts SandboxOptions, probe func() (string, error)) (sb *sandbox, why string, err error) {
+func newSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (sb *sandbox, why string, err error) {
 	mode, err := ParseSandboxMode(opts.Mode)
 	if err != nil {
 		return nil, "", err
@@ -107,12 +120,12 @@ func newSandbox(opts SandboxOptions, probe func() (string, error)) (sb *sandbox,
 // so a machine that refuses it (no user namespaces for an unprivileged
 // host, a seccomp filter in a container) is found at start, not at the
 // first context.
-func buildSandbox(opts SandboxOptions, probe func() (string, error)) (*sandbox, error) {
-	path, err := probe()
+func buildSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (*sandbox, error) {
+	found, err := probe()
 	if err != nil {
 		return nil, err
 	}
-	sb := &sandbox{bwrap: path}
+	sb := &sandbox{bwrap: found.bwrap, noUserns: found.noUserns}
 	home, _ := os.UserHomeDir()
 	var writable []string
 	for _, d := range sandboxUserDirs {
@@ -138,19 +151,23 @@ func buildSandbox(opts SandboxOptions, probe func() (string, error)) (*sandbox, 
 var bwrapWorks = sync.OnceValues(probeBwrap)
 
 // probeBwrap finds bwrap and runs it once with the namespaces interpreters
-// get: its path, or why it cannot sandbox here.
-func probeBwrap() (string, error) {
+// get, with no user namespace for them to make where it can: the bare
+// sandbox (bwrap's path, noUserns), or why it cannot sandbox here.
+func probeBwrap() (*sandbox, error) {
 	path, err := exec.LookPath("bwrap")
 	if err != nil {
-		return "", errors.New("bwrap is not installed (Debian: apt-get install bubblewrap)")
+		return nil, errors.New("bwrap is not installed (Debian: apt-get install bubblewrap)")
 	}
-	cmd := exec.Command(path, (&sandbox{bwrap: path}).args("/", false)...)
-	cmd.Args = append(cmd.Args, "true")
-	cmd.Dir = "/"
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("bwrap (%s) fails here: %v: %s", path, err, strings.TrimSpace(string(out)))
+	var out []byte
+	for _, sb := range []*sandbox{{bwrap: path, noUserns: true}, {bwrap: path}} {
+		cmd := exec.Command(path, sb.args("/", false)...)
+		cmd.Args = append(cmd.Args, "true")
+		cmd.Dir = "/"
+		if out, err = cmd.CombinedOutput(); err == nil {
+			return sb, nil
+		}
 	}
-	return path, nil
+	return nil, fmt.Errorf("bwrap (%s) fails here: %v: %s", path, err, strings.TrimSpace(string(out)))
 }
 
 // existingDirs returns the paths that exist, absolute with symlinks
@@ -190,15 +207,23 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 		"--new-session", "--die-with-parent",
 		"--cap-drop", "ALL",
 	}
+	if sb.noUserns || template {
+		// Its uid and gid in its user namespace are the host's.
+		args = append(args, "--unshare-user",
+			"--uid", strconv.Itoa(os.Getuid()), "--gid", strconv.Itoa(os.Getgid()))
+	}
 	if template {
 		// A fork template (forkserver.go) gives each context namespaces,
 		// a /proc and a /tmp of its own, for which it needs CAP_SYS_ADMIN
 		// (and CAP_SETPCAP, for the context to drop its bounding set): in
 		// a user namespace of its own, so they are nothing on the host.
-		// Its uid and gid there are the host's, as an interpreter's are.
-		args = append(args, "--unshare-user",
-			"--uid", strconv.Itoa(os.Getuid()), "--gid", strconv.Itoa(os.Getgid()),
-			"--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP")
+		// Not --disable-userns, whose nested namespace would lock the
+		// mounts under /proc and so forbid the contexts' own /proc: with
+		// CAP_SYS_RESOURCE, each context sets its namespace's limit of
+		// user namespaces to 0 instead (drivers/forkserver.py, B).
+		args = append(args, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_SYS_RESOURCE")
+	} else if sb.noUserns {
+		args = append(args, "--disable-userns")
 	}
 	writable := sb.writable
 	if cwd != "" {

@@ -2,11 +2,14 @@ package subprocess
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core"
@@ -148,6 +151,61 @@ print(d)`)
 	}
 	if _, err := os.Stat(tmp); err == nil {
 		t.Errorf("the attacker's temporary directory %s is on the host's /tmp", tmp)
+	}
+}
+
+// noUsernsProbe is a cell that tries to make a user namespace (and a mount
+// namespace, which needs capabilities it has not got): it prints the errno
+// name of each, "made" where one was made.
+// It tries in a new process: the kernel refuses a user namespace to a
+// process of several threads (EINVAL), as the driver is.
+const noUsernsProbe = `import subprocess, sys
+def unshare(flags):
+    return subprocess.run([sys.executable, '-c', """import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+print('made' if libc.unshare(%d) == 0 else errno.errorcode[ctypes.get_errno()])""" % flags], capture_output=True, text=True, timeout=60).stdout.strip()
+print(unshare(0x10000000), unshare(0x00020000))`
+
+// needNoUserns skips a test of --disable-userns where this bwrap cannot
+// apply it (fails instead when CI is set).
+func needNoUserns(t *testing.T) {
+	t.Helper()
+	needSandbox(t)
+	if sb, _ := bwrapWorks(); !sb.noUserns {
+		testkit.Missingf(t, "bwrap cannot keep interpreters from making user namespaces here (it needs --disable-userns, bubblewrap 0.8.0, and a user namespace for the sandbox)")
+	}
+}
+
+// wantNoUserns checks what noUsernsProbe printed: neither namespace made
+// (ENOSPC: the count of user namespaces is used up; EPERM, EUSERS: refused
+// otherwise).
+func wantNoUserns(t *testing.T, who, got string) {
+	t.Helper()
+	f := strings.Fields(got)
+	if len(f) != 2 || !slices.Contains([]string{"ENOSPC", "EPERM", "EUSERS"}, f[0]) || f[1] != "EPERM" {
+		t.Errorf("%s: unshare(CLONE_NEWUSER), unshare(CLONE_NEWNS): %q, want both refused", who, got)
+	}
+}
+
+// No context makes a user namespace (and with it capabilities over
+// namespaces of its own), the pooled one nor a cold one; each still runs
+// as the host's uid and gid, and sees the host's files as theirs.
+func TestSandboxCannotMakeUserNamespaces(t *testing.T) {
+	t.Parallel()
+	needNoUserns(t)
+	_, pooled, cold, workspace := sandboxedPair(t)
+	for who, k := range map[string]*Kernel{"pooled": pooled, "cold": cold} {
+		wantNoUserns(t, who, stdoutOf(t, k, noUsernsProbe))
+		got := stdoutOf(t, k, `import os
+print(os.getuid(), os.getgid(), os.stat('.').st_uid, os.stat('/proc/1').st_uid)`)
+		fi, err := os.Stat(workspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%d %d %d %d\n", os.Getuid(), os.Getgid(), fi.Sys().(*syscall.Stat_t).Uid, os.Getuid())
+		if got != want {
+			t.Errorf("%s: uid, gid, the workspace's owner, its init's owner: %q, want %q", who, got, want)
+		}
 	}
 }
 

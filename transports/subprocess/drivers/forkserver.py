@@ -220,8 +220,8 @@ def _serve_as_context(spec, template):
 
 # Forks of a sandboxed template (forkserver.go; docs/RATIONALE.md, "Contexts
 # by fork"). The template runs in a bwrap sandbox of its own with a user
-# namespace of its own, where it holds CAP_SYS_ADMIN and CAP_SETPCAP (none
-# on the host): with them it could remount its read-only paths writable,
+# namespace of its own, where it holds CAP_SYS_ADMIN, CAP_SETPCAP and
+# CAP_SYS_RESOURCE (none on the host): with them it could remount its read-only paths writable,
 # so it runs only code from read-only paths: python -s (no user site) and
 # no import path under a writable directory (KH_WRITABLE). A context is
 # made in two processes, both of them this driver's code until the
@@ -233,7 +233,8 @@ def _serve_as_context(spec, template):
 #     its pid from the credentials the kernel attaches) and waits while the
 #     host moves it into the context's cgroup; it unshares the cgroup
 #     namespace, mounts the context's own /tmp, /dev and /proc (with
-#     bwrap's read-only covers) and forks C; it drops every capability and
+#     bwrap's read-only covers), sets the template's namespace's limit of
+#     user namespaces to 0 and forks C; it drops every capability and
 #     waits: when C ends, it writes C's wait status to the status pipe and
 #     exits, which ends all that is left in the namespace (bwrap's init
 #     does the same). The template reaps it.
@@ -345,6 +346,10 @@ def _own_proc():
     """A /proc of the new PID namespace, its system-wide files covered
     read-only as bwrap covers them (a root context must not write sysctls)."""
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    # No user namespace is made in the template's from now on (a cell has
+    # no use for one): with CAP_SYS_RESOURCE there, dropped with the rest.
+    with open("/proc/sys/user/max_user_namespaces", "w") as f:
+        f.write("0\n")
     for sub in ("sys", "sysrq-trigger", "irq", "bus"):
         path = "/proc/" + sub
         if os.path.lexists(path):
