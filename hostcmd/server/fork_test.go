@@ -126,6 +126,9 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the template's preload is not awaitable from here
 	}
+	if m := h.scrapeMetrics(t, nil).metric("kernelhost_fork_template_failing", "language", "python"); m == nil || m.GetGauge().GetValue() != 0 {
+		t.Errorf("kernelhost_fork_template_failing with a template running: %v, want 0", m)
+	}
 	src := h.createContext(`{"language":"python"}`).ID
 	if got := stdout(h.run(map[string]any{"context_id": src, "code": "import sys, os\nx = 41\nprint('pandas' in sys.modules, os.getpid())"})); got != "True 2\n" {
 		t.Fatalf("a new context under the sandbox: %q, want one forked from the template (pandas loaded), pid 2 in its sandbox", got)

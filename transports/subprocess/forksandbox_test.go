@@ -2,10 +2,13 @@ package subprocess
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,5 +234,84 @@ func TestForkedSandboxedContextInterruptRestartDelete(t *testing.T) {
 	awaitExit(t, sleeper, killWait)
 	if got := stdoutOf(t, neighbour, "print(6 * 7)"); got != "42\n" {
 		t.Fatalf("the neighbour after the delete: %q", got)
+	}
+}
+
+// Where user namespaces are refused (here: a user namespace whose limit of
+// them is 0, as max_user_namespaces=0 or Ubuntu's AppArmor rule makes for
+// an unprivileged host), the sandboxed template cannot start: the
+// transport says so once (Options.Warn), ForkStats shows it, and contexts
+// start cold in their sandbox. The test runs itself again in such a
+// namespace, as its root, so nothing of the machine changes.
+func TestForkTemplateRefusedIsReported(t *testing.T) {
+	if os.Getenv("KH_TEST_NO_USERNS") == "" {
+		needSandbox(t)
+		testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
+		unshare := testkit.NeedCommand(t, "unshare", "util-linux")
+		ctx, cancel := context.WithTimeout(context.Background(), 4*tt.StartTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, unshare, "--user", "--map-root-user", "sh", "-c",
+			`echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"`, "sh",
+			os.Args[0], "-test.run=^TestForkTemplateRefusedIsReported$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), "KH_TEST_NO_USERNS=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestForkTemplateRefusedIsReported") {
+			t.Fatalf("in a user namespace without user namespaces: %v\n%s", err, out)
+		}
+		t.Logf("%s", out)
+		return
+	}
+	var mu sync.Mutex
+	var warnings []string
+	warn := func(msg string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		warnings = append(warnings, strings.TrimSpace(fmt.Sprintln(append([]any{msg}, args...)...)))
+	}
+	dir := t.TempDir()
+	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, NoCgroups: true, Warn: warn,
+		Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{dir}}})
+	t.Cleanup(func() { _ = tr.Close() })
+	if on, why, err := tr.Sandboxed(); !on || err != nil {
+		t.Fatalf("interpreters are not sandboxed: %s %v", why, err)
+	}
+	for deadline := time.Now().Add(2 * tt.StartTimeout); ; time.Sleep(20 * time.Millisecond) {
+		if st := tr.ForkStats(); len(st) == 1 && st[0].Failing != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the template's failure is not in ForkStats: %+v", tr.ForkStats())
+		}
+	}
+	for i := 0; i < 2; i++ {
+		k := startIn(t, tr, "python", dir)
+		if nsPid(k.Pid()) != 2 {
+			t.Errorf("context %d is pid %d in its namespace, want 2: a cold start in its own sandbox", i, nsPid(k.Pid()))
+		}
+		if got := stdoutOf(t, k, "print(6 * 7)"); got != "42\n" {
+			t.Errorf("context %d prints %q", i, got)
+		}
+	}
+	// Each context's start tried the template again, in the background.
+	for deadline := time.Now().Add(tt.StartTimeout); ; time.Sleep(20 * time.Millisecond) {
+		tr.forks["python"].mu.Lock()
+		starting := tr.forks["python"].start != nil
+		tr.forks["python"].mu.Unlock()
+		if !starting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the template's start does not end")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "fork template cannot start") || !strings.Contains(warnings[0], "namespace") {
+		t.Errorf("warnings: %q, want one that says the template cannot start and why", warnings)
+	} else {
+		t.Logf("warned: %s", warnings[0])
+	}
+	if st := tr.ForkStats(); len(st) != 1 || !strings.Contains(st[0].Failing, "namespace") {
+		t.Errorf("ForkStats: %+v", st)
 	}
 }

@@ -81,8 +81,14 @@ type forkServer struct {
 	// time, and its answer.
 	forkMu sync.Mutex
 
+	// warn tells the operator, once until a template starts again, why
+	// the template cannot start (Options.Warn).
+	warn func(msg string, args ...any)
+
 	mu     sync.Mutex
 	tmpl   *proc         // the ready template; nil while none is
+	failed string        // why the last template start failed; "" when it did not
+	warned bool          // failed was told to warn
 	ended  []*proc       // sandboxed templates told to stop, which exit once their contexts ended
 	start  chan struct{} // closed when the template's start under way ended; nil: none under way
 	closed bool
@@ -91,8 +97,8 @@ type forkServer struct {
 	wg     sync.WaitGroup
 }
 
-func newForkServer(lang, cwd string, spec func() (procSpec, error)) *forkServer {
-	fs := &forkServer{lang: lang, cwd: cwd, spec: spec}
+func newForkServer(lang, cwd string, spec func() (procSpec, error), warn func(string, ...any)) *forkServer {
+	fs := &forkServer{lang: lang, cwd: cwd, spec: spec, warn: warn}
 	fs.ctx, fs.stop = context.WithCancel(context.Background())
 	fs.startTemplate()
 	return fs
@@ -128,8 +134,17 @@ func (fs *forkServer) startTemplate() {
 		defer fs.mu.Unlock()
 		fs.start = nil
 		if err != nil {
-			return // not retried in a loop: the next kernel's fork tries again
+			// Not retried in a loop: the next kernel's fork tries again.
+			if !fs.closed {
+				fs.failed = err.Error()
+				if !fs.warned && fs.warn != nil {
+					fs.warned = true
+					fs.warn("the "+fs.lang+" fork template cannot start: its contexts come from the warm pool or start cold (slower, without the preloaded modules) until it can", "error", fs.failed)
+				}
+			}
+			return
 		}
+		fs.failed, fs.warned = "", false
 		if fs.closed {
 			go p.kill()
 			return
@@ -269,8 +284,42 @@ func (fs *forkServer) rss() (ready bool, bytes int64) {
 	return true, rssBytes(pid)
 }
 
+// retired returns the sandboxed templates retired that still run, until
+// the last context forked from them ended.
+func (fs *forkServer) retired() []*proc {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	var out []*proc
+	for _, e := range fs.ended {
+		if !isClosed(e.pumpDone) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ForkStat is the state of one language's fork server, for metrics.
+type ForkStat struct {
+	Language string
+	// Failing says why the template's last start failed ("" if it did
+	// not): until one starts, contexts come from the pool or start cold.
+	Failing string
+}
+
+// ForkStats reports each language's fork server, sorted by language.
+func (t *Transport) ForkStats() []ForkStat {
+	var out []ForkStat
+	for lang, fs := range t.forks {
+		fs.mu.Lock()
+		out = append(out, ForkStat{Language: lang, Failing: fs.failed})
+		fs.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b ForkStat) int { return strings.Compare(a.Language, b.Language) })
+	return out
+}
+
 // startForkServer starts python's fork server when preload names modules.
-func (t *Transport) startForkServer(preload []string, cwd string) {
+func (t *Transport) startForkServer(preload []string, cwd string, warn func(string, ...any)) {
 	t.forks = map[string]*forkServer{}
 	if _, ok := t.langs["python"]; !ok || len(preload) == 0 {
 		return
@@ -286,7 +335,7 @@ func (t *Transport) startForkServer(preload []string, cwd string) {
 			spec.env = append(spec.env, "KH_FORK_SANDBOX=1", "KH_WRITABLE="+strings.Join(append(existingDirs([]string{cwd}), sb.writable...), ":"))
 		}
 		return spec, err
-	})
+	}, warn)
 }
 
 // ForkServerReady says whether lang's fork server has its template ready

@@ -63,7 +63,9 @@ func ProcessMemory(pid int) Memory {
 
 // MemoryStat is the memory of a group of interpreters: one language's
 // interpreters in one role ("context": those of live kernels; "pool": the
-// warm pool's ready ones; "fork-template": the fork server's template).
+// warm pool's ready ones; "fork-template": the fork server's template;
+// "retired-fork-template": sandboxed templates replaced, which live on
+// until the last context forked from them ended).
 type MemoryStat struct {
 	Language, Role string
 	Interpreters   int
@@ -111,6 +113,9 @@ func (t *Transport) MemoryStats() []MemoryStat {
 		p := fs.tmpl
 		fs.mu.Unlock()
 		add(lang, "fork-template", p)
+		for _, e := range fs.retired() {
+			add(lang, "retired-fork-template", e)
+		}
 	}
 	out := make([]MemoryStat, 0, len(by))
 	for _, st := range by {

@@ -49,9 +49,11 @@ type Options struct {
 	// cgroup controller for makes Limited and every StartKernel fail.
 	Limits Limits
 	// Preload lists the modules python's fork server preloads (forkserver.go,
-	// ParsePreload); empty: no fork server. Ignored when interpreters are
-	// sandboxed.
+	// ParsePreload); empty: no fork server.
 	Preload []string
+	// Warn, when set, is told what the operator should hear of while the
+	// transport runs, once per cause: a fork template that cannot start.
+	Warn func(msg string, args ...any)
 }
 
 // Transport starts local interpreter processes. It is safe for concurrent use.
@@ -112,7 +114,7 @@ func New(opts Options) *Transport {
 		t.startPools(nil, "")
 	}
 	if t.limitsErr == nil {
-		t.startForkServer(opts.Preload, cleanCwd(opts.PoolCwd)) // fork hook (issue 28)
+		t.startForkServer(opts.Preload, cleanCwd(opts.PoolCwd), opts.Warn) // fork hook (issue 28)
 	}
 	if t.cgroups {
 		go removeOrphanCgroups()

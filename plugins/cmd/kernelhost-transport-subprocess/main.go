@@ -39,6 +39,7 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 		MaxMessageBytes: s.MaxMessageBytes,
 		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable},
 		Limits:          subprocess.Limits{MemoryBytes: memory, Pids: s.ContextPids, CPUWeight: s.ContextCPUWeight},
+		Warn:            transportplugin.Logger().Warn,
 	})
 	if err := t.Limited(); err != nil {
 		t.Close()
@@ -67,12 +68,19 @@ func (w withGauges) Gauges() []transportplugin.Gauge {
 			transportplugin.Gauge{Name: "kernelhost_pool_size", Help: "Configured size of the subprocess transport's warm pool, per language (interpreter-pool).", Labels: lang, Value: float64(st.Size)},
 			transportplugin.Gauge{Name: "kernelhost_pool_rss_bytes", Help: "Resident memory of the interpreters ready in the subprocess transport's warm pool, per language.", Labels: lang, Value: float64(st.RSSBytes)})
 	}
+	for _, st := range w.ForkStats() {
+		failing := 0.0
+		if st.Failing != "" {
+			failing = 1
+		}
+		gauges = append(gauges, transportplugin.Gauge{Name: "kernelhost_fork_template_failing", Help: "1 when the last start of the subprocess transport's fork template failed (the transport's log says why, once): new contexts of the language then come from the warm pool or start cold.", Labels: map[string]string{"language": st.Language}, Value: failing})
+	}
 	for _, st := range w.MemoryStats() {
 		labels := func(kind string) map[string]string {
 			return map[string]string{"language": st.Language, "role": st.Role, "kind": kind}
 		}
 		gauges = append(gauges,
-			transportplugin.Gauge{Name: "kernelhost_interpreters", Help: "Interpreters the subprocess transport runs, per language and role (context, pool, fork-template).", Labels: map[string]string{"language": st.Language, "role": st.Role}, Value: float64(st.Interpreters)})
+			transportplugin.Gauge{Name: "kernelhost_interpreters", Help: "Interpreters the subprocess transport runs, per language and role (context, pool, fork-template, retired-fork-template: one replaced after a package change, which runs until the last context forked from it ended).", Labels: map[string]string{"language": st.Language, "role": st.Role}, Value: float64(st.Interpreters)})
 		for kind, v := range map[string]int64{"rss": st.RSS, "pss": st.PSS, "uss": st.USS} {
 			gauges = append(gauges, transportplugin.Gauge{Name: "kernelhost_interpreter_memory_bytes", Help: "Memory of the subprocess transport's interpreters, per language and role, summed: rss counts shared pages in full, pss shares them out among the processes that map them, uss counts only pages of their own (contexts forked from a template share its pages).", Labels: labels(kind), Value: float64(v)})
 		}
