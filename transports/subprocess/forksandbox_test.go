@@ -189,6 +189,9 @@ func TestSandboxedTemplateReplacedKeepsItsContexts(t *testing.T) {
 	if err := syscall0(old); err != nil {
 		t.Fatalf("the retired template ended while a context forked from it runs: %v", err)
 	}
+	if n := retiredTemplates(tr); n != 1 {
+		t.Errorf("MemoryStats counts %d retired templates, want the one still reaping", n)
+	}
 	if got := stdoutOf(t, first, "print(kept, getattr(six, 'KH', 'system'))"); got != "state system\n" {
 		t.Fatalf("the context forked from the retired template: %q", got)
 	}
@@ -197,6 +200,21 @@ func TestSandboxedTemplateReplacedKeepsItsContexts(t *testing.T) {
 	}
 	tt.ShutdownAndDrain(t, first)
 	awaitExit(t, old, killWait)
+	for deadline := time.Now().Add(killWait); retiredTemplates(tr) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("MemoryStats still counts the retired template %s after it exited", killWait)
+		}
+	}
+}
+
+// retiredTemplates is how many retired python templates MemoryStats counts.
+func retiredTemplates(tr *Transport) int {
+	for _, st := range tr.MemoryStats() {
+		if st.Language == "python" && st.Role == "retired-fork-template" {
+			return st.Interpreters
+		}
+	}
+	return 0
 }
 
 // A context forked in a sandbox is interrupted, restarted and deleted as
