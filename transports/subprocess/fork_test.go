@@ -447,3 +447,35 @@ func interruptSleepingCell(t *testing.T, k core.Kernel) {
 		t.Fatalf("interrupted sleep:%s", e)
 	}
 }
+
+// A cell of a forked context forks twice (multiprocessing does): each
+// os.fork finishes, and the context's output still flows after them. The
+// context itself came out of a fork, whose child hooks gave it new locks:
+// the parent's hook must release those, not the template's.
+func TestForkedContextForksTwice(t *testing.T) {
+	for _, mode := range []string{SandboxOff, SandboxAuto} {
+		t.Run("sandbox="+mode, func(t *testing.T) {
+			if mode != SandboxOff {
+				needSandbox(t)
+			}
+			tr, dir := forkTransport(t, mode, []string{"json"}, nil)
+			tmpl := readyTemplate(t, tr)
+			k := startIn(t, tr, "python", dir)
+			mustBeForkedFrom(t, k, tmpl)
+			code := `import os
+codes = []
+for i in range(2):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7 + i)
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(codes)`
+			if got := stdoutOf(t, k, code); got != "[7, 8]\n" {
+				t.Fatalf("two forks: %q", got)
+			}
+			if got := stdoutOf(t, k, "print(6 * 7)"); got != "42\n" {
+				t.Fatalf("after the forks: %q", got)
+			}
+		})
+	}
+}

@@ -323,7 +323,9 @@ def _after_fork_in_child():
         pass
 
 
-os.register_at_fork(before=_before_fork, after_in_parent=_fork_guard.release, after_in_child=_after_fork_in_child)
+# _fork_guard is looked up at each fork: a forked child (a context forked
+# from the template included) has a lock of its own.
+os.register_at_fork(before=_before_fork, after_in_parent=lambda: _fork_guard.release(), after_in_child=_after_fork_in_child)
 _os_exit = os._exit
 
 
