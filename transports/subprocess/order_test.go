@@ -275,8 +275,9 @@ func TestPythonLatePrintArrivesDuringSleep(t *testing.T) {
 // A cell that ends sooner than the flush delay (1+1) does not wake the
 // driver's output thread: its start arms a timer that its end disarms.
 // The thread still wakes about once a second to see whether to end, and a
-// 1+1 may outlast the delay on a loaded machine: far fewer wakes than
-// cells, where a wake per cell would be one or two per cell.
+// 1+1 preempted on a loaded machine may outlast the delay: so the bound is
+// one switch per five cells, where a wake per cell makes one or two per
+// cell.
 func TestPythonShortCellsDoNotWakeTheOutputThread(t *testing.T) {
 	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
@@ -293,7 +294,7 @@ func TestPythonShortCellsDoNotWakeTheOutputThread(t *testing.T) {
 	for tid, n := range after {
 		woke += n - before[tid]
 	}
-	if woke > cells/10 {
+	if woke > cells/5 {
 		t.Fatalf("the interpreter's other threads switched %d times in %d cells of 1+1 (threads before %v, after %v)", woke, cells, before, after)
 	}
 }

@@ -307,14 +307,18 @@ def _start_flusher():
         return
     try:
         timer = _Timer()
+        poll = _import("select").poll()
+        poll.register(timer.fd, 1)  # POLLIN
     except Exception:
         _no_timer = True
         return
-    poll = _import("select").poll()
-    poll.register(timer.fd, 1)  # POLLIN
-    _flusher_thread = threading.Thread(target=_flush_loop, args=(timer, poll), name="kernelhost-output", daemon=True)
-    _flusher_thread.start()
-    _timer = timer
+    thread = threading.Thread(target=_flush_loop, args=(timer, poll), name="kernelhost-output", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # no thread to be had (a limit on threads): the next cell tries again
+        timer.close()
+        return
+    _flusher_thread, _timer = thread, timer
 
 
 def _output_thread_takes_no_sigint():
