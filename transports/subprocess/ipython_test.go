@@ -283,6 +283,28 @@ func TestIPythonDisplayFormatter(t *testing.T) {
 	}
 }
 
+// With the shell, a builtin scalar's result is IPython's text/plain: its
+// repr, unless a text/plain printer registered for its type says otherwise
+// (one for int leaves bool, whose True and False have printers of their
+// own, as it was).
+func TestIPythonScalarResults(t *testing.T) {
+	t.Parallel()
+	k := startPython(t, needIPython(t))
+	execOK(t, k, "get_ipython()")
+	check := func(code, want string) {
+		t.Helper()
+		if got := results(execOK(t, k, code)); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: results %q, want %q", code, got, want)
+		}
+	}
+	for code, want := range map[string]string{"2": "2", "True": "True", "'a\\u2028b'": "'a\\u2028b'", "b'x'": "b'x'", "1.5": "1.5", "1j": "1j"} {
+		check(code, want)
+	}
+	execOK(t, k, "get_ipython().display_formatter.formatters['text/plain'].for_type(int, lambda i, p, cycle: p.text('int %d' % i))")
+	check("8", "int 8")
+	check("False", "False")
+}
+
 // Without IPython a plain cell runs as before, and a magic or `!` line fails
 // with an error that says what to install.
 func TestPythonWithoutIPython(t *testing.T) {

@@ -3,6 +3,9 @@ package subprocess
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -258,6 +261,103 @@ func TestPythonStderrArrivesDuringSleep(t *testing.T) {
 	t.Parallel()
 	k := startKernel(t, "python", t.TempDir())
 	writtenWhileRunning(t, k, "stderr", "import sys, time\nsys.stderr.write('start\\n')\ntime.sleep(120)")
+}
+
+// A print that comes after the cell has run for a while, past the
+// driver's first flush (its timer fired with nothing to send), arrives too:
+// the timer is armed again while the cell runs.
+func TestPythonLatePrintArrivesDuringSleep(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t, "python", t.TempDir())
+	printedWhileRunning(t, k, "import time\nend = time.monotonic() + 0.05\nwhile time.monotonic() < end: pass\nprint('start')\ntime.sleep(120)")
+}
+
+// A cell that ends sooner than the flush delay (1+1) does not wake the
+// driver's output thread: its start arms a timer that its end disarms.
+// The thread still wakes about once a second to see whether to end, and a
+// 1+1 preempted on a loaded machine may outlast the delay: so the bound is
+// one switch per five cells, where a wake per cell makes one or two per
+// cell.
+func TestPythonShortCellsDoNotWakeTheOutputThread(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t, "python", t.TempDir())
+	tt.Exec(t, k, "1+1", false)
+	const cells = 300
+	before := otherThreadSwitches(t, k.Pid())
+	for range cells {
+		if e := tt.Exec(t, k, "1+1", false); e.Reply().Status != core.ReplyOK {
+			t.Fatalf("1+1:%s", e)
+		}
+	}
+	after := otherThreadSwitches(t, k.Pid())
+	woke := 0
+	for tid, n := range after {
+		woke += n - before[tid]
+	}
+	if woke > cells/5 {
+		t.Fatalf("the interpreter's other threads switched %d times in %d cells of 1+1 (threads before %v, after %v)", woke, cells, before, after)
+	}
+}
+
+// otherThreadSwitches gives the context switches of each thread of pid
+// but its main thread, by thread id.
+func otherThreadSwitches(t *testing.T, pid int) map[string]int {
+	t.Helper()
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, task := range tasks {
+		if task.Name() == strconv.Itoa(pid) {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join(dir, task.Name(), "status"))
+		if err != nil {
+			continue // ended meanwhile
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if name, value, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(name, "ctxt_switches") {
+				n, _ := strconv.Atoi(strings.TrimSpace(value))
+				out[task.Name()] += n
+			}
+		}
+	}
+	return out
+}
+
+// Each context made by a fork has an output thread and a timer of its own:
+// a print during a sleep arrives in a context forked from the template,
+// and in a copy of a live context whose thread had flushed (copied while
+// its timer was open).
+func TestForkedPythonPrintArrivesDuringSleep(t *testing.T) {
+	t.Parallel()
+	forEachForkMode(t, func(t *testing.T, mode string) {
+		tr, dir := forkTransport(t, mode, []string{"json"}, nil)
+		tmpl := readyTemplate(t, tr)
+		k := startIn(t, tr, "python", dir)
+		mustBeForkedFrom(t, k, tmpl)
+		if mode != SandboxOff {
+			printedWhileRunning(t, k, "import time\nprint('start')\ntime.sleep(120)")
+			return // no live fork of a sandboxed context
+		}
+		if got := tt.Exec(t, k, "import time\nprint('a')\ntime.sleep(0.05)\nprint('b')", false).Stream("stdout"); got != "a\nb\n" {
+			t.Fatalf("got %q", got)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+		defer cancel()
+		ck, err := tr.ForkKernel(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fk := ck.(*Kernel)
+		t.Cleanup(func() { fk.Shutdown(context.Background()) })
+		if got := tt.Exec(t, fk, "print(1)", false).Stream("stdout"); got != "1\n" {
+			t.Fatalf("fork: %q", got)
+		}
+		printedWhileRunning(t, fk, "import time\nprint('start')\ntime.sleep(120)")
+	})
 }
 
 // A pooled interpreter's print arrives during a sleep too.

@@ -185,7 +185,32 @@ def _plain_text_only(display_formatter, value):
     for formatter in (display_formatter.mimebundle_formatter, display_formatter.ipython_display_formatter):
         if cls in formatter.type_printers or key in formatter.deferred_printers:
             return None
-    return display_formatter.formatters["text/plain"](value)
+    text = display_formatter.formatters["text/plain"]
+    if _prints_repr(text, value):
+        try:
+            return repr(value)
+        except Exception:
+            pass  # the formatter reports it, as it would have
+    return text(value)
+
+
+def _prints_repr(formatter, value):
+    """Whether formatter, IPython's own PlainTextFormatter, would print
+    repr(value) as it is: the printer it picks for value (by identity, else
+    by its exact type, a builtin scalar) is pretty._repr_pprint, which
+    writes repr's lines, and a scalar's repr is one line. Then the pretty
+    printer it builds for each value (most of a scalar's formatting) is
+    not needed; a printer the user registered for the type is used."""
+    from IPython.core.formatters import PlainTextFormatter
+    from IPython.lib import pretty
+
+    printer = getattr(pretty, "_repr_pprint", None)
+    if printer is None or type(formatter) is not PlainTextFormatter:
+        return False
+    singletons = formatter.singleton_printers
+    if id(value) in singletons:
+        return singletons[id(value)] is printer
+    return formatter.type_printers.get(type(value)) is printer
 
 
 def display(*objs, raw=False, **kwargs):

@@ -18,6 +18,7 @@ import _thread
 import ast
 import builtins
 import codecs
+import functools
 import io
 import json
 import linecache
@@ -104,16 +105,22 @@ _loads = json.loads
 # flush() and print(flush=True), when the 64 KiB buffer is full, at the end
 # of each cell, and by the flusher thread, which flushes every _FLUSH_DELAY
 # while a cell runs: a print followed by time.sleep, or by a long
-# computation, reaches the client within milliseconds. The cell's start
-# wakes the flusher (_wake_flusher), which then flushes every _FLUSH_DELAY
-# while the cell runs.
+# computation, reaches the client within milliseconds. Most cells end
+# sooner than that (1+1), and for them the thread must not wake at all (a
+# wake, with the GIL handed over and back, costs more than the rest of the
+# cell's driver code): the cell's start arms a timer (_arm_flusher, a
+# timerfd) to fire once after _FLUSH_DELAY, its end disarms it, and the
+# thread sleeps on the timer; when it fires, the thread flushes and, while
+# the cell still runs, arms it again.
 _write_lock = threading.Lock()
 _FLUSH_BYTES = 1 << 16
 _FLUSH_DELAY = 0.002  # seconds
 _FLUSHER_IDLE = 1.0  # seconds without a cell after which the flusher thread ends
-_flusher_go = threading.Event()  # set while the flusher thread has work: a cell runs
-_flusher_lock = threading.Lock()
+_flusher_lock = threading.Lock()  # held where the thread starts, publishes its timer, or ends
 _flusher_thread = None
+_timer = None  # the flusher's _Timer, once the thread made it; None while no thread serves
+_cells = 0  # cells that armed the timer: the thread ends only after a second without one
+_no_timer = False  # True where no timer could be made
 _fork_guard = threading.Lock()  # held by the flusher while it flushes, and by a fork
 
 
@@ -240,14 +247,78 @@ _open_stdout()
 sys.stderr = io.TextIOWrapper(_StderrRaw(), encoding="utf-8", errors="replace", write_through=True)
 
 
-def _wake_flusher():
-    """Have the flusher thread flush every _FLUSH_DELAY (while _running, else once); start it if it is not running."""
-    global _flusher_thread
+class _Timer:
+    """A timerfd (Python 3.11 has no os.timerfd_create, hence ctypes).
+    arm() makes it fire once, _FLUSH_DELAY from now; disarm() stops it.
+    Each is one system call, with the GIL kept (PyDLL: it never blocks)."""
+
+    def __init__(self):
+        ctypes = _import("ctypes")
+        libc = ctypes.PyDLL(None, use_errno=True)
+        clock_monotonic = 1
+        self.fd = libc.timerfd_create(clock_monotonic, os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "timerfd_create: " + os.strerror(err))
+        # struct itimerspec: it_interval (0: once), it_value, each {tv_sec, tv_nsec} of C longs.
+        field = lambda n: n.to_bytes(ctypes.sizeof(ctypes.c_long), sys.byteorder)
+        once = field(0) * 3 + field(int(_FLUSH_DELAY * 1e9))
+        settime = libc.timerfd_settime
+        self.arm = functools.partial(settime, self.fd, 0, once, None)
+        self.disarm = functools.partial(settime, self.fd, 0, field(0) * 4, None)
+
+    def close(self):
+        os.close(self.fd)
+
+
+def _arm_flusher():
+    """At a cell's start (_running set): have its output flushed every
+    _FLUSH_DELAY from _FLUSH_DELAY on, while it runs."""
+    global _cells
+    _cells += 1
+    timer = _timer
+    if timer is not None:
+        timer.arm()
+        return
     with _flusher_lock:
-        _flusher_go.set()
-        if _flusher_thread is None:
-            _flusher_thread = threading.Thread(target=_flush_loop, name="kernelhost-output", daemon=True)
-            _flusher_thread.start()
+        if _timer is not None:
+            _timer.arm()
+        elif _flusher_thread is None:
+            _start_flusher()
+            if _timer is not None:
+                _timer.arm()
+
+
+def _disarm_flusher():
+    """At a cell's end (_running cleared)."""
+    timer = _timer
+    if timer is not None:
+        timer.disarm()
+
+
+def _start_flusher():
+    """Make the timer and start the thread, in the main thread (_flusher_lock
+    held): the first time, importing ctypes, which the thread must not do
+    (_import changes sys.path, which a cell may be using). Where there can
+    be no timer (no ctypes, no timerfd), no thread starts, and output waits
+    for the cell's end or a full buffer."""
+    global _flusher_thread, _timer, _no_timer
+    if _no_timer:
+        return
+    try:
+        timer = _Timer()
+        poll = _import("select").poll()
+        poll.register(timer.fd, 1)  # POLLIN
+    except Exception:
+        _no_timer = True
+        return
+    thread = threading.Thread(target=_flush_loop, args=(timer, poll), name="kernelhost-output", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # no thread to be had (a limit on threads): the next cell tries again
+        timer.close()
+        return
+    _flusher_thread, _timer = thread, timer
 
 
 def _output_thread_takes_no_sigint():
@@ -258,24 +329,36 @@ def _output_thread_takes_no_sigint():
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
-def _flush_loop():
+def _flush_loop(timer, poll):
     # The thread ends after _FLUSHER_IDLE without a cell, so an idle context
     # has no extra thread (os.fork warns about threads on Python 3.12+).
-    global _flusher_thread
+    # _arm_flusher and _disarm_flusher read _timer without the lock, after
+    # they set or cleared _running: so the thread, to end, clears _timer
+    # before it looks at _running, and where a cell started meanwhile it
+    # keeps the timer and arms it (the cell may have found none to arm).
+    global _flusher_thread, _timer
     _output_thread_takes_no_sigint()
+    seen = _cells
     while True:
-        if not _flusher_go.wait(_FLUSHER_IDLE):
-            with _flusher_lock:
-                if not _flusher_go.is_set():
-                    _flusher_thread = None
-                    return
+        if poll.poll(_FLUSHER_IDLE * 1000):
+            try:
+                os.read(timer.fd, 8)
+            except BlockingIOError:
+                pass  # disarmed or armed again since it fired
+            _flush_from_thread()
+            if _running:
+                timer.arm()
             continue
-        time.sleep(_FLUSH_DELAY)
-        # Clear, then look: a cell that starts in between sets it again.
-        _flusher_go.clear()
-        if _running:
-            _flusher_go.set()
-        _flush_from_thread()
+        with _flusher_lock:
+            _timer = None
+            if _running or _cells != seen:
+                _timer, seen = timer, _cells
+                if _running:
+                    timer.arm()
+                continue
+            _flusher_thread = None
+        timer.close()
+        return
 
 
 def _flush_from_thread():
@@ -306,8 +389,11 @@ def _before_fork():
 def _after_fork_in_child():
     # A forked child (multiprocessing, os.fork) has no flusher thread: its
     # stdout is flushed at each newline instead (stderr is sent at each write).
-    global _flusher_thread, _write_lock, _flusher_lock, _flusher_go, _fork_guard, _hold_err
+    global _flusher_thread, _timer, _write_lock, _flusher_lock, _fork_guard, _hold_err
     _flusher_thread = None
+    if _timer is not None:
+        _timer.close()  # the parent's timer: armed here, it would wake the parent's thread
+        _timer = None
     _hold_err = False
     try:
         signal.set_wakeup_fd(-1)  # the pipe is the parent's, and the child has no output thread to read one
@@ -315,7 +401,6 @@ def _after_fork_in_child():
         pass
     _write_lock = threading.Lock()
     _flusher_lock = threading.Lock()
-    _flusher_go = threading.Event()
     _fork_guard = threading.Lock()
     try:
         _stdout.reconfigure(line_buffering=True)
@@ -403,7 +488,7 @@ sys.addaudithook(_on_audit)
 # (the host more than a pipe's worth behind) drops the text print handed to
 # the buffer in that call, at most 8 KiB, as a plain interpreter would.
 _OUTPUT_CODES = frozenset(
-    f.__code__ for f in (_write_msgs, _flush_output, _send_held_err, _send, _emit, _StderrRaw.write, _wake_flusher, _exit_after_output)
+    f.__code__ for f in (_write_msgs, _flush_output, _send_held_err, _send, _emit, _StderrRaw.write, _arm_flusher, _start_flusher, _exit_after_output)
 )
 
 
@@ -787,8 +872,7 @@ def _execute(req):
                 value = _run_helper(code)
             else:
                 # A print while the cell runs is sent within _FLUSH_DELAY.
-                if not _flusher_go.is_set():
-                    _wake_flusher()
+                _arm_flusher()
                 value = _run(code, filename, silent)
             post_execute = _sh.obj is not None and not silent  # the cell may have created it
             if value is not None and not silent:
@@ -803,6 +887,7 @@ def _execute(req):
                 _sh.obj.events.trigger("post_execute")
         finally:
             _running = False
+            _disarm_flusher()
     except BaseException as exc:  # KeyboardInterrupt and SystemExit included: the kernel lives on
         _running = False
         ename = type(exc).__name__
@@ -847,6 +932,12 @@ _count = 0
 def _main():
     reqs = os.fdopen(REQ_FD, "rb", buffering=1 << 16)
     _emit({"type": "kh_ready"})
+    # The flusher's timer and thread now, while the interpreter waits for
+    # its first request (in the pool, or while the host hands it out): the
+    # first timer imports ctypes.
+    with _flusher_lock:
+        if _flusher_thread is None:
+            _start_flusher()
     while True:
         try:
             line = reqs.readline()
