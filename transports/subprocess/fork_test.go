@@ -329,6 +329,14 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 	if got := tt.Exec(t, fk, "print(f(), arr[0])", false).Stream("stdout"); got != "2 7.0\n" {
 		t.Fatalf("fork after its writes: %q", got)
 	}
+	// The source's output thread still flushes on its own after the fork:
+	// a print a sleeping cell did not flush arrives while it sleeps.
+	late := tt.Send(t, src, "import time\nprint('late')\ntime.sleep(30)", false)
+	tt.Collect(t, src, late, tt.ExecTimeout, func(r tt.Received) bool { return r.Type == core.MsgStream })
+	if err := src.Interrupt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, src, late, tt.ExecTimeout, nil)
 	busy := tt.Send(t, src, "import time\nprint('busy', flush=True)\ntime.sleep(30)", false)
 	tt.Collect(t, src, busy, tt.ExecTimeout, func(r tt.Received) bool { return r.Type == core.MsgStream })
 	if _, err := tr.ForkKernel(ctx, src); err == nil || !strings.Contains(err.Error(), "idle") {
