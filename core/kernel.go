@@ -39,6 +39,11 @@ type TransportInfo struct {
 	Name      string   `json:"name"`
 	Version   string   `json:"version"`
 	Languages []string `json:"languages"` // normalised language names, e.g. "python", "bash"
+	// RemoteKernels says the kernels may run on another machine (a
+	// gateway on a cluster), whose directories the host cannot see: the
+	// host checks no directory for them itself, and a context's cwd is
+	// applied where its kernel runs.
+	RemoteKernels bool `json:"remote_kernels,omitempty"`
 }
 
 // KernelSpec says what kernel to start.

@@ -78,6 +78,9 @@ func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
 	// Lines logged with a request's context carry its ids (requestlog.go).
 	log := slog.New(requestIDHandler{Handler: cfg.Logger.Handler()})
 	cfg.Logger = log
+	if cfg.Transport == nil {
+		cfg.plugins = cfg.plugins.withDescription(cfg.PluginDir, cfg.TransportName)
+	}
 	cwd, err := resolveDefaultCwd(cfg, log)
 	if err != nil {
 		return nil, err
@@ -431,16 +434,16 @@ type defaultCwd struct {
 // does not exist, and the host's own working directory (for make run, the
 // repository) is no place for user code's files.
 //
-// The jupyter transport's kernels may run on another machine (a gateway on
-// a cluster), whose directories the host cannot see: there the kernel
-// checks, when a context starts, the default cwd and then the workspace
-// (which exists there when the server runs beside the host), and else stays
-// in its own working directory. The host creates the workspace when it can,
-// but fails for neither.
+// A transport whose kernels may run on another machine (the jupyter
+// transport: a gateway on a cluster; remoteKernels) has directories the
+// host cannot see: there the kernel checks, when a context starts, the
+// default cwd and then the workspace (which exists there when the server
+// runs beside the host), and else stays in its own working directory. The
+// host creates the workspace when it can, but fails for neither.
 func resolveDefaultCwd(cfg Config, log *slog.Logger) (defaultCwd, error) {
-	if cfg.TransportName == "jupyter" {
+	if remoteKernels(cfg) {
 		if !filepath.IsAbs(cfg.DefaultCwd) {
-			return defaultCwd{}, fmt.Errorf("the default cwd %s must be an absolute path with the jupyter transport: the kernels may run on another machine (setting %s)", cfg.DefaultCwd, EnvVar("default-cwd"))
+			return defaultCwd{}, fmt.Errorf("the default cwd %s must be an absolute path with the %s transport: the kernels may run on another machine (setting %s)", cfg.DefaultCwd, cfg.TransportName, EnvVar("default-cwd"))
 		}
 		d := defaultCwd{dir: cfg.DefaultCwd, onKernel: true}
 		if ws, err := makeWorkspace(cfg.DefaultCwd, cfg.Workspace); err != nil {
@@ -460,6 +463,18 @@ func resolveDefaultCwd(cfg Config, log *slog.Logger) (defaultCwd, error) {
 	}
 	log.Info("the default cwd is not a directory; contexts start in the workspace", "configured", cfg.DefaultCwd, "default_cwd", ws)
 	return defaultCwd{dir: ws}, nil
+}
+
+// remoteKernels says whether the transport's kernels may run on another
+// machine, as the transport says (core.TransportInfo.RemoteKernels), or, for
+// a plugin not started yet, its description. A plugin that cannot describe
+// itself counts as local here: launching it reports why.
+func remoteKernels(cfg Config) bool {
+	if cfg.Transport != nil {
+		return cfg.Transport.Info().RemoteKernels
+	}
+	d, err := cfg.plugins.description(cfg.PluginDir, cfg.TransportName)
+	return err == nil && d.RemoteKernels
 }
 
 // makeWorkspace creates the workspace (default DefaultWorkspace()) and

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
 
@@ -122,6 +123,31 @@ func TestPluginFailsToStart(t *testing.T) {
 		t.Fatalf("error %v, want a start-up error about the jupyter plugin", err)
 	}
 	t.Logf("start-up error: %v", err)
+}
+
+// The host learns from a plugin's description, before it starts it, that
+// its kernels may run on another machine (the jupyter plugin's): it then
+// checks no directory of its own for the default cwd, and refuses one that
+// is relative, since only an absolute path means the same thing there. The
+// subprocess plugin's kernels run on the host.
+func TestPluginSaysItsKernelsMayRunElsewhere(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for name, remote := range map[string]bool{"jupyter": true, "subprocess": false} {
+		d, err := pluginhost.Describe(ctx, filepath.Join(pluginDir, server.PluginPrefix+name))
+		if err != nil || d.RemoteKernels != remote {
+			t.Errorf("%s plugin: remote kernels %v (%v), want %v", name, d.RemoteKernels, err, remote)
+		}
+	}
+	_, err := server.Start(ctx, server.Config{
+		Addr: "127.0.0.1:0", DefaultCwd: "relative/dir", PluginDir: pluginDir, TransportName: "jupyter",
+		TransportSettings: map[string]string{"jupyter-url": "http://127.0.0.1:1/"},
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err == nil || !strings.Contains(err.Error(), "the default cwd relative/dir must be an absolute path with the jupyter transport") {
+		t.Fatalf("error %v, want one saying the default cwd must be absolute", err)
+	}
 }
 
 // The jupyter transport through its plugin, against a real Jupyter Server.

@@ -490,6 +490,23 @@ func (c *Config) SetTransportSetting(name, value string) {
 // description is the description of the plugin name in dir: the one cat
 // has, when cat (which may be nil) holds that directory's, else the
 // plugin's answer now.
+// withDescription is cat, or a catalog of plugin name alone if cat does not
+// hold it, so that the description is read once for all who need it before
+// the launch (resolveDefaultCwd, launchTransport). A description that
+// cannot be read leaves cat as it is: the launch reports why.
+func (cat *pluginCatalog) withDescription(dir, name string) *pluginCatalog {
+	if cat != nil && cat.dir == dir {
+		if _, ok := cat.descs[name]; ok {
+			return cat
+		}
+	}
+	d, err := readDescription(pluginPath(dir, name))
+	if err != nil {
+		return cat
+	}
+	return &pluginCatalog{dir: dir, descs: map[string]pluginhost.Description{name: d}}
+}
+
 func (cat *pluginCatalog) description(dir, name string) (pluginhost.Description, error) {
 	if cat != nil && cat.dir == dir {
 		if d, ok := cat.descs[name]; ok {

@@ -79,9 +79,22 @@ func HostSetting[C any](name string, field func(*C) *string) Setting[C] {
 // Run with the argument -describe, the plugin prints the description of its
 // settings as JSON and exits: the host does this for -help and before it
 // parses its settings.
-func ServeConfigured[C any](settings []Setting[C], newTransport func(ctx context.Context, c C) (core.Transport, error)) {
-	pluginrpc.ServeConfigured(settings, newTransport)
+//
+// opts add to that description: RemoteKernels.
+func ServeConfigured[C any](settings []Setting[C], newTransport func(ctx context.Context, c C) (core.Transport, error), opts ...ServeOption) {
+	pluginrpc.ServeConfigured(settings, newTransport, opts...)
 }
+
+// ServeOption adds to what a plugin says of itself before the host
+// configures it (ServeConfigured).
+type ServeOption = pluginrpc.ServeOption
+
+// RemoteKernels declares that the plugin's kernels may run on another
+// machine, whose directories the host cannot see (a Jupyter gateway on a
+// cluster): the host then checks no directory for the default cwd itself,
+// and the engine applies it where the kernel runs. Its transport's Info
+// says so too (core.TransportInfo.RemoteKernels).
+func RemoteKernels() ServeOption { return pluginrpc.RemoteKernels() }
 
 // Configuration is the C that settings make of the values s holds: each
 // setting's value, or its default when s has none. A value in s that no

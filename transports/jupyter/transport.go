@@ -84,6 +84,7 @@ func (t *Transport) Close() {
 }
 
 // Info names the transport and the languages of the server's kernel specs.
+// Its kernels run where the server runs them, maybe on another machine.
 func (t *Transport) Info() core.TransportInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -102,7 +103,7 @@ func (t *Transport) Info() core.TransportInfo {
 		langs = append(langs, l)
 	}
 	sort.Strings(langs)
-	return core.TransportInfo{Name: "jupyter", Version: t.version, Languages: langs}
+	return core.TransportInfo{Name: "jupyter", Version: t.version, Languages: langs, RemoteKernels: true}
 }
 
 // kernelName picks the kernel spec for a language: the configured name, else

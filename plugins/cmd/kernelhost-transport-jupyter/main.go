@@ -30,4 +30,5 @@ func newTransport(ctx context.Context, c jupyter.Config) (core.Transport, error)
 	return t, nil
 }
 
-func main() { transportplugin.ServeConfigured(settings, newTransport) }
+// Its kernels run where the server runs them, maybe on another machine.
+func main() { transportplugin.ServeConfigured(settings, newTransport, transportplugin.RemoteKernels()) }

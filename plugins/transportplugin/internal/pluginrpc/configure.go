@@ -118,8 +118,12 @@ func (s Setting[C]) BoundsKernelRestart() Setting[C] {
 }
 
 // ServeConfigured is transportplugin.ServeConfigured.
-func ServeConfigured[C any](settings []Setting[C], newTransport func(ctx context.Context, c C) (core.Transport, error)) {
-	describeIfAsked(describe(settings))
+func ServeConfigured[C any](settings []Setting[C], newTransport func(ctx context.Context, c C) (core.Transport, error), opts ...ServeOption) {
+	d := describe(settings)
+	for _, o := range opts {
+		o(&d)
+	}
+	describeIfAsked(d)
 	serve(func(ctx context.Context, s Settings) (core.Transport, error) {
 		c, err := Configuration(settings, s)
 		if err != nil {
@@ -158,6 +162,14 @@ func Configuration[C any](settings []Setting[C], s Settings) (C, error) {
 	})
 	return c, errors.Join(errs...)
 }
+
+// ServeOption adds to what a plugin says of itself before it is configured
+// (Description).
+type ServeOption func(*Description)
+
+// RemoteKernels declares that the plugin's kernels may run on another
+// machine (Description.RemoteKernels).
+func RemoteKernels() ServeOption { return func(d *Description) { d.RemoteKernels = true } }
 
 func describe[C any](settings []Setting[C]) Description {
 	d := Description{Settings: make([]SettingSpec, len(settings))}

@@ -27,6 +27,10 @@ type Description struct {
 	// Protocol is the plugin's ProtocolVersion.
 	Protocol int           `json:"protocol"`
 	Settings []SettingSpec `json:"settings"`
+	// RemoteKernels says the transport's kernels may run on another
+	// machine (core.TransportInfo.RemoteKernels): the host needs to know
+	// before it starts the plugin, to settle its default cwd.
+	RemoteKernels bool `json:"remote_kernels,omitempty"`
 }
 
 // Setting types, as SettingSpec.Type names them, and the Go type of their
