@@ -3,6 +3,7 @@ package jupyter
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -31,6 +32,14 @@ import (
 //     Enterprise Gateway's default.
 //   - holdDeletes: kernel deletes (DELETE api/kernels/{id}) are held that
 //     long before they go to the server, as Kernel Gateway's take 1-2 s.
+//   - loseDeletes: that many kernel deletes, the first ones, are never
+//     answered, as Kernel Gateway 2.5.2 sometimes leaves one ("Cannot enter
+//     into task" in its log); with deleteThenLose they reach the server
+//     first (the kernel is deleted, the answer lost), else they go nowhere.
+//     While it is set, a kernel's GET is answered only once the DELETEs
+//     that reached the server were answered, as a gateway serving requests
+//     in order would: on a loaded machine a delete outlasts a short answer
+//     bound, and the GET would race it.
 type gatewayProxy struct {
 	*httptest.Server
 	rp      *httputil.ReverseProxy
@@ -45,12 +54,17 @@ type gatewayProxy struct {
 	// cullOnUpgrade: the first kernel's websocket upgrade is held and the
 	// kernel shut down on the server meanwhile, as a gateway that culls a
 	// kernel still starting does.
-	cullOnUpgrade bool
-	holdDeletes   time.Duration
-	deletes       map[string]int // DELETE api/kernels/{id} received, by id
-	starts        int            // start requests received
-	answered      int            // start requests the server answered
-	stop          chan struct{}  // closed at cleanup: hanging requests end
+	cullOnUpgrade  bool
+	holdDeletes    time.Duration
+	loseDeletes    int
+	deleteThenLose bool
+	inOrder        bool           // set with loseDeletes: see above
+	forwarded      int            // DELETEs sent on to the server and not answered yet (inOrder)
+	deleteDone     chan struct{}  // closed and replaced when one of them is answered
+	deletes        map[string]int // DELETE api/kernels/{id} received, by id
+	starts         int            // start requests received
+	answered       int            // start requests the server answered
+	stop           chan struct{}  // closed at cleanup: hanging requests end
 }
 
 func startGatewayProxy(t *testing.T, srv *jupytertest.Server) *gatewayProxy {
@@ -86,14 +100,46 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.starts++
 	}
 	holdDelete := time.Duration(0)
-	if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/api/kernels/") {
+	loseDelete, deleteFirst, tracked := false, false, false
+	isDelete := r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/api/kernels/")
+	if isDelete {
 		if p.deletes == nil {
 			p.deletes = map[string]int{}
 		}
 		p.deletes[strings.TrimPrefix(r.URL.Path, "/api/kernels/")]++
 		holdDelete = p.holdDeletes
+		if p.loseDeletes > 0 {
+			p.loseDeletes--
+			loseDelete, deleteFirst = true, p.deleteThenLose
+		}
+		if tracked = p.inOrder && (!loseDelete || deleteFirst); tracked {
+			p.forwarded++
+		}
 	}
+	inOrder := p.inOrder
 	p.mu.Unlock()
+	defer func() {
+		if tracked {
+			p.deleteAnswered()
+		}
+	}()
+	if inOrder && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/api/kernels/") && !isChannels {
+		if !p.waitForwarded(r.Context()) {
+			return
+		}
+	}
+	if loseDelete {
+		if deleteFirst {
+			p.rp.ServeHTTP(httptest.NewRecorder(), r.WithContext(context.WithoutCancel(r.Context())))
+			p.deleteAnswered()
+			tracked = false
+		}
+		select {
+		case <-r.Context().Done():
+		case <-p.stop:
+		}
+		return
+	}
 	if holdDelete > 0 {
 		select {
 		case <-time.After(holdDelete):
@@ -136,12 +182,54 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		r = r.WithContext(context.WithoutCancel(r.Context()))
+	case tracked:
+		// The server goes on with a delete whose client left; the GETs
+		// after it wait for its end (inOrder).
+		r = r.WithContext(context.WithoutCancel(r.Context()))
 	}
 	p.rp.ServeHTTP(w, r)
 	if r.Method == http.MethodPost && r.URL.Path == "/api/kernels" {
 		p.mu.Lock()
 		p.answered++
 		p.mu.Unlock()
+	}
+}
+
+// deleteAnswered notes that a DELETE sent on to the server (inOrder) was
+// answered.
+func (p *gatewayProxy) deleteAnswered() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.forwarded == 0 {
+		return
+	}
+	p.forwarded--
+	if p.deleteDone != nil {
+		close(p.deleteDone)
+	}
+	p.deleteDone = make(chan struct{})
+}
+
+// waitForwarded waits until every DELETE sent on to the server was
+// answered; false if ctx or the proxy ended first.
+func (p *gatewayProxy) waitForwarded(ctx context.Context) bool {
+	for {
+		p.mu.Lock()
+		if p.deleteDone == nil {
+			p.deleteDone = make(chan struct{})
+		}
+		n, ch := p.forwarded, p.deleteDone
+		p.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-p.stop:
+			return false
+		}
 	}
 }
 
@@ -389,6 +477,87 @@ func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 	}
 	if ks := serverKernels(t, srv); len(ks) != 0 {
 		t.Errorf("kernels left on the server once the transport was closed: %+v", ks)
+	}
+}
+
+// Kernel Gateway 2.5.2 sometimes leaves a kernel's DELETE unanswered
+// ("Cannot enter into task" in its log), having deleted the kernel or not.
+// Shutdown does not fail for that: it asks whether the kernel is still
+// there and sends the DELETE again while it is, returns once the server no
+// longer has it, and logs what happened. A server that never deletes it
+// fails the Shutdown saying what may remain, and Close deletes it.
+func TestShutdownSurvivesAnUnansweredDelete(t *testing.T) {
+	t.Parallel()
+	srv := jupytertest.Shared(t)
+	// Beyond the second or so a delete takes here, so that a DELETE the
+	// proxy passes on is answered within it.
+	const answerWithin = 5 * time.Second
+	onServer := func(t *testing.T, id string) bool {
+		t.Helper()
+		for _, km := range serverKernels(t, srv) {
+			if km.ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	for _, tc := range []struct {
+		name           string
+		lose           int
+		deleteThenLose bool
+		deletes        int    // DELETEs the server is sent by Shutdown
+		orMore         bool   // or more: the one passed on may outlast answerWithin on a loaded machine
+		log            string // the warning Shutdown logs
+		fails          bool
+	}{
+		{name: "AnswerLost", lose: 1, deleteThenLose: true, deletes: 1, log: "left a kernel's DELETE unanswered; it no longer has the kernel"},
+		{name: "DeleteLost", lose: 1, deletes: 2, orMore: true, log: "left a kernel's DELETE unanswered and still has the kernel; sending it again"},
+		{name: "EveryDeleteLost", lose: deleteAttempts, deletes: deleteAttempts, log: "did not delete a kernel; it may still be there", fails: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := startGatewayProxy(t, srv)
+			var warned testkit.SyncBuffer
+			tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) {
+				c.deleteAnswerTimeout = answerWithin
+				c.Warn = func(msg string, _ ...any) { fmt.Fprintln(&warned, msg) }
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+			defer cancel()
+			k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := k.(*kernel).id
+			p.mu.Lock()
+			p.loseDeletes, p.deleteThenLose, p.inOrder = tc.lose, tc.deleteThenLose, true
+			p.mu.Unlock()
+			err = k.Shutdown(ctx)
+			switch {
+			case tc.fails && (err == nil || !strings.Contains(err.Error(), "may still be on the server")):
+				t.Fatalf("Shutdown: %v, want an error saying the kernel may still be on the server", err)
+			case !tc.fails && err != nil:
+				t.Fatalf("Shutdown: %v", err)
+			}
+			if n := p.deleteCount(id); n != tc.deletes && !(tc.orMore && n > tc.deletes && n <= deleteAttempts) {
+				t.Errorf("%d DELETEs sent, want %d", n, tc.deletes)
+			}
+			if !strings.Contains(warned.String(), tc.log) {
+				t.Errorf("logged %q, want a line with %q", warned.String(), tc.log)
+			}
+			if onServer(t, id) != tc.fails {
+				t.Fatalf("kernel on the server after Shutdown: %v, want %v", !tc.fails, tc.fails)
+			}
+			if _, open := <-k.Messages(); open {
+				t.Error("Messages still open after Shutdown")
+			}
+			if tc.fails {
+				tr.Close() // its DELETE is answered: the proxy loses no more
+				if onServer(t, id) {
+					t.Fatal("kernel still on the server after Close")
+				}
+			}
+		})
 	}
 }
 

@@ -93,6 +93,9 @@ type Config struct {
 
 	// answerTimeout is answerTimeout (transport.go) unless a test shortens it.
 	answerTimeout time.Duration
+	// deleteAnswerTimeout is deleteAnswerTimeout (reap.go) unless a test
+	// shortens it.
+	deleteAnswerTimeout time.Duration
 }
 
 const defaultMaxMessageSize = 10 << 20
@@ -119,6 +122,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.answerTimeout <= 0 {
 		c.answerTimeout = answerTimeout
+	}
+	if c.deleteAnswerTimeout <= 0 {
+		c.deleteAnswerTimeout = deleteAnswerTimeout
 	}
 	for _, d := range []*time.Duration{&c.StartTimeout, &c.ConnectTimeout, &c.RestartTimeout} {
 		if *d <= 0 {

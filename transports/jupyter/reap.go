@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -142,11 +144,7 @@ func (t *Transport) deleteOwned(ctx context.Context, id string) error {
 			done := make(chan struct{})
 			t.deleting[id] = done
 			t.mu.Unlock()
-			err := t.c.deleteKernel(ctx, id)
-			var ae *apiError
-			if errors.As(err, &ae) && ae.Status == 404 {
-				err = nil // already gone, e.g. culled or lost
-			}
+			err := t.deleteUntilGone(ctx, id)
 			t.mu.Lock()
 			delete(t.deleting, id)
 			if err == nil {
@@ -165,6 +163,55 @@ func (t *Transport) deleteOwned(ctx context.Context, id string) error {
 		if !t.isOwned(id) {
 			return nil // the delete in flight succeeded
 		}
+	}
+}
+
+// A kernel's DELETE is bounded by deleteAnswerTimeout, and sent at most
+// deleteAttempts times while the server leaves it unanswered (see
+// deleteUntilGone). A delete waits for the kernel to shut down (Jupyter
+// Server gives it 5 s before it kills it), 1-2 s on Kernel Gateway, longer
+// on a loaded machine.
+const (
+	deleteAnswerTimeout = 15 * time.Second
+	deleteAttempts      = 3
+)
+
+// deleteUntilGone deletes kernel id on the server and makes sure of it when
+// a DELETE goes unanswered: Kernel Gateway 2.5.2 sometimes never answers one
+// ("Cannot enter into task" in its log), whether or not it deleted the
+// kernel. After a DELETE without an answer it asks the server whether the
+// kernel is still there (GET api/kernels/{id}; unlike the list, every
+// gateway serves it): gone is done; there (or no answer again) gets another
+// DELETE, deleteAttempts in all, within ctx. Each unanswered DELETE is
+// logged (Config.Warn), and the error says what may remain. A 404 is
+// success: the kernel is gone already (culled, or lost).
+func (t *Transport) deleteUntilGone(ctx context.Context, id string) error {
+	var failed []string
+	for attempt := 1; ; attempt++ {
+		err := t.c.deleteKernel(ctx, id)
+		var ae *apiError
+		if err == nil || errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+			if attempt > 1 {
+				t.c.cfg.Warn("the Jupyter server answered a kernel's DELETE only when it was sent again; the kernel is deleted", "kernel", id, "attempts", attempt)
+			}
+			return nil
+		}
+		if attempt == 1 && !errors.Is(err, errNoAnswer) || ctx.Err() != nil {
+			if len(failed) > 0 {
+				return fmt.Errorf("%s; then %w", strings.Join(failed, "; "), err)
+			}
+			return err
+		}
+		failed = append(failed, err.Error())
+		if t.c.kernelGone(ctx, id) {
+			t.c.cfg.Warn("the Jupyter server left a kernel's DELETE unanswered; it no longer has the kernel", "kernel", id, "attempts", attempt, "err", err.Error())
+			return nil
+		}
+		if attempt == deleteAttempts || ctx.Err() != nil {
+			t.c.cfg.Warn("the Jupyter server did not delete a kernel; it may still be there (deleted again when the transport closes)", "kernel", id, "attempts", attempt, "err", err.Error())
+			return fmt.Errorf("kernel %s may still be on the server (deleted again when the transport closes): %d DELETEs sent, none deleted it: %s", id, attempt, strings.Join(failed, "; "))
+		}
+		t.c.cfg.Warn("the Jupyter server left a kernel's DELETE unanswered and still has the kernel; sending it again", "kernel", id, "attempt", attempt, "err", err.Error())
 	}
 }
 

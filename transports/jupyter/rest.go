@@ -71,13 +71,12 @@ func (e *apiError) Error() string {
 }
 
 // requestTimeout bounds each REST call the server answers from its own
-// bookkeeping (version, kernel specs, a kernel's model, interrupt, delete):
-// milliseconds normally; a delete waits for the kernel to shut down
-// (Jupyter Server gives it 5 s before it kills it) and a loaded gateway is
-// slower, but a server that has not answered in 30 s is not going to, and no
-// call may hold a start, an execution or the host's exit for ever. The start
-// and the restart have their own bounds (Config.StartTimeout,
-// Config.RestartTimeout).
+// bookkeeping (version, kernel specs, a kernel's model, interrupt):
+// milliseconds normally, but a loaded gateway is slower; a server that has
+// not answered in 30 s is not going to, and no call may hold a start, an
+// execution or the host's exit for ever. The start, the restart and the
+// delete have their own bounds (Config.StartTimeout, Config.RestartTimeout,
+// deleteAnswerTimeout).
 const requestTimeout = 30 * time.Second
 
 // do sends one REST call bounded by requestTimeout; in (if not nil) is sent
@@ -95,10 +94,13 @@ func (c *client) doWithin(ctx context.Context, within time.Duration, method, pat
 	err := c.send(ctx, method, path, in, out)
 	if err != nil && ctx.Err() != nil && outer.Err() == nil {
 		// %v, not %w: see ownTimeout.
-		return fmt.Errorf("jupyter %s %s: no answer within %v: %v", method, path, within, ownTimeout(err))
+		return fmt.Errorf("jupyter %s %s: %w within %v: %v", method, path, errNoAnswer, within, ownTimeout(err))
 	}
 	return err
 }
+
+// errNoAnswer: a REST call outlived its own bound (doWithin).
+var errNoAnswer = errors.New("no answer")
 
 func (c *client) send(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
@@ -283,8 +285,19 @@ func (c *client) restartKernel(ctx context.Context, id string) error {
 	return c.doWithin(ctx, c.cfg.RestartTimeout, http.MethodPost, "api/kernels/"+url.PathEscape(id)+"/restart", nil, nil)
 }
 
+// deleteKernel sends one DELETE of kernel id, bounded by
+// deleteAnswerTimeout.
 func (c *client) deleteKernel(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "api/kernels/"+url.PathEscape(id), nil, nil)
+	return c.doWithin(ctx, c.cfg.deleteAnswerTimeout, http.MethodDelete, "api/kernels/"+url.PathEscape(id), nil, nil)
+}
+
+// kernelGone reports whether the server says it has no kernel id (404 to
+// GET api/kernels/{id}, within listTimeout); any other answer, or none,
+// leaves the kernel counted as there.
+func (c *client) kernelGone(ctx context.Context, id string) bool {
+	err := c.doWithin(ctx, listTimeout, http.MethodGet, "api/kernels/"+url.PathEscape(id), nil, nil)
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
 }
 
 // errKernelGone says the server no longer knows the kernel: reconnecting is
