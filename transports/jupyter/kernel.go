@@ -34,6 +34,11 @@ type liveRequest struct {
 	idle  bool          // its status idle was forwarded
 	reply *core.Message // its execute_reply, held until idle arrives
 	probe *time.Timer   // sends an idle probe while the reply is held
+	// silence asks the server whether the kernel still exists if nothing
+	// of the request is heard (silenceCheckDelay); stopped by the first
+	// message, so that a busy kernel's process is not woken by a timer
+	// for every request it ran.
+	silence *time.Timer
 
 	// The range of the kernel's message counter its messages carried, under
 	// prefix (see counterLog); numbered once one was seen.
@@ -148,8 +153,9 @@ func (k *kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 	if len(frame) > max {
 		return tooLarge(len(frame), max)
 	}
+	lr := &liveRequest{id: req.MsgID}
 	k.liveMu.Lock()
-	k.live[req.MsgID] = &liveRequest{id: req.MsgID}
+	k.live[req.MsgID] = lr
 	k.liveMu.Unlock()
 	if err := c.write(ctx, binaryFrame, frame); err != nil {
 		k.liveMu.Lock()
@@ -157,7 +163,11 @@ func (k *kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 		k.liveMu.Unlock()
 		return fmt.Errorf("execute on kernel %s: send request: %w", k.id, err)
 	}
-	time.AfterFunc(silenceCheckDelay, func() { k.checkSilence(req.MsgID, c) })
+	k.liveMu.Lock()
+	if !lr.heard && k.live[req.MsgID] == lr {
+		lr.silence = time.AfterFunc(silenceCheckDelay, func() { k.checkSilence(req.MsgID, c) })
+	}
+	k.liveMu.Unlock()
 	return nil
 }
 
@@ -521,8 +531,11 @@ func (k *kernel) deliverable(msg core.Message) []core.Message {
 	k.liveMu.Lock()
 	defer k.liveMu.Unlock()
 	req, ok := k.live[msg.ParentID]
-	if ok {
+	if ok && !req.heard {
 		req.heard = true
+		if req.silence != nil {
+			req.silence.Stop()
+		}
 	}
 	switch {
 	case !ok:
@@ -598,6 +611,9 @@ func (k *kernel) forgetAll() {
 	for _, req := range k.live {
 		if req.probe != nil {
 			req.probe.Stop()
+		}
+		if req.silence != nil {
+			req.silence.Stop()
 		}
 	}
 	clear(k.live)
