@@ -87,7 +87,7 @@ SOAK ?= 10000
 BENCH     ?= .
 BENCHTIME ?= 1s
 
-.PHONY: all build install release plugins policies generate run run-jupyter test test-go test-go-serial test-wasm test-fuzz test-faults soak run-faults fuzz run-fuzz deps deps-apt deps-npm deps-jupyter bench vet clean
+.PHONY: all build install release plugins policies generate run run-jupyter test test-go test-go-faults test-wasm test-fuzz test-faults soak run-faults fuzz run-fuzz deps deps-apt deps-npm deps-jupyter bench vet clean
 
 all: build
 
@@ -215,9 +215,9 @@ run-jupyter: build plugins deps-jupyter
 ## core's tests compiled for WebAssembly under wazero and the fuzz targets,
 ## side by side (each part's output is printed whole when it ends)
 test: deps
-	@$(MAKE) --no-print-directory -j4 --output-sync=target test-go test-go-serial test-wasm test-fuzz
+	@$(MAKE) --no-print-directory -j4 --output-sync=target test-go test-go-faults test-wasm test-fuzz
 
-# test runs its four parts at once: test-go and test-go-serial spend much of
+# test runs its four parts at once: test-go and test-go-faults spend much of
 # their time waiting on interpreters, kernels and servers, and the builds and
 # fuzzing of the other two fill the cores meanwhile. Each part does the same
 # work as alone.
@@ -227,34 +227,27 @@ test: deps
 # Servers and a Kernel Gateway one after the other; on a loaded 2-core
 # machine they have come within it.
 # SLOW_TEST_PACKAGES come first: go test starts package binaries in the order
-# it is given them, -p of them at once, and ./... alone would start the
-# longest ones last, leaving cores idle at the end while they finish.
-# -p 3: go test's default is one package binary per core, but these mostly
-# wait on the interpreters, kernels and servers they start; with two at a
-# time the three slow packages ran one after another on two slots and the
-# host's, the longest, ended the run alone. With three they start together
-# and the short packages fill in beside them.
+# it is given them (-p of them at once, one per core), and ./... alone would
+# start the longest ones last, leaving one core idle at the end while they
+# finish. Longest first, the short packages fill in beside them.
 SLOW_TEST_PACKAGES := ./transports/jupyter/ ./hostcmd/server/ ./transports/subprocess/
 # Most tests are parallel tests (t.Parallel): they wait on interpreters,
 # kernels and servers of their own, two at a time per package binary (go
 # test's -parallel default, GOMAXPROCS). Tests that need their test binary to
-# themselves are not: go test runs them first, alone, and the parallel ones
-# wait for them. hostcmd/server's, HOST_SERIAL (the fault suite and
-# TestMetricsPluginRestart, whose leak checks see the whole binary; the
-# CPU-bound flood with a latency bound; the t.Setenv tests), therefore run as
-# test-go-serial, a test binary of their own beside test-go, rather than
-# ahead of the host's other tests, the longest package. test-go skips them;
-# the two run every test once between them.
-HOST_SERIAL := TestFault|TestMetricsPluginRestart|TestFloodKeepsState|TestWorkspaceWhenDefaultCwdIsMissing|TestBrokenPythonEnvironmentIsReported|TestSecretsDoNotReachUserCode
+# themselves (the fault suite, the floods) are not: go test runs them first,
+# alone, and the parallel ones wait for them. The fault suite (hostcmd/server's
+# TestFault*) is therefore test-go-faults, a test binary of its own beside
+# test-go rather than ahead of the host's other tests. test-go skips it; the
+# two run every test once between them.
+FAULT_SUITE := ^TestFault
 test-go:
-	$(GO) test -race -count=1 -timeout=30m -p 3 -skip='^($(HOST_SERIAL))' $(SLOW_TEST_PACKAGES) ./...
+	$(GO) test -race -count=1 -timeout=30m -skip='$(FAULT_SUITE)' $(SLOW_TEST_PACKAGES) ./...
 
-# test-go's -skip applies to every package: a test of that name elsewhere
-# would be skipped by test-go and run by neither.
-test-go-serial:
-	@if git grep -lE '^func ($(HOST_SERIAL))' -- '*_test.go' ':!hostcmd/server/'; then \
-		echo "tests named in HOST_SERIAL outside hostcmd/server (above): test-go skips them; rename them" >&2; exit 1; fi
-	$(GO) test -race -count=1 -timeout=30m -run='^($(HOST_SERIAL))' ./hostcmd/server/
+# A TestFault* elsewhere would be skipped by test-go and run by neither.
+test-go-faults:
+	@if git grep -l '^func TestFault' -- '*_test.go' ':!hostcmd/server/'; then \
+		echo "TestFault* outside hostcmd/server (above): test-go skips them; run them in test-go-faults" >&2; exit 1; fi
+	$(GO) test -race -count=1 -timeout=30m -run='$(FAULT_SUITE)' ./hostcmd/server/
 
 ## test-faults: the fault suite (kill -9 of interpreter, plugin, Jupyter
 ## kernel and server; cut and stalled websocket; 500 disconnecting clients;
