@@ -52,26 +52,33 @@ APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-c
 JUPYTER_PORT ?= 8888
 JUPYTER_DIR  := $(CURDIR)/bin/jupyter
 
-# Fuzzing: `make fuzz` runs every target below for FUZZTIME; `make test` runs
-# each for the number of executions after its name (their seed corpora,
-# testdata/fuzz/, also run as plain tests in test-go). make test counts
-# executions instead of timing them because Go 1.26's fuzz coordinator can
-# fail a run that found nothing with a bare "context deadline exceeded" when
-# -fuzztime's clock ends while a worker is mid-input (go.dev/issue/75804,
-# fixed in Go 1.27): a count has no clock to race. The counts are a few
-# seconds of fuzzing each on 2 cores; the interpreter-backed targets start
-# real processes per input and get fewer.
+# Fuzzing: `make fuzz` runs every target below for FUZZTIME. `make test`
+# fuzzes only FUZZ_QUICK, each for the number of executions after its name:
+# pure-Go parsers whose instrumented builds are small. FUZZ_SLOW's targets
+# start real interpreters or a host per input, and fuzzing them needs a
+# fuzz-instrumented build of their whole package graph (the host's is esbuild,
+# grpc and wazero; every package of a -fuzz build, std included, is compiled
+# anew with coverage instrumentation), most of what fuzzing in make test
+# cost; they are fuzzed by `make fuzz` only. Every target's seed corpus
+# (testdata/fuzz/ and f.Add) still runs as a plain test in test-go. make
+# test counts executions instead of timing them because Go 1.26's fuzz
+# coordinator can fail a run that found nothing with a bare "context
+# deadline exceeded" when -fuzztime's clock ends while a worker is mid-input
+# (go.dev/issue/75804, fixed in Go 1.27): a count has no clock to race. The
+# counts are a few seconds of fuzzing each on 2 cores.
 FUZZTIME     ?= 60s
-FUZZ_TARGETS := \
-	./hostcmd/server:FuzzExecuteRequest:300 \
+FUZZ_QUICK := \
 	./transports/jupyter:FuzzDecodeFrame:20000 \
 	./plugins/policy:FuzzDecodeOutput:20000 \
 	./plugins/policy:FuzzReservedWAT:10000 \
 	./plugins/policy/policysdk:FuzzDecodeCanonical:20000 \
 	./core/engine:FuzzAppendLine:20000 \
-	./core/engine:FuzzPythonLiteral:20000 \
-	./transports/subprocess:FuzzEnvValueRoundTrip:1000 \
-	./transports/subprocess:FuzzCwdRoundTrip:30
+	./core/engine:FuzzPythonLiteral:20000
+FUZZ_SLOW := \
+	./hostcmd/server:FuzzExecuteRequest \
+	./transports/subprocess:FuzzEnvValueRoundTrip \
+	./transports/subprocess:FuzzCwdRoundTrip
+FUZZ_TARGETS := $(FUZZ_QUICK) $(FUZZ_SLOW)
 
 # Executions of the isolation soak in test-faults and soak.
 SOAK ?= 10000
@@ -263,15 +270,15 @@ run-faults:
 ## fuzz: each fuzz target for FUZZTIME (default 60s): make fuzz FUZZTIME=10m
 ## (FUZZTIME=5000x: that many executions each)
 fuzz:
-	@$(MAKE) --no-print-directory run-fuzz FUZZ_FOR=$(FUZZTIME)
+	@$(MAKE) --no-print-directory run-fuzz FUZZ_RUN='$(FUZZ_TARGETS)' FUZZ_FOR=$(FUZZTIME)
 
 test-fuzz:
-	@$(MAKE) --no-print-directory run-fuzz FUZZ_FOR=count
+	@$(MAKE) --no-print-directory run-fuzz FUZZ_RUN='$(FUZZ_QUICK)' FUZZ_FOR=count
 
-# One `go test -fuzz` per target: Go fuzzes one target per invocation.
-# FUZZ_FOR=count takes each target's own execution count.
+# One `go test -fuzz` per target of FUZZ_RUN: Go fuzzes one target per
+# invocation. FUZZ_FOR=count takes each target's own execution count.
 run-fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@set -e; for t in $(FUZZ_RUN); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; count=$${rest#*:}; \
 		budget=$(FUZZ_FOR); [ "$$budget" = count ] && budget=$${count}x; \
 		echo "fuzz $$pkg $$name for $$budget"; \

@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 		}
 		for what, build := range map[string]func() error{
 			"kernelhost":    func() error { return testkit.Kernelhost(kernelhost) },
-			"plugins":       func() error { return testkit.Plugins(filepath.Join(dir, "bin", "plugins")) },
+			"plugins":       func() error { return testkit.PluginsIn(filepath.Join(dir, "bin", "plugins")) },
 			"denylist.wasm": func() error { return testkit.Denylist(denylist) },
 		} {
 			if err := build(); err != nil {

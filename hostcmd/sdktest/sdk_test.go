@@ -25,9 +25,9 @@ import (
 var pluginDir string
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, func(dir string) error {
-		pluginDir = dir
-		if err := testkit.Plugins(dir); err != nil {
+	testkit.Main(m, func(string) error {
+		var err error
+		if pluginDir, err = testkit.Plugins(); err != nil {
 			return fmt.Errorf("build the transport plugins: %w", err)
 		}
 		return nil

@@ -46,10 +46,10 @@ func policyOptions() policy.Options {
 
 func TestMain(m *testing.M) {
 	testkit.Main(m, func(dir string) error {
-		pluginDir = filepath.Join(dir, "plugins")
 		denylist = filepath.Join(dir, "denylist.wasm")
 		policyCache = filepath.Join(dir, "wazero-cache")
-		if err := testkit.Plugins(pluginDir); err != nil {
+		var err error
+		if pluginDir, err = testkit.Plugins(); err != nil {
 			return fmt.Errorf("build the transport plugins: %w", err)
 		}
 		if err := testkit.Denylist(denylist); err != nil {

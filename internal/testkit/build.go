@@ -1,12 +1,14 @@
 package testkit
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 )
 
 // Module is the module path; packages are built by import path so the tests'
@@ -19,10 +21,32 @@ func Root() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// Plugins builds every transport plugin (plugins/cmd and the examples) into
-// dir, as `make plugins` does into bin/plugins.
-func Plugins(dir string) error {
-	return Build(dir, "plugins/cmd/...", "plugins/examples/cmd/...")
+// Plugins builds every transport plugin (plugins/cmd and the examples), as
+// `make plugins` does into bin/plugins, into a directory the test binaries
+// of this checkout share, and returns that directory. Several test binaries
+// run the plugins and `make test` starts them side by side; go build
+// relinks a plugin only when the one already in the directory was built
+// from other sources, so each is linked once rather than once per test
+// binary (each link is seconds of CPU). Builders take turns under a lock
+// file beside the directory, so the second finds the first's plugins up to
+// date. The directory is keyed by the checkout's root: checkouts tested at
+// once do not replace each other's plugins. Tests must not write into it
+// (hard-link the plugins into a directory of their own to add files).
+func Plugins() (string, error) {
+	sum := sha256.Sum256([]byte(Root()))
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("kernelhost-test-plugins-%d-%x", os.Getuid(), sum[:6]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close() // releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return dir, Build(dir, "plugins/cmd/...", "plugins/examples/cmd/...")
 }
 
 // Build builds the commands pkgs (paths inside the module, such as
@@ -74,6 +98,29 @@ func goBuild(env []string, args ...string) error {
 	cmd.Env = append(os.Environ(), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %v: %v\n%s", args, err, b)
+	}
+	return nil
+}
+
+// PluginsIn hard-links the plugins Plugins built into dir (made if missing),
+// for a layout that needs them in a directory of its own: bin/plugins beside
+// a kernelhost binary, which finds its plugins there.
+func PluginsIn(dir string) error {
+	built, err := Plugins()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(built)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.Link(filepath.Join(built, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
 	}
 	return nil
 }

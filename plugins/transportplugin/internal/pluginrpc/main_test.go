@@ -31,12 +31,13 @@ func TestMain(m *testing.M) {
 		runHelper(mode)
 		os.Exit(0)
 	}
-	testkit.Main(m, func(dir string) error {
-		exampleBin = filepath.Join(dir, "kernelhost-transport-example-bash")
-		subprocessBin = filepath.Join(dir, "kernelhost-transport-subprocess")
-		if err := testkit.Build(dir, "plugins/examples/cmd/kernelhost-transport-example-bash", "plugins/cmd/kernelhost-transport-subprocess"); err != nil {
+	testkit.Main(m, func(string) error {
+		dir, err := testkit.Plugins()
+		if err != nil {
 			return fmt.Errorf("build plugins: %w", err)
 		}
+		exampleBin = filepath.Join(dir, "kernelhost-transport-example-bash")
+		subprocessBin = filepath.Join(dir, "kernelhost-transport-subprocess")
 		return nil
 	})
 }
