@@ -64,6 +64,7 @@ os.set_inheritable(MSG_FD, False)
 _parent = ""  # msg_id of the request being run, "" between requests
 _running = False  # True only while user code runs: SIGINT is ignored otherwise
 _early_int = False  # SIGINT came after the request arrived, before its code ran
+_arming = False  # the cell's start arms the flusher: a SIGINT then waits for the cell's code (_early_int)
 _held_int = False  # a SIGINT that came while the main thread was in the output code, not raised yet
 _main_thread = _thread.get_ident()
 _driver_file = sys._getframe().f_code.co_filename
@@ -488,7 +489,7 @@ sys.addaudithook(_on_audit)
 # (the host more than a pipe's worth behind) drops the text print handed to
 # the buffer in that call, at most 8 KiB, as a plain interpreter would.
 _OUTPUT_CODES = frozenset(
-    f.__code__ for f in (_write_msgs, _flush_output, _send_held_err, _send, _emit, _StderrRaw.write, _arm_flusher, _start_flusher, _exit_after_output)
+    f.__code__ for f in (_write_msgs, _flush_output, _send_held_err, _send, _emit, _StderrRaw.write, _exit_after_output)
 )
 
 
@@ -618,7 +619,7 @@ def _on_sigint(signum, frame):
         os.read(_sigint_r, 512)  # handled: the output thread need not send it again
     except OSError:
         pass
-    if _running:
+    if _running and not _arming:
         if _in_output(frame):
             # Held: the next output call raises it before it takes anything
             # (_raise_held), or it is raised again where user code runs.
@@ -844,7 +845,7 @@ def _traceback(etype, value, tb, filename):
 
 
 def _execute(req):
-    global _parent, _running, _count, _early_int, _held_int
+    global _parent, _running, _count, _early_int, _held_int, _arming
     msg_id = req.get("msg_id", "")
     code = req.get("code", "")
     silent = bool(req.get("silent"))
@@ -871,8 +872,18 @@ def _execute(req):
             if silent and code.startswith(HELPER_MARK):
                 value = _run_helper(code)
             else:
-                # A print while the cell runs is sent within _FLUSH_DELAY.
-                _arm_flusher()
+                # A print while the cell runs is sent within _FLUSH_DELAY. A
+                # SIGINT while the flusher is armed (its first time makes a
+                # thread) is the cell's, raised before its code, not in the
+                # middle of the flusher's state nor held for a resend that
+                # could land in a later cell.
+                _arming = True
+                try:
+                    _arm_flusher()
+                finally:
+                    _arming = False
+                if _early_int:
+                    raise KeyboardInterrupt
                 value = _run(code, filename, silent)
             post_execute = _sh.obj is not None and not silent  # the cell may have created it
             if value is not None and not silent:
