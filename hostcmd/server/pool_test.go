@@ -22,7 +22,9 @@ import (
 func TestPoolThroughPlugin(t *testing.T) {
 	t.Parallel()
 	needNode(t)
-	h := startHost(t, viaPlugin)
+	// The pool, not the fork template: with a preload, a python context
+	// comes from the template once it is ready (TestForkContextSandboxedViaPlugin).
+	h := startHost(t, viaPlugin, func(c *server.Config) { c.SetTransportSetting("python-preload", "off") })
 	for _, lang := range []string{"python", "javascript"} {
 		if rss := h.awaitPool(t, lang); rss < 1<<20 {
 			t.Errorf("%s pool rss %v bytes, want an interpreter's", lang, rss)
