@@ -306,14 +306,9 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 	// The IPython shell, once a cell made it, keeps the inputs (In).
 	tt.Exec(t, src, "get_ipython()", false)
 	tt.Exec(t, src, "'kh-history-mark'", false)
+	fk := liveFork(t, tr, src)
 	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
 	defer cancel()
-	ck, err := tr.ForkKernel(ctx, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fk := ck.(*Kernel)
-	t.Cleanup(func() { fk.Shutdown(context.Background()) })
 	if parentOf(fk.Pid()) != os.Getpid() {
 		t.Fatalf("the fork's parent is %d, want this process", parentOf(fk.Pid()))
 	}
@@ -486,4 +481,19 @@ print(codes)`
 			}
 		})
 	}
+}
+
+// liveFork copies the live context src (ForkKernel, bounded by
+// tt.StartTimeout) and shuts the copy down when the test ends.
+func liveFork(t *testing.T, tr *Transport, src *Kernel) *Kernel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+	defer cancel()
+	ck, err := tr.ForkKernel(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fk := ck.(*Kernel)
+	t.Cleanup(func() { fk.Shutdown(context.Background()) })
+	return fk
 }

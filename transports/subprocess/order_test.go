@@ -345,14 +345,7 @@ func TestForkedPythonPrintArrivesDuringSleep(t *testing.T) {
 		if got := tt.Exec(t, k, "import time\nprint('a')\ntime.sleep(0.05)\nprint('b')", false).Stream("stdout"); got != "a\nb\n" {
 			t.Fatalf("got %q", got)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
-		defer cancel()
-		ck, err := tr.ForkKernel(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fk := ck.(*Kernel)
-		t.Cleanup(func() { fk.Shutdown(context.Background()) })
+		fk := liveFork(t, tr, k)
 		if got := tt.Exec(t, fk, "print(1)", false).Stream("stdout"); got != "1\n" {
 			t.Fatalf("fork: %q", got)
 		}
