@@ -54,7 +54,10 @@ type gatewayProxy struct {
 	// cullOnUpgrade: the first kernel's websocket upgrade is held and the
 	// kernel shut down on the server meanwhile, as a gateway that culls a
 	// kernel still starting does.
-	cullOnUpgrade  bool
+	cullOnUpgrade bool
+	// holdUpgrade: the first kernel's websocket upgrade is never answered,
+	// as Jupyter Server held some in bursts of starts.
+	holdUpgrade    bool
 	holdDeletes    time.Duration
 	loseDeletes    int
 	deleteThenLose bool
@@ -88,13 +91,13 @@ func (p *gatewayProxy) url() string { return p.URL + "/" }
 func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	hold, hang, refuse := p.holdStarts, p.hangList, p.refuseList
-	silent, culled := false, false
+	silent, culled, heldUpgrade := false, false, false
 	id, isChannels := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/api/kernels/"), "/channels")
-	if isChannels && (p.silent || p.cullOnUpgrade) {
+	if isChannels && (p.silent || p.cullOnUpgrade || p.holdUpgrade) {
 		if p.victim == "" {
 			p.victim = id
 		}
-		silent, culled = p.silent && p.victim == id, p.cullOnUpgrade && p.victim == id
+		silent, culled, heldUpgrade = p.silent && p.victim == id, p.cullOnUpgrade && p.victim == id, p.holdUpgrade && p.victim == id
 	}
 	if r.Method == http.MethodPost && r.URL.Path == "/api/kernels" {
 		p.starts++
@@ -150,6 +153,12 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case silent:
 		p.serveSilent(w, r)
+		return
+	case heldUpgrade:
+		select {
+		case <-r.Context().Done():
+		case <-p.stop:
+		}
 		return
 	case culled:
 		del, err := http.NewRequestWithContext(r.Context(), http.MethodDelete, "http://"+p.backend+"/api/kernels/"+id, nil)
@@ -389,6 +398,34 @@ func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 	ks := serverKernels(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID != k.(*kernel).id {
 		t.Errorf("culled kernel %q, %d starts, kernels on the server %+v: want a second start and its kernel alone", victim, starts, ks)
+	}
+}
+
+// A kernel whose websocket upgrade the server holds without answering is
+// deleted and replaced once the upgrade was held answerTimeout, not after the
+// connect timeout.
+func TestHeldWebsocketUpgradeIsReplaced(t *testing.T) {
+	t.Parallel()
+	srv := jupytertest.Start(t)
+	p := startGatewayProxy(t, srv)
+	p.holdUpgrade = true
+	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = parallelAnswerTimeout })
+	began := time.Now()
+	k := startKernel(t, tr)
+	took := time.Since(began)
+	t.Logf("FIGURE start with the first kernel's websocket upgrade held: %v", took)
+	if bound := DefaultKernelTimeout / 2; took > bound {
+		t.Errorf("the start took %v, want it well within the connect timeout (%v)", took, DefaultKernelTimeout)
+	}
+	if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
+		t.Errorf("1 + 1: %q", r.stdout.String())
+	}
+	p.mu.Lock()
+	victim, starts := p.victim, p.starts
+	p.mu.Unlock()
+	ks := serverKernels(t, srv)
+	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID != k.(*kernel).id {
+		t.Errorf("held kernel %q, %d starts, kernels on the server %+v: want the held one deleted and one other", victim, starts, ks)
 	}
 }
 

@@ -34,6 +34,11 @@ type Transport struct {
 	bgCancel  context.CancelFunc
 	bg        sync.WaitGroup
 	abandoned sync.WaitGroup // start requests given up on and not answered yet
+
+	// lastUpgrade is when the server last completed one of our websocket
+	// upgrades (unix nanoseconds): the progress a held upgrade is judged
+	// against (dialWhileAlive).
+	lastUpgrade atomic.Int64
 }
 
 var _ core.Transport = (*Transport)(nil)
@@ -157,14 +162,14 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 	}
 	deadline := time.Now().Add(t.c.cfg.StartTimeout)
 	for attempt := 1; ; attempt++ {
-		k, err := t.startKernel(ctx, name)
+		k, err := t.startKernel(ctx, name, attempt)
 		if err == nil {
 			return k, nil
 		}
 		var silent *silentChannelsError
 		if !errors.As(err, &silent) || ctx.Err() != nil || time.Now().After(deadline) {
 			if attempt > 1 {
-				err = fmt.Errorf("%w (attempt %d: the kernels of the earlier attempts did not answer on their websocket, or the server shut them down, and were deleted)", err, attempt)
+				err = fmt.Errorf("%w (attempt %d: the kernels of the earlier attempts did not answer on their websocket, or the server held it or shut them down, and were deleted)", err, attempt)
 			}
 			return nil, err
 		}
@@ -172,17 +177,17 @@ func (t *Transport) StartKernel(ctx context.Context, spec core.KernelSpec) (core
 	}
 }
 
-// startKernel is one attempt at starting a kernel of spec name: the start
-// request, the websocket, and a first answer on it (checkChannels). A
-// kernel that fails any of them is deleted.
-func (t *Transport) startKernel(ctx context.Context, name string) (*kernel, error) {
+// startKernel is attempt number attempt at starting a kernel of spec name:
+// the start request, the websocket, and a first answer on it
+// (checkChannels). A kernel that fails any of them is deleted.
+func (t *Transport) startKernel(ctx context.Context, name string, attempt int) (*kernel, error) {
 	km, err := t.createKernel(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	k := newKernel(t.c, km.ID, uuid.NewString())
 	k.deleteOnServer = func(ctx context.Context) error { return t.deleteOwned(ctx, km.ID) }
-	ws, err := t.dialWhileAlive(ctx, km.ID, k.session)
+	ws, err := t.dialWhileAlive(ctx, km.ID, k.session, heldUpgradeBound(t.c.cfg.answerTimeout, attempt))
 	if err == nil {
 		c := newConn(ws)
 		if err = t.checkChannels(ctx, c, km.ID, k.session); err != nil {
@@ -206,18 +211,39 @@ func (t *Transport) startKernel(ctx context.Context, name string) (*kernel, erro
 // within answerTimeout asks whether its kernel still exists.
 const goneCheckInterval = 2 * time.Second
 
-// dialWhileAlive opens the kernel's websocket (dialChannels) and gives up
-// early, with a silentChannelsError (so the start is tried again), when the
-// server no longer has the kernel: the server holds the upgrade until the
-// kernel answers, and a gateway that culls kernels idle for less than a
-// slow start takes (Kernel Gateway culls "starting" kernels too) would
-// otherwise hold it until the connect timeout. It asks only once the
-// upgrade took answerTimeout: a burst of healthy starts sends no extra
-// requests to a server that is busy starting them.
-func (t *Transport) dialWhileAlive(ctx context.Context, id, session string) (*websocket.Conn, error) {
+// heldUpgradeBound is how long attempt number attempt lets the server hold
+// a kernel's websocket upgrade without completing any of this transport's
+// upgrades: answer (answerTimeout) on the first attempt, doubling with each
+// attempt, so that a kernel that is merely slow to start (a lone one taking
+// longer than answer) gets through on a later attempt.
+func heldUpgradeBound(answer time.Duration, attempt int) time.Duration {
+	return answer << min(attempt-1, 4)
+}
+
+// dialWhileAlive opens the kernel's websocket (dialChannels). The server
+// holds the upgrade until the kernel answers a request of its own, so it
+// gives up early, with a silentChannelsError (the kernel is deleted and the
+// start tried again), in two cases:
+//   - the server no longer has the kernel: a gateway that culls kernels
+//     idle for less than a slow start takes (Kernel Gateway culls
+//     "starting" kernels too) would otherwise hold the upgrade until the
+//     connect timeout;
+//   - the upgrade was held heldBound past both its own start and the last
+//     upgrade the server completed for us. In a burst the server completes
+//     upgrades one after another as kernels come up (20 at once on two cores:
+//     every upgrade within 7 s), so a kernel whose upgrade is held while the
+//     others get through is stuck, not slow; Jupyter Server held such
+//     upgrades 60 s (its kernel_info_timeout) in bursts, and a fresh
+//     Enterprise Gateway holds its first one as long.
+//
+// It asks the server about the kernel only once the upgrade took
+// answerTimeout: a burst of healthy starts sends no extra requests to a
+// server that is busy starting them.
+func (t *Transport) dialWhileAlive(ctx context.Context, id, session string, heldBound time.Duration) (*websocket.Conn, error) {
 	dialCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var gone atomic.Bool
+	began := time.Now()
+	var gone, held atomic.Bool
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -234,6 +260,12 @@ func (t *Transport) dialWhileAlive(ctx context.Context, id, session string) (*we
 				return
 			case <-tick.C:
 			}
+			progress := max(began.UnixNano(), t.lastUpgrade.Load())
+			if time.Since(time.Unix(0, progress)) > heldBound {
+				held.Store(true)
+				cancel()
+				return
+			}
 			gctx, gcancel := context.WithTimeout(dialCtx, goneCheckInterval)
 			err := t.c.do(gctx, http.MethodGet, "api/kernels/"+url.PathEscape(id), nil, nil)
 			gcancel()
@@ -248,10 +280,19 @@ func (t *Transport) dialWhileAlive(ctx context.Context, id, session string) (*we
 	ws, err := t.c.dialChannels(dialCtx, id, session)
 	cancel()
 	<-watched
-	if err != nil && gone.Load() && ctx.Err() == nil {
-		return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server shut the kernel down before its websocket opened (a gateway culling kernels that start slowly?)", id)}
+	if err == nil {
+		t.lastUpgrade.Store(time.Now().UnixNano())
+		return ws, nil
 	}
-	return ws, err
+	if ctx.Err() == nil {
+		switch {
+		case gone.Load():
+			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server shut the kernel down before its websocket opened (a gateway culling kernels that start slowly?)", id)}
+		case held.Load():
+			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v without completing any other (the kernel did not answer it); the kernel was deleted", id, time.Since(began).Round(time.Second))}
+		}
+	}
+	return nil, err
 }
 
 // answerTimeout bounds the wait for the first answer on a kernel's fresh
