@@ -12,12 +12,14 @@ import (
 )
 
 // A python kernel that crashes natively (a segfault in C code) on the
-// subprocess transport: the stream ends with KernelDied within a second,
-// saying what died and how and that the context gets a new kernel, and no
-// core dump was written. The test raises its own soft RLIMIT_CORE first, as
-// a shell with `ulimit -c unlimited` or a systemd unit would: a kernel with
-// pandas and matplotlib loaded would then dump ~100 MB, holding the death
-// back for minutes on a slow disk (transports/subprocess/coredump.go).
+// subprocess transport: the stream ends with KernelDied within a second or
+// so, saying what died and how and that the context gets a new kernel, and
+// no core dump was written. The test raises its own soft RLIMIT_CORE first,
+// as a shell with `ulimit -c unlimited` or a systemd unit would: a kernel
+// with pandas and matplotlib loaded would then dump ~100 MB, holding the
+// death back for minutes on a slow disk (transports/subprocess/coredump.go).
+// It allows 3 s: CI runs it beside three other test binaries on two cores
+// (1.4 s seen), and a dump is slower by far.
 func TestFaultInterpreterCrashesNatively(t *testing.T) {
 	faultTest(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "matplotlib", "pandas")
@@ -47,8 +49,8 @@ func TestFaultInterpreterCrashesNatively(t *testing.T) {
 			!strings.Contains(v, "killed by signal 11 (segmentation fault)") || !strings.Contains(v, "replaced by a new one") {
 			t.Fatalf("error line %v, want KernelDied saying the python interpreter was killed by signal 11 and is replaced", e)
 		}
-		if took > time.Second {
-			t.Fatalf("the crash was reported %s after the request, want within 1s", took)
+		if took > 3*time.Second {
+			t.Fatalf("the crash was reported %s after the request, want within 3s", took)
 		}
 		cores, _ := filepath.Glob(filepath.Join(h.cwd, "core*"))
 		if len(cores) > 0 {
