@@ -93,7 +93,8 @@ type floodCase struct {
 //
 // Not a parallel test: the floods are CPU work for the interpreters, the
 // plugin and this race-instrumented host, and the bystander's 2 s bound is
-// on its latency meanwhile. It runs before the parallel tests, alone.
+// on its latency meanwhile. make test runs it in the fault suite's test
+// binary (test-go-faults), where no test is parallel.
 func TestFloodKeepsState(t *testing.T) {
 	testkit.NeedCommand(t, "node", "nodejs")
 	h := startHost(t, viaPlugin)

@@ -7,8 +7,8 @@ package server_test
 // started is left (the /proc tree under the test binary). Those checks see
 // the whole test binary, so a fault test is never a parallel test: go test
 // runs the package's other tests, which are, only after it. make test runs
-// this package's TestFault* in a test binary of their own (test-go-faults),
-// beside the rest. Lines starting with "FIGURE" are the figures of
+// this package's TestFault* (and TestFloodKeepsState, not parallel either)
+// in a test binary of their own (test-go-faults), beside the rest. Lines starting with "FIGURE" are the figures of
 // docs/reliability.md.
 
 import (
