@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,9 @@ import (
 //     cell that imports numpy, pandas and pyplot, groups a 10,000-row
 //     DataFrame and shows a line chart; the context is deleted after.
 //   - RoundTrip: `1+1` in a context of each.
+//   - RoundTripSameImports: `1+1` in a forked context and in a pooled one
+//     that imported what the template preloads: the per-cell cost of an
+//     interpreter holding the data stack, forked or imported.
 //   - Create20: 20 contexts created at once, each answering `1+1`.
 //   - PSS30: 30 contexts that imported pandas and pyplot: their
 //     proportional (PSS) and resident (RSS) memory per context, as the
@@ -81,6 +85,13 @@ func benchmarkForkServer(b *testing.B, mode string) {
 		fork, pool := hosts(b)
 		a, c := executeIn(fork.createContext(`{"language":"python"}`).ID, "1+1"), executeIn(pool.createContext(`{"language":"python"}`).ID, "1+1")
 		compareRuns(b, "fork", func() { postExpect(b, fork, a, `"text":"2"`) }, "pool", func() { postExpect(b, pool, c, `"text":"2"`) })
+	})
+	b.Run("RoundTripSameImports", func(b *testing.B) {
+		fork, pool := hosts(b)
+		pooled := pool.createContext(`{"language":"python"}`).ID
+		postExpect(b, pool, executeIn(pooled, "import "+strings.Join(subprocess.DefaultPreload, ", ")), `"end_of_execution"`)
+		a, c := executeIn(fork.createContext(`{"language":"python"}`).ID, "1+1"), executeIn(pooled, "1+1")
+		compareRuns(b, "fork", func() { postExpect(b, fork, a, `"text":"2"`) }, "pool-imported", func() { postExpect(b, pool, c, `"text":"2"`) })
 	})
 	b.Run("Create20", func(b *testing.B) {
 		fork, pool := hosts(b)
