@@ -212,10 +212,10 @@ func (t *Transport) startKernel(ctx context.Context, name string, attempt int) (
 const goneCheckInterval = 2 * time.Second
 
 // heldUpgradeBound is how long attempt number attempt lets the server hold
-// a kernel's websocket upgrade without completing any of this transport's
-// upgrades: answer (answerTimeout) on the first attempt, doubling with each
-// attempt, so that a kernel that is merely slow to start (a lone one taking
-// longer than answer) gets through on a later attempt.
+// a kernel's websocket upgrade after it last completed another of this
+// transport's (dialWhileAlive): answer (answerTimeout) on the first attempt,
+// doubling with each attempt, so that a kernel slower to start than the
+// others of its burst by more than answer gets through on a later attempt.
 func heldUpgradeBound(answer time.Duration, attempt int) time.Duration {
 	return answer << min(attempt-1, 4)
 }
@@ -228,13 +228,16 @@ func heldUpgradeBound(answer time.Duration, attempt int) time.Duration {
 //     idle for less than a slow start takes (Kernel Gateway culls
 //     "starting" kernels too) would otherwise hold the upgrade until the
 //     connect timeout;
-//   - the upgrade was held heldBound past both its own start and the last
-//     upgrade the server completed for us. In a burst the server completes
-//     upgrades one after another as kernels come up (20 at once on two cores:
-//     every upgrade within 7 s), so a kernel whose upgrade is held while the
-//     others get through is stuck, not slow; Jupyter Server held such
-//     upgrades 60 s (its kernel_info_timeout) in bursts, and a fresh
-//     Enterprise Gateway holds its first one as long.
+//   - other upgrades got through since this one began, and this one was
+//     held heldBound past both its own start and the last of them. In a
+//     burst the server completes upgrades one after another as kernels come
+//     up (20 at once on two cores: every upgrade within 7 s), so a kernel
+//     whose upgrade is held while the others get through is stuck, not
+//     slow; Jupyter Server held such upgrades 60 s (its kernel_info_timeout)
+//     in bursts. While none gets through (64 kernels starting at once on two
+//     cores take tens of seconds before the first answers) no upgrade is
+//     judged, and a lone one waits for the connect timeout, as a kernel that
+//     is slow to start must.
 //
 // It asks the server about the kernel only once the upgrade took
 // answerTimeout: a burst of healthy starts sends no extra requests to a
@@ -260,8 +263,8 @@ func (t *Transport) dialWhileAlive(ctx context.Context, id, session string, held
 				return
 			case <-tick.C:
 			}
-			progress := max(began.UnixNano(), t.lastUpgrade.Load())
-			if time.Since(time.Unix(0, progress)) > heldBound {
+			last := t.lastUpgrade.Load()
+			if last > began.UnixNano() && time.Since(time.Unix(0, last)) > heldBound {
 				held.Store(true)
 				cancel()
 				return
@@ -289,7 +292,7 @@ func (t *Transport) dialWhileAlive(ctx context.Context, id, session string, held
 		case gone.Load():
 			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server shut the kernel down before its websocket opened (a gateway culling kernels that start slowly?)", id)}
 		case held.Load():
-			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v without completing any other (the kernel did not answer it); the kernel was deleted", id, time.Since(began).Round(time.Second))}
+			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v while it completed others (the kernel did not answer it); the kernel was deleted", id, time.Since(began).Round(time.Second))}
 		}
 	}
 	return nil, err
