@@ -222,6 +222,32 @@ func TestNodeSigintDoesNotReachTheNextRequest(t *testing.T) {
 	}
 }
 
+// An interrupted python cell's SIGINT never reaches the cell after it: the
+// driver's output thread resends a SIGINT it saw in the wakeup pipe and the
+// handler has not run for, and a thread switch inside the handler once made
+// a handled one look lost, so that the resend interrupted the next cell
+// (CI: TestExecutionTimeoutHostDefault). Each next cell runs long enough for
+// the output thread's checks (every flush, ~2 ms) to run several times.
+func TestPythonSigintDoesNotReachTheNextCell(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t, "python", t.TempDir())
+	for range 30 {
+		e := tt.Send(t, k, "print('start', flush=True)\nwhile True: pass", false)
+		tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") == "start\n" })
+		if err := k.Interrupt(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+		if r := e.Reply(); r.Status != core.ReplyError {
+			t.Fatalf("the interrupted cell did not fail:%s", e)
+		}
+		next := tt.Exec(t, k, "import time\nend = time.monotonic() + 0.02\nwhile time.monotonic() < end: pass\n1+1", false)
+		if next.Reply().Status != core.ReplyOK {
+			t.Fatalf("the cell after an interrupt was stopped by it:%s%s", e, next)
+		}
+	}
+}
+
 // printedWhileRunning sends code, which prints "start" and then waits far
 // longer than any test would, and checks that the line reaches the host
 // while the cell still runs: the drivers coalesce writes, and must still

@@ -591,34 +591,41 @@ os.set_blocking(_sigint_w, False)
 signal.set_wakeup_fd(_sigint_w, warn_on_full_buffer=False)
 _SIGINT_BYTE = bytes((signal.SIGINT,))
 _sigint_runs = 0  # how many times _on_sigint ran
-_sigint_wait = None  # (_sigint_runs when the output thread saw a SIGINT, resends so far)
+_sigint_wait = None  # (_sigint_runs when the output thread saw a SIGINT, the cell it saw it in, resends so far)
 _SIGINT_RESENDS = 5
 
 
 def _check_lost_sigint():
+    # The main thread's handler empties the pipe before it counts the run
+    # (_on_sigint), and this reads the count before the pipe: a thread switch
+    # between any two of these steps makes a handled SIGINT look handled,
+    # never lost. A resend is for the cell that was running when the SIGINT
+    # was seen only: one that reached the next cell interrupted it (seen in
+    # CI: TestExecutionTimeoutHostDefault).
     global _sigint_wait
+    runs, cell = _sigint_runs, _cells
     try:
         seen = _SIGINT_BYTE in os.read(_sigint_r, 512)
     except OSError:  # empty: every SIGINT so far was handled, or never came
         seen = False
     if seen and _running:
-        _sigint_wait = (_sigint_runs, 0)
+        _sigint_wait = (runs, cell, 0)
     elif _sigint_wait is not None:
-        runs, resends = _sigint_wait
-        if runs != _sigint_runs or not _running or resends >= _SIGINT_RESENDS:
+        runs, cell, resends = _sigint_wait
+        if runs != _sigint_runs or cell != _cells or not _running or resends >= _SIGINT_RESENDS:
             _sigint_wait = None
         else:
-            _sigint_wait = (runs, resends + 1)
+            _sigint_wait = (runs, cell, resends + 1)
             signal.pthread_kill(_main_thread, signal.SIGINT)
 
 
 def _on_sigint(signum, frame):
     global _early_int, _held_int, _sigint_runs
-    _sigint_runs += 1
     try:
         os.read(_sigint_r, 512)  # handled: the output thread need not send it again
     except OSError:
         pass
+    _sigint_runs += 1  # after the read: see _check_lost_sigint
     if _running and not _arming:
         if _in_output(frame):
             # Held: the next output call raises it before it takes anything
