@@ -8,8 +8,8 @@ package server_test
 // the whole test binary, so a fault test is never a parallel test: go test
 // runs the package's other tests, which are, only after it. make test runs
 // this package's TestFault* (and TestFloodKeepsState, not parallel either)
-// in a test binary of their own (test-go-faults), beside the rest. Lines starting with "FIGURE" are the figures of
-// docs/reliability.md.
+// in a test binary of their own (test-go-faults), beside the rest. Lines
+// starting with "FIGURE" are the figures of docs/reliability.md.
 
 import (
 	"context"

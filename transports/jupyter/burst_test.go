@@ -296,6 +296,14 @@ func (p *gatewayProxy) serveSilent(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// victimAndStarts is the kernel the proxy made misbehave ("" before any)
+// and how many start requests it received.
+func (p *gatewayProxy) victimAndStarts() (string, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.victim, p.starts
+}
+
 // serverKernels lists the kernels on srv itself (not through a proxy).
 func serverKernels(t *testing.T, srv *jupytertest.Server) []kernelModel {
 	t.Helper()
@@ -358,9 +366,7 @@ func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 	if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
 		t.Errorf("1 + 1: %q", r.stdout.String())
 	}
-	p.mu.Lock()
-	victim, starts := p.victim, p.starts
-	p.mu.Unlock()
+	victim, starts := p.victimAndStarts()
 	ks := serverKernels(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
 		t.Errorf("silent kernel %q, %d starts, kernels on the server %+v: want the silent one deleted and one other", victim, starts, ks)
@@ -392,9 +398,7 @@ func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 	if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
 		t.Errorf("1 + 1: %q", r.stdout.String())
 	}
-	p.mu.Lock()
-	victim, starts := p.victim, p.starts
-	p.mu.Unlock()
+	victim, starts := p.victimAndStarts()
 	ks := serverKernels(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID != k.(*kernel).id {
 		t.Errorf("culled kernel %q, %d starts, kernels on the server %+v: want a second start and its kernel alone", victim, starts, ks)
@@ -421,9 +425,7 @@ func TestHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 			t.Errorf("1 + 1: %q", r.stdout.String())
 		}
 	}
-	p.mu.Lock()
-	victim, starts := p.victim, p.starts
-	p.mu.Unlock()
+	victim, starts := p.victimAndStarts()
 	ids := map[string]bool{}
 	for _, k := range serverKernels(t, srv) {
 		ids[k.ID] = true

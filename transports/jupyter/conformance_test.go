@@ -10,13 +10,11 @@ import (
 
 // TestConformance runs the shared transport suite on ipykernel against one
 // real Jupyter Server, over the v1 binary subprotocol it offers (what the
-// transport picks there). The suite over JSON frames is TestKernelGateway's
+// transport picks there by default). The suite over JSON frames is TestKernelGateway's
 // Conformance: Kernel Gateway offers nothing else, and a second run over
 // JSON here (30-odd kernels, a minute of CPU in CI) tested the same code.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
-	transporttest.Run(t, func(t *testing.T) core.Transport {
-		return newTransport(t, srv, func(c *Config) { c.Protocol = ProtocolAuto })
-	}, transporttest.Python)
+	transporttest.Run(t, func(t *testing.T) core.Transport { return newTransport(t, srv, nil) }, transporttest.Python)
 }
