@@ -45,8 +45,11 @@ WAZERO         := $(TOOLS)/wazero
 # figures in the subprocess python driver (its tests run /usr/bin/python3);
 # python3-pandas and python3-pil, with matplotlib: the charts, data and images
 # of the python environment (transports/kernelpy; its tests run /usr/bin/python3 too);
-# bubblewrap (bwrap): the sandbox each subprocess interpreter runs in.
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil bubblewrap
+# bubblewrap (bwrap): the sandbox each subprocess interpreter runs in;
+# passt (pasta): the user-mode network stack that gives a sandboxed context
+# outbound network from a network namespace of its own
+# (-context-network=isolated, the default; docs/RATIONALE.md, "Network").
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil bubblewrap passt
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888

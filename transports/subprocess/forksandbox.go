@@ -127,8 +127,14 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 
 	// B, its namespace's init, says "b", is moved into its groups and
 	// told to go on; C, the interpreter, says "c".
+	// B's network namespace is there from its start: its stack is set up
+	// while B and C make the rest of the walls.
 	_ = hs.SetDeadline(deadline)
+	var stack *netStack
 	pidB, err := hs.next('b')
+	if err == nil {
+		stack, err = p.startStack(pidB)
+	}
 	if err == nil {
 		if err = p.enterGroups(pidB); err == nil {
 			_, err = hs.Write([]byte("go"))
@@ -138,12 +144,17 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 	if err == nil {
 		pidC, err = hs.next('c')
 	}
+	if err == nil {
+		err = p.keepStack(stack)
+		stack = nil // ended by keepStack on failure, else kept
+	}
 	if err != nil {
 		// What was started ends with B's namespace (or by itself, once
 		// the handshake socket is closed).
 		if pidB > 0 {
 			_ = syscall.Kill(pidB, syscall.SIGKILL)
 		}
+		stack.stop()
 		p.removeCgroup()
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}

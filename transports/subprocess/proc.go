@@ -51,6 +51,9 @@ type proc struct {
 	// waitDone closes. nil for other interpreters.
 	status     *os.File
 	exitStatus *syscall.WaitStatus
+	// net is the user-mode network stack of its namespace (network.go),
+	// ended with it.
+	net netAttach
 	// idsMu guards pid, pgid and nsInit: in a sandbox they are set once the
 	// driver is ready, while the readers (and driverGone) already run. Read
 	// them through ids().
@@ -175,6 +178,15 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *
 	if err := p.findSandboxed(); err != nil {
 		p.kill()
 		return nil, err
+	}
+	_, _, nsInit := p.ids()
+	stack, err := p.startStack(nsInit)
+	if err == nil {
+		err = p.keepStack(stack)
+	}
+	if err != nil {
+		p.kill()
+		return nil, fmt.Errorf("start %s kernel: %w", spec.lang.name, err)
 	}
 	return p, nil
 }
@@ -362,6 +374,7 @@ func (p *proc) wait() {
 	} else {
 		_ = p.cmd.Wait()
 	}
+	p.net.end()
 	// Wake the pump: a driver whose fd 4 is still held open elsewhere (a
 	// child of bash) has exited all the same.
 	p.exited.Store(true)

@@ -63,6 +63,9 @@ type SandboxOptions struct {
 	// ReadOnly lists paths under a writable one that stay read-only (the
 	// driver cache and this program's directory are always among them).
 	ReadOnly []string
+	// Network is NetworkIsolated (""), NetworkNone or NetworkHost
+	// (network.go).
+	Network string
 }
 
 // sandboxUserDirs are the places, under the user's home, where users expect
@@ -82,6 +85,8 @@ type sandbox struct {
 	noUserns bool
 	writable []string // absolute, symlinks resolved, existing
 	readOnly []string
+	network  string // NetworkIsolated, NetworkNone or NetworkHost
+	pasta    string // pasta's path, under NetworkIsolated
 }
 
 // ParseSandboxMode checks a -sandbox value.
@@ -103,10 +108,20 @@ func newSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (sb *sandbo
 	if err != nil {
 		return nil, "", err
 	}
+	network, err := ParseNetwork(opts.Network)
+	if err != nil {
+		return nil, "", err
+	}
 	if mode == SandboxOff {
 		return nil, "turned off (-sandbox=off)", nil
 	}
 	sb, err = buildSandbox(opts, probe)
+	if err == nil {
+		sb.network = network
+		if network == NetworkIsolated {
+			sb.pasta, err = findPasta()
+		}
+	}
 	if err != nil {
 		if mode == SandboxOn {
 			return nil, "", fmt.Errorf("subprocess: -sandbox=on, but interpreters cannot be sandboxed here: %w", err)
@@ -207,6 +222,10 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 		"--new-session", "--die-with-parent",
 		"--cap-drop", "ALL",
 	}
+	if sb.ownNetns() {
+		// Its own loopback and abstract unix sockets (network.go).
+		args = append(args, "--unshare-net")
+	}
 	if sb.noUserns || template {
 		// Its uid and gid in its user namespace are the host's.
 		args = append(args, "--unshare-user",
@@ -222,6 +241,11 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 		// CAP_SYS_RESOURCE, each context sets its namespace's limit of
 		// user namespaces to 0 instead (drivers/forkserver.py, B).
 		args = append(args, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_SYS_RESOURCE")
+		if sb.ownNetns() {
+			// Each context brings up the loopback of its own network
+			// namespace (forkserver.py, B).
+			args = append(args, "--cap-add", "CAP_NET_ADMIN")
+		}
 	} else if sb.noUserns {
 		args = append(args, "--disable-userns")
 	}

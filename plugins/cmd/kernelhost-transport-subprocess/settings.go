@@ -19,7 +19,10 @@ type options struct {
 	// cwd and SandboxWritable (paths separated by commas) are writable in
 	// every sandbox.
 	Sandbox, SandboxWritable string
-	MaxMessageBytes          int // caps an interpreter's messages (subprocess.Options)
+	// Network is a sandbox's network: isolated, none or host
+	// (subprocess.SandboxOptions).
+	Network         string
+	MaxMessageBytes int // caps an interpreter's messages (subprocess.Options)
 	// Limits per context (subprocess.Limits); a limit this machine cannot
 	// apply stops the plugin at start.
 	ContextMemory                 string
@@ -59,6 +62,8 @@ var settings = []transportplugin.Setting[options]{
 		func(o *options) *string { return &o.Sandbox }).OneOf("auto", "on", "off"),
 	transportplugin.StringSetting("sandbox-writable", "", "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd, the context's cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory)",
 		func(o *options) *string { return &o.SandboxWritable }),
+	transportplugin.StringSetting("context-network", "isolated", "subprocess transport: a sandboxed context's network: isolated (a network namespace of its own: its own loopback and abstract unix sockets, nothing of the host's loopback listeners, the host's API among them, reachable; outbound connections through pasta, Debian's passt, as from the host), none (a network namespace of its own with loopback only) or host (the host's network, loopback listeners included); with -sandbox=off contexts have the host's network",
+		func(o *options) *string { return &o.Network }).OneOf("isolated", "none", "host"),
 	transportplugin.StringSetting("context-memory", "", "subprocess transport: memory one context's interpreter and everything it starts may use (512MiB, 2G; empty: no limit), in its cgroup; past it the interpreter is killed, the execution ends with MemoryLimitExceeded and the context restarts without its state; no interpreter starts where no memory cgroup controller can apply it",
 		func(o *options) *string { return &o.ContextMemory }),
 	transportplugin.IntSetting("context-pids", 0, "subprocess transport: processes and threads one context's interpreter may have at once, itself included (0: no limit); past it fork fails; no interpreter starts where no pids cgroup controller can apply it",

@@ -1,0 +1,210 @@
+package subprocess
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A sandboxed interpreter's network (SandboxOptions.Network, the
+// -context-network setting; docs/RATIONALE.md, "Network"):
+//
+//   - isolated (the default): a network namespace of its own, so its own
+//     loopback and its own abstract unix sockets, none shared with another
+//     context or the host, and no way to the host's listeners on loopback
+//     (the host's API among them). Outbound traffic goes through pasta
+//     (Debian's passt), a user-mode network stack the host attaches to the
+//     namespace: the namespace gets the host's address and routes on a tap
+//     device, and pasta opens an ordinary socket on the host for each of
+//     its connections. Nothing is forwarded inward (-t/-u/-T/-U none) and
+//     the gateway's address is not the host (--no-map-gw).
+//   - none: a namespace of its own with loopback only.
+//   - host: the host's network, as an unsandboxed process has.
+//
+// A bwrap-started interpreter gets its namespace from bwrap (--unshare-net);
+// a context forked from a sandboxed template makes its own (forkserver.py,
+// B). pasta is the host's child, one per context, and ends with it
+// (proc.wait): the namespace lives as long as pasta holds it, so pasta
+// never ends by itself.
+
+// Network settings (SandboxOptions.Network).
+const (
+	NetworkIsolated = "isolated"
+	NetworkNone     = "none"
+	NetworkHost     = "host"
+)
+
+// ParseNetwork checks a -context-network value.
+func ParseNetwork(s string) (string, error) {
+	switch s {
+	case "", NetworkIsolated:
+		return NetworkIsolated, nil
+	case NetworkNone, NetworkHost:
+		return s, nil
+	}
+	return "", fmt.Errorf("context-network %q: want isolated, none or host", s)
+}
+
+// netReadyWait bounds pasta's setup of a namespace.
+const netReadyWait = 10 * time.Second
+
+// ownNetns says whether interpreters under sb get a network namespace of
+// their own.
+func (sb *sandbox) ownNetns() bool {
+	return sb != nil && sb.network != NetworkHost
+}
+
+// netStack is pasta attached to one interpreter's network namespace.
+type netStack struct {
+	cmd    *exec.Cmd
+	stderr bytes.Buffer
+	ready  *os.File // read end of the pipe pasta writes its pid to once the namespace is set up
+}
+
+// pastaArgs are pasta's arguments for the namespace at fd 3, which says it
+// is ready by writing its pid to fd 4.
+func pastaArgs() []string {
+	args := []string{
+		"--config-net", // the host's addresses and routes in the namespace, the tap device up
+		"--foreground", "--quiet",
+		"--netns", "/proc/self/fd/3", "--netns-only",
+		"--pid", "/proc/self/fd/4",
+		// Nothing from the host into the namespace, nor from the
+		// namespace to the host's loopback.
+		"-t", "none", "-u", "none", "-T", "none", "-U", "none",
+		"--no-map-gw",
+	}
+	if os.Geteuid() == 0 {
+		// As root pasta would switch to nobody, who may not enter the
+		// namespace; it drops its capabilities and isolates itself all
+		// the same.
+		args = append(args, "--runas", "0")
+	}
+	return args
+}
+
+// attachNet starts pasta on the network namespace of process pid; ready
+// waits until it is set up.
+func attachNet(pasta string, pid int) (*netStack, error) {
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return nil, fmt.Errorf("network: open the namespace of pid %d: %w", pid, err)
+	}
+	defer ns.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	defer w.Close()
+	s := &netStack{ready: r}
+	s.cmd = exec.Command(pasta, pastaArgs()...)
+	s.cmd.ExtraFiles = []*os.File{ns, w} // fd 3, fd 4
+	s.cmd.Stderr = &s.stderr
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("network: start pasta: %w", err)
+	}
+	return s, nil
+}
+
+// wait waits (bounded) until pasta set the namespace up; on failure it is
+// ended.
+func (s *netStack) wait() error {
+	_ = s.ready.SetReadDeadline(time.Now().Add(netReadyWait))
+	buf := make([]byte, 32)
+	n, err := s.ready.Read(buf)
+	s.ready.Close()
+	if _, convErr := strconv.Atoi(strings.TrimSpace(string(buf[:n]))); err == nil && convErr == nil {
+		return nil
+	}
+	s.stop()
+	why := strings.TrimSpace(s.stderr.String())
+	if why == "" && err != nil {
+		why = err.Error()
+	}
+	return fmt.Errorf("network: pasta did not set up the namespace: %s", why)
+}
+
+// stop ends pasta and reaps it; nil does nothing.
+func (s *netStack) stop() {
+	if s == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// netAttach is an interpreter's network stack while it lives: set once it
+// is attached, stopped when the interpreter ended (proc.wait), whichever
+// comes first.
+type netAttach struct {
+	mu    sync.Mutex
+	stack *netStack
+	ended bool
+}
+
+// set keeps s, or stops it when the interpreter ended already.
+func (a *netAttach) set(s *netStack) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		s.stop()
+		return errors.New("network: the interpreter ended before its network was set up")
+	}
+	a.stack = s
+	return nil
+}
+
+// end stops the stack, now or when it is set.
+func (a *netAttach) end() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended = true
+	a.stack.stop()
+	a.stack = nil
+}
+
+// findPasta finds pasta, for the isolated setting.
+func findPasta() (string, error) {
+	path, err := exec.LookPath("pasta")
+	if err != nil {
+		return "", errors.New("context-network=isolated needs pasta (Debian: apt-get install passt), or choose -context-network=none or host")
+	}
+	return path, nil
+}
+
+// needsStack says whether p's namespace gets pasta: an interpreter's under
+// NetworkIsolated, not a fork template's, which needs no network.
+func (p *proc) needsStack() bool {
+	sb := p.spec.sandbox
+	return sb != nil && sb.network == NetworkIsolated && !p.spec.forkTemplate
+}
+
+// startStack starts pasta on the namespace of pid (a process in p's
+// sandbox); nil when p needs none.
+func (p *proc) startStack(pid int) (*netStack, error) {
+	if !p.needsStack() {
+		return nil, nil
+	}
+	return attachNet(p.spec.sandbox.pasta, pid)
+}
+
+// keepStack waits until s set the namespace up and keeps it for as long
+// as p lives; nil does nothing.
+func (p *proc) keepStack(s *netStack) error {
+	if s == nil {
+		return nil
+	}
+	if err := s.wait(); err != nil {
+		return err
+	}
+	return p.net.set(s)
+}
