@@ -181,6 +181,54 @@ func findPasta() (string, error) {
 	return path, nil
 }
 
+// stackWorks is probeStack's outcome, found once: pasta's path, or why it
+// cannot give sandboxes their network here.
+var stackWorks = sync.OnceValues(probeStack)
+
+// probeStack attaches pasta once to a bare sandbox's namespace, so a
+// machine where it cannot (no /dev/net/tun, a host whose pasta cannot
+// enter its sandboxes' namespaces) is found at start, not at every
+// context's.
+func probeStack() (string, error) {
+	pasta, err := findPasta()
+	if err != nil {
+		return "", err
+	}
+	bare, err := bwrapWorks()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(bare.bwrap, append(bare.args("/", false), "sh", "-c", "echo; exec cat")...)
+	cmd.Dir = "/"
+	stdin, err := cmd.StdinPipe()
+	if err == nil {
+		defer stdin.Close() // cat, and so the sandbox, ends
+	}
+	stdout, err2 := cmd.StdoutPipe()
+	if err = errors.Join(err, err2); err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		return "", fmt.Errorf("context-network=isolated: start a sandbox to try pasta in: %w", err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	_, _ = stdout.Read(make([]byte, 1)) // the sandbox's init is there
+	init := childrenOf(cmd.Process.Pid)
+	if len(init) != 1 {
+		return "", errors.New("context-network=isolated: the sandbox made to try pasta in has no init")
+	}
+	s, err := attachNet(pasta, init[0])
+	if err == nil {
+		err = s.wait()
+	}
+	if err != nil {
+		return "", fmt.Errorf("context-network=isolated cannot work here (choose -context-network=none or host): %w", err)
+	}
+	s.stop()
+	return pasta, nil
+}
+
 // needsStack says whether p's namespace gets pasta: an interpreter's under
 // NetworkIsolated, not a fork template's, which needs no network.
 func (p *proc) needsStack() bool {

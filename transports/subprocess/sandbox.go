@@ -116,17 +116,19 @@ func newSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (sb *sandbo
 		return nil, "turned off (-sandbox=off)", nil
 	}
 	sb, err = buildSandbox(opts, probe)
-	if err == nil {
-		sb.network = network
-		if network == NetworkIsolated {
-			sb.pasta, err = findPasta()
-		}
-	}
 	if err != nil {
 		if mode == SandboxOn {
 			return nil, "", fmt.Errorf("subprocess: -sandbox=on, but interpreters cannot be sandboxed here: %w", err)
 		}
 		return nil, err.Error(), nil
+	}
+	sb.network = network
+	if network == NetworkIsolated {
+		// Not a fallback to the host's network, nor to no sandbox: the
+		// operator chooses (network.go).
+		if sb.pasta, err = stackWorks(); err != nil {
+			return nil, "", fmt.Errorf("subprocess: %w", err)
+		}
 	}
 	return sb, "", nil
 }
