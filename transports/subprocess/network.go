@@ -2,6 +2,7 @@ package subprocess
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -144,11 +145,15 @@ func (s *netStack) stop() {
 
 // netAttach is an interpreter's network stack while it lives: set once it
 // is attached, stopped when the interpreter ended (proc.wait), whichever
-// comes first.
+// comes first. The stack is attached in the background, while the
+// interpreter starts (attach), and the start waits for it at its end
+// (await): no cell runs before its network is there.
 type netAttach struct {
 	mu    sync.Mutex
 	stack *netStack
 	ended bool
+	// done carries the attachment's outcome; nil: none under way.
+	done chan error
 }
 
 // set keeps s, or stops it when the interpreter ended already.
@@ -236,23 +241,60 @@ func (p *proc) needsStack() bool {
 	return sb != nil && sb.network == NetworkIsolated && !p.spec.forkTemplate
 }
 
-// startStack starts pasta on the namespace of pid (a process in p's
-// sandbox); nil when p needs none.
-func (p *proc) startStack(pid int) (*netStack, error) {
-	if !p.needsStack() {
-		return nil, nil
-	}
-	return attachNet(p.spec.sandbox.pasta, pid)
+// attachStack attaches pasta, in the background, to the namespace of the
+// process pidOf names (a process of p's sandbox); awaitStack waits for it.
+// pidOf's wait must be bounded.
+func (p *proc) attachStack(pidOf func() (int, error)) {
+	p.net.done = make(chan error, 1)
+	go func() {
+		pid, err := pidOf()
+		var s *netStack
+		if err == nil {
+			s, err = attachNet(p.spec.sandbox.pasta, pid)
+		}
+		if err == nil {
+			if err = s.wait(); err == nil {
+				err = p.net.set(s)
+			}
+		}
+		p.net.done <- err
+	}()
 }
 
-// keepStack waits until s set the namespace up and keeps it for as long
-// as p lives; nil does nothing.
-func (p *proc) keepStack(s *netStack) error {
-	if s == nil {
+// awaitStack waits until the stack attachStack attaches is set up; nil at
+// once when none is under way. Its steps are bounded, so is this.
+func (p *proc) awaitStack() error {
+	if p.net.done == nil {
 		return nil
 	}
-	if err := s.wait(); err != nil {
-		return err
+	return <-p.net.done
+}
+
+// stackInfo gives cmd, when p's network needs a stack, the pipe bwrap
+// says its sandbox's init's pid on (--info-fd, the descriptor fd): r is
+// the read end (nil: none), w the write end, the caller's to close once
+// cmd started.
+func (p *proc) stackInfo(cmd *exec.Cmd) (r, w *os.File, fd int, err error) {
+	if !p.needsStack() {
+		return nil, nil, 0, nil
 	}
-	return p.net.set(s)
+	if r, w, err = os.Pipe(); err != nil {
+		return nil, nil, 0, fmt.Errorf("network: %w", err)
+	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, w)
+	return r, w, 2 + len(cmd.ExtraFiles), nil
+}
+
+// initPidFrom reads, from the pipe bwrap was given as --info-fd, its
+// sandbox's init's pid (bounded by netReadyWait), and closes it.
+func initPidFrom(r *os.File) (int, error) {
+	defer r.Close()
+	_ = r.SetReadDeadline(time.Now().Add(netReadyWait))
+	var info struct {
+		ChildPid int `json:"child-pid"`
+	}
+	if err := json.NewDecoder(r).Decode(&info); err != nil || info.ChildPid <= 0 {
+		return 0, fmt.Errorf("network: bwrap did not say its init's pid: %v", err)
+	}
+	return info.ChildPid, nil
 }

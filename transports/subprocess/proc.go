@@ -179,12 +179,7 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *
 		p.kill()
 		return nil, err
 	}
-	_, _, nsInit := p.ids()
-	stack, err := p.startStack(nsInit)
-	if err == nil {
-		err = p.keepStack(stack)
-	}
-	if err != nil {
+	if err := p.awaitStack(); err != nil {
 		p.kill()
 		return nil, fmt.Errorf("start %s kernel: %w", spec.lang.name, err)
 	}
@@ -285,8 +280,20 @@ func (p *proc) launch(child []*os.File) (err error) {
 		cmd.Env = append(cmd.Env, env)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	info, infoW, infoFd, err := p.stackInfo(cmd)
+	if err != nil {
+		return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
+	}
+	if info != nil {
+		defer infoW.Close() // bwrap has its own once started
+		defer func() {
+			if err != nil {
+				info.Close()
+			}
+		}()
+	}
 	if s.sandbox != nil {
-		s.sandbox.wrap(cmd, s.cwd, s.forkTemplate)
+		s.sandbox.wrap(cmd, s.cwd, s.forkTemplate, infoFd)
 	}
 	if s.cgroups {
 		if p.cg, err = newCgroup(); err != nil {
@@ -316,6 +323,9 @@ func (p *proc) launch(child []*os.File) (err error) {
 		return fmt.Errorf("start %s kernel in %q: %w", s.lang.name, s.cwd, err)
 	}
 	p.cmd = cmd
+	if info != nil {
+		p.attachStack(func() (int, error) { return initPidFrom(info) }) // while the interpreter starts
+	}
 	p.idsMu.Lock()
 	p.pid = cmd.Process.Pid
 	p.pgid = p.pid

@@ -304,9 +304,13 @@ func underAny(path string, dirs []string) bool {
 }
 
 // wrap makes cmd run in a sandbox: bwrap with the command after its
-// arguments; a fork template's (template) when it is one.
-func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool) {
+// arguments; a fork template's (template) when it is one. infoFd, when
+// above 0, is cmd's descriptor bwrap writes its init's pid to (network.go).
+func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool, infoFd int) {
 	args := append([]string{sb.bwrap}, sb.args(cwd, template)...)
+	if infoFd > 0 {
+		args = append(args[:len(args)-1], "--info-fd", strconv.Itoa(infoFd), "--")
+	}
 	writable := append(existingDirs([]string{cwd}), sb.writable...)
 	if dir := filepath.Dir(cmd.Path); underAny(dir, []string{"/tmp"}) && !underAny(dir, writable) {
 		// An interpreter under /tmp (a test's, a venv made there) is
