@@ -26,8 +26,8 @@ import (
 // namespace of its own where it holds the capabilities to make namespaces
 // (sandbox.args), and runs only code from read-only paths. Each context it
 // forks gives itself the walls bwrap gives an interpreter it starts: its
-// own mount, PID, IPC and cgroup namespaces, /proc and /tmp, no capability,
-// no_new_privs (drivers/forkserver.py: B, C). The host's part is here:
+// own mount, PID, IPC, cgroup and network namespaces, /proc and /tmp, no
+// capability, no_new_privs (drivers/forkserver.py: B, C). The host's part is here:
 //
 //   - The template's pipes to the host cannot be opened from inside its
 //     sandbox (no /proc/<host pid>), so the context's pipes, the pipe its

@@ -15,7 +15,8 @@ import (
 
 // Each interpreter runs in a sandbox of its own, made by bubblewrap (bwrap;
 // docs/RATIONALE.md says why bwrap): its own PID, IPC, mount and cgroup
-// namespaces, a fresh /proc that shows only its own processes, its own /tmp
+// namespaces, its own network namespace unless the setting is the host's
+// (network.go), a fresh /proc that shows only its own processes, its own /tmp
 // (a tmpfs that ends with it), the host's files read-only except the
 // writable paths (the kernel's cwd, the workspace and the places users
 // expect to write: Options.Sandbox.Writable, sandboxUserDirs), no

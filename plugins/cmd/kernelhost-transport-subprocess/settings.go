@@ -58,7 +58,7 @@ var settings = []transportplugin.Setting[options]{
 		func(o *options) *int { return &o.MaxMessageBytes }).Between(4<<10, maxMessageCap),
 	transportplugin.BoolSetting("kernel-cgroups", true, "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only",
 		func(o *options) *bool { return &o.KernelCgroups }),
-	transportplugin.StringSetting("sandbox", "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC and mount namespaces, own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
+	transportplugin.StringSetting("sandbox", "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC, mount and network namespaces (context-network), own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
 		func(o *options) *string { return &o.Sandbox }).OneOf("auto", "on", "off"),
 	transportplugin.StringSetting("sandbox-writable", "", "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd, the context's cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory)",
 		func(o *options) *string { return &o.SandboxWritable }),

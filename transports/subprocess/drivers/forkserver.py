@@ -229,7 +229,8 @@ def _serve_as_context(spec, template):
 # came with the request (SCM_RIGHTS):
 #
 #   B, the template's child, cloned into new mount, PID and IPC namespaces
-#     (pid 1 in its own), says "b" on the handshake socket (the host reads
+#     and, unless contexts have the host's network (KH_FORK_NETNS), a network
+#     namespace, whose loopback it brings up (pid 1 in its own), says "b" on the handshake socket (the host reads
 #     its pid from the credentials the kernel attaches) and waits while the
 #     host moves it into the context's cgroup; it unshares the cgroup
 #     namespace, mounts the context's own /tmp, /dev and /proc (with
