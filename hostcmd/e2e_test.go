@@ -448,8 +448,12 @@ func TestBinaryTokenNotInEnviron(t *testing.T) {
 		if err := os.Chown(home, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
+		// Contexts without outbound network (none): an unprivileged
+		// host's pasta opens /dev/net/tun as that user, which a container
+		// may keep root's (this test is about the token; the network's
+		// tests are transports/subprocess/network_test.go).
 		tokenNotInEnviron(t, startServeAs(t, &syscall.Credential{Uid: 65534, Gid: 65534}, home, nil,
-			"HOME="+home, "KERNELHOST_DEFAULT_CWD="+home, "KERNELHOST_ACCESS_TOKEN="+envToken))
+			"HOME="+home, "KERNELHOST_DEFAULT_CWD="+home, "KERNELHOST_ACCESS_TOKEN="+envToken, "KERNELHOST_CONTEXT_NETWORK=none"))
 	})
 }
 

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A sandboxed interpreter's network (SandboxOptions.Network, the
@@ -69,44 +71,59 @@ type netStack struct {
 	ready  *os.File // read end of the pipe pasta writes its pid to once the namespace is set up
 }
 
-// pastaArgs are pasta's arguments for the namespace at fd 3, which says it
-// is ready by writing its pid to fd 4.
-func pastaArgs() []string {
+// pastaArgs are pasta's arguments for the network namespace at fd 3, which
+// it enters from the user namespace at fd 5 (joinUserns; else from its
+// own), and says it is ready by writing its pid to fd 4.
+func pastaArgs(joinUserns bool) []string {
 	args := []string{
 		"--config-net", // the host's addresses and routes in the namespace, the tap device up
 		"--foreground", "--quiet",
-		"--netns", "/proc/self/fd/3", "--netns-only",
+		"--netns", "/proc/self/fd/3",
 		"--pid", "/proc/self/fd/4",
 		// Nothing from the host into the namespace, nor from the
 		// namespace to the host's loopback.
 		"-t", "none", "-u", "none", "-T", "none", "-U", "none",
 		"--no-map-gw",
 	}
+	if joinUserns {
+		args = append(args, "--userns", "/proc/self/fd/5")
+	} else {
+		args = append(args, "--netns-only")
+	}
 	if os.Geteuid() == 0 {
 		// As root pasta would switch to nobody, who may not enter the
-		// namespace; it drops its capabilities and isolates itself all
-		// the same.
+		// namespace; in the sandbox's user namespace root is root there
+		// only, and pasta drops its capabilities and isolates itself.
 		args = append(args, "--runas", "0")
 	}
 	return args
 }
 
-// attachNet starts pasta on the network namespace of process pid; ready
-// waits until it is set up.
+// attachNet starts pasta on the network namespace of process pid; wait
+// waits until it is set up. pasta enters the user namespace that owns the
+// network namespace, where the host's uid holds the capabilities to enter
+// it (the interpreter's own may be nested below it: --disable-userns),
+// unless that is the host's own.
 func attachNet(pasta string, pid int) (*netStack, error) {
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 	if err != nil {
 		return nil, fmt.Errorf("network: open the namespace of pid %d: %w", pid, err)
 	}
 	defer ns.Close()
+	owner, err := ownerOf(ns)
+	if err != nil {
+		return nil, fmt.Errorf("network: the owner of pid %d's namespace: %w", pid, err)
+	}
+	defer owner.Close()
+	join := !sameFile(owner, "/proc/self/ns/user")
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	defer w.Close()
 	s := &netStack{ready: r}
-	s.cmd = exec.Command(pasta, pastaArgs()...)
-	s.cmd.ExtraFiles = []*os.File{ns, w} // fd 3, fd 4
+	s.cmd = exec.Command(pasta, pastaArgs(join)...)
+	s.cmd.ExtraFiles = []*os.File{ns, w, owner} // fd 3, 4, 5
 	s.cmd.Stderr = &s.stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
@@ -114,6 +131,22 @@ func attachNet(pasta string, pid int) (*netStack, error) {
 		return nil, fmt.Errorf("network: start pasta: %w", err)
 	}
 	return s, nil
+}
+
+// ownerOf opens the user namespace that owns namespace ns.
+func ownerOf(ns *os.File) (*os.File, error) {
+	fd, err := unix.IoctlRetInt(int(ns.Fd()), unix.NS_GET_USERNS)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "userns"), nil
+}
+
+// sameFile says whether f is the file at path (a namespace's, here).
+func sameFile(f *os.File, path string) bool {
+	a, errA := f.Stat()
+	b, errB := os.Stat(path)
+	return errA == nil && errB == nil && os.SameFile(a, b)
 }
 
 // wait waits (bounded) until pasta set the namespace up; on failure it is
@@ -127,7 +160,13 @@ func (s *netStack) wait() error {
 		return nil
 	}
 	s.stop()
-	why := strings.TrimSpace(s.stderr.String())
+	var lines []string
+	for _, l := range strings.Split(s.stderr.String(), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.Contains(l, "syslog") {
+			lines = append(lines, l) // not its complaints that there is no syslog
+		}
+	}
+	why := strings.Join(lines, "; ")
 	if why == "" && err != nil {
 		why = err.Error()
 	}

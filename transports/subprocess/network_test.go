@@ -31,7 +31,7 @@ func netContext(t *testing.T, fork bool, network string) (*Transport, *Kernel, s
 	t.Helper()
 	needSandbox(t)
 	if network == NetworkIsolated {
-		if _, err := findPasta(); err != nil {
+		if _, err := stackWorks(); err != nil {
 			testkit.Missingf(t, "%v", err)
 		}
 	}
@@ -102,7 +102,7 @@ func TestNetworkHostLoopbackUnreachable(t *testing.T) {
 }
 
 // A cell cannot connect to an abstract unix socket of the host or of
-// another context, nor another context to its: each has its own.
+// another context: each context has its own.
 func TestNetworkAbstractSocketsApart(t *testing.T) {
 	name := fmt.Sprintf("kernelhost-test-%d", os.Getpid())
 	host, err := net.Listen("unix", "@"+name+"-host")
