@@ -67,8 +67,19 @@ func (sb *sandbox) ownNetns() bool {
 // netStack is pasta attached to one interpreter's network namespace.
 type netStack struct {
 	cmd    *exec.Cmd
-	stderr bytes.Buffer
-	ready  *os.File // read end of the pipe pasta writes its pid to once the namespace is set up
+	stderr headBuffer // why it failed, if it did
+	ready  *os.File   // read end of the pipe pasta writes its pid to once the namespace is set up
+}
+
+// headBuffer keeps the first 4 KiB written to it: what pasta says about
+// its start, not what it may log for as long as its context lives.
+type headBuffer struct{ bytes.Buffer }
+
+func (h *headBuffer) Write(p []byte) (int, error) {
+	if room := 4<<10 - h.Len(); room > 0 {
+		h.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }
 
 // pastaArgs are pasta's arguments for the network namespace at fd 3, which

@@ -216,3 +216,21 @@ func childrenOfTask(tid int) []int {
 	}
 	return out
 }
+
+// A bad network setting is refused with the values it may take; ""
+// is the default, isolated.
+func TestParseNetwork(t *testing.T) {
+	for in, want := range map[string]string{"": NetworkIsolated, "isolated": NetworkIsolated, "none": NetworkNone, "host": NetworkHost} {
+		if got, err := ParseNetwork(in); got != want || err != nil {
+			t.Errorf("ParseNetwork(%q) = %q, %v, want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseNetwork("open"); err == nil || err.Error() != `context-network "open": want isolated, none or host` {
+		t.Errorf("ParseNetwork(open): %v", err)
+	}
+	tr := New(Options{Sandbox: SandboxOptions{Network: "open"}})
+	defer tr.Close()
+	if _, _, err := tr.Sandboxed(); err == nil || !strings.Contains(err.Error(), "want isolated, none or host") {
+		t.Errorf("a transport with context-network=open: %v", err)
+	}
+}
