@@ -56,15 +56,15 @@ func forward(t *testing.T, l net.Listener, target string) {
 }
 
 // With -default-start-retry, a gateway that is not up yet when the host
-// starts (the plugin's configure cannot reach it) is waited for: the host
-// starts once it comes up.
+// starts (the plugin's configure cannot reach it) is waited for: /health
+// says so meanwhile, and the host starts once it comes up.
 func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
 	gateway := testkit.FreeAddr(t) // nothing listens there yet
 	var log testkit.SyncBuffer
 	cfg := server.Config{
-		Addr:              "127.0.0.1:0",
+		Addr:              testkit.FreeAddr(t),
 		DefaultCwd:        t.TempDir(),
 		Logger:            slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		DefaultStartRetry: 2 * time.Minute,
@@ -91,6 +91,15 @@ func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
 	}
 	if strings.Contains(log.String(), `{"@`) {
 		t.Errorf("the plugin's JSON log lines in the error:\n%s", log.String())
+	}
+	resp, err := http.Get("http://" + cfg.Addr + "/health")
+	if err != nil {
+		t.Fatalf("/health while the plugin's start is retried: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "transport plugin") || !strings.Contains(string(body), "connection refused") {
+		t.Errorf("/health while the plugin's start is retried: %s %q, want 503 saying what it waits for", resp.Status, body)
 	}
 	l, err := net.Listen("tcp", gateway)
 	if err != nil {
