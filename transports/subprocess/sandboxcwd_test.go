@@ -21,34 +21,51 @@ func TestSandboxCwdOutsideTheWritableSetIsReadOnly(t *testing.T) {
 	for _, kind := range []string{"cold", "pooled", "forked"} {
 		t.Run(kind, func(t *testing.T) {
 			ws := t.TempDir()
-			opts := Options{PoolCwd: ws, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}}
+			var tr *Transport
+			// inside starts the kernel in the workspace, checking it is
+			// the kind of start the subtest is about.
+			inside := func(start func() *Kernel) *Kernel { return start() }
 			switch kind {
+			case "cold":
+				tr = New(Options{Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}})
+				t.Cleanup(func() { _ = tr.Close() })
 			case "pooled":
-				opts.PoolSizes = map[string]int{"python": 1}
+				tr = New(Options{PoolSizes: map[string]int{"python": 1}, PoolCwd: ws, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}})
+				t.Cleanup(func() { _ = tr.Close() })
+				inside = func(start func() *Kernel) *Kernel {
+					pooled := readyPid(t, tr, "python")
+					k := start()
+					if k.Pid() != pooled {
+						t.Errorf("the kernel in the workspace runs pid %d, not the pooled %d", k.Pid(), pooled)
+					}
+					return k
+				}
 			case "forked":
-				tr, dir := sandboxedForkTransport(t, []string{"json"})
-				readyTemplate(t, tr)
-				checkCwdWalls(t, tr, dir)
-				return
+				tr, ws = sandboxedForkTransport(t, []string{"json"})
+				inside = func(start func() *Kernel) *Kernel {
+					tmpl := readyTemplate(t, tr)
+					k := start()
+					mustBeForkedFrom(t, k, tmpl)
+					return k
+				}
 			}
-			tr := New(opts)
-			t.Cleanup(func() { _ = tr.Close() })
-			checkCwdWalls(t, tr, ws)
+			checkCwdWalls(t, tr, ws, inside)
 		})
 	}
 }
 
 // checkCwdWalls starts a python kernel in each cwd on tr, whose writable
-// set holds ws, and writes a file there, before and after a restart.
-func checkCwdWalls(t *testing.T, tr *Transport, ws string) {
+// set holds ws (in a directory under ws through inside), and writes a file
+// there, before and after a restart.
+func checkCwdWalls(t *testing.T, tr *Transport, ws string, inside func(start func() *Kernel) *Kernel) {
 	t.Helper()
 	link := filepath.Join(ws, "etc-link")
 	if err := os.Symlink("/etc", link); err != nil {
 		t.Fatal(err)
 	}
-	inside := filepath.Join(ws, "project")
+	project := filepath.Join(ws, "project")
 	outside := t.TempDir() // under the host's /tmp, not in the writable set
-	for _, dir := range []string{inside, filepath.Join(outside, "data")} {
+	for _, dir := range []string{project, filepath.Join(outside, "data")} {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +80,7 @@ func checkCwdWalls(t *testing.T, tr *Transport, ws string) {
 		{"/../../etc", "/etc", "EROFS"},
 		{link, "/etc", "EROFS"},
 		{filepath.Join(outside, "data"), filepath.Join(outside, "data"), "EROFS host data"},
-		{inside, inside, "wrote"},
+		{project, project, "wrote"},
 	}
 	code := `import errno, os
 try:
@@ -76,7 +93,13 @@ if os.path.exists('in.txt'):
     r += ' ' + open('in.txt').read()
 print(r, os.getcwd())`
 	for _, c := range cases {
-		k := startIn(t, tr, "python", c.cwd)
+		start := func() *Kernel { return startIn(t, tr, "python", c.cwd) }
+		var k *Kernel
+		if c.cwd == project {
+			k = inside(start)
+		} else {
+			k = start()
+		}
 		for _, when := range []string{"started", "restarted"} {
 			if when == "restarted" {
 				ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
