@@ -17,8 +17,9 @@ import (
 // docs/RATIONALE.md says why bwrap): its own PID, IPC, mount and cgroup
 // namespaces, a fresh /proc that shows only its own processes, its own /tmp
 // (a tmpfs that ends with it), the host's files read-only except the
-// writable paths (the kernel's cwd, the workspace and the places users
-// expect to write: Options.Sandbox.Writable, sandboxUserDirs), no
+// writable paths (the workspace and the places users expect to write:
+// Options.Sandbox.Writable, sandboxUserDirs; the kernel's cwd is writable
+// only inside them: cwdArgs), no
 // capabilities and no_new_privs. Nothing it does reaches another
 // interpreter's /proc entries, pipes or environment, or the host's.
 //
@@ -57,8 +58,8 @@ type SandboxOptions struct {
 	Mode string
 	// Writable lists host paths every interpreter may write (the host
 	// passes its default cwd, the workspace, and what the operator lists);
-	// the kernel's own cwd and sandboxUserDirs are writable too. Paths that
-	// do not exist are left out.
+	// sandboxUserDirs are writable too; a kernel's cwd elsewhere is
+	// read-only. Paths that do not exist are left out.
 	Writable []string
 	// ReadOnly lists paths under a writable one that stay read-only (the
 	// driver cache and this program's directory are always among them).
@@ -225,27 +226,44 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 	} else if sb.noUserns {
 		args = append(args, "--disable-userns")
 	}
-	writable := sb.writable
-	if cwd != "" {
-		writable = append(existingDirs([]string{cwd}), writable...)
-	}
-	for _, w := range byDepth(writable) {
+	for _, w := range byDepth(sb.writable) {
 		args = append(args, "--bind", w, w)
 	}
 	// The read-only paths are mounted even where / shows them already (the
 	// driver cache may be under /tmp, which the sandbox's own /tmp hides),
 	// but never over a writable path or /tmp.
 	for _, r := range byDepth(sb.readOnly) {
-		if !covers(r, append([]string{"/tmp"}, writable...)) {
+		if !covers(r, append([]string{"/tmp"}, sb.writable...)) {
 			args = append(args, "--ro-bind", r, r)
 		}
 	}
-	if cwd != "" {
-		if abs, err := filepath.Abs(cwd); err == nil {
-			args = append(args, "--chdir", abs)
-		}
+	return append(append(args, sb.cwdArgs(cwd)...), "--")
+}
+
+// cwdArgs put the interpreter in cwd, which the sandbox shows as it shows
+// any path: writable only inside the writable set, else read-only, so a
+// client's cwd ("/etc", "/../../etc", a symlink to /etc in the workspace)
+// never makes a host directory writable (docs/api-contract.md). The
+// decision is made on the real path (symlinks and ".." resolved); nothing
+// is mounted writable for a cwd. A cwd under the host's /tmp, which the
+// sandbox's own /tmp hides, is shown read-only at its real path; /tmp
+// itself is the sandbox's own.
+func (sb *sandbox) cwdArgs(cwd string) []string {
+	if cwd == "" {
+		return nil
 	}
-	return append(args, "--")
+	real := existingDirs([]string{cwd})
+	if len(real) == 0 {
+		if abs, err := filepath.Abs(cwd); err == nil {
+			return []string{"--chdir", abs} // gone: bwrap fails as a start there should
+		}
+		return nil
+	}
+	dir := real[0]
+	if dir != "/tmp" && underAny(dir, []string{"/tmp"}) && !underAny(dir, sb.writable) {
+		return []string{"--ro-bind", dir, dir, "--chdir", dir}
+	}
+	return []string{"--chdir", dir}
 }
 
 // byDepth sorts paths so that a directory comes before those under it.
@@ -281,8 +299,7 @@ func underAny(path string, dirs []string) bool {
 // arguments; a fork template's (template) when it is one.
 func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool) {
 	args := append([]string{sb.bwrap}, sb.args(cwd, template)...)
-	writable := append(existingDirs([]string{cwd}), sb.writable...)
-	if dir := filepath.Dir(cmd.Path); underAny(dir, []string{"/tmp"}) && !underAny(dir, writable) {
+	if dir := filepath.Dir(cmd.Path); underAny(dir, []string{"/tmp"}) && !underAny(dir, sb.writable) {
 		// An interpreter under /tmp (a test's, a venv made there) is
 		// hidden by the sandbox's own /tmp: it is shown read-only.
 		args = append(args[:len(args)-1], "--ro-bind", dir, dir, "--")
@@ -292,8 +309,10 @@ func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool) {
 }
 
 // reaches says whether an interpreter sandboxed for poolCwd sees dir as a
-// cold start in dir would: writable, as it is inside a writable path. Where
-// it is not, a pooled interpreter cannot be moved there.
+// cold start in dir would (cwdArgs): inside the writable set, writable in
+// both, or inside poolCwd, shown the same way in both. Elsewhere (a
+// read-only cwd under /tmp, shown only to a cold start) a pooled or forked
+// interpreter is not moved there: the kernel starts cold.
 func (sb *sandbox) reaches(poolCwd, dir string) bool {
 	if sb == nil {
 		return true

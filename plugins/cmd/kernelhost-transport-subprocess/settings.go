@@ -17,7 +17,7 @@ type options struct {
 	Preload string
 	// Sandbox is auto, on or off (subprocess.SandboxOptions); the default
 	// cwd and SandboxWritable (paths separated by commas) are writable in
-	// every sandbox.
+	// every sandbox, a context's cwd only inside them.
 	Sandbox, SandboxWritable string
 	MaxMessageBytes          int // caps an interpreter's messages (subprocess.Options)
 	// Limits per context (subprocess.Limits); a limit this machine cannot
@@ -57,7 +57,7 @@ var settings = []transportplugin.Setting[options]{
 		func(o *options) *bool { return &o.KernelCgroups }),
 	transportplugin.StringSetting("sandbox", "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC and mount namespaces, own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
 		func(o *options) *string { return &o.Sandbox }).OneOf("auto", "on", "off"),
-	transportplugin.StringSetting("sandbox-writable", "", "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd, the context's cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory)",
+	transportplugin.StringSetting("sandbox-writable", "", "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory, a project directory); a context's cwd outside them is read-only in its sandbox",
 		func(o *options) *string { return &o.SandboxWritable }),
 	transportplugin.StringSetting("context-memory", "", "subprocess transport: memory one context's interpreter and everything it starts may use (512MiB, 2G; empty: no limit), in its cgroup; past it the interpreter is killed, the execution ends with MemoryLimitExceeded and the context restarts without its state; no interpreter starts where no memory cgroup controller can apply it",
 		func(o *options) *string { return &o.ContextMemory }),
