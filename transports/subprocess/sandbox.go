@@ -196,7 +196,8 @@ func existingDirs(paths []string) []string {
 
 // args are bwrap's arguments for an interpreter in cwd, up to the command.
 // Mounts are made in order, later ones over earlier ones: the host's
-// files read-only, then a fresh /dev, /proc and /tmp, then the writable
+// files read-only, then a fresh /dev, /proc (its kernel knobs covered
+// read-only: knobCovers) and /tmp, then the writable
 // paths (parents before children), then the read-only ones under them.
 func (sb *sandbox) args(cwd string, template bool) []string {
 	args := []string{
@@ -208,6 +209,7 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 		"--new-session", "--die-with-parent",
 		"--cap-drop", "ALL",
 	}
+	args = append(args, knobCovers()...) // after --proc (walls.go)
 	if sb.noUserns || template {
 		// Its uid and gid in its user namespace are the host's.
 		args = append(args, "--unshare-user",

@@ -350,7 +350,7 @@ def _own_proc():
     # no use for one): with CAP_SYS_RESOURCE there, dropped with the rest.
     with open("/proc/sys/user/max_user_namespaces", "w") as f:
         f.write("0\n")
-    for sub in ("sys", "sysrq-trigger", "irq", "bus"):
+    for sub in ("sys", "sysrq-trigger", "irq", "bus", "fs"):  # walls.go, kernelKnobs
         path = "/proc/" + sub
         if os.path.lexists(path):
             _mount(path, path, None, _MS_BIND | _MS_REC)
