@@ -137,6 +137,9 @@ func buildSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (*sandbox
 		}
 	}
 	sb.writable = existingDirs(append(writable, opts.Writable...))
+	if underAny(sb.bwrap, sb.writable) {
+		return nil, fmt.Errorf("bwrap (%s) is in a place sandboxed code can write: install it elsewhere, or take its directory off PATH", sb.bwrap)
+	}
 	readOnly := slices.Clone(opts.ReadOnly)
 	if dir, err := driverCacheDir(); err == nil {
 		readOnly = append(readOnly, dir)
@@ -155,7 +158,7 @@ var bwrapWorks = sync.OnceValues(probeBwrap)
 // get, with no user namespace for them to make where it can: the bare
 // sandbox (bwrap's path, noUserns), or why it cannot sandbox here.
 func probeBwrap() (*sandbox, error) {
-	path, err := exec.LookPath("bwrap")
+	path, err := lookPathOutside("bwrap", userWritableDirs()) // not one a context planted (walls.go)
 	if err != nil {
 		return nil, errors.New("bwrap is not installed (Debian: apt-get install bubblewrap)")
 	}

@@ -1,7 +1,12 @@
 package subprocess
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -34,3 +39,85 @@ var knobCovers = sync.OnceValue(func() []string {
 	}
 	return args
 })
+
+// Outside the sandboxes the host (this plugin) runs nothing a context can
+// write, and no interpreter that could load what a context wrote: each
+// run of its own is a toolRunner's. They are the python driver's compile
+// (pycache.go) and javac compiling the java driver (java.go); the
+// interpreters themselves, pooled, cold, forked or restarted, and the fork
+// template, always start in a sandbox where there is one (sandbox.go,
+// forkserver.go), and bwrap is looked up outside the writable paths
+// (lookPathOutside). docs/RATIONALE.md ("The host runs no code a context
+// can write") lists every process the host and its plugins start.
+
+// toolRunner prepares a run of the host's own that starts an interpreter
+// of the contexts' (python, javac): in a sandbox as a context's
+// interpreter, where there is one, with only its output directory
+// writable, since the interpreter itself may be one a context can replace
+// (a venv in the workspace, a python3 in ~/.local/bin on PATH); in "/",
+// and with the interpreters' environment (none of the host's own
+// variables: hostOnlyVar) without PYTHON* variables, where there is none.
+type toolRunner struct {
+	sb  *sandbox // nil: interpreters run unsandboxed
+	env []string // the interpreters' environment
+}
+
+// tools is the transport's toolRunner.
+func (t *Transport) tools() toolRunner { return toolRunner{sb: t.sandbox, env: t.env} }
+
+// prepare makes cmd a tool run that may write out (a directory; "" none).
+func (r toolRunner) prepare(cmd *exec.Cmd, out string) {
+	cmd.Dir = "/" // nothing of a working directory is loaded
+	cmd.Env = make([]string, 0, len(r.env))
+	for _, kv := range r.env {
+		if !strings.HasPrefix(kv, "PYTHON") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if r.sb == nil {
+		return
+	}
+	r.sb.wrap(cmd, "", false)
+	if out == "" {
+		return
+	}
+	// Its output directory, writable, among the mounts (before the "--"
+	// that ends bwrap's arguments): after the read-only ones, as the
+	// driver cache is one of those.
+	end := slices.Index(cmd.Args, "--")
+	cmd.Args = slices.Insert(cmd.Args, end, "--bind", out, out)
+}
+
+// lookPathOutside is exec.LookPath for a command that must not be one a
+// context can write: PATH's directories at or under dirs are skipped (a
+// bwrap planted in ~/.local/bin, which a user's PATH often holds, would
+// otherwise run as the host at its next start), and so are relative ones.
+func lookPathOutside(name string, dirs []string) (string, error) {
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if !filepath.IsAbs(dir) || underAny(filepath.Clean(dir), dirs) {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(dir); err == nil && underAny(real, dirs) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
+}
+
+// userWritableDirs are the sandboxUserDirs of the user's home, which every
+// sandbox may write ("" home or "/": none).
+func userWritableDirs() []string {
+	home, _ := os.UserHomeDir()
+	if home == "" || home == "/" {
+		return nil
+	}
+	var dirs []string
+	for _, d := range sandboxUserDirs {
+		dirs = append(dirs, filepath.Join(home, d))
+	}
+	return append(dirs, existingDirs(dirs)...) // as written and as resolved
+}

@@ -3,6 +3,7 @@ package subprocess
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,5 +108,125 @@ func restartKernel(t *testing.T, k *Kernel) {
 	defer cancel()
 	if err := k.Restart(ctx); err != nil {
 		t.Fatalf("restart: %v", err)
+	}
+}
+
+// plantUserSite gives the user (a home of the test's own: HOME is set)
+// a usercustomize.py and a .pth file in python's user site, each of which
+// leaves a file in every one of dirs it can write: in a sandbox, the
+// host's /tmp (where the test's temporary directories are) is hidden,
+// its own workspace is not.
+func plantUserSite(t *testing.T, dirs ...string) {
+	t.Helper()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CACHE_HOME", "") // the driver cache in the new home: compiled anew
+	t.Setenv("PYTHONUSERBASE", "")
+	out, err := exec.Command(testkit.DebianPython, "-c", "import site; print(site.getusersitepackages())").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	site := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(site, home) {
+		t.Fatalf("the user site %s is not in the test's home %s", site, home)
+	}
+	if err := os.MkdirAll(site, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var lits []string
+	for _, d := range dirs {
+		lits = append(lits, pythonLiteral(d))
+	}
+	plant := "[open(os.path.join(d, '%s-%d' % (NAME, os.getpid())), 'w').close() for d in (" + strings.Join(lits, ", ") + ",) if os.access(d, os.W_OK)]"
+	testkit.WriteFile(t, filepath.Join(site, "usercustomize.py"), "import os\n"+strings.ReplaceAll(plant, "NAME", "'usercustomize'")+"\n")
+	testkit.WriteFile(t, filepath.Join(site, "kh-planted.pth"), "import os; "+strings.ReplaceAll(plant, "NAME", "'pth'")+"\n")
+}
+
+// markers lists the files the planted code left in dir.
+func markers(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// Issue 39: a usercustomize.py or a .pth a cell saved in ~/.local ran as
+// the host (root) in the host's compile of the python driver, at the
+// next start of the transport. Now the compile loads no site and runs in
+// a sandbox: the planted code runs in contexts (the user site is theirs,
+// as on one machine), never where the host's /tmp is visible: not at the
+// first start, not at a recompile after a restart, not in a new
+// transport.
+func TestHostRunsNoPlantedUserSite(t *testing.T) {
+	needSandbox(t)
+	hostOnly, ws := t.TempDir(), t.TempDir()
+	plantUserSite(t, hostOnly, ws)
+	start := func() (*Transport, *Kernel) {
+		tr := New(Options{Python: testkit.DebianPython, PoolCwd: ws, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}})
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr, startIn(t, tr, "python", ws)
+	}
+	tr, k := start()
+	if got := markers(t, ws); len(got) < 2 {
+		t.Fatalf("the planted user site did not run in the sandboxed context (it left %q): the test plants nothing", got)
+	}
+	// The compiled driver tampered with: the next start compiles it anew.
+	d := tr.langs["python"].drv.(pythonLang).cache
+	if err := os.WriteFile(d.file, []byte("tampered"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	restartKernel(t, k)
+	_ = tr.Close()
+	start()
+	if got := markers(t, hostOnly); len(got) > 0 {
+		t.Errorf("code planted in the user site ran outside a sandbox: %q", got)
+	}
+}
+
+// Without a sandbox (-sandbox=off) the compile still loads no site: the
+// host's run of its own is never the one that runs planted code.
+func TestPythonDriverCompileLoadsNoSite(t *testing.T) {
+	marks := t.TempDir()
+	plantUserSite(t, marks)
+	d := newPythonDriver(context.Background(), testkit.DebianPython, toolRunner{env: os.Environ()})
+	if args, err := d.prepare(); err != nil || d.file == "" {
+		t.Fatalf("prepare: %v %v: the driver was not compiled", args, err)
+	}
+	if got := markers(t, marks); len(got) > 0 {
+		t.Errorf("the host's compile ran code planted in the user site: %q", got)
+	}
+}
+
+// A bwrap planted in ~/.local/bin (writable in every sandbox, and on many
+// users' PATH before /usr/bin) is never the one the host runs.
+func TestPlantedBwrapIsNotRun(t *testing.T) {
+	needSandbox(t)
+	real, _ := bwrapWorks()
+	marks := t.TempDir()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	bin := filepath.Join(home, ".local", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "bwrap"), []byte("#!/bin/sh\ntouch "+filepath.Join(marks, "planted-bwrap")+"\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(filepath.ListSeparator)+os.Getenv("PATH"))
+	sb, err := probeBwrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.bwrap != real.bwrap {
+		t.Errorf("the host found bwrap at %s, want %s", sb.bwrap, real.bwrap)
+	}
+	if got := markers(t, marks); len(got) > 0 {
+		t.Errorf("the planted bwrap ran: %q", got)
 	}
 }
