@@ -133,6 +133,8 @@ type Config struct {
 	envFile, envInline, logFormat, logLevel string
 	// The token file Load reads into AccessToken.
 	accessTokenFile string
+	// The config file Load read (-config), hidden from contexts.
+	configFile string
 	// plugins are the descriptions Load had of the plugins' settings, so
 	// the start does not ask the plugin again.
 	plugins *pluginCatalog
@@ -341,6 +343,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		return Config{}, err
 	}
 	c.plugins = plugins
+	c.configFile = fs.Lookup(configFlag).Value.String()
 	if err := c.readTokenFiles(); err != nil {
 		return Config{}, err
 	}

@@ -64,6 +64,11 @@ type SandboxOptions struct {
 	// ReadOnly lists paths under a writable one that stay read-only (the
 	// driver cache and this program's directory are always among them).
 	ReadOnly []string
+	// Hidden lists the host's own files and directories that no sandbox
+	// may read (the host passes its token files and config file); the
+	// service's credentials and state directories are hidden too
+	// (walls.go, hiddenPaths).
+	Hidden []string
 }
 
 // sandboxUserDirs are the places, under the user's home, where users expect
@@ -83,6 +88,8 @@ type sandbox struct {
 	noUserns bool
 	writable []string // absolute, symlinks resolved, existing
 	readOnly []string
+	hidden   []string // masked, after every other mount (maskArgs)
+	notes    []string // why a path to hide is not (hiddenPaths)
 }
 
 // ParseSandboxMode checks a -sandbox value.
@@ -148,6 +155,7 @@ func buildSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (*sandbox
 		readOnly = append(readOnly, filepath.Dir(exe))
 	}
 	sb.readOnly = existingDirs(readOnly)
+	sb.hidden, sb.notes = hiddenPaths(opts.Hidden, sb.writable)
 	return sb, nil
 }
 
@@ -242,7 +250,10 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 			args = append(args, "--ro-bind", r, r)
 		}
 	}
-	return append(append(args, sb.cwdArgs(cwd)...), "--")
+	args = append(args, sb.cwdArgs(cwd)...)
+	// The host's own files over everything, the cwd's bind included
+	// (bwrap's --chdir acts after every mount, wherever it stands).
+	return append(append(args, maskArgs(sb.hidden)...), "--") // walls.go
 }
 
 // cwdArgs put the interpreter in cwd, which the sandbox shows as it shows

@@ -121,3 +121,83 @@ func userWritableDirs() []string {
 	}
 	return append(dirs, existingDirs(dirs)...) // as written and as resolved
 }
+
+// hostOnlyVar says whether the environment variable key is the host's
+// own, which no interpreter gets: kernelhost's settings and secrets
+// (KERNELHOST_*), and what the service manager passes to the service
+// itself (systemd.exec(5)): its credentials and state directories, its
+// notify and listening sockets, its invocation and watchdog. These name
+// things of the host's, or let their holder speak for the service; a
+// user's variables (HOME, PATH, LANG, ...) pass.
+func hostOnlyVar(key string) bool {
+	if strings.HasPrefix(key, hostEnvPrefix) || strings.HasPrefix(key, "LISTEN_") ||
+		strings.HasPrefix(key, "WATCHDOG_") || strings.HasPrefix(key, "MONITOR_") ||
+		strings.HasPrefix(key, "TRIGGER_") || strings.HasPrefix(key, "MEMORY_PRESSURE_") {
+		return true
+	}
+	return slices.Contains(serviceVars, key) || slices.Contains(serviceDirVars, key)
+}
+
+// serviceVars are systemd's variables for the service that hostOnlyVar's
+// prefixes do not cover.
+var serviceVars = []string{"NOTIFY_SOCKET", "INVOCATION_ID", "JOURNAL_STREAM", "MAINPID", "MANAGERPID",
+	"SYSTEMD_EXEC_PID", "SERVICE_RESULT", "EXIT_CODE", "EXIT_STATUS", "PIDFILE", "FDSTORE",
+	"REMOTE_ADDR", "REMOTE_PORT"}
+
+// serviceDirVars name the service's own directories (each a list separated
+// by colons): its credentials (LoadCredential=) and what RuntimeDirectory=,
+// StateDirectory= and the like made for it. Each is hidden in every
+// sandbox (hiddenPaths), and the variables are the host's (hostOnlyVar).
+var serviceDirVars = []string{"CREDENTIALS_DIRECTORY", "RUNTIME_DIRECTORY", "STATE_DIRECTORY",
+	"CACHE_DIRECTORY", "LOGS_DIRECTORY", "CONFIGURATION_DIRECTORY"}
+
+// withoutHostVars returns env without the host's own variables.
+func withoutHostVars(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); !hostOnlyVar(k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// hiddenPaths are the host's own files and directories no sandbox may
+// read (the access token file, the config file: SandboxOptions.Hidden,
+// and the service's directories: serviceDirVars), absolute with symlinks
+// resolved, those that exist; the rest say why each path left out is:
+// one that holds a writable path cannot be hidden without it.
+func hiddenPaths(listed, writable []string) (hidden, notes []string) {
+	paths := slices.Clone(listed)
+	for _, v := range serviceDirVars {
+		if val := os.Getenv(v); val != "" {
+			paths = append(paths, filepath.SplitList(val)...)
+		}
+	}
+	for _, p := range existingDirs(paths) {
+		switch {
+		case covers(p, writable):
+			notes = append(notes, fmt.Sprintf("%s holds a path every sandbox may write, so it is not hidden from them", p))
+		case underAny(p, []string{"/tmp"}) && !underAny(p, writable):
+			// The sandbox's own /tmp hides it already.
+		default:
+			hidden = append(hidden, p)
+		}
+	}
+	return hidden, notes
+}
+
+// maskArgs are bwrap's arguments, after every other mount, that hide the
+// hidden paths: an empty read-only tmpfs over a directory, the null
+// device over a file.
+func maskArgs(hidden []string) []string {
+	var args []string
+	for _, p := range hidden {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			args = append(args, "--tmpfs", p, "--remount-ro", p)
+		} else {
+			args = append(args, "--ro-bind", "/dev/null", p)
+		}
+	}
+	return args
+}

@@ -230,3 +230,75 @@ func TestPlantedBwrapIsNotRun(t *testing.T) {
 		t.Errorf("the planted bwrap ran: %q", got)
 	}
 }
+
+// Issue 39: with -access-token-file set, a cell read the token file (the
+// host's files are readable, read-only), and CREDENTIALS_DIRECTORY was in
+// every interpreter's environment. The host's own files (the token file,
+// the config file) and the service's credentials directory are hidden in
+// every sandbox (pooled, cold, forked, restarted), even under a writable
+// path, and no variable of the service's reaches an interpreter.
+func TestSandboxHidesHostPaths(t *testing.T) {
+	const secret = "host-secret-39"
+	ws := t.TempDir()
+	host, creds := filepath.Join(ws, "host"), filepath.Join(ws, "credentials")
+	for _, dir := range []string{host, creds} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token, config := filepath.Join(host, "token"), filepath.Join(host, "kernelhost.toml")
+	testkit.WriteFile(t, token, secret)
+	testkit.WriteFile(t, config, "access-token = \""+secret+"\"\n")
+	testkit.WriteFile(t, filepath.Join(creds, "access-token"), secret)
+	t.Setenv("CREDENTIALS_DIRECTORY", creds)
+	t.Setenv("INVOCATION_ID", secret)
+	t.Setenv("NOTIFY_SOCKET", "/run/systemd/notify-"+secret)
+	probe := `import os
+found = [k for k, v in os.environ.items() if ` + pythonLiteral(secret) + ` in v or k in ('CREDENTIALS_DIRECTORY', 'INVOCATION_ID', 'NOTIFY_SOCKET')]
+for path in (` + pythonLiteral(token) + `, ` + pythonLiteral(config) + `, ` + pythonLiteral(filepath.Join(creds, "access-token")) + `):
+    try:
+        if ` + pythonLiteral(secret) + ` in open(path).read():
+            found.append(path)
+    except OSError:
+        pass
+for root, dirs, files in os.walk(` + pythonLiteral(ws) + `):
+    for f in files:
+        try:
+            if ` + pythonLiteral(secret) + ` in open(os.path.join(root, f)).read():
+                found.append(os.path.join(root, f))
+        except OSError:
+            pass
+print(sorted(set(found)))`
+	sandbox := SandboxOptions{Mode: SandboxOn, Writable: []string{ws}, Hidden: []string{token, config}}
+	check := func(what string, k *Kernel) {
+		t.Helper()
+		if got := stdoutOf(t, k, probe); got != "[]\n" {
+			t.Errorf("%s: the host's secret is readable at %s", what, got)
+		}
+	}
+	pooled := New(Options{Python: testkit.DebianPython, PoolSizes: map[string]int{"python": 1}, PoolCwd: ws, Sandbox: sandbox})
+	t.Cleanup(func() { _ = pooled.Close() })
+	ready := readyPid(t, pooled, "python")
+	k := startIn(t, pooled, "python", ws)
+	if k.Pid() != ready {
+		t.Fatalf("the python context (pid %d) is not the warm pool's (pid %d)", k.Pid(), ready)
+	}
+	check("python, pooled", k)
+	restartKernel(t, k)
+	check("python, restarted", k)
+	if got := stdoutOf(t, startIn(t, pooled, "bash", ws), "cat "+token+" "+config+" "+creds+"/* 2>&1; env | grep -c -e CREDENTIALS_DIRECTORY -e INVOCATION_ID -e NOTIFY_SOCKET || true"); strings.Contains(got, secret) || !strings.HasSuffix(got, "0\n") {
+		t.Errorf("bash: the host's secret or a service variable is readable: %q", got)
+	}
+
+	testkit.NeedPythonModules(t, testkit.DebianPython, "json")
+	forked := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: ws, Sandbox: sandbox})
+	t.Cleanup(func() { _ = forked.Close() })
+	tmpl := readyTemplate(t, forked)
+	k = startIn(t, forked, "python", ws)
+	mustBeForkedFrom(t, k, tmpl)
+	check("python, forked", k)
+
+	if got, err := os.ReadFile(token); err != nil || string(got) != secret {
+		t.Errorf("the token file on the host reads %q, %v after the contexts", got, err)
+	}
+}

@@ -19,7 +19,10 @@ type options struct {
 	// cwd and SandboxWritable (paths separated by commas) are writable in
 	// every sandbox, a context's cwd only inside them.
 	Sandbox, SandboxWritable string
-	MaxMessageBytes          int // caps an interpreter's messages (subprocess.Options)
+	// HostPrivatePaths are the host's own files (its token and config
+	// files), one a line, hidden in every sandbox.
+	HostPrivatePaths string
+	MaxMessageBytes  int // caps an interpreter's messages (subprocess.Options)
 	// Limits per context (subprocess.Limits); a limit this machine cannot
 	// apply stops the plugin at start.
 	ContextMemory                 string
@@ -49,6 +52,8 @@ var settings = []transportplugin.Setting[options]{
 		func(o *options) *string { return &o.Pool }),
 	// The resolved default cwd, where the warm pools' interpreters start.
 	transportplugin.HostSetting("default-cwd", func(o *options) *string { return &o.DefaultCwd }),
+	// The host's own files, which no sandbox may read (subprocess.SandboxOptions.Hidden).
+	transportplugin.HostSetting("host-private-paths", func(o *options) *string { return &o.HostPrivatePaths }),
 	transportplugin.StringSetting("python-preload", "auto", "subprocess transport: python contexts are forked from a template interpreter that imported these modules (names separated by commas), so a new context starts with them loaded and shares their memory; auto: those of numpy, pandas, matplotlib.pyplot (its inline backend) and IPython that are installed; off: no template. While interpreters are sandboxed the template runs in a sandbox of its own and imports nothing from paths a context can write: a preloaded module also in the user site (pip install --user) keeps contexts from being forked until it is gone",
 		func(o *options) *string { return &o.Preload }),
 	transportplugin.IntSetting("max-message-bytes", subprocess.DefaultMaxMessageBytes, "subprocess transport: largest message an interpreter may send (one output write, one result or display, one batch of them); past it the output is cut, with a notice in the stream saying how much was dropped, and the execution goes on with its state",
