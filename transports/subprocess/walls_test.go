@@ -101,6 +101,32 @@ func TestSandboxKernelKnobsReadOnly(t *testing.T) {
 	wantKnobsReadOnly(t, "python, forked, restarted", k, "python")
 }
 
+// A template replaced after a package change (the user installed a
+// package) is started by bwrap as the first was: a context forked
+// from the new one finds the knobs read-only too.
+func TestKernelKnobsReadOnlyAfterTemplateReplaced(t *testing.T) {
+	needSandbox(t)
+	userBase := t.TempDir()
+	tr, dir := forkTransport(t, SandboxOn, []string{"six"}, []string{"PYTHONUSERBASE=" + userBase}, userBase)
+	testkit.WriteFile(t, filepath.Join(dir, "knobs.sh"), knobProbe)
+	old := readyTemplate(t, tr)
+	k := startIn(t, tr, "python", dir)
+	site := strings.TrimSpace(stdoutOf(t, k, "import site; print(site.getusersitepackages())"))
+	if err := os.MkdirAll(site, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// pip install --user of another package: the import path changed.
+	testkit.WriteFile(t, filepath.Join(site, "kh_other.py"), "KH = 'user'\n")
+	startIn(t, tr, "python", dir) // finds the template stale
+	next := readyTemplate(t, tr)
+	if next == old {
+		t.Fatalf("the stale template (pid %d) still serves", old)
+	}
+	k = startIn(t, tr, "python", dir)
+	mustBeForkedFrom(t, k, next)
+	wantKnobsReadOnly(t, "python, forked from a replaced template", k, "python")
+}
+
 // restartKernel restarts k (bounded).
 func restartKernel(t *testing.T, k *Kernel) {
 	t.Helper()
