@@ -144,7 +144,7 @@ func buildSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (*sandbox
 		}
 	}
 	sb.writable = existingDirs(append(writable, opts.Writable...))
-	if underAny(sb.bwrap, sb.writable) {
+	if inWritable(sb.bwrap, sb.writable) {
 		return nil, fmt.Errorf("bwrap (%s) is in a place sandboxed code can write: install it elsewhere, or take its directory off PATH", sb.bwrap)
 	}
 	readOnly := slices.Clone(opts.ReadOnly)

@@ -108,6 +108,14 @@ func lookPathOutside(name string, dirs []string) (string, error) {
 	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
 }
 
+// inWritable says whether path, as given or with symlinks resolved, is
+// in one of the writable paths: a context could replace it.
+func inWritable(path string, writable []string) bool {
+	return underAny(filepath.Clean(path), writable) || slices.ContainsFunc(existingDirs([]string{path}), func(real string) bool {
+		return underAny(real, writable)
+	})
+}
+
 // userWritableDirs are the sandboxUserDirs of the user's home, which every
 // sandbox may write ("" home or "/": none).
 func userWritableDirs() []string {

@@ -328,3 +328,16 @@ print(sorted(set(found)))`
 		t.Errorf("the token file on the host reads %q, %v after the contexts", got, err)
 	}
 }
+
+// A bwrap that PATH finds in a path every sandbox may write (one the
+// operator listed in -sandbox-writable) is refused: a context could
+// replace it, and the next start would run it as the host.
+func TestBwrapInAWritablePathIsRefused(t *testing.T) {
+	ws := t.TempDir()
+	planted := filepath.Join(ws, "bin", "bwrap")
+	probe := func() (*sandbox, error) { return &sandbox{bwrap: planted}, nil }
+	_, _, err := newSandbox(SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}, probe)
+	if err == nil || !strings.Contains(err.Error(), "in a place sandboxed code can write") {
+		t.Fatalf("bwrap under a writable path: %v, want a refusal", err)
+	}
+}
