@@ -11,8 +11,11 @@ import (
 )
 
 // kernelKnobs are the system-wide files a fresh /proc holds: sysctls, the
-// magic SysRq key, IRQ affinities, bus and filesystem settings. They are
-// root's, mode 0644 or 0200, and checked by owner only: an interpreter of
+// magic SysRq key, IRQ affinities, bus, filesystem, ACPI, sound, SCSI and
+// driver settings, memory type ranges, latency and timer statistics (the
+// read-only set of Docker's default and the writable ones of its masked
+// set). They are root's, mode 0644 or 0200, and most are checked by owner
+// only: an interpreter of
 // a root host is uid 0 in its sandbox, and would write core_pattern (a
 // command the kernel runs as root at the next crash) or the host's
 // hostname, whatever capabilities it was left without. bwrap covers some
@@ -23,7 +26,8 @@ import (
 // mount under it (the cgroup tree) read-only. A context forked from the
 // fork template makes its own /proc and covers the same list itself
 // (drivers/forkserver.py, _own_proc).
-var kernelKnobs = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}
+var kernelKnobs = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs",
+	"/proc/acpi", "/proc/asound", "/proc/scsi", "/proc/driver", "/proc/mtrr", "/proc/latency_stats", "/proc/timer_stats"}
 
 // knobCovers are bwrap's arguments, after its --proc, that show each of
 // kernelKnobs read-only: the host's own entry bound over the fresh one (a

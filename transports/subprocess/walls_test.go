@@ -15,16 +15,18 @@ import (
 // knobProbe writes back, to each kernel knob, exactly the value it just
 // read: it changes nothing even where the write goes through (today's
 // main, as root), and the test only asserts that the write fails. The
-// SysRq trigger cannot be read: it is only opened for writing, and closed
-// with nothing written (`:` writes nothing).
+// SysRq trigger and the others of the second list are only opened for
+// writing, without truncating (>>), and closed with nothing written (`:`
+// writes nothing).
 const knobProbe = `for f in /proc/sys/kernel/core_pattern /proc/sys/kernel/hostname /sys/kernel/mm/ksm/run; do
   if [ ! -e "$f" ]; then echo "$f: absent"; continue; fi
   v=$(cat "$f") || { echo "$f: unreadable"; continue; }
   if err=$( { printf '%s\n' "$v" > "$f"; } 2>&1 ); then echo "$f: WRITTEN"; else echo "$err"; fi
 done
-if [ -e /proc/sysrq-trigger ]; then
-  if err=$( { : > /proc/sysrq-trigger; } 2>&1 ); then echo "/proc/sysrq-trigger: OPENED"; else echo "$err"; fi
-fi
+for f in /proc/sysrq-trigger /proc/mtrr /proc/acpi/wakeup /proc/irq/default_smp_affinity; do
+  if [ ! -e "$f" ]; then echo "$f: absent"; continue; fi
+  if err=$( { : >> "$f"; } 2>&1 ); then echo "$f: OPENED"; else echo "$err"; fi
+done
 echo knob-probe-done
 `
 
