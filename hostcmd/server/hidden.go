@@ -1,6 +1,7 @@
 package server
 
 import (
+	"flag"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,7 +16,7 @@ import (
 const hiddenPathsSetting = "host-private-paths"
 
 // privatePaths are the host's own files, which no context may read: the
-// token files (the access token's, and each file setting of the plugin's,
+// token files (the access token's, and each file setting of a plugin's,
 // as jupyter-token-file), the config file, the env file, the policies'
 // list and config files; and the config file's directory when it is
 // kernelhost's own (/etc/kernelhost, where the shipped unit keeps its
@@ -26,8 +27,9 @@ func (c Config) privatePaths(specs map[string]pluginhost.SettingSpec) []string {
 	if c.configFile != "" && filepath.Base(filepath.Dir(c.configFile)) == "kernelhost" {
 		paths = append(paths, filepath.Dir(c.configFile))
 	}
+	paths = append(paths, c.settingFiles...) // read by Load: any plugin's
 	for name, v := range c.TransportSettings {
-		if specs[name].Type == pluginhost.TypeFile {
+		if specs[name].Type == pluginhost.TypeFile { // set in code, read for the launch
 			paths = append(paths, v)
 		}
 	}
@@ -38,6 +40,18 @@ func (c Config) privatePaths(specs map[string]pluginhost.SettingSpec) []string {
 			out = append(out, abs)
 		}
 	}
+	return out
+}
+
+// filePaths are the paths given to the file settings of fs (any plugin's
+// token file), which values replaces by what they hold.
+func (cat *pluginCatalog) filePaths(fs *flag.FlagSet) []string {
+	var out []string
+	fs.Visit(func(f *flag.Flag) {
+		if s, ok := cat.specs[f.Name]; ok && s.Type == pluginhost.TypeFile && f.Value.String() != "" {
+			out = append(out, f.Value.String())
+		}
+	})
 	return out
 }
 

@@ -133,8 +133,10 @@ type Config struct {
 	envFile, envInline, logFormat, logLevel string
 	// The token file Load reads into AccessToken.
 	accessTokenFile string
-	// The config file Load read (-config), hidden from contexts.
-	configFile string
+	// The config file Load read (-config) and the files of the plugins'
+	// file settings, hidden from contexts (hidden.go).
+	configFile   string
+	settingFiles []string
 	// plugins are the descriptions Load had of the plugins' settings, so
 	// the start does not ask the plugin again.
 	plugins *pluginCatalog
@@ -339,6 +341,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		}
 	}
 	var err error
+	c.settingFiles = plugins.filePaths(fs)
 	if c.TransportSettings, err = plugins.values(fs); err != nil {
 		return Config{}, err
 	}

@@ -47,7 +47,8 @@ func TestLoadDefaults(t *testing.T) {
 // The host's own files reach the subprocess plugin, which hides them in
 // every sandbox (issue 39): the token file, the config file and its
 // directory (/etc/kernelhost, where the shipped unit keeps its env file),
-// the env file, each policy module's config file.
+// the env file, each policy module's config file, another plugin's token
+// file.
 func TestPrivatePathsReachThePlugin(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "kernelhost")
@@ -55,12 +56,13 @@ func TestPrivatePathsReachThePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	token, config, envFile := filepath.Join(dir, "token"), filepath.Join(dir, "kernelhost.toml"), filepath.Join(dir, "env.json")
-	for file, text := range map[string]string{token: "secret\n", config: "queue-depth = 8\n", envFile: "{}"} {
+	jupyterToken := filepath.Join(t.TempDir(), "jupyter-token")
+	for file, text := range map[string]string{token: "secret\n", config: "queue-depth = 8\n", envFile: "{}", jupyterToken: "j\n"} {
 		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c, err := server.Load("kernelhost", []string{"-access-token-file", token, "-config", config, "-env-file", envFile, "-policies", "/p/deny.wasm"},
+	c, err := server.Load("kernelhost", []string{"-access-token-file", token, "-config", config, "-env-file", envFile, "-policies", "/p/deny.wasm", "-jupyter-token-file", jupyterToken},
 		env(map[string]string{"KERNELHOST_PLUGIN_DIR": pluginDir}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +72,7 @@ func TestPrivatePathsReachThePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	paths, _ := got["host-private-paths"].(string)
-	want := []string{token, config, envFile, dir, "/p/deny.config"}
+	want := []string{token, config, envFile, dir, "/p/deny.config", jupyterToken}
 	for _, w := range want {
 		if !slices.Contains(strings.Split(paths, "\n"), w) {
 			t.Errorf("the plugin's host-private-paths %q lack %s", paths, w)
