@@ -2,6 +2,7 @@ package server
 
 import (
 	"flag"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -56,14 +57,17 @@ func (cat *pluginCatalog) filePaths(fs *flag.FlagSet) []string {
 }
 
 // policyFiles are the files of the -policies setting that may hold
-// secrets: the list file of "@FILE", and each module's config file.
+// secrets: the list file of "@FILE", and each module's config file (of
+// the modules the list names now).
 func policyFiles(setting string) []string {
-	if list, ok := strings.CutPrefix(setting, "@"); ok {
-		return []string{list}
+	var out []string
+	if file, ok := strings.CutPrefix(setting, "@"); ok {
+		out = append(out, file)
+		b, _ := os.ReadFile(file) // unreadable: the policies' load says why
+		setting = listFile(string(b), filepath.Dir(file))
 	}
 	// Without a variable of its own, each module's config is a file.
 	modules, _ := policy.ParseList(setting, func(string) (string, bool) { return "", false })
-	var out []string
 	for _, m := range modules {
 		out = append(out, m.ConfigFile)
 	}

@@ -57,12 +57,13 @@ func TestPrivatePathsReachThePlugin(t *testing.T) {
 	}
 	token, config, envFile := filepath.Join(dir, "token"), filepath.Join(dir, "kernelhost.toml"), filepath.Join(dir, "env.json")
 	jupyterToken := filepath.Join(t.TempDir(), "jupyter-token")
-	for file, text := range map[string]string{token: "secret\n", config: "queue-depth = 8\n", envFile: "{}", jupyterToken: "j\n"} {
+	list := filepath.Join(dir, "policies.list")
+	for file, text := range map[string]string{token: "secret\n", config: "queue-depth = 8\n", envFile: "{}", jupyterToken: "j\n", list: "deny.wasm\n"} {
 		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c, err := server.Load("kernelhost", []string{"-access-token-file", token, "-config", config, "-env-file", envFile, "-policies", "/p/deny.wasm", "-jupyter-token-file", jupyterToken},
+	c, err := server.Load("kernelhost", []string{"-access-token-file", token, "-config", config, "-env-file", envFile, "-policies", "@" + list, "-jupyter-token-file", jupyterToken},
 		env(map[string]string{"KERNELHOST_PLUGIN_DIR": pluginDir}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func TestPrivatePathsReachThePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	paths, _ := got["host-private-paths"].(string)
-	want := []string{token, config, envFile, dir, "/p/deny.config", jupyterToken}
+	want := []string{token, config, envFile, dir, list, filepath.Join(dir, "deny.config"), jupyterToken}
 	for _, w := range want {
 		if !slices.Contains(strings.Split(paths, "\n"), w) {
 			t.Errorf("the plugin's host-private-paths %q lack %s", paths, w)
