@@ -465,9 +465,10 @@ func nobodyHome(t *testing.T) string {
 
 // Issue 39, as root and as an unprivileged user, through the binary and
 // its plugin: a cell finds /proc/sys covered read-only (bwrap's own cover
-// as nobody, the sandbox's as root) and cannot write a sysctl back, and
-// the host's config file, under the writable default cwd, reads as
-// nothing.
+// as nobody, the sandbox's as root) and cannot write a sysctl back; the
+// host's config file and systemd's credentials directory, under the
+// writable default cwd, read as nothing, and CREDENTIALS_DIRECTORY is not
+// in its environment.
 func TestBinarySandboxWalls(t *testing.T) {
 	t.Parallel()
 	const secret = "config-secret-39"
@@ -478,21 +479,28 @@ func TestBinarySandboxWalls(t *testing.T) {
 			if who == "unprivileged" {
 				home, cred = nobodyHome(t), nobody
 			}
-			config := filepath.Join(home, "kernelhost.toml")
-			if err := os.WriteFile(config, []byte("queue-depth = 8\n# "+secret+"\n"), 0o644); err != nil {
+			config, creds := filepath.Join(home, "kernelhost.toml"), filepath.Join(home, "credentials")
+			if err := os.Mkdir(creds, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			p := startServeAs(t, cred, home, []string{"-config", config}, "HOME="+home, "KERNELHOST_DEFAULT_CWD="+home)
+			for file, text := range map[string]string{config: "queue-depth = 8\n# " + secret + "\n", filepath.Join(creds, "token"): secret} {
+				if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := startServeAs(t, cred, home, []string{"-config", config}, "HOME="+home, "KERNELHOST_DEFAULT_CWD="+home, "CREDENTIALS_DIRECTORY="+creds)
 			url := "http://" + p.waitLog("listening")["addr"].(string)
 			p.waitLog("ready")
-			code := `cat ` + config + ` 2>&1
+			code := `cat ` + config + ` ` + creds + `/token 2>&1
+env | grep CREDENTIALS_DIRECTORY
 echo "procsys=$(awk '$5 == "/proc/sys" {print $6}' /proc/self/mountinfo)"
 v=$(cat /proc/sys/kernel/core_pattern)
 { printf '%s\n' "$v" > /proc/sys/kernel/core_pattern; } 2>/dev/null && echo "core_pattern WRITTEN"
 true`
 			status, body := post(t, url, map[string]any{"language": "bash", "code": code})
-			if status != 200 || strings.Contains(body, secret) || !strings.Contains(body, "procsys=ro") || strings.Contains(body, "WRITTEN") {
-				t.Errorf("the config file, /proc/sys's mount, a sysctl's write: %d %s", status, body)
+			if status != 200 || strings.Contains(body, secret) || strings.Contains(body, "CREDENTIALS_DIRECTORY=") ||
+				!strings.Contains(body, "procsys=ro") || strings.Contains(body, "WRITTEN") {
+				t.Errorf("the config file, the credentials, /proc/sys's mount, a sysctl's write: %d %s", status, body)
 			}
 		})
 	}
