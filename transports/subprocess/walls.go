@@ -190,9 +190,8 @@ func hiddenPaths(listed, writable []string) (hidden, notes []string) {
 		switch {
 		case covers(p, writable):
 			notes = append(notes, fmt.Sprintf("%s holds a path every sandbox may write, so it is not hidden from them", p))
-		case underAny(p, []string{"/tmp"}) && !underAny(p, writable):
-			// The sandbox's own /tmp hides it already.
 		default:
+			// Under the host's /tmp too: a cwd there is shown (cwdArgs).
 			hidden = append(hidden, p)
 		}
 	}

@@ -275,6 +275,11 @@ func TestSandboxHidesHostPaths(t *testing.T) {
 		}
 	}
 	token, config := filepath.Join(host, "token"), filepath.Join(host, "kernelhost.toml")
+	// One outside the writable paths, under the host's /tmp, which a
+	// context whose cwd is there sees (read-only).
+	outside := t.TempDir()
+	other := filepath.Join(outside, "jupyter-token")
+	testkit.WriteFile(t, other, secret)
 	testkit.WriteFile(t, token, secret)
 	testkit.WriteFile(t, config, "access-token = \""+secret+"\"\n")
 	testkit.WriteFile(t, filepath.Join(creds, "access-token"), secret)
@@ -297,7 +302,7 @@ for root, dirs, files in os.walk(` + pythonLiteral(ws) + `):
         except OSError:
             pass
 print(sorted(set(found)))`
-	sandbox := SandboxOptions{Mode: SandboxOn, Writable: []string{ws}, Hidden: []string{token, config}}
+	sandbox := SandboxOptions{Mode: SandboxOn, Writable: []string{ws}, Hidden: []string{token, config, other}}
 	check := func(what string, k *Kernel) {
 		t.Helper()
 		if got := stdoutOf(t, k, probe); got != "[]\n" {
@@ -316,6 +321,9 @@ print(sorted(set(found)))`
 	check("python, restarted", k)
 	if got := stdoutOf(t, startIn(t, pooled, "bash", ws), "cat "+token+" "+config+" "+creds+"/* 2>&1; env | grep -c -e CREDENTIALS_DIRECTORY -e INVOCATION_ID -e NOTIFY_SOCKET || true"); strings.Contains(got, secret) || !strings.HasSuffix(got, "0\n") {
 		t.Errorf("bash: the host's secret or a service variable is readable: %q", got)
+	}
+	if got := stdoutOf(t, startIn(t, pooled, "bash", outside), "ls; cat jupyter-token 2>&1 || true"); strings.Contains(got, secret) || !strings.Contains(got, "jupyter-token") {
+		t.Errorf("bash in the hidden file's directory: %q, want it listed and unreadable", got)
 	}
 
 	testkit.NeedPythonModules(t, testkit.DebianPython, "json")
