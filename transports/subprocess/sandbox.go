@@ -155,7 +155,7 @@ func buildSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (*sandbox
 		readOnly = append(readOnly, filepath.Dir(exe))
 	}
 	sb.readOnly = existingDirs(readOnly)
-	sb.hidden, sb.notes = hiddenPaths(opts.Hidden, sb.writable)
+	sb.hidden, sb.notes = hiddenPaths(opts.Hidden, append(slices.Clone(sb.writable), sb.readOnly...))
 	return sb, nil
 }
 

@@ -15,10 +15,9 @@ import (
 // driver settings, memory type ranges, latency and timer statistics (the
 // read-only set of Docker's default and the writable ones of its masked
 // set). They are root's, mode 0644 or 0200, and most are checked by owner
-// only: an interpreter of
-// a root host is uid 0 in its sandbox, and would write core_pattern (a
-// command the kernel runs as root at the next crash) or the host's
-// hostname, whatever capabilities it was left without. bwrap covers some
+// only: an interpreter of a root host is uid 0 in its sandbox, and would
+// write core_pattern (a command the kernel runs as root at the next crash)
+// or the host's hostname, whatever capabilities it was left without. bwrap covers some
 // of them read-only by itself, depending on its version and on whether it
 // is privileged (0.8.0 as root covered /proc/irq and /proc/bus but left
 // /proc/sys writable); the sandbox covers each one that exists, always,
@@ -177,9 +176,11 @@ func withoutHostVars(env []string) []string {
 // hiddenPaths are the host's own files and directories no sandbox may
 // read (the access token file, the config file: SandboxOptions.Hidden,
 // and the service's directories: serviceDirVars), absolute with symlinks
-// resolved, those that exist; the rest say why each path left out is:
-// one that holds a writable path cannot be hidden without it.
-func hiddenPaths(listed, writable []string) (hidden, notes []string) {
+// resolved, those that exist, under the host's /tmp too (a cwd there is
+// shown: cwdArgs); notes say why each path left out is: one that holds a
+// path the sandbox shows (keep: the writable paths, the drivers' cache)
+// cannot be hidden without it.
+func hiddenPaths(listed, keep []string) (hidden, notes []string) {
 	paths := slices.Clone(listed)
 	for _, v := range serviceDirVars {
 		if val := os.Getenv(v); val != "" {
@@ -187,11 +188,9 @@ func hiddenPaths(listed, writable []string) (hidden, notes []string) {
 		}
 	}
 	for _, p := range existingDirs(paths) {
-		switch {
-		case covers(p, writable):
-			notes = append(notes, fmt.Sprintf("%s holds a path every sandbox may write, so it is not hidden from them", p))
-		default:
-			// Under the host's /tmp too: a cwd there is shown (cwdArgs).
+		if covers(p, keep) {
+			notes = append(notes, fmt.Sprintf("%s holds a path every sandbox needs (a writable one, or the drivers' cache), so it is not hidden from them", p))
+		} else {
 			hidden = append(hidden, p)
 		}
 	}

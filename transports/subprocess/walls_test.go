@@ -351,3 +351,14 @@ func TestBwrapInAWritablePathIsRefused(t *testing.T) {
 		t.Fatalf("bwrap under a writable path: %v, want a refusal", err)
 	}
 }
+
+// A path to hide that holds one the sandbox must show (the workspace, the
+// drivers' cache) is left visible, and the transport says so.
+func TestHiddenPathHoldingAWritableOneIsNoted(t *testing.T) {
+	ws := t.TempDir()
+	parent := filepath.Dir(ws)
+	hidden, notes := hiddenPaths([]string{parent, filepath.Join(ws, "nothing-here")}, []string{ws})
+	if len(hidden) != 0 || len(notes) != 1 || !strings.Contains(notes[0], parent) {
+		t.Fatalf("hidden %q, notes %q: want %s noted, the missing path left out", hidden, notes, parent)
+	}
+}
