@@ -362,3 +362,45 @@ func TestHiddenPathHoldingAWritableOneIsNoted(t *testing.T) {
 		t.Fatalf("hidden %q, notes %q: want %s noted, the missing path left out", hidden, notes, parent)
 	}
 }
+
+// javac's default class path is its cwd, where it also looks for
+// annotation processors: one a context saved in the host's cwd would have
+// run in javac, as the host, when the java driver was compiled. javac runs
+// without processors, in "/", in a sandbox.
+func TestJavacRunsNoProcessorFromTheCwd(t *testing.T) {
+	needSandbox(t)
+	javac := testkit.NeedCommand(t, "javac", "default-jdk-headless")
+	marks, cwd := t.TempDir(), t.TempDir()
+	mark := filepath.Join(marks, "processor-ran")
+	src := filepath.Join(cwd, "P.java")
+	testkit.WriteFile(t, src, `import java.util.Set;
+import javax.annotation.processing.*;
+import javax.lang.model.element.TypeElement;
+@SupportedAnnotationTypes("*")
+public class P extends AbstractProcessor {
+    static {
+        try { java.nio.file.Files.writeString(java.nio.file.Path.of(`+pythonLiteral(mark)+`), "ran"); } catch (Exception e) {}
+    }
+    public boolean process(Set<? extends TypeElement> annotations, RoundEnvironment env) { return false; }
+}
+`)
+	if out, err := exec.Command(javac, "-d", cwd, src).CombinedOutput(); err != nil {
+		t.Fatalf("javac P.java: %v: %s", err, out)
+	}
+	if err := os.MkdirAll(filepath.Join(cwd, "META-INF", "services"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WriteFile(t, filepath.Join(cwd, "META-INF", "services", "javax.annotation.processing.Processor"), "P\n")
+	t.Setenv("HOME", t.TempDir()) // a cache of its own: the driver is compiled
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Chdir(cwd)
+	ws := t.TempDir()
+	tr := New(Options{PoolCwd: ws, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}})
+	t.Cleanup(func() { _ = tr.Close() })
+	if got := stdoutOf(t, startIn(t, tr, "java", ws), `System.out.println(6 * 7);`); got != "42\n" {
+		t.Fatalf("the java context prints %q", got)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("an annotation processor in the host's cwd ran in javac, as the host")
+	}
+}
