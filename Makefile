@@ -156,9 +156,12 @@ run: build plugins
 # python3. It prints the python on stdout and, on stderr, why that one and
 # what it lacks, with the apt-get or pip line that adds it: without them the
 # first plot fails with a bare ModuleNotFoundError. hostcmd/sdktest picks the
-# same way (pickPython).
+# same way (pickPython). The probe runs outside any sandbox, so with -I: not
+# the user site (~/.local, which every sandbox may write: a planted
+# usercustomize.py or .pth must not run here), no PYTHON* variable, not the
+# cwd; a module installed only with `pip install --user` counts as missing.
 PY_MODULES = IPython matplotlib pandas PIL
-PY_LACKS = $$1 -c 'import importlib.util as u, sys; print(" ".join(m for m in sys.argv[1:] if u.find_spec(m) is None))' $(PY_MODULES) 2>/dev/null || echo $(PY_MODULES)
+PY_LACKS = $$1 -I -c 'import importlib.util as u, sys; print(" ".join(m for m in sys.argv[1:] if u.find_spec(m) is None))' $(PY_MODULES) 2>/dev/null || echo $(PY_MODULES)
 PICK_PYTHON = lacks() { $(PY_LACKS); }; \
 	if [ -n "$${KERNELHOST_PYTHON:-}" ]; then p="$$KERNELHOST_PYTHON"; why="KERNELHOST_PYTHON says so"; \
 	else why=""; p=""; for c in python3 /usr/bin/python3; do \

@@ -66,3 +66,12 @@ func PluginSettings(cfg Config) (settings map[string]any, engineStart, pluginSta
 	b := kernelBounds(desc, settings)
 	return settings, b.engineStart, b.pluginStart, b.pluginCall, nil
 }
+
+// MCPSessions counts the sessions open on h's /mcp.
+func MCPSessions(h *Host) int {
+	n := 0
+	for range h.api.mcp.server.Sessions() {
+		n++
+	}
+	return n
+}

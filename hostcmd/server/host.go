@@ -36,6 +36,7 @@ type Host struct {
 	api      *api
 	srv      *http.Server
 	ln       net.Listener
+	front    *front       // what srv serves
 	served   chan error   // Serve's result
 	pprof    *pprofServer // nil without Config.PprofAddr
 	shutdown atomic.Bool
@@ -86,13 +87,17 @@ func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{log: log, served: make(chan error, 1), startRetryUntil: time.Now().Add(cfg.DefaultStartRetry)}
+	if listen {
+		if err := h.listen(cfg); err != nil {
+			return nil, err
+		}
+	}
 	if err := h.assemble(ctx, cfg, cwd, listen); err != nil {
 		h.release()
 		return nil, err
 	}
 	info := h.Engine.Transport().Info()
 	if listen {
-		go func() { h.served <- h.srv.Serve(h.ln) }()
 		log.Info("listening", "addr", h.Addr(), "transport", info.Name, "languages", info.Languages)
 	} else {
 		log.Info("started in-process", "transport", info.Name, "languages", info.Languages)
@@ -149,15 +154,24 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen 
 	if !listen {
 		return nil
 	}
-	if h.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-	}
-	h.srv = newHTTPServer(cfg, h.api.handler())
+	h.front.serve(h.api.handler())
 	if cfg.PprofAddr != "" {
 		if h.pprof, err = startPprof(cfg.PprofAddr, h.log); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// listen opens cfg.Addr and serves it (front): /health answers from here on.
+func (h *Host) listen(cfg Config) error {
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	h.ln, h.front = ln, newFront(cfg)
+	h.srv = newHTTPServer(cfg, h.front)
+	go func() { h.served <- h.srv.Serve(ln) }()
 	return nil
 }
 
@@ -185,6 +199,9 @@ func (h *Host) transport(ctx context.Context, cfg Config, met *metrics) (core.Tr
 			return nil, err
 		}
 		h.log.Warn("the transport plugin did not start; retrying", "attempt", attempt, "retry_in", delay, "err", err)
+		if h.front != nil {
+			h.front.setStarting(fmt.Sprintf("waiting to retry the transport plugin's start: attempt %d failed: %v", attempt, err))
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -204,8 +221,9 @@ func (h *Host) release() {
 	if h.pprof != nil {
 		h.pprof.close()
 	}
-	if h.ln != nil {
-		_ = h.ln.Close()
+	if h.srv != nil {
+		_ = h.srv.Close() // and its listener
+		<-h.served
 	}
 	if h.Engine != nil {
 		_ = h.Engine.Close(context.Background())

@@ -433,7 +433,12 @@ func TestWorkspaceWhenDefaultCwdIsMissing(t *testing.T) {
 				t.Setenv("XDG_DATA_HOME", data)
 				want = filepath.Join(data, "kernelhost", "workspace")
 			}
-			h := startHost(t, func(c *server.Config) {
+			// Through the plugin, which gets the resolved default cwd (the
+			// workspace) as a writable path, as the kernelhost binary does:
+			// the linked-in test transport is made before the workspace
+			// exists, and a context's cwd outside the writable paths is
+			// read-only in its sandbox.
+			h := startHost(t, viaPlugin, func(c *server.Config) {
 				c.DefaultCwd = filepath.Join(t.TempDir(), "no-such-home")
 				c.Workspace = tc.workspace
 			})

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -22,18 +24,30 @@ import (
 // every route. `kernelhost mcp` serves the same tools over stdio
 // (Host.MCPServer).
 
-// mcpSessionIdleTimeout closes a session whose client sent nothing for so
-// long and never said goodbye (DELETE /mcp). A session holds no contexts
-// (those are the host's), only its bookkeeping, so an idle client that
-// comes back just initializes a new one.
-const mcpSessionIdleTimeout = 30 * time.Minute
+// Sessions are bounded (issue 39): the SDK closes one whose client sent
+// no request for -mcp-session-idle (StreamableHTTPOptions.SessionTimeout)
+// and never said goodbye (DELETE /mcp), and the host refuses an
+// initialize past -mcp-max-sessions (admit; the SDK has no cap of its
+// own). A session holds no contexts (those are the host's), only its
+// bookkeeping, so an idle client that comes back just initializes a new
+// one.
 
 const mcpSessionIDHeader = "Mcp-Session-Id"
 
+// mcpSessionsFull is the JSON-RPC error code of a refused initialize, in
+// the range JSON-RPC leaves to servers.
+const mcpSessionsFull = -32000
+
 // mcpEndpoint is the MCP server and its streamable HTTP handler.
 type mcpEndpoint struct {
-	server  *mcp.Server
-	handler *mcp.StreamableHTTPHandler
+	server      *mcp.Server
+	handler     *mcp.StreamableHTTPHandler
+	maxSessions int // negative: no cap
+	idle        time.Duration
+	mu          sync.Mutex
+	// opening counts the initializes being served, whose sessions
+	// server.Sessions may not list yet.
+	opening int
 }
 
 // Version is what the MCP server reports as its version (serverInfo);
@@ -52,7 +66,7 @@ func newMCPEndpoint(cfg Config, e *engine.Engine, met *metrics) *mcpEndpoint {
 	s := newMCPServer(e, met, cfg.Logger)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{
 		Logger:              cfg.Logger,
-		SessionTimeout:      mcpSessionIdleTimeout,
+		SessionTimeout:      cfg.MCPSessionIdle,
 		MaxRequestBodyBytes: cfg.MaxBodyBytes,
 		// The SDK's own DNS-rebinding check refuses any non-loopback Host on
 		// a loopback connection; browserGuard already checks Host for every
@@ -60,7 +74,7 @@ func newMCPEndpoint(cfg Config, e *engine.Engine, met *metrics) *mcpEndpoint {
 		// /mcp answers exactly the Hosts the rest of the API answers.
 		DisableLocalhostProtection: true,
 	})
-	return &mcpEndpoint{server: s, handler: h}
+	return &mcpEndpoint{server: s, handler: h, maxSessions: cfg.MCPMaxSessions, idle: cfg.MCPSessionIdle}
 }
 
 // serveMCP serves POST (client messages), GET (the server's stream) and
@@ -74,7 +88,7 @@ func newMCPEndpoint(cfg Config, e *engine.Engine, met *metrics) *mcpEndpoint {
 // interrupted, the context and the session stay).
 func (a *api) serveMCP(w http.ResponseWriter, r *http.Request) {
 	session := r.Header.Get(mcpSessionIDHeader)
-	if r.Method != http.MethodPost || session == "" {
+	if r.Method != http.MethodPost {
 		a.mcp.handler.ServeHTTP(w, r)
 		return
 	}
@@ -83,6 +97,10 @@ func (a *api) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	if session == "" {
+		a.mcp.serveNewSession(w, r, body, a.log)
+		return
+	}
 	rw := &mcpResponseWatch{ResponseWriter: w}
 	a.mcp.handler.ServeHTTP(rw, r)
 	if r.Context().Err() != nil && !rw.answered && (rw.status == 0 || rw.status == http.StatusOK) {
@@ -90,24 +108,103 @@ func (a *api) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// serveNewSession serves a POST without a session id. An initialize,
+// which opens a session, is served only while the open sessions are below
+// the cap; other messages (the SDK answers them in a session that ends
+// with the request) go through.
+func (m *mcpEndpoint) serveNewSession(w http.ResponseWriter, r *http.Request, body []byte, log *slog.Logger) {
+	id, initialize := initializeID(body)
+	if !initialize || m.maxSessions < 0 {
+		m.handler.ServeHTTP(w, r)
+		return
+	}
+	if !m.admit() {
+		log.Info("MCP session refused: the cap is reached", "max_sessions", m.maxSessions, "setting", EnvVar("mcp-max-sessions"))
+		m.refuseSession(w, id)
+		return
+	}
+	defer func() {
+		m.mu.Lock()
+		m.opening--
+		m.mu.Unlock()
+	}()
+	m.handler.ServeHTTP(w, r)
+}
+
+// admit reserves a place for the session an initialize opens: false when
+// the open sessions (and those being opened) are at the cap. A session
+// counts once initialized: the SDK also lists, for a moment, the one it
+// makes to answer a message sent without a session. Concurrent
+// initializes near the cap may be refused a little early, never let past.
+func (m *mcpEndpoint) admit() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	open := m.opening
+	for ss := range m.server.Sessions() {
+		if ss.InitializeParams() != nil {
+			open++
+		}
+	}
+	if open >= m.maxSessions {
+		return false
+	}
+	m.opening++
+	return true
+}
+
+// refuseSession answers an initialize past the cap: 403, which MCP clients
+// (the Go SDK's included) read the JSON-RPC error of, where they take 429
+// and 503 for a transient failure and show only the status. The message
+// names the cap, its setting and what frees a place.
+func (m *mcpEndpoint) refuseSession(w http.ResponseWriter, id json.RawMessage) {
+	msg := fmt.Sprintf("too many open MCP sessions: the host allows %d (setting %s); end one (DELETE /mcp with its %s) or wait until one has been idle for %s (setting %s)",
+		m.maxSessions, EnvVar("mcp-max-sessions"), mcpSessionIDHeader, m.idle, EnvVar("mcp-session-idle"))
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
+		"error": map[string]any{"code": mcpSessionsFull, "message": msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusForbidden)
+	_, _ = w.Write(body)
+}
+
+// initializeID finds an initialize request in a POST body and returns its
+// id.
+func initializeID(body []byte) (json.RawMessage, bool) {
+	for _, call := range mcpCalls(body) {
+		if call.Method == "initialize" {
+			return call.ID, true
+		}
+	}
+	return nil, false
+}
+
+// mcpCall is a JSON-RPC request: a message with an id and a method.
+type mcpCall struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+}
+
+// mcpCalls are the requests in a POST body (one message, or a batch).
+func mcpCalls(body []byte) []mcpCall {
+	msgs := []json.RawMessage{body}
+	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '[' {
+		if json.Unmarshal(b, &msgs) != nil {
+			return nil
+		}
+	}
+	var calls []mcpCall
+	for _, raw := range msgs {
+		var call mcpCall
+		if json.Unmarshal(raw, &call) == nil && call.ID != nil && call.Method != "" {
+			calls = append(calls, call)
+		}
+	}
+	return calls
+}
+
 // cancelCalls sends the session of r a notifications/cancelled for each
 // call in body, through the handler as a client's own would go.
 func (m *mcpEndpoint) cancelCalls(r *http.Request, body []byte, log *slog.Logger) {
-	var one json.RawMessage = body
-	msgs := []json.RawMessage{one}
-	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '[' {
-		if json.Unmarshal(b, &msgs) != nil {
-			return
-		}
-	}
-	for _, raw := range msgs {
-		var call struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		if json.Unmarshal(raw, &call) != nil || call.ID == nil || call.Method == "" {
-			continue
-		}
+	for _, call := range mcpCalls(body) {
 		log.Info("MCP client left during a call: cancelling it", "mcp_session_id", core.Clip(r.Header.Get(mcpSessionIDHeader)), "method", core.Clip(call.Method))
 		cancel, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled",
 			"params": map[string]any{"requestId": call.ID, "reason": "the client went away"}})

@@ -49,6 +49,13 @@ type Config struct {
 	// MaxContexts bounds the live contexts (each one an interpreter); past
 	// it POST /contexts answers 429. 0: DefaultMaxContexts; negative: no limit.
 	MaxContexts int
+	// MCPMaxSessions bounds the open MCP sessions on /mcp; past it an
+	// initialize gets 403 and a JSON-RPC error naming the setting. 0:
+	// DefaultMCPMaxSessions; negative: no limit.
+	MCPMaxSessions int
+	// MCPSessionIdle closes an MCP session whose client sent no request for
+	// so long. 0: DefaultMCPSessionIdle.
+	MCPSessionIdle time.Duration
 	// ExecutionTimeout is the host default bound on an execution's run on the
 	// kernel (an /execute body's "timeout" overrides it). 0: none.
 	ExecutionTimeout time.Duration
@@ -126,6 +133,10 @@ type Config struct {
 	envFile, envInline, logFormat, logLevel string
 	// The token file Load reads into AccessToken.
 	accessTokenFile string
+	// The config file Load read (-config) and the files of the plugins'
+	// file settings, hidden from contexts (hidden.go).
+	configFile   string
+	settingFiles []string
 	// plugins are the descriptions Load had of the plugins' settings, so
 	// the start does not ask the plugin again.
 	plugins *pluginCatalog
@@ -138,6 +149,10 @@ const (
 	DefaultKeepalive    = 5 * time.Second
 	DefaultTransport    = "subprocess"
 	DefaultMaxContexts  = 64
+	// An MCP session costs the host some 15 KiB of bookkeeping, no
+	// interpreter: room for many agents, not for a client that never closes.
+	DefaultMCPMaxSessions = 256
+	DefaultMCPSessionIdle = 30 * time.Minute
 
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 60 * time.Second
@@ -246,6 +261,10 @@ var settingsTable = []setting{
 		field: func(c *Config) *time.Duration { return &c.Keepalive }, check: positive[time.Duration]},
 	noLimit("max-contexts", DefaultMaxContexts, "live contexts at most (each is an interpreter); beyond it POST /contexts gets 429; 0: no limit",
 		func(c *Config) *int { return &c.MaxContexts }),
+	noLimit("mcp-max-sessions", DefaultMCPMaxSessions, "open MCP sessions on /mcp at most; past it an initialize gets 403 with a JSON-RPC error naming this setting, until a client ends its session (DELETE /mcp) or one expires (mcp-session-idle); 0: no limit",
+		func(c *Config) *int { return &c.MCPMaxSessions }),
+	&row[time.Duration]{name: "mcp-session-idle", def: DefaultMCPSessionIdle, help: "an MCP session whose client sent no request for this long is closed (its id then gets 404 session not found; the contexts stay)",
+		field: func(c *Config) *time.Duration { return &c.MCPSessionIdle }, check: positive[time.Duration]},
 	&row[time.Duration]{name: "execution-timeout", help: "default bound on an execution's run (an /execute body's \"timeout\" in seconds overrides it); the stream ends with an ExecutionTimeout error and the code is interrupted; 0: none",
 		field: func(c *Config) *time.Duration { return &c.ExecutionTimeout }, check: notNegative[time.Duration]},
 	// No "none" for the HTTP timeouts: without them one client holds a
@@ -322,10 +341,12 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		}
 	}
 	var err error
+	c.settingFiles = plugins.filePaths(fs)
 	if c.TransportSettings, err = plugins.values(fs); err != nil {
 		return Config{}, err
 	}
 	c.plugins = plugins
+	c.configFile = fs.Lookup(configFlag).Value.String()
 	if err := c.readTokenFiles(); err != nil {
 		return Config{}, err
 	}

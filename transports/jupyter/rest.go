@@ -247,6 +247,20 @@ type kernelModel struct {
 	ID          string `json:"id"`
 	Name        string `json:"name"`
 	Connections int    `json:"connections"`
+	// The server updates both from the kernel's IOPub messages (its
+	// activity watch): last_activity on each, execution_state on status
+	// messages. Until the kernel sent one they are what the server set at
+	// the start, "starting" and the start's time.
+	LastActivity   string `json:"last_activity"`
+	ExecutionState string `json:"execution_state"`
+}
+
+// sentSince says the server has seen the kernel send something on IOPub
+// since it gave model at, the kernel's start: the kernel runs and its
+// sockets are connected.
+func (m kernelModel) sentSince(at kernelModel) bool {
+	return (m.LastActivity != "" && m.LastActivity != at.LastActivity) ||
+		(m.ExecutionState != "" && m.ExecutionState != "starting")
 }
 
 // listTimeout bounds GET api/kernels: the list only serves to find the

@@ -39,6 +39,8 @@ type Transport struct {
 	// upgrades (unix nanoseconds): the progress a held upgrade is judged
 	// against (dialWhileAlive).
 	lastUpgrade atomic.Int64
+	// upgrading counts the websocket upgrades in flight (dialWhileAlive).
+	upgrading atomic.Int32
 }
 
 var _ core.Transport = (*Transport)(nil)
@@ -187,7 +189,7 @@ func (t *Transport) startKernel(ctx context.Context, name string, attempt int) (
 	}
 	k := newKernel(t.c, km.ID, uuid.NewString())
 	k.deleteOnServer = func(ctx context.Context) error { return t.deleteOwned(ctx, km.ID) }
-	ws, err := t.dialWhileAlive(ctx, km.ID, k.session, heldUpgradeBound(t.c.cfg.answerTimeout, attempt))
+	ws, err := t.dialWhileAlive(ctx, km, k.session, heldUpgradeBound(t.c.cfg.answerTimeout, attempt))
 	if err == nil {
 		c := newConn(ws)
 		if err = t.checkChannels(ctx, c, km.ID, k.session); err != nil {
@@ -220,33 +222,48 @@ func heldUpgradeBound(answer time.Duration, attempt int) time.Duration {
 	return answer << min(attempt-1, 4)
 }
 
-// dialWhileAlive opens the kernel's websocket (dialChannels). The server
-// holds the upgrade until the kernel answers a request of its own, so it
-// gives up early, with a silentChannelsError (the kernel is deleted and the
-// start tried again), in two cases:
+// dialWhileAlive opens the websocket of kernel km (dialChannels). The
+// server holds the upgrade until the kernel answers a request of its own,
+// so it gives up early, with a silentChannelsError (the kernel is deleted
+// and the start tried again), in three cases:
 //   - the server no longer has the kernel: a gateway that culls kernels
 //     idle for less than a slow start takes (Kernel Gateway culls
 //     "starting" kernels too) would otherwise hold the upgrade until the
 //     connect timeout;
+//   - the kernel is up (the server has seen it send on IOPub, as ipykernel
+//     does as soon as it runs) and the upgrade was held heldBound while the
+//     kernel was up and no other upgrade of ours was in flight. A kernel
+//     that runs answers the server's request within milliseconds, and a
+//     server with no other upgrade to complete is not busy; an upgrade
+//     still held is stuck, not slow, and the server would hold it until its
+//     kernel_info_timeout (60 s) and then often open a websocket the kernel
+//     never answers. Seen on Kernel Gateway with one start at a time, and on
+//     a fresh Enterprise Gateway. In a burst the next case judges instead:
+//     a server starting dozens of kernels completes upgrades seconds apart;
 //   - other upgrades got through since this one began, and this one was
 //     held heldBound past both its own start and the last of them. In a
 //     burst the server completes upgrades one after another as kernels come
 //     up (20 at once on two cores: every upgrade within 7 s), so a kernel
-//     whose upgrade is held while the others get through is stuck, not
-//     slow; Jupyter Server held such upgrades 60 s (its kernel_info_timeout)
-//     in bursts. While none gets through (64 kernels starting at once on two
-//     cores take tens of seconds before the first answers) no upgrade is
-//     judged, and a lone one waits for the connect timeout, as a kernel that
-//     is slow to start must.
+//     whose upgrade is held while the others get through is stuck too. This
+//     needs nothing of the kernel's state, which a server misses when the
+//     kernel's first IOPub message comes before the server listens.
 //
-// It asks the server about the kernel only once the upgrade took
-// answerTimeout: a burst of healthy starts sends no extra requests to a
+// While none of these holds (64 kernels starting at once on two cores take
+// tens of seconds before the first answers; a remote kernel waits for its
+// pod) the upgrade waits for the connect timeout, as a kernel that is slow
+// to start must. It asks the server about the kernel only once the upgrade
+// took answerTimeout: a burst of healthy starts sends no extra requests to a
 // server that is busy starting them.
-func (t *Transport) dialWhileAlive(ctx context.Context, id, session string, heldBound time.Duration) (*websocket.Conn, error) {
+func (t *Transport) dialWhileAlive(ctx context.Context, km kernelModel, session string, heldBound time.Duration) (*websocket.Conn, error) {
+	id := km.ID
 	dialCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	began := time.Now()
-	var gone, held atomic.Bool
+	t.upgrading.Add(1)
+	defer t.upgrading.Add(-1)
+	var gone, heldWhileOthers, heldWhileUp atomic.Bool
+	var up bool               // the watch has seen the kernel up
+	var loneUpSince time.Time // since when it is up and its upgrade the only one in flight
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -265,16 +282,28 @@ func (t *Transport) dialWhileAlive(ctx context.Context, id, session string, held
 			}
 			last := t.lastUpgrade.Load()
 			if last > began.UnixNano() && time.Since(time.Unix(0, last)) > heldBound {
-				held.Store(true)
+				heldWhileOthers.Store(true)
 				cancel()
 				return
 			}
 			gctx, gcancel := context.WithTimeout(dialCtx, goneCheckInterval)
-			err := t.c.do(gctx, http.MethodGet, "api/kernels/"+url.PathEscape(id), nil, nil)
+			var now kernelModel
+			err := t.c.do(gctx, http.MethodGet, "api/kernels/"+url.PathEscape(id), nil, &now)
 			gcancel()
 			var ae *apiError
 			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
 				gone.Store(true)
+				cancel()
+				return
+			}
+			up = up || (err == nil && now.sentSince(km))
+			switch {
+			case !up || t.upgrading.Load() > 1:
+				loneUpSince = time.Time{}
+			case loneUpSince.IsZero():
+				loneUpSince = time.Now()
+			case time.Since(loneUpSince) > heldBound:
+				heldWhileUp.Store(true)
 				cancel()
 				return
 			}
@@ -291,8 +320,10 @@ func (t *Transport) dialWhileAlive(ctx context.Context, id, session string, held
 		switch {
 		case gone.Load():
 			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server shut the kernel down before its websocket opened (a gateway culling kernels that start slowly?)", id)}
-		case held.Load():
+		case heldWhileOthers.Load():
 			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v while it completed others (the kernel did not answer it); the kernel was deleted", id, time.Since(began).Round(time.Second))}
+		case heldWhileUp.Load():
+			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v, %v of them with the kernel up (the server had seen its first status) and no other upgrade pending; the kernel was deleted", id, time.Since(began).Round(time.Second), time.Since(loneUpSince).Round(time.Second))}
 		}
 	}
 	return nil, err

@@ -101,3 +101,31 @@ func TestJavaSigintRecordWithoutSignal(t *testing.T) {
 		t.Fatalf("kept = %q after a record without a signal, want 7", got)
 	}
 }
+
+// An interrupt stops the cell's thread and no other: a pool whose worker
+// the cell started (idle in its queue's take when the interrupt comes)
+// keeps that worker. jshell's local engine stops every thread of the
+// cell's thread group, and a worker stopped inside LinkedBlockingQueue.take
+// throws IllegalMonitorStateException and dies (CI saw the exception from
+// such a worker, and the next cell never ended).
+func TestJavaInterruptSparesOtherThreads(t *testing.T) {
+	t.Parallel()
+	testkit.NeedCommand(t, "java", "default-jdk-headless")
+	k := startKernel(t, "java", t.TempDir())
+	// made counts the pool's threads: a worker that dies is replaced.
+	tt.Exec(t, k, "var made = new java.util.concurrent.atomic.AtomicInteger();\n"+
+		"var pool = java.util.concurrent.Executors.newFixedThreadPool(1, r -> { made.incrementAndGet(); return new Thread(r); });", false)
+	e := tt.Send(t, k, "pool.submit(() -> 1).get();\nSystem.out.println(\"start\");\nlong i = 0; while (true) { i++; }", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") != "" })
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+	if r := e.Reply(); r.Status != core.ReplyError || r.EName != "KeyboardInterrupt" {
+		t.Errorf("reply %+v, want a KeyboardInterrupt error", r)
+	}
+	next := tt.Exec(t, k, `pool.submit(() -> 2).get(20, java.util.concurrent.TimeUnit.SECONDS) + " threads made: " + made.get()`, false)
+	if got, _ := next.Result(); got != "2 threads made: 1" || next.Stream("stderr") != "" {
+		t.Errorf("the pool after the interrupt: %q, want its one thread alive:%s", got, next)
+	}
+}

@@ -26,7 +26,9 @@ import (
 //     context or request. Per-request env vars and a context's env are the
 //     engine's snippets, applied after the hand-out as after a cold start.
 //   - It serves a kernel in any cwd where its driver can be moved (python,
-//     javascript, typescript: driver.cwdRecord). Before the kernel gets it,
+//     javascript, typescript: driver.cwdRecord) and, when sandboxed, that
+//     its sandbox shows as a cold start's would (sandbox.reaches: inside
+//     the writable paths or the pool's cwd). Before the kernel gets it,
 //     take sends it the kernel's cwd, absolute, and waits for the driver's
 //     answer: the driver chdirs, sets PWD as a cold start's (pwdOf), and
 //     redoes what its start derived from the directory (python: import's

@@ -18,8 +18,9 @@ import (
 // namespaces, its own network namespace unless the setting is the host's
 // (network.go), a fresh /proc that shows only its own processes, its own /tmp
 // (a tmpfs that ends with it), the host's files read-only except the
-// writable paths (the kernel's cwd, the workspace and the places users
-// expect to write: Options.Sandbox.Writable, sandboxUserDirs), no
+// writable paths (the workspace and the places users expect to write:
+// Options.Sandbox.Writable, sandboxUserDirs; the kernel's cwd is writable
+// only inside them: cwdArgs), no
 // capabilities and no_new_privs. Nothing it does reaches another
 // interpreter's /proc entries, pipes or environment, or the host's.
 //
@@ -58,12 +59,17 @@ type SandboxOptions struct {
 	Mode string
 	// Writable lists host paths every interpreter may write (the host
 	// passes its default cwd, the workspace, and what the operator lists);
-	// the kernel's own cwd and sandboxUserDirs are writable too. Paths that
-	// do not exist are left out.
+	// sandboxUserDirs are writable too; a kernel's cwd elsewhere is
+	// read-only. Paths that do not exist are left out.
 	Writable []string
 	// ReadOnly lists paths under a writable one that stay read-only (the
 	// driver cache and this program's directory are always among them).
 	ReadOnly []string
+	// Hidden lists the host's own files and directories that no sandbox
+	// may read (the host passes its token files and config file); the
+	// service's credentials and state directories are hidden too
+	// (walls.go, hiddenPaths).
+	Hidden []string
 	// Network is NetworkIsolated (""), NetworkNone or NetworkHost
 	// (network.go).
 	Network string
@@ -86,8 +92,10 @@ type sandbox struct {
 	noUserns bool
 	writable []string // absolute, symlinks resolved, existing
 	readOnly []string
-	network  string // NetworkIsolated, NetworkNone or NetworkHost
-	pasta    string // pasta's path, under NetworkIsolated
+	hidden   []string // masked, after every other mount (maskArgs)
+	notes    []string // why a path to hide is not (hiddenPaths)
+	network  string   // NetworkIsolated, NetworkNone or NetworkHost
+	pasta    string   // pasta's path, under NetworkIsolated
 }
 
 // ParseSandboxMode checks a -sandbox value.
@@ -154,6 +162,9 @@ func buildSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (*sandbox
 		}
 	}
 	sb.writable = existingDirs(append(writable, opts.Writable...))
+	if inWritable(sb.bwrap, sb.writable) {
+		return nil, fmt.Errorf("bwrap (%s) is in a place sandboxed code can write: install it elsewhere, or take its directory off PATH", sb.bwrap)
+	}
 	readOnly := slices.Clone(opts.ReadOnly)
 	if dir, err := driverCacheDir(); err == nil {
 		readOnly = append(readOnly, dir)
@@ -162,6 +173,7 @@ func buildSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (*sandbox
 		readOnly = append(readOnly, filepath.Dir(exe))
 	}
 	sb.readOnly = existingDirs(readOnly)
+	sb.hidden, sb.notes = hiddenPaths(opts.Hidden, append(slices.Clone(sb.writable), sb.readOnly...))
 	return sb, nil
 }
 
@@ -172,7 +184,7 @@ var bwrapWorks = sync.OnceValues(probeBwrap)
 // get, with no user namespace for them to make where it can: the bare
 // sandbox (bwrap's path, noUserns), or why it cannot sandbox here.
 func probeBwrap() (*sandbox, error) {
-	path, err := exec.LookPath("bwrap")
+	path, err := lookPathOutside("bwrap", userWritableDirs()) // not one a context planted (walls.go)
 	if err != nil {
 		return nil, errors.New("bwrap is not installed (Debian: apt-get install bubblewrap)")
 	}
@@ -213,7 +225,8 @@ func existingDirs(paths []string) []string {
 
 // args are bwrap's arguments for an interpreter in cwd, up to the command.
 // Mounts are made in order, later ones over earlier ones: the host's
-// files read-only, then a fresh /dev, /proc and /tmp, then the writable
+// files read-only, then a fresh /dev, /proc (its kernel knobs covered
+// read-only: knobCovers) and /tmp, then the writable
 // paths (parents before children), then the read-only ones under them.
 func (sb *sandbox) args(cwd string, template bool) []string {
 	args := []string{
@@ -225,6 +238,7 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 		"--new-session", "--die-with-parent",
 		"--cap-drop", "ALL",
 	}
+	args = append(args, knobCovers()...) // after --proc (walls.go)
 	if sb.ownNetns() {
 		// Its own loopback and abstract unix sockets (network.go).
 		args = append(args, "--unshare-net")
@@ -252,27 +266,47 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 	} else if sb.noUserns {
 		args = append(args, "--disable-userns")
 	}
-	writable := sb.writable
-	if cwd != "" {
-		writable = append(existingDirs([]string{cwd}), writable...)
-	}
-	for _, w := range byDepth(writable) {
+	for _, w := range byDepth(sb.writable) {
 		args = append(args, "--bind", w, w)
 	}
 	// The read-only paths are mounted even where / shows them already (the
 	// driver cache may be under /tmp, which the sandbox's own /tmp hides),
 	// but never over a writable path or /tmp.
 	for _, r := range byDepth(sb.readOnly) {
-		if !covers(r, append([]string{"/tmp"}, writable...)) {
+		if !covers(r, append([]string{"/tmp"}, sb.writable...)) {
 			args = append(args, "--ro-bind", r, r)
 		}
 	}
-	if cwd != "" {
-		if abs, err := filepath.Abs(cwd); err == nil {
-			args = append(args, "--chdir", abs)
-		}
+	args = append(args, sb.cwdArgs(cwd)...)
+	// The host's own files over everything, the cwd's bind included
+	// (bwrap's --chdir acts after every mount, wherever it stands).
+	return append(append(args, maskArgs(sb.hidden)...), "--") // walls.go
+}
+
+// cwdArgs put the interpreter in cwd, which the sandbox shows as it shows
+// any path: writable only inside the writable set, else read-only, so a
+// client's cwd ("/etc", "/../../etc", a symlink to /etc in the workspace)
+// never makes a host directory writable (docs/api-contract.md). The
+// decision is made on the real path (symlinks and ".." resolved); nothing
+// is mounted writable for a cwd. A cwd under the host's /tmp, which the
+// sandbox's own /tmp hides, is shown read-only at its real path; /tmp
+// itself is the sandbox's own.
+func (sb *sandbox) cwdArgs(cwd string) []string {
+	if cwd == "" {
+		return nil
 	}
-	return append(args, "--")
+	real := existingDirs([]string{cwd})
+	if len(real) == 0 {
+		if abs, err := filepath.Abs(cwd); err == nil {
+			return []string{"--chdir", abs} // gone: bwrap fails as a start there should
+		}
+		return nil
+	}
+	dir := real[0]
+	if dir != "/tmp" && underAny(dir, []string{"/tmp"}) && !underAny(dir, sb.writable) {
+		return []string{"--ro-bind", dir, dir, "--chdir", dir}
+	}
+	return []string{"--chdir", dir}
 }
 
 // byDepth sorts paths so that a directory comes before those under it.
@@ -312,8 +346,7 @@ func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool, infoFd int) {
 	if infoFd > 0 {
 		args = append(args[:len(args)-1], "--info-fd", strconv.Itoa(infoFd), "--")
 	}
-	writable := append(existingDirs([]string{cwd}), sb.writable...)
-	if dir := filepath.Dir(cmd.Path); underAny(dir, []string{"/tmp"}) && !underAny(dir, writable) {
+	if dir := filepath.Dir(cmd.Path); underAny(dir, []string{"/tmp"}) && !underAny(dir, sb.writable) {
 		// An interpreter under /tmp (a test's, a venv made there) is
 		// hidden by the sandbox's own /tmp: it is shown read-only.
 		args = append(args[:len(args)-1], "--ro-bind", dir, dir, "--")
@@ -323,8 +356,10 @@ func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool, infoFd int) {
 }
 
 // reaches says whether an interpreter sandboxed for poolCwd sees dir as a
-// cold start in dir would: writable, as it is inside a writable path. Where
-// it is not, a pooled interpreter cannot be moved there.
+// cold start in dir would (cwdArgs): inside the writable set, writable in
+// both, or inside poolCwd, shown the same way in both. Elsewhere (a
+// read-only cwd under /tmp, shown only to a cold start) a pooled or forked
+// interpreter is not moved there: the kernel starts cold.
 func (sb *sandbox) reaches(poolCwd, dir string) bool {
 	if sb == nil {
 		return true

@@ -8,9 +8,10 @@
 // so output keeps its order with results and errors; child processes write
 // to fd 1/2, which the host forwards.
 //
-// The session uses jshell's local execution engine: snippets run in this
-// JVM, which starts once (no second JVM for a remote agent: half the start
-// time and memory), and an interrupt is JShell.stop(). The JVM is started
+// Snippets run in this JVM (jshell's direct execution, SnippetThreads),
+// which starts once (no second JVM for a remote agent: half the start time
+// and memory), and an interrupt is JShell.stop(), which stops the thread
+// running the snippet. The JVM is started
 // with java.util opened to unnamed modules, which the engine's env snippets
 // need to write through System.getenv() (see javaEnvBlock in
 // core/envvars.go).
@@ -26,10 +27,13 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.io.PrintStream;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.stream.Collectors;
 
 import jdk.jshell.Diag;
@@ -40,6 +44,10 @@ import jdk.jshell.SnippetEvent;
 import jdk.jshell.SourceCodeAnalysis;
 import jdk.jshell.UnresolvedReferenceException;
 import jdk.jshell.VarSnippet;
+import jdk.jshell.execution.DirectExecutionControl;
+import jdk.jshell.spi.ExecutionControl;
+import jdk.jshell.spi.ExecutionControlProvider;
+import jdk.jshell.spi.ExecutionEnv;
 import sun.misc.Signal;
 
 public class Driver {
@@ -73,7 +81,15 @@ public class Driver {
         InputStream reqIn = new BufferedInputStream(new java.io.FileInputStream("/dev/fd/3"));
         System.setOut(new PrintStream(new StreamOut("stdout"), true, StandardCharsets.UTF_8));
         System.setErr(new PrintStream(new StreamOut("stderr"), true, StandardCharsets.UTF_8));
-        shell = JShell.builder().executionEngine("local").build();
+        shell = JShell.builder().executionEngine(new ExecutionControlProvider() {
+            public String name() {
+                return "kernelhost";
+            }
+
+            public ExecutionControl generate(ExecutionEnv env, Map<String, String> parameters) {
+                return new SnippetThreads();
+            }
+        }, Map.of()).build();
         // An interrupt stops the running cell; between cells there is
         // nothing to stop.
         Signal.handle(new Signal("INT"), sig -> {
@@ -103,6 +119,73 @@ public class Driver {
             int n = Integer.parseInt(parts[1]);
             byte[] code = reqIn.readNBytes(n);
             execute(parts[2], new String(code, StandardCharsets.UTF_8), parts[0].equals("1"));
+        }
+    }
+
+    // SnippetThreads runs each snippet on a thread of its own and stops only
+    // that thread. jshell's "local" engine stops every thread of the
+    // snippet's thread group, which holds the threads the cell started too
+    // (a pool's worker stopped in its queue's take dies with
+    // IllegalMonitorStateException), and waits for every thread of the group
+    // before the snippet ends, so a cell whose pool worker started in time
+    // never ended.
+    static final class SnippetThreads extends DirectExecutionControl {
+        private final Object lock = new Object();
+        private Thread running; // the snippet's thread, while it runs
+        private boolean stopped; // stop() stopped it
+
+        @Override
+        protected String invoke(Method doit) throws Exception {
+            Object[] value = new Object[1];
+            Throwable[] thrown = new Throwable[1];
+            Thread t = new Thread(() -> {
+                try {
+                    value[0] = doit.invoke(null);
+                } catch (Throwable e) {
+                    thrown[0] = e;
+                }
+            }, "kernelhost-snippet");
+            synchronized (lock) {
+                running = t;
+                stopped = false;
+            }
+            t.start();
+            boolean wasStopped;
+            try {
+                t.join();
+            } finally {
+                synchronized (lock) {
+                    running = null;
+                    wasStopped = stopped;
+                }
+            }
+            Throwable e = thrown[0];
+            if (wasStopped || e instanceof ThreadDeath || (e instanceof InvocationTargetException && e.getCause() instanceof ThreadDeath)) {
+                throw new ExecutionControl.StoppedException();
+            }
+            if (e instanceof Exception) {
+                throw (Exception) e; // the snippet's own exception is an InvocationTargetException's cause
+            }
+            if (e != null) {
+                throw new InvocationTargetException(e);
+            }
+            return valueString(value[0]);
+        }
+
+        @Override
+        @SuppressWarnings({"deprecation", "removal"})
+        public void stop() {
+            synchronized (lock) {
+                if (running == null) {
+                    return;
+                }
+                stopped = true;
+                try {
+                    running.stop();
+                } catch (UnsupportedOperationException e) { // Java 20 and later
+                    running.interrupt();
+                }
+            }
         }
     }
 

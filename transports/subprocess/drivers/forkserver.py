@@ -345,6 +345,12 @@ def _own_dev():
         _mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
 
 
+# The system-wide files of a fresh /proc, covered read-only: walls.go's
+# kernelKnobs, the same list.
+_KERNEL_KNOBS = ("sys", "sysrq-trigger", "irq", "bus", "fs", "acpi", "asound", "scsi", "driver", "mtrr",
+                 "latency_stats", "timer_stats")
+
+
 def _own_proc():
     """A /proc of the new PID namespace, its system-wide files covered
     read-only as bwrap covers them (a root context must not write sysctls)."""
@@ -353,7 +359,7 @@ def _own_proc():
     # no use for one): with CAP_SYS_RESOURCE there, dropped with the rest.
     with open("/proc/sys/user/max_user_namespaces", "w") as f:
         f.write("0\n")
-    for sub in ("sys", "sysrq-trigger", "irq", "bus"):
+    for sub in _KERNEL_KNOBS:
         path = "/proc/" + sub
         if os.path.lexists(path):
             _mount(path, path, None, _MS_BIND | _MS_REC)

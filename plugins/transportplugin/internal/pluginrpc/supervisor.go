@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -216,10 +217,10 @@ func (s *Supervised) Ready(ctx context.Context) error {
 	return err
 }
 
-// Close stops supervising and kills the plugin: go-plugin asks it to exit
-// (it stops its kernels) and kills it after a 2 s grace period. Kernels still
-// open get their Messages channels closed. Close returns once the plugin
-// process is gone; it is safe to call more than once.
+// Close stops supervising and stops the plugin (stopPlugin): it stops its
+// kernels and its transport and exits, or is killed after pluginStopGrace.
+// Kernels still open get their Messages channels closed. Close returns once
+// the plugin process is gone; it is safe to call more than once.
 func (s *Supervised) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -233,6 +234,29 @@ func (s *Supervised) Close() error {
 	<-s.loopDone
 	s.pumps.Wait()
 	return nil
+}
+
+// pluginStopGrace bounds a plugin's own shutdown (stopPlugin): its kernels'
+// (kernelShutdownTimeout) and its transport's Close, which the Jupyter
+// transport spends waiting for start requests still open (10 s), deleting
+// the kernels they are answered with, then every kernel on record (10 s).
+const pluginStopGrace = 25 * time.Second
+
+// stopPlugin tells the plugin to stop its kernels and its transport and
+// exit (SIGTERM: stopWhenTold), waits pluginStopGrace for that, then kills it.
+// go-plugin's Kill alone gives the plugin 2 s, and a Jupyter transport
+// killed while it waited for a start the host had given up on left that
+// start's kernel on the gateway.
+func stopPlugin(inst *instance) {
+	if pid := inst.proc.pid(); pid > 0 && !inst.proc.gone() && syscall.Kill(pid, syscall.SIGTERM) == nil {
+		t := time.NewTimer(pluginStopGrace)
+		select {
+		case <-inst.proc.exited:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	inst.client.Kill()
 }
 
 var errClosed = errors.New("transport plugin supervisor is closed")
@@ -300,7 +324,7 @@ func (s *Supervised) supervise(inst *instance) {
 		select {
 		case <-s.stop:
 			s.setDown()
-			inst.client.Kill()
+			stopPlugin(inst)
 			inst.cancel()
 			return
 		case <-inst.proc.exited:
