@@ -234,3 +234,19 @@ func TestParseNetwork(t *testing.T) {
 		t.Errorf("a transport with context-network=open: %v", err)
 	}
 }
+
+// pasta forwards nothing into a context nor from it to the host's
+// loopback, whoever runs it. -T is also held by behaviour
+// (TestNetworkHostLoopbackUnreachable); -t, -u, -U and --no-map-gw are
+// checked here only: this pasta forwards nothing inward by itself, and the
+// gateway's address is another machine's, which tests must not reach.
+func TestPastaArgsForwardNothing(t *testing.T) {
+	for _, join := range []bool{false, true} {
+		args := strings.Join(pastaArgs(join), " ")
+		for _, want := range []string{"-t none", "-u none", "-T none", "-U none", "--no-map-gw", "--foreground"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("pasta's arguments %q lack %q", args, want)
+			}
+		}
+	}
+}
