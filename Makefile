@@ -143,9 +143,15 @@ generate:
 	$(GO) generate ./plugins/transportplugin/proto
 
 ## run: build and serve (settings: KERNELHOST_* env vars or ARGS)
+# As root it installs the walls' packages where missing (bubblewrap, and passt
+# for -context-network=isolated, the default), as make policies installs
+# wabt; as another user it says what is missing.
 run: build plugins
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory deps-apt APT_PACKAGES="bubblewrap passt"; fi
 	@python="$$($(PICK_PYTHON))"; \
 	command -v bwrap >/dev/null || echo "bwrap is missing: interpreters will NOT be sandboxed (apt-get install bubblewrap, or make deps)"; \
+	command -v bwrap >/dev/null && ! command -v pasta >/dev/null && \
+		echo "pasta is missing: the host refuses to start with -context-network=isolated, the default (apt-get install passt, or make run ARGS=-context-network=none for contexts without outbound network)"; \
 	KERNELHOST_PYTHON="$$python" exec ./bin/kernelhost serve $(ARGS)
 
 # The Python `make run` gives the subprocess transport: KERNELHOST_PYTHON if
