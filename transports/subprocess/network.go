@@ -336,15 +336,37 @@ func (p *proc) stackInfo(cmd *exec.Cmd) (r, w *os.File, fd int, err error) {
 }
 
 // initPidFrom reads, from the pipe bwrap was given as --info-fd, its
-// sandbox's init's pid (bounded by netReadyWait), and closes it.
+// sandbox's init's pid (bounded by netReadyWait), and closes it. It
+// returns once the init has started the command (setUp): bwrap writes the
+// pid before its init sets the namespace's loopback up, and pasta's own
+// setup of the namespace racing it failed the start under load ("bwrap:
+// loopback: Failed RTM_NEWADDR").
 func initPidFrom(r *os.File) (int, error) {
 	defer r.Close()
-	_ = r.SetReadDeadline(time.Now().Add(netReadyWait))
+	deadline := time.Now().Add(netReadyWait)
+	_ = r.SetReadDeadline(deadline)
 	var info struct {
 		ChildPid int `json:"child-pid"`
 	}
 	if err := json.NewDecoder(r).Decode(&info); err != nil || info.ChildPid <= 0 {
 		return 0, fmt.Errorf("network: bwrap did not say its init's pid: %v", err)
 	}
-	return info.ChildPid, nil
+	return info.ChildPid, setUp(info.ChildPid, deadline)
+}
+
+// setUp waits until the sandbox init init has a child, the command it
+// starts once the sandbox is set up, or until deadline. Nothing signals
+// that moment to the host, so it looks every 200 µs (bwrap's setup takes
+// a few milliseconds).
+func setUp(init int, deadline time.Time) error {
+	for len(childrenOf(init)) == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("network: the sandbox (init pid %d) did not start its command within %v", init, netReadyWait)
+		}
+		if err := syscall.Kill(init, 0); err != nil {
+			return fmt.Errorf("network: the sandbox's init (pid %d) ended before it started its command", init)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return nil
 }
