@@ -45,8 +45,11 @@ WAZERO         := $(TOOLS)/wazero
 # figures in the subprocess python driver (its tests run /usr/bin/python3);
 # python3-pandas and python3-pil, with matplotlib: the charts, data and images
 # of the python environment (transports/kernelpy; its tests run /usr/bin/python3 too);
-# bubblewrap (bwrap): the sandbox each subprocess interpreter runs in.
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil bubblewrap
+# bubblewrap (bwrap): the sandbox each subprocess interpreter runs in;
+# passt (pasta): the user-mode network stack that gives a sandboxed context
+# outbound network from a network namespace of its own
+# (-context-network=isolated, the default; docs/RATIONALE.md, "Network").
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil bubblewrap passt
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888
@@ -140,9 +143,15 @@ generate:
 	$(GO) generate ./plugins/transportplugin/proto
 
 ## run: build and serve (settings: KERNELHOST_* env vars or ARGS)
+# As root it installs the walls' packages where missing (bubblewrap, and passt
+# for -context-network=isolated, the default), as make policies installs
+# wabt; as another user it says what is missing.
 run: build plugins
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory deps-apt APT_PACKAGES="bubblewrap passt"; fi
 	@python="$$($(PICK_PYTHON))"; \
 	command -v bwrap >/dev/null || echo "bwrap is missing: interpreters will NOT be sandboxed (apt-get install bubblewrap, or make deps)"; \
+	command -v bwrap >/dev/null && ! command -v pasta >/dev/null && \
+		echo "pasta is missing: the host refuses to start with -context-network=isolated, the default (apt-get install passt, or make run ARGS=-context-network=none for contexts without outbound network)"; \
 	KERNELHOST_PYTHON="$$python" exec ./bin/kernelhost serve $(ARGS)
 
 # The Python `make run` gives the subprocess transport: KERNELHOST_PYTHON if

@@ -96,6 +96,13 @@ func startServeAs(t *testing.T, cred *syscall.Credential, dir string, args []str
 	t.Helper()
 	p := &proc{t: t, cmd: exec.Command(kernelhost, append([]string{"serve"}, args...)...), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
 	p.cmd.Dir = dir
+	if cred != nil {
+		// Contexts without outbound network (none, unless vars say
+		// otherwise): an unprivileged host's pasta opens /dev/net/tun as
+		// that user, which a container may keep root's (these tests are
+		// not about the network; transports/subprocess/network_test.go is).
+		vars = append([]string{"KERNELHOST_CONTEXT_NETWORK=none"}, vars...)
+	}
 	p.cmd.Env = hostEnv(vars...)
 	if cred != nil {
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}

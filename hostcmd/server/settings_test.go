@@ -203,6 +203,7 @@ func TestLoadErrors(t *testing.T) {
 		"zero start timeout":  {args: []string{"-jupyter-start-timeout", "0"}, want: "jupyter-start-timeout must be positive, got 0s (KERNELHOST_JUPYTER_START_TIMEOUT)"},
 		"negative keep-alive": {env: map[string]string{"KERNELHOST_JUPYTER_KEEP_ALIVE": "-1s"}, want: "jupyter-keep-alive must not be negative, got -1s (KERNELHOST_JUPYTER_KEEP_ALIVE)"},
 		"bad sandbox":         {args: []string{"-sandbox", "maybe"}, want: `sandbox must be auto, on or off, got "maybe" (KERNELHOST_SANDBOX)`},
+		"bad network":         {env: map[string]string{"KERNELHOST_CONTEXT_NETWORK": "open"}, want: `context-network must be isolated, none or host, got "open" (KERNELHOST_CONTEXT_NETWORK)`},
 		"tiny message cap":    {args: []string{"-max-message-bytes", "100"}, want: "max-message-bytes must be between 4096 and 134217728, got 100 (KERNELHOST_MAX_MESSAGE_BYTES)"},
 		"negative pids":       {args: []string{"-context-pids=-1"}, want: "context-pids must not be negative"},
 		"bad bool":            {env: map[string]string{"KERNELHOST_KERNEL_CGROUPS": "perhaps"}, want: "KERNELHOST_KERNEL_CGROUPS"},

@@ -333,6 +333,9 @@ func (t *Transport) startForkServer(preload []string, cwd string, warn func(stri
 			// path a context can write runs in it (forkserver.py).
 			spec.args = append([]string{"-s"}, spec.args...)
 			spec.env = append(spec.env, "KH_FORK_SANDBOX=1", "KH_WRITABLE="+strings.Join(append(existingDirs([]string{cwd}), sb.writable...), ":"))
+			if sb.ownNetns() {
+				spec.env = append(spec.env, "KH_FORK_NETNS=1") // each context in a network namespace of its own
+			}
 		}
 		return spec, err
 	}, warn)

@@ -15,7 +15,8 @@ import (
 
 // Each interpreter runs in a sandbox of its own, made by bubblewrap (bwrap;
 // docs/RATIONALE.md says why bwrap): its own PID, IPC, mount and cgroup
-// namespaces, a fresh /proc that shows only its own processes, its own /tmp
+// namespaces, its own network namespace unless the setting is the host's
+// (network.go), a fresh /proc that shows only its own processes, its own /tmp
 // (a tmpfs that ends with it), the host's files read-only except the
 // writable paths (the workspace and the places users expect to write:
 // Options.Sandbox.Writable, sandboxUserDirs; the kernel's cwd is writable
@@ -69,6 +70,9 @@ type SandboxOptions struct {
 	// service's credentials and state directories are hidden too
 	// (walls.go, hiddenPaths).
 	Hidden []string
+	// Network is NetworkIsolated (""), NetworkNone or NetworkHost
+	// (network.go).
+	Network string
 }
 
 // sandboxUserDirs are the places, under the user's home, where users expect
@@ -90,6 +94,8 @@ type sandbox struct {
 	readOnly []string
 	hidden   []string // masked, after every other mount (maskArgs)
 	notes    []string // why a path to hide is not (hiddenPaths)
+	network  string   // NetworkIsolated, NetworkNone or NetworkHost
+	pasta    string   // pasta's path, under NetworkIsolated
 }
 
 // ParseSandboxMode checks a -sandbox value.
@@ -111,6 +117,10 @@ func newSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (sb *sandbo
 	if err != nil {
 		return nil, "", err
 	}
+	network, err := ParseNetwork(opts.Network)
+	if err != nil {
+		return nil, "", err
+	}
 	if mode == SandboxOff {
 		return nil, "turned off (-sandbox=off)", nil
 	}
@@ -120,6 +130,14 @@ func newSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (sb *sandbo
 			return nil, "", fmt.Errorf("subprocess: -sandbox=on, but interpreters cannot be sandboxed here: %w", err)
 		}
 		return nil, err.Error(), nil
+	}
+	sb.network = network
+	if network == NetworkIsolated {
+		// Not a fallback to the host's network, nor to no sandbox: the
+		// operator chooses (network.go).
+		if sb.pasta, err = stackWorks(); err != nil {
+			return nil, "", fmt.Errorf("subprocess: %w", err)
+		}
 	}
 	return sb, "", nil
 }
@@ -221,6 +239,10 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 		"--cap-drop", "ALL",
 	}
 	args = append(args, knobCovers()...) // after --proc (walls.go)
+	if sb.ownNetns() {
+		// Its own loopback and abstract unix sockets (network.go).
+		args = append(args, "--unshare-net")
+	}
 	if sb.noUserns || template {
 		// Its uid and gid in its user namespace are the host's.
 		args = append(args, "--unshare-user",
@@ -236,6 +258,11 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 		// CAP_SYS_RESOURCE, each context sets its namespace's limit of
 		// user namespaces to 0 instead (drivers/forkserver.py, B).
 		args = append(args, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_SYS_RESOURCE")
+		if sb.ownNetns() {
+			// Each context brings up the loopback of its own network
+			// namespace (forkserver.py, B).
+			args = append(args, "--cap-add", "CAP_NET_ADMIN")
+		}
 	} else if sb.noUserns {
 		args = append(args, "--disable-userns")
 	}
@@ -312,9 +339,13 @@ func underAny(path string, dirs []string) bool {
 }
 
 // wrap makes cmd run in a sandbox: bwrap with the command after its
-// arguments; a fork template's (template) when it is one.
-func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool) {
+// arguments; a fork template's (template) when it is one. infoFd, when
+// above 0, is cmd's descriptor bwrap writes its init's pid to (network.go).
+func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool, infoFd int) {
 	args := append([]string{sb.bwrap}, sb.args(cwd, template)...)
+	if infoFd > 0 {
+		args = append(args[:len(args)-1], "--info-fd", strconv.Itoa(infoFd), "--")
+	}
 	if dir := filepath.Dir(cmd.Path); underAny(dir, []string{"/tmp"}) && !underAny(dir, sb.writable) {
 		// An interpreter under /tmp (a test's, a venv made there) is
 		// hidden by the sandbox's own /tmp: it is shown read-only.

@@ -80,7 +80,7 @@ func (r toolRunner) prepare(cmd *exec.Cmd, out string) {
 	if r.sb == nil {
 		return
 	}
-	r.sb.wrap(cmd, "", false)
+	r.sb.wrap(cmd, "", false, 0) // no network stack: a tool needs none
 	if out == "" {
 		return
 	}

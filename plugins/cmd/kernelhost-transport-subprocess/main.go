@@ -37,7 +37,7 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 		PoolSizes: pools, PoolCwd: s.DefaultCwd,
 		Preload:         subprocess.ParsePreload(s.Preload),
 		MaxMessageBytes: s.MaxMessageBytes,
-		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable, Hidden: lines(s.HostPrivatePaths)},
+		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable, Hidden: lines(s.HostPrivatePaths), Network: s.Network},
 		Limits:          subprocess.Limits{MemoryBytes: memory, Pids: s.ContextPids, CPUWeight: s.ContextCPUWeight},
 		Warn:            transportplugin.Logger().Warn,
 	})

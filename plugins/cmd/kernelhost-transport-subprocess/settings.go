@@ -22,7 +22,10 @@ type options struct {
 	// HostPrivatePaths are the host's own files (its token and config
 	// files), one a line, hidden in every sandbox.
 	HostPrivatePaths string
-	MaxMessageBytes  int // caps an interpreter's messages (subprocess.Options)
+	// Network is a sandbox's network: isolated, none or host
+	// (subprocess.SandboxOptions).
+	Network         string
+	MaxMessageBytes int // caps an interpreter's messages (subprocess.Options)
 	// Limits per context (subprocess.Limits); a limit this machine cannot
 	// apply stops the plugin at start.
 	ContextMemory                 string
@@ -60,10 +63,12 @@ var settings = []transportplugin.Setting[options]{
 		func(o *options) *int { return &o.MaxMessageBytes }).Between(4<<10, maxMessageCap),
 	transportplugin.BoolSetting("kernel-cgroups", true, "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only",
 		func(o *options) *bool { return &o.KernelCgroups }),
-	transportplugin.StringSetting("sandbox", "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC and mount namespaces, own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
+	transportplugin.StringSetting("sandbox", "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC, mount and network namespaces (context-network), own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
 		func(o *options) *string { return &o.Sandbox }).OneOf("auto", "on", "off"),
 	transportplugin.StringSetting("sandbox-writable", "", "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory, a project directory); a context's cwd outside them is read-only in its sandbox",
 		func(o *options) *string { return &o.SandboxWritable }),
+	transportplugin.StringSetting("context-network", "isolated", "subprocess transport: a sandboxed context's network: isolated (a network namespace of its own: its own loopback and abstract unix sockets, nothing of the host's loopback listeners, the host's API among them, reachable; outbound connections through pasta, Debian's passt, as from the host), none (a network namespace of its own with loopback only) or host (the host's network, loopback listeners included); with -sandbox=off contexts have the host's network",
+		func(o *options) *string { return &o.Network }).OneOf("isolated", "none", "host"),
 	transportplugin.StringSetting("context-memory", "", "subprocess transport: memory one context's interpreter and everything it starts may use (512MiB, 2G; empty: no limit), in its cgroup; past it the interpreter is killed, the execution ends with MemoryLimitExceeded and the context restarts without its state; no interpreter starts where no memory cgroup controller can apply it",
 		func(o *options) *string { return &o.ContextMemory }),
 	transportplugin.IntSetting("context-pids", 0, "subprocess transport: processes and threads one context's interpreter may have at once, itself included (0: no limit); past it fork fails; no interpreter starts where no pids cgroup controller can apply it",
