@@ -13,8 +13,8 @@ SDKTEST  := hostcmd/sdktest
 # Version info stamped into bin/kernelhost (kernelhost version).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
-CLI_PKG := github.com/kernelhost/kernelhost/hostcmd/cli
-LDFLAGS := -X $(CLI_PKG).Version=$(VERSION) -X $(CLI_PKG).Commit=$(COMMIT)
+BUILDINFO := github.com/kernelhost/kernelhost/hostcmd/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
 
 # make install: PREFIX/bin/kernelhost, PREFIX/lib/kernelhost/plugins (where
 # the installed binary looks for its plugins: ../lib/kernelhost/plugins from

@@ -221,7 +221,7 @@ func TestBinary(t *testing.T) {
 	url := "http://" + p.waitLog("listening")["addr"].(string)
 	p.waitLog("ready")
 
-	status, body := post(t, url, map[string]any{"code": testkit.SelfPidProbe["python"]})
+	status, body := post(t, url, map[string]any{"code": testkit.SelfPidProbe("python")})
 	var ns string
 	var nsPID int
 	if _, err := fmt.Sscanf(body[strings.Index(body, `"text":"`)+8:], "%s %d", &ns, &nsPID); status != 200 || err != nil {

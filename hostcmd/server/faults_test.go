@@ -140,7 +140,7 @@ func figure(t *testing.T, format string, args ...any) {
 // pidOf asks a python context for its interpreter's process id.
 func (h *testHost) pidOf(t *testing.T, id string) int {
 	t.Helper()
-	return testkit.HostPidOfProbe(t, stdout(h.run(map[string]any{"code": testkit.SelfPidProbe["python"], "context_id": id})))
+	return testkit.HostPidOfProbe(t, stdout(h.run(map[string]any{"code": testkit.SelfPidProbe("python"), "context_id": id})))
 }
 
 // killMidExecution starts a long execution on id, kills pid with SIGKILL

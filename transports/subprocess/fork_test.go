@@ -349,7 +349,7 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 
 // A forked kernel in a directory other than the template's behaves as one
 // started there (the pool's test, TestPooledKernelInAnotherCwdIsAsIfStartedThere):
-// everything testkit.CwdProbes prints is what a cold-started kernel of the
+// everything testkit.CwdProbe prints is what a cold-started kernel of the
 // same interpreter prints.
 func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
 	t.Parallel()
@@ -371,7 +371,7 @@ func testForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T, mode string) {
 	}
 	probe := func(k *Kernel) string {
 		t.Helper()
-		e := tt.Exec(t, k, testkit.CwdProbes["python"], false)
+		e := tt.Exec(t, k, testkit.CwdProbe("python"), false)
 		if e.Reply().Status != "ok" {
 			t.Fatalf("probe:%s", e)
 		}
