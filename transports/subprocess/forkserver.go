@@ -45,20 +45,22 @@ import (
 // lives on until the last context forked from it ended, since they are
 // nested in its PID namespace.
 
-// DefaultPreload is what the python fork server preloads by default (those
+// DefaultPreload() is what the python fork server preloads by default (those
 // installed): the data stack an analysis context imports first.
 // matplotlib.pyplot also sets up the inline backend (and so the IPython
-// shell), as a cell that imports it would.
-var DefaultPreload = []string{"numpy", "pandas", "matplotlib", "matplotlib.pyplot", "IPython"}
+// shell), as a cell that imports it would. A fresh slice each call.
+func DefaultPreload() []string {
+	return []string{"numpy", "pandas", "matplotlib", "matplotlib.pyplot", "IPython"}
+}
 
 // ParsePreload reads a preload setting: module names separated by commas;
-// "off" (or nothing) turns the fork server off, "auto" is DefaultPreload.
+// "off" (or nothing) turns the fork server off, "auto" is DefaultPreload().
 func ParsePreload(s string) []string {
 	switch strings.TrimSpace(s) {
 	case "", "off":
 		return nil
 	case "auto":
-		return DefaultPreload
+		return DefaultPreload()
 	}
 	var out []string
 	for _, name := range strings.Split(s, ",") {
