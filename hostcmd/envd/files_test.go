@@ -36,7 +36,7 @@ type fixture struct {
 	fs       filesystemconnect.FilesystemClient
 }
 
-func newFixture(t *testing.T, sandbox envd.Wrapper) *fixture {
+func newFixture(t *testing.T, sandbox func(home string) envd.Wrapper) *fixture {
 	t.Helper()
 	base := t.TempDir()
 	f := &fixture{home: filepath.Join(base, "home"), readOnly: filepath.Join(base, "ro"), secret: filepath.Join(base, "home", "secrets", "token")}
@@ -47,8 +47,12 @@ func newFixture(t *testing.T, sandbox envd.Wrapper) *fixture {
 	}
 	testkit.WriteFile(t, f.secret, "s3cret")
 	testkit.WriteFile(t, filepath.Join(f.readOnly, "data.txt"), "read me")
-	f.srv = envd.New(envd.Config{Home: f.home, Writable: []string{f.home}, Hidden: []string{f.secret},
-		Env: map[string]string{"GLOBAL_VAR": "g"}, Sandbox: sandbox, MaxUploadBytes: 1 << 20})
+	cfg := envd.Config{Home: f.home, Writable: []string{f.home}, Hidden: []string{f.secret},
+		Env: map[string]string{"GLOBAL_VAR": "g"}, MaxUploadBytes: 1 << 20}
+	if sandbox != nil {
+		cfg.Sandbox = sandbox(f.home)
+	}
+	f.srv = envd.New(cfg)
 	hs := httptest.NewServer(f.srv.Handler())
 	t.Cleanup(func() {
 		hs.Close()

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/creack/pty"
 
@@ -94,6 +95,10 @@ func (c *command) pump(r io.Reader, wrap func([]byte) *pb.ProcessEvent_DataEvent
 // every stream and closes them.
 func (c *command) finish(wg *sync.WaitGroup, onEnd func()) {
 	err := c.cmd.Wait()
+	// bwrap's init is in bwrap's process group and may outlive it (a
+	// namespace's init does not take its parent-death signal): killed, it
+	// takes the whole sandbox with it, and the output pipes it holds close.
+	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 	wg.Wait()
 	if c.tty != nil {
 		c.tty.Close()
@@ -189,15 +194,16 @@ func (c *command) resize(size *pb.PTY_Size) error {
 	return pty.Setsize(c.tty, &pty.Winsize{Cols: uint16(size.GetCols()), Rows: uint16(size.GetRows())})
 }
 
-// signal sends sig to the command: to bwrap, whose death ends everything
-// in the sandbox (its init dies with it), or to the plain process.
+// signal sends sig to the command's process group: bwrap and the
+// sandbox's init, whose end ends everything in the sandbox (finish), or
+// the plain process and its group.
 func (c *command) signal(sig syscall.Signal) error {
 	select {
 	case <-c.done:
 		return errGone
 	default:
 	}
-	return c.cmd.Process.Signal(sig)
+	return syscall.Kill(-c.cmd.Process.Pid, sig)
 }
 
 var errGone = errors.New("the process has ended")
@@ -261,8 +267,12 @@ func (p *processes) killAll() {
 		cmds = append(cmds, c)
 	}
 	p.mu.Unlock()
+	timeout := time.After(10 * time.Second)
 	for _, c := range cmds {
 		_ = c.signal(syscall.SIGKILL)
-		<-c.done
+		select {
+		case <-c.done:
+		case <-timeout: // a process that will not die is left to the kernel
+		}
 	}
 }

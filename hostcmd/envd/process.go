@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -70,11 +72,14 @@ func (s *Server) newCommand(cfg *pb.ProcessConfig, tty bool) (*exec.Cmd, error) 
 		}
 		dir = real
 	}
-	cmd := exec.Command(cfg.GetCmd(), cfg.GetArgs()...)
-	if cmd.Err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cmd '%s': %w", cfg.GetCmd(), cmd.Err))
+	env := s.commandEnv(cfg.GetEnvs(), tty)
+	path, err := lookPath(cfg.GetCmd(), env)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	cmd.Env = s.commandEnv(cfg.GetEnvs(), tty)
+	cmd := exec.Command(path, cfg.GetArgs()...)
+	cmd.Args[0] = cfg.GetCmd()
+	cmd.Env = env
 	if s.cfg.Sandbox == nil {
 		cmd.Dir = dir
 		return cmd, nil
@@ -84,6 +89,30 @@ func (s *Server) newCommand(cfg *pb.ProcessConfig, tty bool) (*exec.Cmd, error) 
 	}
 	cmd.Dir = "/" // bwrap's own; the command's is its --chdir
 	return cmd, nil
+}
+
+// lookPath finds cmd as the command's own PATH (env's) would: the sandbox
+// shows the host's files, so what is found here is what it runs.
+func lookPath(cmd string, env []string) (string, error) {
+	if strings.Contains(cmd, "/") {
+		if fi, err := os.Stat(cmd); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("cmd '%s' is not an executable file", cmd)
+		}
+		return cmd, nil
+	}
+	dirs := basePath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			dirs = v
+		}
+	}
+	for _, dir := range filepath.SplitList(dirs) {
+		p := filepath.Join(dir, cmd)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("cmd '%s' is not found in PATH (%s)", cmd, dirs)
 }
 
 // start starts a request's command and attaches the caller's stream.
@@ -115,7 +144,8 @@ func (s *Server) start(msg *pb.StartRequest) (*command, chan *pb.ProcessEvent, e
 // startPipes starts the command with pipes for its output (and its input
 // when stdin).
 func (c *command) startPipes(stdin bool, wg *sync.WaitGroup) error {
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Alone in its process group (signal), killed if the host dies.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -162,6 +192,8 @@ func (c *command) startTTY(size *pb.PTY_Size, wg *sync.WaitGroup) error {
 	if size.GetCols() > 0 && size.GetRows() > 0 {
 		ws = &pty.Winsize{Cols: uint16(min(size.GetCols(), 10000)), Rows: uint16(min(size.GetRows(), 10000))}
 	}
+	// pty makes it a session leader (Setsid), so also a group's.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	tty, err := pty.StartWithSize(c.cmd, ws)
 	if err != nil {
 		return err

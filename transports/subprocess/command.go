@@ -56,7 +56,7 @@ func (c *CommandSandbox) Wrap(cmd *exec.Cmd, dir string, hidden []string, tty bo
 		args = slices.DeleteFunc(args, func(a string) bool { return a == "--new-session" })
 	}
 	for _, h := range existingDirs(hidden) {
-		if underAny(h, []string{"/tmp"}) {
+		if underAny(h, []string{"/tmp"}) && !underAny(h, c.sb.writable) {
 			continue // the sandbox's own /tmp hides it already
 		}
 		if fi, err := os.Stat(h); err == nil && fi.IsDir() {
