@@ -40,6 +40,9 @@ type Config struct {
 	// Sandbox wraps each command in its sandbox; nil runs commands as plain
 	// host processes, which only an operator's -sandbox=off asks for.
 	Sandbox Wrapper
+	// NoCommands, when set, says why commands are refused (no sandbox can
+	// be had here): Start answers FailedPrecondition with it.
+	NoCommands string
 	// MaxUploadBytes bounds one upload's file (413 past it).
 	MaxUploadBytes int64
 	Log            *slog.Logger

@@ -58,6 +58,9 @@ func (s *Server) commandEnv(req map[string]string, tty bool) []string {
 
 // newCommand builds a request's command, in its sandbox, not started.
 func (s *Server) newCommand(cfg *pb.ProcessConfig, tty bool) (*exec.Cmd, error) {
+	if s.cfg.NoCommands != "" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New(s.cfg.NoCommands))
+	}
 	if cfg.GetCmd() == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the process config needs a cmd"))
 	}

@@ -35,6 +35,14 @@ func NewCommandSandbox(opts SandboxOptions) (*CommandSandbox, error) {
 	return &CommandSandbox{sb: sb}, nil
 }
 
+// SandboxWritable is the writable set a sandbox built from opts has (its
+// user directories made), whether or not bwrap works here: the sandbox
+// API's files side writes only under it.
+func SandboxWritable(opts SandboxOptions) []string {
+	sb, _ := buildSandbox(opts, func() (*sandbox, error) { return &sandbox{}, nil })
+	return sb.writable
+}
+
 // Writable is the sandbox's writable set: absolute, symlinks resolved,
 // existing. The sandbox API's files side writes only under it.
 func (c *CommandSandbox) Writable() []string { return slices.Clone(c.sb.writable) }
