@@ -86,3 +86,22 @@ func TestSandboxAPIServedBesideTheAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxAPIAddrSetting: `kernelhost serve` listens on 49983 unless told
+// otherwise; "off" turns it off; a Config built in code leaves it off.
+func TestSandboxAPIAddrSetting(t *testing.T) {
+	for args, want := range map[string]string{
+		"":                           server.DefaultSandboxAPIAddr,
+		"-sandbox-api-addr=off":      "",
+		"-sandbox-api-addr=[::1]:81": "[::1]:81",
+	} {
+		var argv []string
+		if args != "" {
+			argv = []string{args}
+		}
+		c, err := server.Load("kernelhost", argv, func(string) string { return "" }, io.Discard)
+		if err != nil || c.SandboxAPIAddr != want {
+			t.Errorf("Load(%q): SandboxAPIAddr %q (%v), want %q", args, c.SandboxAPIAddr, err, want)
+		}
+	}
+}
