@@ -237,6 +237,10 @@ func TestEnvdFilesystemRPC(t *testing.T) {
 	wantCode(t, "Move out of the writable set", err, connect.CodePermissionDenied)
 	_, err = f.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: f.secret}))
 	wantCode(t, "Stat of a secret", err, connect.CodePermissionDenied)
+	_, err = f.fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: filepath.Dir(f.secret), Destination: "plain"}))
+	wantCode(t, "Move of the directory holding a secret", err, connect.CodePermissionDenied)
+	_, err = f.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: filepath.Dir(f.secret)}))
+	wantCode(t, "Remove of the directory holding a secret", err, connect.CodePermissionDenied)
 	_, err = f.fs.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: "g.txt"}))
 	wantCode(t, "ListDir of a file", err, connect.CodeInvalidArgument)
 }

@@ -86,6 +86,12 @@ func (s *Server) writable(p string) (string, error) {
 	if s.isRoot(real) {
 		return "", fmt.Errorf("%w: %s is a root of the writable paths, which cannot be moved or removed", errPermission, p)
 	}
+	for _, h := range s.cfg.Hidden {
+		if under(h, []string{real}) {
+			// Moved, a secret below would be at a path no longer hidden.
+			return "", fmt.Errorf("%w: %s holds a file the sandbox may not touch", errPermission, p)
+		}
+	}
 	return real, nil
 }
 

@@ -82,9 +82,16 @@ test('a background command: list, reconnect, stdin, kill', async () => {
   assert.ok(listed.some((p) => p.pid === h.pid))
   await h.disconnect() // the command runs on
   const seen = []
-  const again = await envd.commands.connect(h.pid, { onStdout: (d) => seen.push(d) })
+  let answered
+  const answer = new Promise((resolve) => { answered = resolve })
+  const again = await envd.commands.connect(h.pid, {
+    onStdout: (d) => {
+      seen.push(d)
+      if (seen.join('').includes('\n')) answered()
+    },
+  })
   await envd.commands.sendStdin(h.pid, 'ping\n')
-  for (let i = 0; i < 200 && !seen.join('').includes('got ping'); i++) await new Promise((r) => setTimeout(r, 50))
+  await answer // bounded by node --test's run (sandbox_api_test.go's 3 minutes)
   assert.equal(seen.join(''), 'got ping\n')
   assert.equal(await envd.commands.kill(h.pid), true)
   await assert.rejects(again.wait(), CommandExitError)
@@ -95,7 +102,14 @@ test('a PTY session with a resize', async () => {
   const chunks = []
   const t = await envd.pty.create({ cols: 80, rows: 24, onData: (d) => chunks.push(Buffer.from(d).toString()) })
   await envd.pty.resize(t.pid, { cols: 132, rows: 43 })
-  await envd.pty.sendInput(t.pid, new TextEncoder().encode('stty size; exit\n'))
+  // Input typed before the shell set up its terminal may be flushed by it:
+  // the line is sent again until its answer comes (bounded).
+  const line = new TextEncoder().encode('stty size\n')
+  for (let i = 0; i < 100 && !/43 132/.test(chunks.join('')); i++) {
+    if (!chunks.join('').includes('stty size')) await envd.pty.sendInput(t.pid, line)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  await envd.pty.sendInput(t.pid, new TextEncoder().encode('exit\n'))
   const r = await t.wait()
   assert.equal(r.exitCode, 0)
   assert.match(chunks.join(''), /43 132/)
