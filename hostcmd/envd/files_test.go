@@ -36,7 +36,7 @@ type fixture struct {
 	fs       filesystemconnect.FilesystemClient
 }
 
-func newFixture(t *testing.T, sandbox func(home string) envd.Wrapper) *fixture {
+func newFixture(t testing.TB, sandbox func(home string) envd.Wrapper) *fixture {
 	t.Helper()
 	base := t.TempDir()
 	f := &fixture{home: filepath.Join(base, "home"), readOnly: filepath.Join(base, "ro"), secret: filepath.Join(base, "home", "secrets", "token")}
@@ -64,7 +64,7 @@ func newFixture(t *testing.T, sandbox func(home string) envd.Wrapper) *fixture {
 }
 
 // upload POSTs body as application/octet-stream to path.
-func (f *fixture) upload(t *testing.T, path string, body io.Reader) (int, string) {
+func (f *fixture) upload(t testing.TB, path string, body io.Reader) (int, string) {
 	t.Helper()
 	resp, err := http.Post(f.url+"/files?path="+url.QueryEscape(path), "application/octet-stream", body)
 	if err != nil {
@@ -76,7 +76,7 @@ func (f *fixture) upload(t *testing.T, path string, body io.Reader) (int, string
 }
 
 // download GETs path.
-func (f *fixture) download(t *testing.T, path string) (int, string) {
+func (f *fixture) download(t testing.TB, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(f.url + "/files?path=" + url.QueryEscape(path))
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 )
 
 // sandboxed is a fixture whose commands run in the bubblewrap sandbox.
-func sandboxed(t *testing.T) (*fixture, processconnect.ProcessClient) {
+func sandboxed(t testing.TB) (*fixture, processconnect.ProcessClient) {
 	t.Helper()
 	testkit.NeedCommand(t, "bwrap", "bubblewrap")
 	f := newFixture(t, func(home string) envd.Wrapper {
