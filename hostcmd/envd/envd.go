@@ -40,6 +40,9 @@ type Config struct {
 	// Sandbox wraps each command in its sandbox; nil runs commands as plain
 	// host processes, which only an operator's -sandbox=off asks for.
 	Sandbox Wrapper
+	// Limits starts each command in cgroups of its own with a context's
+	// limits (subprocess.CommandLimits); nil: a plain start.
+	Limits Starter
 	// NoCommands, when set, says why commands are refused (no sandbox can
 	// be had here): Start answers FailedPrecondition with it.
 	NoCommands string
@@ -51,6 +54,12 @@ type Config struct {
 // Wrapper makes a command run in a sandbox (subprocess.CommandSandbox).
 type Wrapper interface {
 	Wrap(cmd *exec.Cmd, dir string, hidden []string, tty bool) error
+}
+
+// Starter starts a command in its cgroups; end, once it was waited for,
+// kills what is left there and removes them.
+type Starter interface {
+	Start(cmd *exec.Cmd) (end func(), err error)
 }
 
 // Server is the sandbox API.

@@ -36,7 +36,7 @@ type fixture struct {
 	fs       filesystemconnect.FilesystemClient
 }
 
-func newFixture(t testing.TB, sandbox func(home string) envd.Wrapper) *fixture {
+func newFixture(t testing.TB, sandbox func(home string) envd.Wrapper, opts ...func(*envd.Config)) *fixture {
 	t.Helper()
 	base := t.TempDir()
 	f := &fixture{home: filepath.Join(base, "home"), readOnly: filepath.Join(base, "ro"), secret: filepath.Join(base, "home", "secrets", "token")}
@@ -51,6 +51,9 @@ func newFixture(t testing.TB, sandbox func(home string) envd.Wrapper) *fixture {
 		Env: map[string]string{"GLOBAL_VAR": "g"}, MaxUploadBytes: 1 << 20}
 	if sandbox != nil {
 		cfg.Sandbox = sandbox(f.home)
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	f.srv = envd.New(cfg)
 	hs := httptest.NewServer(f.srv.Handler())

@@ -22,9 +22,10 @@ import (
 
 // command is one running command.
 type command struct {
-	info *pb.ProcessInfo
-	cmd  *exec.Cmd
-	tty  *os.File // the PTY's master; nil without one
+	info    *pb.ProcessInfo
+	cmd     *exec.Cmd
+	tty     *os.File // the PTY's master; nil without one
+	release func()   // releases its cgroups (Config.Limits); nil: none
 
 	mu    sync.Mutex
 	stdin io.WriteCloser // nil: closed, or none was asked for
@@ -95,6 +96,9 @@ func (c *command) pump(r io.Reader, wrap func([]byte) *pb.ProcessEvent_DataEvent
 // every stream and closes them.
 func (c *command) finish(wg *sync.WaitGroup, onEnd func()) {
 	err := c.cmd.Wait()
+	if c.release != nil {
+		c.release() // kills what is left in its cgroup
+	}
 	// bwrap's init is in bwrap's process group and may outlive it (a
 	// namespace's init does not take its parent-death signal): killed, it
 	// takes the whole sandbox with it, and the output pipes it holds close.

@@ -127,10 +127,17 @@ func (s *Server) start(msg *pb.StartRequest) (*command, chan *pb.ProcessEvent, e
 	}
 	c := &command{cmd: cmd, subs: map[chan *pb.ProcessEvent]struct{}{}, done: make(chan struct{})}
 	var wg sync.WaitGroup
+	start := func() error { return cmd.Start() }
+	if s.cfg.Limits != nil {
+		start = func() (err error) {
+			c.release, err = s.cfg.Limits.Start(cmd)
+			return err
+		}
+	}
 	if tty {
-		err = c.startTTY(msg.GetPty().GetSize(), &wg)
+		err = c.startTTY(msg.GetPty().GetSize(), start, &wg)
 	} else {
-		err = c.startPipes(msg.Stdin == nil || msg.GetStdin(), &wg)
+		err = c.startPipes(msg.Stdin == nil || msg.GetStdin(), start, &wg)
 	}
 	if err != nil {
 		return nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start '%s': %w", msg.GetProcess().GetCmd(), err))
@@ -146,7 +153,7 @@ func (s *Server) start(msg *pb.StartRequest) (*command, chan *pb.ProcessEvent, e
 
 // startPipes starts the command with pipes for its output (and its input
 // when stdin).
-func (c *command) startPipes(stdin bool, wg *sync.WaitGroup) error {
+func (c *command) startPipes(stdin bool, start func() error, wg *sync.WaitGroup) error {
 	// Alone in its process group (signal), killed if the host dies.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	outR, outW, err := os.Pipe()
@@ -165,7 +172,7 @@ func (c *command) startPipes(stdin bool, wg *sync.WaitGroup) error {
 			return err
 		}
 	}
-	err = c.cmd.Start()
+	err = start()
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -189,21 +196,33 @@ func (c *command) pumpClose(r io.ReadCloser, wrap func([]byte) *pb.ProcessEvent_
 	c.pump(r, wrap, wg)
 }
 
-// startTTY starts the command on a new PTY of size.
-func (c *command) startTTY(size *pb.PTY_Size, wg *sync.WaitGroup) error {
+// startTTY starts the command on a new PTY of size, as its controlling
+// terminal.
+func (c *command) startTTY(size *pb.PTY_Size, start func() error, wg *sync.WaitGroup) error {
 	ws := &pty.Winsize{Cols: 80, Rows: 24}
 	if size.GetCols() > 0 && size.GetRows() > 0 {
 		ws = &pty.Winsize{Cols: uint16(min(size.GetCols(), 10000)), Rows: uint16(min(size.GetRows(), 10000))}
 	}
-	// pty makes it a session leader (Setsid), so also a group's.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	tty, err := pty.StartWithSize(c.cmd, ws)
+	master, tty, err := pty.Open()
 	if err != nil {
 		return err
 	}
-	c.tty = tty
+	defer tty.Close() // the command has its own copy
+	if err := pty.Setsize(master, ws); err != nil {
+		master.Close()
+		return err
+	}
+	c.cmd.Stdin, c.cmd.Stdout, c.cmd.Stderr = tty, tty, tty
+	// A session leader (so also a group's, for signal) whose controlling
+	// terminal is the PTY (its fd 0 in the child).
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+	if err := start(); err != nil {
+		master.Close()
+		return err
+	}
+	c.tty = master
 	wg.Add(1)
-	go c.pump(tty, func(b []byte) *pb.ProcessEvent_DataEvent {
+	go c.pump(master, func(b []byte) *pb.ProcessEvent_DataEvent {
 		return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
 	}, wg)
 	return nil

@@ -19,7 +19,7 @@ import (
 )
 
 // sandboxed is a fixture whose commands run in the bubblewrap sandbox.
-func sandboxed(t testing.TB) (*fixture, processconnect.ProcessClient) {
+func sandboxed(t testing.TB, opts ...func(*envd.Config)) (*fixture, processconnect.ProcessClient) {
 	t.Helper()
 	testkit.NeedCommand(t, "bwrap", "bubblewrap")
 	f := newFixture(t, func(home string) envd.Wrapper {
@@ -28,7 +28,7 @@ func sandboxed(t testing.TB) (*fixture, processconnect.ProcessClient) {
 			testkit.Missing(t, err)
 		}
 		return sb
-	})
+	}, opts...)
 	return f, processconnect.NewProcessClient(http.DefaultClient, f.url)
 }
 
@@ -246,3 +246,26 @@ func TestEnvdPTY(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestEnvdCommandLimits: a command gets a context's limits in cgroups of
+// its own: past its memory limit it is killed, the sandbox API goes on.
+func TestEnvdCommandLimits(t *testing.T) {
+	lim, err := subprocess.NewCommandLimits(subprocess.Limits{MemoryBytes: 64 << 20, Pids: 32}, true)
+	if err != nil {
+		testkit.Missingf(t, "no cgroup controller for the limits here: %v", err)
+	}
+	_, pc := sandboxed(t, func(c *envd.Config) { c.Limits = lim })
+	r := run(t, pc, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/usr/bin/python3", Args: []string{"-c", "b = bytearray(256 << 20); print('survived')"}}})
+	if r.end == nil || r.end.ExitCode == 0 || strings.Contains(r.stdout, "survived") {
+		t.Errorf("a command past its memory limit: %+v %q", r.end, r.stdout)
+	}
+	spawn := "import subprocess\nps, err = [], None\ntry:\n    for i in range(64): ps.append(subprocess.Popen(['sleep', '30']))\nexcept OSError as e:\n    err = e\nprint(len(ps) < 64, type(err).__name__)\nfor p in ps: p.kill()"
+	r = run(t, pc, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/usr/bin/python3", Args: []string{"-c", spawn}}})
+	if r.stdout != "True BlockingIOError\n" {
+		t.Errorf("64 processes under a limit of 32: %q %q %+v", r.stdout, r.stderr, r.end)
+	}
+	r = run(t, pc, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/echo", Args: []string{"fine"}}})
+	if r.stdout != "fine\n" {
+		t.Errorf("after the limits: %q %+v", r.stdout, r.end)
+	}
+}

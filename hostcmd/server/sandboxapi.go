@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,7 +66,36 @@ func newSandboxAPI(cfg Config, home string) (*envd.Server, error) {
 	case sb != nil:
 		ecfg.Sandbox = sb
 	}
+	if ecfg.NoCommands == "" {
+		lim, err := commandLimits(cfg.TransportSettings)
+		if err != nil {
+			// A set limit or no start, as for the transport's interpreters.
+			ecfg.NoCommands = err.Error()
+			cfg.Logger.Warn("the sandbox API refuses commands: their limits cannot be applied", "err", err)
+		}
+		ecfg.Limits = lim
+	}
 	return envd.New(ecfg), nil
+}
+
+// commandLimits are a context's limits (the subprocess plugin's
+// -context-memory, -context-pids, -context-cpu-weight and -kernel-cgroups,
+// their defaults for another transport), for each command.
+func commandLimits(settings map[string]string) (*subprocess.CommandLimits, error) {
+	var lim subprocess.Limits
+	var err error
+	if lim.MemoryBytes, err = subprocess.ParseBytes(settings["context-memory"]); err != nil {
+		return nil, fmt.Errorf("context-memory: %w", err)
+	}
+	for name, field := range map[string]*int{"context-pids": &lim.Pids, "context-cpu-weight": &lim.CPUWeight} {
+		if v := settings[name]; v != "" {
+			if *field, err = strconv.Atoi(v); err != nil {
+				return nil, fmt.Errorf("%s %q: want an integer", name, v)
+			}
+		}
+	}
+	cgroups := settings["kernel-cgroups"] != "false"
+	return subprocess.NewCommandLimits(lim, cgroups)
 }
 
 // hostSecrets are the files no command and no files call may see: the

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"syscall"
 )
 
 // CommandSandbox runs commands other than interpreters (the sandbox API's
@@ -80,4 +81,60 @@ func (c *CommandSandbox) Wrap(cmd *exec.Cmd, dir string, hidden []string, tty bo
 	cmd.Args = append(append([]string{c.sb.bwrap}, args...), append([]string{cmd.Path}, cmd.Args[1:]...)...)
 	cmd.Path = c.sb.bwrap
 	return nil
+}
+
+// CommandLimits put each command in cgroups of its own, as an interpreter
+// is (reap.go, limits.go): a cgroup that ends every process the command
+// started, and a context's limits (memory, pids, CPU weight).
+type CommandLimits struct {
+	limits  *limiter
+	cgroups bool
+}
+
+// NewCommandLimits finds the controllers for lim, as a transport does;
+// cgroups false: no cgroup (and so no limit can be set).
+func NewCommandLimits(lim Limits, cgroups bool) (*CommandLimits, error) {
+	l, err := newLimiter(lim, cgroups)
+	if err != nil {
+		return nil, err
+	}
+	return &CommandLimits{limits: l, cgroups: cgroups}, nil
+}
+
+// Start starts cmd in its cgroups. end, called once cmd was waited for,
+// kills what is left in them and removes them.
+func (c *CommandLimits) Start(cmd *exec.Cmd) (end func(), err error) {
+	var cg *cgroup
+	if c.cgroups {
+		if cg, err = newCgroup(); err != nil {
+			return nil, err
+		}
+		if cg != nil {
+			if cmd.SysProcAttr == nil {
+				cmd.SysProcAttr = &syscall.SysProcAttr{}
+			}
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
+		}
+	}
+	var g *limitGroups
+	if c.limits != nil {
+		g, err = c.limits.newGroups(cg)
+	}
+	if err == nil {
+		err = g.start(cmd)
+	}
+	if cg != nil {
+		cg.started()
+	}
+	end = func() {
+		if cg != nil {
+			_ = cg.kill(killWait)
+		}
+		g.remove(killWait)
+	}
+	if err != nil {
+		end()
+		return nil, err
+	}
+	return end, nil
 }
