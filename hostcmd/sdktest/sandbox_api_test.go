@@ -20,8 +20,10 @@ import (
 // token, beside sbx.runCode in the default python context, with commands in
 // the bubblewrap sandbox. (The Python SDK is not tested: it cannot be
 // installed here, with no PyPI.)
+//
+// Not parallel: it runs (in seconds) before TestOfficialSDK's node runs
+// start, which are kept to two at once on a loaded 2-core machine.
 func TestOfficialSDKSandboxAPI(t *testing.T) {
-	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err == nil {
 		_, err = os.Stat(filepath.Join("node_modules", "@e2b", "code-interpreter", "package.json"))
