@@ -2,6 +2,7 @@ package envd
 
 import (
 	"compress/gzip"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,10 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
+	if err := s.checkOpened(f, p); err != nil {
+		writeError(w, httpStatus(err), err.Error())
+		return
+	}
 	fi, err := f.Stat()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, fileProblem(p, err))
@@ -168,18 +173,21 @@ func (s *Server) writeFile(p string, body io.Reader) (uploadedEntry, error) {
 	if fi, err := os.Stat(real); err == nil && fi.IsDir() {
 		return uploadedEntry{}, fmt.Errorf("%w: path '%s' is a directory", errInvalid, p)
 	}
-	if err := os.MkdirAll(filepath.Dir(real), 0o755); err != nil {
-		return uploadedEntry{}, fmt.Errorf("make the parent directories of '%s': %w", p, err)
+	root, rel, err := s.inRoot(real)
+	if err != nil {
+		return uploadedEntry{}, err
 	}
-	// Resolved again: a parent made a symlink meanwhile must not lead out.
-	if again, err := s.writable(p); err != nil || again != real {
-		return uploadedEntry{}, fmt.Errorf("%w: '%s' changed while it was written", errPermission, p)
+	defer root.Close()
+	if dir := filepath.Dir(rel); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return uploadedEntry{}, fmt.Errorf("make the parent directories of '%s': %w", p, err)
+		}
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(real), "."+filepath.Base(real)+".upload-*")
+	tmpName := filepath.Join(filepath.Dir(rel), "."+filepath.Base(rel)+".upload-"+rand.Text())
+	tmp, err := root.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return uploadedEntry{}, fmt.Errorf("create '%s': %w", p, err)
 	}
-	_ = tmp.Chmod(0o644) // as a new file made with the usual umask
 	n, err := io.Copy(tmp, io.LimitReader(body, s.cfg.MaxUploadBytes+1))
 	if err == nil && n > s.cfg.MaxUploadBytes {
 		err = fmt.Errorf("%w: '%s' is over the upload limit of %d bytes", errTooLarge, p, s.cfg.MaxUploadBytes)
@@ -188,10 +196,10 @@ func (s *Server) writeFile(p string, body io.Reader) (uploadedEntry, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), real)
+		err = root.Rename(tmpName, rel)
 	}
 	if err != nil {
-		_ = os.Remove(tmp.Name())
+		_ = root.Remove(tmpName)
 		return uploadedEntry{}, err
 	}
 	s.stats.BytesUploaded.Add(n)

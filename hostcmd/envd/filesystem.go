@@ -64,7 +64,12 @@ func (f fsService) MakeDir(_ context.Context, req *connect.Request[fspb.MakeDirR
 		}
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path '%s' exists and is not a directory", req.Msg.GetPath()))
 	}
-	if err := os.MkdirAll(real, 0o755); err != nil {
+	root, rel, err := f.s.inRoot(real)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	defer root.Close()
+	if err := root.MkdirAll(rel, 0o755); err != nil {
 		return nil, rpcError(fmt.Errorf("make directory '%s': %w", req.Msg.GetPath(), err))
 	}
 	entry, err := entryInfo(real)
@@ -86,10 +91,7 @@ func (f fsService) Move(_ context.Context, req *connect.Request[fspb.MoveRequest
 	if _, err := os.Lstat(src); err != nil {
 		return nil, rpcError(fmt.Errorf("source '%s': %w", req.Msg.GetSource(), err))
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return nil, rpcError(err)
-	}
-	if err := os.Rename(src, dst); err != nil {
+	if err := f.s.moveBeneath(src, dst); err != nil {
 		return nil, rpcError(fmt.Errorf("move '%s' to '%s': %w", req.Msg.GetSource(), req.Msg.GetDestination(), err))
 	}
 	entry, err := entryInfo(dst)
@@ -107,10 +109,35 @@ func (f fsService) Remove(_ context.Context, req *connect.Request[fspb.RemoveReq
 	if _, err := os.Lstat(real); err != nil {
 		return nil, rpcError(fmt.Errorf("path '%s': %w", req.Msg.GetPath(), err))
 	}
-	if err := os.RemoveAll(real); err != nil {
+	root, rel, err := f.s.inRoot(real)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	defer root.Close()
+	if err := root.RemoveAll(rel); err != nil {
 		return nil, rpcError(fmt.Errorf("remove '%s': %w", req.Msg.GetPath(), err))
 	}
 	return connect.NewResponse(&fspb.RemoveResponse{}), nil
+}
+
+// moveBeneath renames src to dst (parents made) within the writable root
+// that holds both.
+func (s *Server) moveBeneath(src, dst string) error {
+	root, srcRel, err := s.inRoot(src)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	dstRel, err := filepath.Rel(root.Name(), dst)
+	if err != nil || !under(dst, []string{root.Name()}) {
+		return fmt.Errorf("%w: the source and the destination are in different writable paths", errInvalid)
+	}
+	if dir := filepath.Dir(dstRel); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	return root.Rename(srcRel, dstRel)
 }
 
 // maxListDepth bounds ListDir's depth (a request's 0 means 1).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -153,4 +154,43 @@ func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
 func isPermission(err error) bool {
 	return errors.Is(err, errPermission) || errors.Is(err, fs.ErrPermission)
+}
+
+// inRoot opens the writable root holding real (the deepest) and returns
+// real relative to it. Writes go through it (os.Root, openat2 beneath the
+// root): a symlink a command swaps in after the checks cannot lead a write
+// out of the writable set.
+func (s *Server) inRoot(real string) (*os.Root, string, error) {
+	best := ""
+	for _, w := range s.cfg.Writable {
+		if under(real, []string{w}) && len(w) > len(best) {
+			best = w
+		}
+	}
+	if best == "" {
+		return nil, "", fmt.Errorf("%w: %s is outside the sandbox's writable paths", errPermission, real)
+	}
+	root, err := os.OpenRoot(best)
+	if err != nil {
+		return nil, "", err
+	}
+	rel, err := filepath.Rel(best, real)
+	if err != nil {
+		root.Close()
+		return nil, "", err
+	}
+	return root, rel, nil
+}
+
+// checkOpened checks what f really is, once open: a path swapped for a
+// symlink between the check and the open must not have led to a secret.
+func (s *Server) checkOpened(f *os.File, p string) error {
+	real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil {
+		return err
+	}
+	if under(real, s.cfg.Hidden) || (under(real, privateRoots) && !under(real, s.cfg.Writable)) {
+		return fmt.Errorf("%w: %s is not visible to the sandbox", errPermission, p)
+	}
+	return nil
 }
