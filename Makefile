@@ -136,11 +136,12 @@ policies:
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/policies/tzdefault.wasm ./plugins/policy/examples/tzdefault
 	wat2wasm plugins/policy/examples/reserved/reserved.wat -o bin/policies/reserved.wasm
 
-## generate: the transport plugin protocol's Go code (needs protoc, from
-## Debian's protobuf-compiler, installed if missing)
+## generate: the transport plugin protocol's and the sandbox API's (envd)
+## Go code (needs protoc, from Debian's protobuf-compiler, and the protobuf
+## well-known types it imports, from libprotobuf-dev; installed if missing)
 generate:
-	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES=protobuf-compiler
-	$(GO) generate ./plugins/transportplugin/proto
+	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES="protobuf-compiler libprotobuf-dev"
+	$(GO) generate ./plugins/transportplugin/proto ./hostcmd/envd/gen
 
 ## run: build and serve (settings: KERNELHOST_* env vars or ARGS)
 # As root it installs the walls' packages where missing (bubblewrap, and passt

@@ -76,7 +76,9 @@ func hostEnv(vars ...string) []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, append([]string{"KERNELHOST_ADDR=127.0.0.1:0", "KERNELHOST_LOG_FORMAT=json"}, vars...)...)
+	// The sandbox API on a free port too: its default, 49983, is one port
+	// for every host of the machine.
+	return append(env, append([]string{"KERNELHOST_ADDR=127.0.0.1:0", "KERNELHOST_SANDBOX_API_ADDR=127.0.0.1:0", "KERNELHOST_LOG_FORMAT=json"}, vars...)...)
 }
 
 func startBinary(t *testing.T, vars ...string) *proc {
