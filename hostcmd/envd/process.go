@@ -152,17 +152,20 @@ func (s *Server) start(msg *pb.StartRequest) (*command, chan *pb.ProcessEvent, e
 		}
 		return nil
 	}
+	// The caller's stream is there before the output pumps start: a quick
+	// command's output would otherwise go out before anyone took it.
+	ch := c.subscribe()
 	if tty {
 		err = c.startTTY(msg.GetPty().GetSize(), start, &wg)
 	} else {
 		err = c.startPipes(msg.Stdin == nil || msg.GetStdin(), start, &wg)
 	}
 	if err != nil {
+		c.unsubscribe(ch)
 		return nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start '%s': %w", msg.GetProcess().GetCmd(), err))
 	}
 	pid := uint32(cmd.Process.Pid)
 	c.info = &pb.ProcessInfo{Config: msg.GetProcess(), Pid: pid, Tag: msg.Tag}
-	ch := c.subscribe()
 	s.procs.add(c)
 	s.stats.Commands.Add(1)
 	go c.finish(&wg, func() { s.procs.remove(pid) })

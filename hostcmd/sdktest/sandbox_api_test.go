@@ -37,13 +37,17 @@ func TestOfficialSDKSandboxAPI(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// The default cwd is writable in contexts, as the host makes it for the
+	// subprocess plugin it starts (a linked-in transport is given it).
+	home := t.TempDir()
 	host, err := server.Start(ctx, server.Config{
 		Addr:           "127.0.0.1:0",
 		SandboxAPIAddr: "127.0.0.1:0",
 		AccessToken:    "sdk-token",
-		DefaultCwd:     t.TempDir(),
-		Transport:      subprocess.New(subprocess.Options{Python: python, Sandbox: subprocess.SandboxOptions{Mode: subprocess.SandboxOn}}),
-		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		DefaultCwd:     home,
+		Transport: subprocess.New(subprocess.Options{Python: python,
+			Sandbox: subprocess.SandboxOptions{Mode: subprocess.SandboxOn, Writable: []string{home}}}),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		t.Fatalf("start host: %v", err)

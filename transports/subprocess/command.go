@@ -134,6 +134,9 @@ func (n *CommandNet) Attach() (stop func(), err error) {
 	}
 	n.infoW.Close() // bwrap has its own
 	pid, err := initPidFrom(n.info)
+	if errors.Is(err, errSandboxEnded) {
+		return func() {}, nil // a command that already ran to its end needs none
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +145,9 @@ func (n *CommandNet) Attach() (stop func(), err error) {
 		if err = s.wait(); err != nil {
 			s.stop()
 		}
+	}
+	if err != nil && (errors.Is(err, errSandboxEnded) || ended(pid)) {
+		return func() {}, nil // it ended while pasta was being attached
 	}
 	if err != nil {
 		return nil, err

@@ -117,6 +117,9 @@ func pastaArgs(joinUserns bool) []string {
 // unless that is the host's own.
 func attachNet(pasta string, pid int) (*netStack, error) {
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w (pid %d)", errSandboxEnded, pid) // exiting: its namespaces are gone
+	}
 	if err != nil {
 		return nil, fmt.Errorf("network: open the namespace of pid %d: %w", pid, err)
 	}
@@ -354,19 +357,34 @@ func initPidFrom(r *os.File) (int, error) {
 	return info.ChildPid, setUp(info.ChildPid, deadline)
 }
 
+// errSandboxEnded: the sandbox ended before its network was attached (its
+// command ran to its end already, or failed to start).
+var errSandboxEnded = errors.New("network: the sandbox ended before its network was set up")
+
 // setUp waits until the sandbox init init has a child, the command it
 // starts once the sandbox is set up, or until deadline. Nothing signals
 // that moment to the host, so it looks every 200 µs (bwrap's setup takes
 // a few milliseconds).
 func setUp(init int, deadline time.Time) error {
 	for len(childrenOf(init)) == 0 {
+		if ended(init) {
+			return errSandboxEnded
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("network: the sandbox (init pid %d) did not start its command within %v", init, netReadyWait)
-		}
-		if err := syscall.Kill(init, 0); err != nil {
-			return fmt.Errorf("network: the sandbox's init (pid %d) ended before it started its command", init)
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
 	return nil
+}
+
+// ended says whether process pid is gone or a zombie.
+func ended(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name's closing parenthesis.
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
