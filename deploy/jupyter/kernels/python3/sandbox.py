@@ -1,0 +1,192 @@
+# Runs a Jupyter kernel in a bubblewrap (bwrap) sandbox with the walls of
+# kernelhost's own interpreters (transports/subprocess/sandbox.go and
+# walls.go; docs/jupyter.md, "Kernels run sandboxed"):
+#
+#   python3 -I -S sandbox.py --connection-file FILE [--writable DIR]... -- KERNEL...
+#
+# The kernel sees the host's files read-only, except the user's dirs
+# (~/.local, ~/.cache, ~/.npm, ~/.config, ~/.ipython, $IPYTHONDIR), its
+# working directory (the server chose it under its root dir) and each
+# --writable DIR; its own /tmp, /dev and /proc (only its own processes), no
+# capabilities, no user namespaces, the kernel's knobs (/proc/sys, ...)
+# read-only. It keeps the server's network: it talks ZeroMQ with the server
+# on loopback. What would let it reach the server or another kernel is
+# hidden: the server's runtime dir (its jpserver-*.json with the token, the
+# cookie secret, every kernel's connection file with its HMAC key) holds
+# only a copy of this kernel's connection file; the Jupyter config dirs (a token or
+# password can be set there) are empty; the Jupyter data dirs (kernel specs,
+# this launcher included) are read-only, so no kernel can change what the
+# next one is started with; the server's token variables are unset.
+#
+# Run with -I -S: the working directory and the user site are writable by
+# kernels, and nothing there may run here, outside the sandbox. No bwrap, or
+# a bwrap that cannot run here: the kernel does not start, and this says why
+# on stderr (the server's log).
+import os
+import subprocess
+import sys
+
+USER_DIRS = (".local", ".cache", ".npm", ".config", ".ipython")
+
+# The system-wide files a fresh /proc holds (sysctls, SysRq, IRQ, bus,
+# filesystem and driver settings): root's, checked by owner only, and a
+# kernel of a root server is uid 0 in its sandbox. Each is covered read-only
+# by the host's own entry, whatever bwrap does by itself (0.8.0 left
+# /proc/sys writable). The same list as transports/subprocess/walls.go.
+KERNEL_KNOBS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs",
+                "/proc/acpi", "/proc/asound", "/proc/scsi", "/proc/driver", "/proc/mtrr",
+                "/proc/latency_stats", "/proc/timer_stats")
+
+# Variables of the server's environment that the kernel must not have: the
+# server's token (JUPYTER_TOKEN) and a hub's API tokens.
+UNSET = ("JUPYTER_TOKEN", "JPY_API_TOKEN", "JUPYTERHUB_API_TOKEN")
+
+
+def fail(msg):
+    sys.stderr.write("kernelhost kernel sandbox: %s\n" % msg)
+    sys.exit(1)
+
+
+def parse(argv):
+    """Returns the connection file, the --writable dirs and the kernel's command."""
+    conn, writable = None, []
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        opt = argv[i]
+        if opt not in ("--connection-file", "--writable") or i + 1 >= len(argv):
+            fail("bad argument %r; usage: sandbox.py --connection-file FILE [--writable DIR]... -- KERNEL..." % opt)
+        if opt == "--connection-file":
+            conn = argv[i + 1]
+        else:
+            writable.append(argv[i + 1])
+        i += 2
+    cmd = argv[i + 1:]
+    if conn is None or not cmd:
+        fail("want --connection-file FILE and, after --, the kernel's command")
+    return os.path.realpath(conn), writable, cmd
+
+
+def under(path, dirs):
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def existing(paths):
+    """The paths that exist, absolute with symlinks resolved, in order, once each."""
+    out = []
+    for p in paths:
+        if p and os.path.exists(p):
+            real = os.path.realpath(p)
+            if real not in out:
+                out.append(real)
+    return out
+
+
+def by_depth(paths):
+    # Parents before children: a later mount goes over an earlier one.
+    return sorted(paths, key=lambda p: p.count("/"))
+
+
+def made(paths):
+    """Makes each missing dir (0700), so that it can be mounted over."""
+    for p in paths:
+        try:
+            os.makedirs(p, 0o700, exist_ok=True)
+        except OSError:
+            pass
+    return existing(paths)
+
+
+def writable_dirs(home, extra):
+    user = [os.path.join(home, d) for d in USER_DIRS] if home not in ("", "/") else []
+    if os.environ.get("IPYTHONDIR"):
+        user.append(os.environ["IPYTHONDIR"])
+    cwd = os.getcwd()
+    # A kernel in "/" (a server rooted there) gets no writable "/".
+    return made(user) + [d for d in existing([cwd] + extra) if d != "/"]
+
+
+def jupyter_dirs(home, env_dir, env_path, default):
+    """The dirs of a Jupyter path family: $X_DIR (or the default) and the
+    user site's, both made if missing so a kernel cannot create one, and
+    those $X_PATH lists."""
+    mine = [os.environ.get(env_dir) or os.path.join(home, default)]
+    mine.append(os.path.join(home, ".local", "etc" if "CONFIG" in env_dir else "share", "jupyter"))
+    listed = [p for p in os.environ.get(env_path, "").split(os.pathsep) if os.path.isabs(p)]
+    return made(mine) + existing(listed)
+
+
+def find_bwrap(writable):
+    # Not a bwrap a kernel could have planted (~/.local/bin on PATH).
+    for d in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep):
+        path = os.path.join(d, "bwrap")
+        if not os.path.isabs(d) or under(os.path.realpath(d), writable) or under(d, writable):
+            continue
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    fail("bwrap is not installed (Debian: apt-get install bubblewrap); the kernel does not "
+         "start unsandboxed (docs/jupyter.md, \"Kernels run sandboxed\")")
+
+
+def walls(bwrap):
+    """bwrap's namespace and privilege arguments, with no user namespaces
+    for the kernel where this bwrap and machine allow (--disable-userns,
+    bwrap 0.8+; a root server where user namespaces are refused runs
+    without): probed as transports/subprocess does."""
+    base = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try",
+            "--new-session", "--die-with-parent", "--cap-drop", "ALL"]
+    nouserns = ["--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid()), "--disable-userns"]
+    err = b""
+    for args in (base + nouserns, base):
+        probe = subprocess.run([bwrap] + args + ["--", "/bin/true"], cwd="/",
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if probe.returncode == 0:
+            return args + [a for p in KERNEL_KNOBS if os.path.lexists(p) for a in ("--ro-bind", p, p)]
+        err = probe.stderr
+    fail("bwrap (%s) fails here: %s" % (bwrap, err.decode(errors="replace").strip()))
+
+
+def mounts(conn, writable):
+    home = os.path.expanduser("~")
+    spec_dir = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # .../kernels
+    readonly = existing([spec_dir]) + jupyter_dirs(home, "JUPYTER_DATA_DIR", "JUPYTER_PATH", ".local/share/jupyter")
+    args = []
+    for d in by_depth(writable):
+        args += ["--bind", d, d]
+    # After the writable ones, which may hold them (~/.local/share/jupyter).
+    for d in by_depth(readonly):
+        args += ["--ro-bind", d, d]
+    for d in by_depth(jupyter_dirs(home, "JUPYTER_CONFIG_DIR", "JUPYTER_CONFIG_PATH", ".jupyter")):
+        args += ["--tmpfs", d]
+    runtime = os.path.dirname(conn)
+    if not under(runtime, ["/tmp"]) or under(runtime, writable + readonly):
+        # Not hidden already by the sandbox's own /tmp (a client's
+        # connection file straight in /tmp is, with what else is there).
+        args += ["--tmpfs", runtime]
+    # A copy, not a bind: ipykernel writes its connection file again once
+    # its sockets are bound (and removes it at its end), here in the mask.
+    fd = os.open(conn, os.O_RDONLY)
+    os.set_inheritable(fd, True)
+    return args + ["--file", str(fd), conn]
+
+
+def main():
+    conn, extra, cmd = parse(sys.argv[1:])
+    if not os.path.isfile(conn):
+        fail("connection file %s: not a file" % conn)
+    writable = writable_dirs(os.path.expanduser("~"), extra)
+    bwrap = find_bwrap(writable)
+    args = [bwrap] + walls(bwrap) + mounts(conn, writable)
+    for name in UNSET:
+        args += ["--unsetenv", name]
+    # The kernel's parent is the sandbox's init, pid 1, whatever the
+    # server's pid: ipykernel, told so, polls no parent (its poller would
+    # take pid 1 for a dead server and exit at once; --die-with-parent ends
+    # the kernel with the server instead) and prints no note for a kernel
+    # started by hand.
+    args += ["--setenv", "JPY_PARENT_PID", "1"]
+    args += ["--chdir", os.getcwd(), "--"] + cmd
+    os.execv(bwrap, args)
+
+
+main()
