@@ -177,14 +177,17 @@ PICK_PYTHON = lacks() { $(PY_LACKS); }; \
 
 ## run-jupyter: serve on the Jupyter transport: starts a Jupyter Server on
 ## 127.0.0.1:$(JUPYTER_PORT) (own root dir, generated token, IOPub rate
-## limits off, and the python3 kernel spec of deploy/jupyter/kernels with
-## unbounded IOPub queues, as jupytertest does), waits for it, runs the host
-## against it and stops the server when the host exits.
+## limits off, and the python3 kernel spec of deploy/jupyter/kernels: each
+## kernel in a bwrap sandbox, unbounded IOPub queues, as jupytertest does),
+## waits for it, runs the host against it and stops the server when the
+## host exits.
 # The server runs in a session of its own (setsid): a SIGTERM or Ctrl-C to
 # this process group reaches the host, which deletes its kernels on a server
 # that is still up, and the trap stops the server after that. The restarter
 # polls kernels 4 times a second, so a kernel's death is reported within a
-# second (docs/jupyter.md).
+# second (docs/jupyter.md). The server's Python runs isolated (-I): its
+# kernels can write the user site (~/.local), and nothing they put there
+# may run in the server, outside their sandboxes, at its next start.
 run-jupyter: build plugins deps-jupyter
 	@set -eu; \
 	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root" "$(JUPYTER_DIR)/data"; \
@@ -194,7 +197,7 @@ run-jupyter: build plugins deps-jupyter
 	JUPYTER_CONFIG_DIR="$(JUPYTER_DIR)/config" JUPYTER_DATA_DIR="$(JUPYTER_DIR)/data" \
 	JUPYTER_RUNTIME_DIR="$(JUPYTER_DIR)/runtime" IPYTHONDIR="$(JUPYTER_DIR)/ipython" \
 	PYDEVD_DISABLE_FILE_VALIDATION=1 \
-	setsid jupyter-server --no-browser --ip=127.0.0.1 --port=$(JUPYTER_PORT) --port-retries=0 \
+	setsid /usr/bin/python3 -I -m jupyter_server --no-browser --ip=127.0.0.1 --port=$(JUPYTER_PORT) --port-retries=0 \
 		--ServerApp.token="$$token" --ServerApp.root_dir="$(JUPYTER_DIR)/root" \
 		--ServerApp.iopub_msg_rate_limit=0 --ServerApp.iopub_data_rate_limit=0 \
 		--ServerApp.limit_rate=False --KernelRestarter.time_to_dead=0.25 $$root \
@@ -297,7 +300,7 @@ $(WAZERO):
 deps: deps-apt deps-npm
 
 deps-jupyter:
-	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES="jupyter-server python3-ipykernel curl"
+	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES="jupyter-server python3-ipykernel curl bubblewrap"
 
 # Installs only the packages dpkg does not know as installed.
 deps-apt:

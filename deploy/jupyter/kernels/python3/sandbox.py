@@ -13,10 +13,12 @@
 # on loopback. What would let it reach the server or another kernel is
 # hidden: the server's runtime dir (its jpserver-*.json with the token, the
 # cookie secret, every kernel's connection file with its HMAC key) holds
-# only a copy of this kernel's connection file; the Jupyter config dirs (a token or
-# password can be set there) are empty; the Jupyter data dirs (kernel specs,
-# this launcher included) are read-only, so no kernel can change what the
-# next one is started with; the server's token variables are unset.
+# only a copy of this kernel's connection file; the Jupyter config dirs (a
+# token or password can be set there) are empty; the Jupyter data dirs
+# (kernel specs, this launcher included) are read-only, so no kernel can
+# change what the next one is started with; systemd's credentials are
+# hidden and the server's token variables unset. A --writable DIR that does
+# not exist is left out, as the host's -sandbox-writable does.
 #
 # Run with -I -S: the working directory and the user site are writable by
 # kernels, and nothing there may run here, outside the sandbox. No bwrap, or
@@ -38,8 +40,13 @@ KERNEL_KNOBS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/
                 "/proc/latency_stats", "/proc/timer_stats")
 
 # Variables of the server's environment that the kernel must not have: the
-# server's token (JUPYTER_TOKEN) and a hub's API tokens.
-UNSET = ("JUPYTER_TOKEN", "JPY_API_TOKEN", "JUPYTERHUB_API_TOKEN")
+# server's token (JUPYTER_TOKEN), a hub's API tokens, and where systemd put
+# the server's credentials (hidden: HIDDEN).
+UNSET = ("JUPYTER_TOKEN", "JPY_API_TOKEN", "JUPYTERHUB_API_TOKEN", "CREDENTIALS_DIRECTORY")
+
+# systemd's credentials of every service (LoadCredential=: a host's access
+# token, the server's own): no kernel has a use for them.
+HIDDEN = ("/run/credentials",)
 
 
 def fail(msg):
@@ -57,8 +64,10 @@ def parse(argv):
             fail("bad argument %r; usage: sandbox.py --connection-file FILE [--writable DIR]... -- KERNEL..." % opt)
         if opt == "--connection-file":
             conn = argv[i + 1]
-        else:
+        elif os.path.isabs(argv[i + 1]):
             writable.append(argv[i + 1])
+        else:
+            fail("--writable %r: want an absolute path" % argv[i + 1])
         i += 2
     cmd = argv[i + 1:]
     if conn is None or not cmd:
@@ -88,7 +97,7 @@ def by_depth(paths):
 
 def made(paths):
     """Makes each missing dir (0700), so that it can be mounted over."""
-    for p in paths:
+    for p in filter(None, paths):
         try:
             os.makedirs(p, 0o700, exist_ok=True)
         except OSError:
@@ -109,8 +118,10 @@ def jupyter_dirs(home, env_dir, env_path, default):
     """The dirs of a Jupyter path family: $X_DIR (or the default) and the
     user site's, both made if missing so a kernel cannot create one, and
     those $X_PATH lists."""
-    mine = [os.environ.get(env_dir) or os.path.join(home, default)]
-    mine.append(os.path.join(home, ".local", "etc" if "CONFIG" in env_dir else "share", "jupyter"))
+    mine = [os.environ.get(env_dir)]
+    if home not in ("", "/"):
+        mine[0] = mine[0] or os.path.join(home, default)
+        mine.append(os.path.join(home, ".local", "etc" if "CONFIG" in env_dir else "share", "jupyter"))
     listed = [p for p in os.environ.get(env_path, "").split(os.pathsep) if os.path.isabs(p)]
     return made(mine) + existing(listed)
 
@@ -123,8 +134,8 @@ def find_bwrap(writable):
             continue
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    fail("bwrap is not installed (Debian: apt-get install bubblewrap); the kernel does not "
-         "start unsandboxed (docs/jupyter.md, \"Kernels run sandboxed\")")
+    fail("bwrap is not installed, or only in a dir kernels can write (Debian: apt-get install "
+         "bubblewrap); the kernel does not start unsandboxed (docs/jupyter.md, \"Kernels run sandboxed\")")
 
 
 def walls(bwrap):
@@ -156,7 +167,7 @@ def mounts(conn, writable):
     # After the writable ones, which may hold them (~/.local/share/jupyter).
     for d in by_depth(readonly):
         args += ["--ro-bind", d, d]
-    for d in by_depth(jupyter_dirs(home, "JUPYTER_CONFIG_DIR", "JUPYTER_CONFIG_PATH", ".jupyter")):
+    for d in by_depth(existing(HIDDEN) + jupyter_dirs(home, "JUPYTER_CONFIG_DIR", "JUPYTER_CONFIG_PATH", ".jupyter")):
         args += ["--tmpfs", d]
     runtime = os.path.dirname(conn)
     if not under(runtime, ["/tmp"]) or under(runtime, writable + readonly):
