@@ -6,8 +6,8 @@
 #
 # The kernel sees the host's files read-only, except the user's dirs
 # (~/.local, ~/.cache, ~/.npm, ~/.config, ~/.ipython, $IPYTHONDIR), its
-# working directory (the server chose it under its root dir) and each
-# --writable DIR; its own /tmp, /dev and /proc (only its own processes), no
+# working directory (the server chose it, writable only under its root dir)
+# and each --writable DIR; its own /tmp, /dev and /proc (only its own processes), no
 # capabilities, no user namespaces, the kernel's knobs (/proc/sys, ...)
 # read-only. It keeps the server's network: it talks ZeroMQ with the server
 # on loopback. What would let it reach the server or another kernel is
@@ -24,6 +24,7 @@
 # kernels, and nothing there may run here, outside the sandbox. No bwrap, or
 # a bwrap that cannot run here: the kernel does not start, and this says why
 # on stderr (the server's log).
+import json
 import os
 import subprocess
 import sys
@@ -105,13 +106,29 @@ def made(paths):
     return existing(paths)
 
 
-def writable_dirs(home, extra):
+def server_root(runtime):
+    """The root_dir of the Jupyter Server that started this kernel, from its
+    jpserver-<pid>.json beside the connection file; None if there is none
+    (another client of jupyter_client)."""
+    try:
+        with open(os.path.join(runtime, "jpserver-%d.json" % os.getppid())) as f:
+            root = json.load(f).get("root_dir")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return os.path.realpath(root) if isinstance(root, str) and os.path.isabs(root) else None
+
+
+def writable_dirs(home, extra, root):
+    """The user dirs, the cwd and extra. The cwd only inside the server's
+    root: the server takes a kernel's cwd from its start request's path,
+    and "../../etc" leads out of the root. Never "/"."""
     user = [os.path.join(home, d) for d in USER_DIRS] if home not in ("", "/") else []
     if os.environ.get("IPYTHONDIR"):
         user.append(os.environ["IPYTHONDIR"])
-    cwd = os.getcwd()
-    # A kernel in "/" (a server rooted there) gets no writable "/".
-    return made(user) + [d for d in existing([cwd] + extra) if d != "/"]
+    cwd = existing([os.getcwd()])
+    if root is not None:
+        cwd = [d for d in cwd if under(d, [root])]
+    return made(user) + [d for d in cwd + existing(extra) if d != "/"]
 
 
 def jupyter_dirs(home, env_dir, env_path, default):
@@ -164,6 +181,10 @@ def mounts(conn, writable):
     args = []
     for d in by_depth(writable):
         args += ["--bind", d, d]
+    cwd = os.path.realpath(os.getcwd())
+    if under(cwd, ["/tmp"]) and not under(cwd, writable):
+        # A cwd the sandbox's own /tmp hides is shown, read-only.
+        args += ["--ro-bind", cwd, cwd]
     # After the writable ones, which may hold them (~/.local/share/jupyter).
     for d in by_depth(readonly):
         args += ["--ro-bind", d, d]
@@ -185,7 +206,7 @@ def main():
     conn, extra, cmd = parse(sys.argv[1:])
     if not os.path.isfile(conn):
         fail("connection file %s: not a file" % conn)
-    writable = writable_dirs(os.path.expanduser("~"), extra)
+    writable = writable_dirs(os.path.expanduser("~"), extra, server_root(os.path.dirname(conn)))
     bwrap = find_bwrap(writable)
     args = [bwrap] + walls(bwrap) + mounts(conn, writable)
     for name in UNSET:
@@ -196,7 +217,7 @@ def main():
     # the kernel with the server instead) and prints no note for a kernel
     # started by hand.
     args += ["--setenv", "JPY_PARENT_PID", "1"]
-    args += ["--chdir", os.getcwd(), "--"] + cmd
+    args += ["--chdir", os.path.realpath(os.getcwd()), "--"] + cmd
     os.execv(bwrap, args)
 
 

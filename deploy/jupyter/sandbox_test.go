@@ -1,0 +1,93 @@
+package jupyterdeploy
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/internal/testkit"
+)
+
+// launch runs the python3 spec's sandbox launcher as a Jupyter Server would
+// (this process its parent), in cwd, around sh -c script, with a connection
+// file in runtime; extra goes before "--". It returns the output and error.
+func launch(t *testing.T, cwd, runtime, script string, env []string, extra ...string) (string, error) {
+	t.Helper()
+	conn := filepath.Join(runtime, "kernel-test.json")
+	if err := os.WriteFile(conn, []byte(`{"key": "k"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	launcher, err := filepath.Abs(filepath.Join("kernels", "python3", "sandbox.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"-I", "-S", launcher, "--connection-file", conn}, extra...)
+	cmd := exec.Command(testkit.DebianPython, append(args, "--", "/bin/sh", "-c", script)...)
+	cmd.Dir = cwd
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// A kernel's cwd is writable only inside the server's root_dir (its
+// jpserver-<pid>.json beside the connection file): the server takes the cwd
+// from the start request's path, which "../../etc" leads out of.
+func TestSandboxCwdWritableOnlyUnderTheServerRoot(t *testing.T) {
+	testkit.NeedCommand(t, "bwrap", "bubblewrap")
+	base := t.TempDir()
+	root, outside, runtime := filepath.Join(base, "root"), filepath.Join(base, "outside"), filepath.Join(base, "runtime")
+	for _, d := range []string{filepath.Join(root, "sub"), outside, runtime} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info := fmt.Sprintf(`{"pid": %d, "root_dir": %q, "token": "secret"}`, os.Getpid(), root)
+	if err := os.WriteFile(filepath.Join(runtime, fmt.Sprintf("jpserver-%d.json", os.Getpid())), []byte(info), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const write = `echo x > probe && echo wrote; ls "$0" 2>&1`
+	for _, tc := range []struct {
+		cwd, want string
+	}{
+		{filepath.Join(root, "sub"), "wrote"},
+		{outside, "Read-only file system"},
+	} {
+		out, err := launch(t, tc.cwd, runtime, strings.Replace(write, "$0", runtime, 1), nil)
+		if err != nil && tc.want == "wrote" || !strings.Contains(out, tc.want) {
+			t.Errorf("in %s: %v: %q, want %q", tc.cwd, err, out, tc.want)
+		}
+		// The runtime dir shows the connection file only, not the server's.
+		if strings.Contains(out, "jpserver") {
+			t.Errorf("in %s, the server's jpserver-*.json is visible: %q", tc.cwd, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "probe")); err == nil {
+		t.Error("the sandbox wrote in a cwd outside the server's root")
+	}
+}
+
+// Bad input and a missing bwrap: the kernel does not start, and the
+// launcher says why (the server's log shows it).
+func TestSandboxLauncherErrors(t *testing.T) {
+	runtime := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		extra []string
+		want  string
+	}{
+		{"NoBwrap", []string{"PATH=/nonexistent"}, nil, "bwrap is not installed, or only in a dir kernels can write (Debian: apt-get install bubblewrap); the kernel does not start unsandboxed"},
+		{"RelativeWritable", nil, []string{"--writable", "work"}, `--writable 'work': want an absolute path`},
+		{"UnknownOption", nil, []string{"--rw", "/x"}, `bad argument '--rw'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := launch(t, runtime, runtime, "echo ran", tc.env, tc.extra...)
+			if err == nil || strings.Contains(out, "ran") || !strings.Contains(out, "kernelhost kernel sandbox: "+tc.want) {
+				t.Errorf("%v: %q, want an error saying %q", err, out, tc.want)
+			}
+		})
+	}
+}
