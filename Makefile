@@ -187,10 +187,12 @@ PICK_PYTHON = lacks() { $(PY_LACKS); }; \
 # polls kernels 4 times a second, so a kernel's death is reported within a
 # second (docs/jupyter.md). The server's Python runs isolated (-I): its
 # kernels can write the user site (~/.local), and nothing they put there
-# may run in the server, outside their sandboxes, at its next start.
+# may run in the server, outside their sandboxes, at its next start. Its log
+# is in its runtime dir, which kernels do not see: it holds what every
+# kernel wrote to its stdout and stderr outside a cell's capture.
 run-jupyter: build plugins deps-jupyter
 	@set -eu; \
-	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root" "$(JUPYTER_DIR)/data"; \
+	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root" "$(JUPYTER_DIR)/data" "$(JUPYTER_DIR)/runtime"; \
 	cp -r deploy/jupyter/kernels "$(JUPYTER_DIR)/data/"; \
 	token=$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n'); \
 	root=""; [ "$$(id -u)" = 0 ] && root="--allow-root"; \
@@ -201,12 +203,12 @@ run-jupyter: build plugins deps-jupyter
 		--ServerApp.token="$$token" --ServerApp.root_dir="$(JUPYTER_DIR)/root" \
 		--ServerApp.iopub_msg_rate_limit=0 --ServerApp.iopub_data_rate_limit=0 \
 		--ServerApp.limit_rate=False --KernelRestarter.time_to_dead=0.25 $$root \
-		>"$(JUPYTER_DIR)/server.log" 2>&1 & \
+		>"$(JUPYTER_DIR)/runtime/server.log" 2>&1 & \
 	server=$$!; \
 	trap 'kill $$server 2>/dev/null || true; wait $$server 2>/dev/null || true' EXIT INT TERM; \
-	echo "jupyter server: 127.0.0.1:$(JUPYTER_PORT), pid $$server, log $(JUPYTER_DIR)/server.log"; \
+	echo "jupyter server: 127.0.0.1:$(JUPYTER_PORT), pid $$server, log $(JUPYTER_DIR)/runtime/server.log"; \
 	i=0; until curl -fs -o /dev/null -H "Authorization: token $$token" http://127.0.0.1:$(JUPYTER_PORT)/api/kernelspecs; do \
-		kill -0 $$server 2>/dev/null || { echo "jupyter server exited:"; cat "$(JUPYTER_DIR)/server.log"; exit 1; }; \
+		kill -0 $$server 2>/dev/null || { echo "jupyter server exited:"; cat "$(JUPYTER_DIR)/runtime/server.log"; exit 1; }; \
 		i=$$((i+1)); [ $$i -le 600 ] || { echo "jupyter server not ready after 60 s"; exit 1; }; \
 		sleep 0.1; \
 	done; \
