@@ -177,8 +177,9 @@ PICK_PYTHON = lacks() { $(PY_LACKS); }; \
 
 ## run-jupyter: serve on the Jupyter transport: starts a Jupyter Server on
 ## 127.0.0.1:$(JUPYTER_PORT) (own root dir, generated token, IOPub rate
-## limits off, and the python3 kernel spec of deploy/jupyter/kernels: each
-## kernel in a bwrap sandbox, unbounded IOPub queues, as jupytertest does),
+## limits off, and the kernel specs of deploy/jupyter/kernels: python3 with
+## unbounded IOPub queues and, where IRkernel is installed, ir, each kernel
+## in a bwrap sandbox, as jupytertest does),
 ## waits for it, runs the host against it and stops the server when the
 ## host exits.
 # The server runs in a session of its own (setsid): a SIGTERM or Ctrl-C to
@@ -193,7 +194,10 @@ PICK_PYTHON = lacks() { $(PY_LACKS); }; \
 run-jupyter: build plugins deps-jupyter
 	@set -eu; \
 	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root" "$(JUPYTER_DIR)/data" "$(JUPYTER_DIR)/runtime"; \
-	cp -r deploy/jupyter/kernels "$(JUPYTER_DIR)/data/"; \
+	mkdir -p "$(JUPYTER_DIR)/data/kernels"; cp -r deploy/jupyter/kernels/python3 "$(JUPYTER_DIR)/data/kernels/"; \
+	for d in /usr/share/jupyter/kernels /usr/local/share/jupyter/kernels; do \
+		[ -e "$$d/ir/kernel.json" ] && cp -r deploy/jupyter/kernels/ir "$(JUPYTER_DIR)/data/kernels/" && break; \
+	done; \
 	token=$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n'); \
 	root=""; [ "$$(id -u)" = 0 ] && root="--allow-root"; \
 	JUPYTER_CONFIG_DIR="$(JUPYTER_DIR)/config" JUPYTER_DATA_DIR="$(JUPYTER_DIR)/data" \

@@ -1,12 +1,15 @@
 package jupyter
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kernelhost/kernelhost/core"
 	jupyterdeploy "github.com/kernelhost/kernelhost/deploy/jupyter"
@@ -182,4 +185,54 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// The shipped ir spec runs IRkernel in the same sandbox, and its launcher
+// stays the kernel's parent to pass the server's SIGINT in (IRkernel takes
+// interrupts only as signals): a cell cannot write a sysctl, sees pids 1
+// and 2 only and its own connection file in the runtime dir; an interrupt
+// aborts a sleeping cell and the kernel runs the next.
+func TestShippedRKernelSpecIsSandboxed(t *testing.T) {
+	t.Parallel()
+	srv := startRServer(t) // a server of its own: its kernel specs are changed
+	if err := jupyterdeploy.WriteKernelSpecs(srv.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTransport(t, srv, nil)
+	if name, _ := tr.kernelName("r"); name != "ir" {
+		t.Fatalf("R runs on kernel spec %q, want the shipped ir", name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = k.Shutdown(ctx)
+	})
+	probe := fmt.Sprintf(`w <- tryCatch({v <- readLines("/proc/sys/kernel/core_pattern"); writeLines(v, "/proc/sys/kernel/core_pattern"); "written"},
+  error = function(e) conditionMessage(e), warning = function(w) conditionMessage(w))
+cat(w, "\n")
+cat(sort(as.integer(grep("^[0-9]+$", list.files("/proc"), value = TRUE))), "\n")
+cat(list.files(%q), "\n")`, srv.RuntimeDir)
+	lines := strings.Split(run(t, k, probe).stdout.String(), "\n")
+	if len(lines) < 3 || !strings.Contains(lines[0], "Read-only file system") || strings.TrimSpace(lines[1]) != "1 2" ||
+		!strings.HasPrefix(lines[2], "kernel-") || strings.Count(strings.TrimSpace(lines[2]), " ") != 0 {
+		t.Fatalf("the probe found %q: want the sysctl read-only, pids 1 2, and only its own connection file", lines)
+	}
+
+	id := send(t, k, "cat('sleeping\\n'); Sys.sleep(60)")
+	waitStream(t, k, id, "sleeping")
+	if err := k.Interrupt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := collectWithin(t, k, id, 20*time.Second); r.reply.Status != core.ReplyAborted && r.reply.Status != core.ReplyError {
+		t.Errorf("the interrupted cell's reply: %+v", r.reply)
+	}
+	if r := run(t, k, "cat('next\\n')"); r.stdout.String() != "next\n" {
+		t.Errorf("after the interrupt: %q", r.stdout.String())
+	}
 }

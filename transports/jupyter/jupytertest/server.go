@@ -95,8 +95,9 @@ func Args(port int, token, root string) []string {
 // WriteKernelSpec writes the kernel specs of deploy/jupyter/kernels into
 // dataDir/kernels (a JUPYTER_DATA_DIR, which the server searches before the
 // system's): "python3" is the system's ipykernel on /usr/bin/python3 with
-// unbounded IOPub queues, in its sandbox, as `make run-jupyter` installs it
-// too, except that its kernels may also write os.TempDir(): the tests give
+// unbounded IOPub queues and "ir" IRkernel (where installed), each kernel
+// in its sandbox, as `make run-jupyter` installs them too, except that
+// their kernels may also write os.TempDir(): the tests give
 // kernels directories of t.TempDir() to work in and share files with them
 // there, which the sandbox's own /tmp would hide. A test of the spec as
 // shipped writes it again with jupyterdeploy.WriteKernelSpecs.
@@ -104,7 +105,16 @@ func WriteKernelSpec(dataDir string) error {
 	if err := jupyterdeploy.WriteKernelSpecs(dataDir); err != nil {
 		return err
 	}
-	return addWritable(filepath.Join(dataDir, "kernels", "python3", "kernel.json"), os.TempDir())
+	specs, err := filepath.Glob(filepath.Join(dataDir, "kernels", "*", "kernel.json"))
+	if err != nil {
+		return err
+	}
+	for _, spec := range specs {
+		if err := addWritable(spec, os.TempDir()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // addWritable adds "--writable dir" to the sandbox launcher's options in

@@ -2,7 +2,8 @@
 # kernelhost's own interpreters (transports/subprocess/sandbox.go and
 # walls.go; docs/jupyter.md, "Kernels run sandboxed"):
 #
-#   python3 -I -S sandbox.py --connection-file FILE [--writable DIR]... -- KERNEL...
+#   python3 -I -S sandbox.py --connection-file FILE [--writable DIR]...
+#       [--signal-interrupts] -- KERNEL...
 #
 # The kernel sees the host's files read-only, except the user's dirs
 # (~/.local, ~/.cache, ~/.npm, ~/.config, ~/.ipython, $IPYTHONDIR), its
@@ -56,13 +57,19 @@ def fail(msg):
 
 
 def parse(argv):
-    """Returns the connection file, the --writable dirs and the kernel's command."""
-    conn, writable = None, []
+    """Returns the connection file, the --writable dirs, whether to pass
+    SIGINT in (--signal-interrupts) and the kernel's command."""
+    conn, writable, signals = None, [], False
     i = 0
     while i < len(argv) and argv[i] != "--":
         opt = argv[i]
+        if opt == "--signal-interrupts":
+            signals = True
+            i += 1
+            continue
         if opt not in ("--connection-file", "--writable") or i + 1 >= len(argv):
-            fail("bad argument %r; usage: sandbox.py --connection-file FILE [--writable DIR]... -- KERNEL..." % opt)
+            fail("bad argument %r; usage: sandbox.py --connection-file FILE [--writable DIR]... "
+                 "[--signal-interrupts] -- KERNEL..." % opt)
         if opt == "--connection-file":
             conn = argv[i + 1]
         elif os.path.isabs(argv[i + 1]):
@@ -73,7 +80,7 @@ def parse(argv):
     cmd = argv[i + 1:]
     if conn is None or not cmd:
         fail("want --connection-file FILE and, after --, the kernel's command")
-    return os.path.realpath(conn), writable, cmd
+    return os.path.realpath(conn), writable, signals, cmd
 
 
 def under(path, dirs):
@@ -202,8 +209,37 @@ def mounts(conn, writable):
     return args + ["--file", str(fd), conn]
 
 
+def supervise(args):
+    """Runs bwrap (args) as a child in a process group of its own and passes
+    the SIGINT the server sends this launcher's group on to the sandbox's
+    init's group, where the kernel is (the init ignores it); ends as bwrap
+    does. For kernels that take interrupts only as signals (IRkernel): the
+    server's SIGINT would otherwise end bwrap. The server's SIGTERM or
+    SIGKILL ends this launcher, and bwrap's --die-with-parent the sandbox."""
+    import signal
+
+    child = os.posix_spawn(args[0], args, os.environ, setpgroup=0)
+
+    def interrupt(signum, frame):
+        try:
+            with open("/proc/%d/task/%d/children" % (child, child)) as f:
+                inits = [int(p) for p in f.read().split()]
+        except OSError:
+            return
+        for init in inits:
+            try:
+                os.killpg(init, signal.SIGINT)
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGINT, interrupt)
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    sys.exit(code if code >= 0 else 128 - code)
+
+
 def main():
-    conn, extra, cmd = parse(sys.argv[1:])
+    conn, extra, signals, cmd = parse(sys.argv[1:])
     if not os.path.isfile(conn):
         fail("connection file %s: not a file" % conn)
     writable = writable_dirs(os.path.expanduser("~"), extra, server_root(os.path.dirname(conn)))
@@ -218,6 +254,8 @@ def main():
     # started by hand.
     args += ["--setenv", "JPY_PARENT_PID", "1"]
     args += ["--chdir", os.path.realpath(os.getcwd()), "--"] + cmd
+    if signals:
+        supervise(args)
     os.execv(bwrap, args)
 
 
