@@ -27,7 +27,7 @@
 # on stderr (the server's log).
 import json
 import os
-import subprocess
+import signal
 import sys
 
 USER_DIRS = (".local", ".cache", ".npm", ".config", ".ipython")
@@ -173,12 +173,29 @@ def walls(bwrap):
     nouserns = ["--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid()), "--disable-userns"]
     err = b""
     for args in (base + nouserns, base):
-        probe = subprocess.run([bwrap] + args + ["--", "/bin/true"], cwd="/",
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if probe.returncode == 0:
+        ok, err = runs([bwrap] + args + ["--", "/bin/true"])
+        if ok:
             return args + [a for p in KERNEL_KNOBS if os.path.lexists(p) for a in ("--ro-bind", p, p)]
-        err = probe.stderr
     fail("bwrap (%s) fails here: %s" % (bwrap, err.decode(errors="replace").strip()))
+
+
+def runs(argv):
+    """Runs argv; says whether it succeeded, with its stderr. posix_spawn,
+    not subprocess, whose import is half this launcher's start."""
+    r, w = os.pipe()
+    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=[
+        (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_DUP2, w, 2)])
+    os.close(w)
+    chunks = []
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0, b"".join(chunks)
 
 
 def mounts(conn, writable):
@@ -216,11 +233,11 @@ def supervise(args):
     does. For kernels that take interrupts only as signals (IRkernel): the
     server's SIGINT would otherwise end bwrap. The server's SIGTERM or
     SIGKILL ends this launcher, and bwrap's --die-with-parent the sandbox."""
-    import signal
-
-    child = os.posix_spawn(args[0], args, os.environ, setpgroup=0)
+    child = None
 
     def interrupt(signum, frame):
+        if child is None:
+            return
         try:
             with open("/proc/%d/task/%d/children" % (child, child)) as f:
                 inits = [int(p) for p in f.read().split()]
@@ -232,7 +249,10 @@ def supervise(args):
             except OSError:
                 pass
 
+    # Handled before bwrap starts (exec resets it there): a SIGINT meanwhile
+    # must not end this launcher.
     signal.signal(signal.SIGINT, interrupt)
+    child = os.posix_spawn(args[0], args, os.environ, setpgroup=0)
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     sys.exit(code if code >= 0 else 128 - code)
