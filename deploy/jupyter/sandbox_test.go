@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kernelhost/kernelhost/internal/testkit"
@@ -16,9 +18,20 @@ import (
 // file in runtime; extra goes before "--". It returns the output and error.
 func launch(t *testing.T, cwd, runtime, script string, env []string, extra ...string) (string, error) {
 	t.Helper()
+	return launchAs(t, nil, cwd, runtime, script, env, extra...)
+}
+
+// launchAs is launch as the user cred (nil: this process's).
+func launchAs(t *testing.T, cred *syscall.Credential, cwd, runtime, script string, env []string, extra ...string) (string, error) {
+	t.Helper()
 	conn := filepath.Join(runtime, "kernel-test.json")
 	if err := os.WriteFile(conn, []byte(`{"key": "k"}`), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	if cred != nil {
+		if err := os.Chown(conn, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	launcher, err := filepath.Abs(filepath.Join("kernels", "python3", "sandbox.py"))
 	if err != nil {
@@ -28,6 +41,9 @@ func launch(t *testing.T, cwd, runtime, script string, env []string, extra ...st
 	cmd := exec.Command(testkit.DebianPython, append(args, "--", "/bin/sh", "-c", script)...)
 	cmd.Dir = cwd
 	cmd.Env = append(os.Environ(), env...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -90,4 +106,58 @@ func TestSandboxLauncherErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The walls hold for a server of root and of an unprivileged user (nobody,
+// where this test runs as root): the sysctl write-back fails read-only,
+// the sandbox shows its own processes only (the shell's children beside
+// pids 1 and 2), no user namespace can be made, and the cwd is writable.
+func TestSandboxWallsAsRootAndAsNobody(t *testing.T) {
+	testkit.NeedCommand(t, "bwrap", "bubblewrap")
+	users := map[string]*syscall.Credential{"self": nil}
+	if os.Geteuid() == 0 {
+		users["nobody"] = &syscall.Credential{Uid: 65534, Gid: 65534}
+	}
+	const script = `cat /proc/sys/kernel/core_pattern 2>&1 > /proc/sys/kernel/core_pattern | grep -o 'Read-only file system'
+ls /proc | grep -cE '^[0-9]+$'
+unshare -U true 2>/dev/null && echo userns || echo no-userns
+echo x > probe && cat probe`
+	for name, cred := range users {
+		t.Run(name, func(t *testing.T) {
+			// Not under t.TempDir(), whose 0700 dirs nobody cannot enter.
+			dir, err := os.MkdirTemp("", "jupyter-sandbox-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			root, runtime := filepath.Join(dir, "root"), filepath.Join(dir, "runtime")
+			for _, d := range []string{dir, root, runtime} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if cred != nil {
+					if err := os.Chown(d, int(cred.Uid), int(cred.Gid)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var env []string
+			if cred != nil {
+				env = []string{"HOME=/nonexistent"} // nobody's
+			}
+			out, err := launchAs(t, cred, root, runtime, script, env)
+			got := strings.Fields(strings.ReplaceAll(out, "Read-only file system", "read-only"))
+			// Besides pids 1 and 2, the shell's ls and grep: a handful.
+			if n, _ := strconv.Atoi(at(got, 1)); err != nil || len(got) != 4 || got[0] != "read-only" || n < 2 || n > 6 || got[2] != "no-userns" || got[3] != "x" {
+				t.Errorf("%v: found %q: want the sysctl read-only, a handful of processes, no user namespace, the cwd writable", err, got)
+			}
+		})
+	}
+}
+
+func at(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return ""
 }
