@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,4 +161,28 @@ func at(s []string, i int) string {
 		return s[i]
 	}
 	return ""
+}
+
+// The server's token variables and systemd's credentials directory do not
+// reach the kernel; JPY_PARENT_PID is the sandbox's init, so ipykernel
+// polls no parent it would take for dead.
+func TestSandboxEnvironment(t *testing.T) {
+	testkit.NeedCommand(t, "bwrap", "bubblewrap")
+	dir := t.TempDir()
+	env := []string{"JUPYTER_TOKEN=s1", "JPY_API_TOKEN=s2", "JUPYTERHUB_API_TOKEN=s3", "CREDENTIALS_DIRECTORY=/run/credentials/x", "JPY_PARENT_PID=4242", "KEPT=yes"}
+	out, err := launch(t, dir, dir, "env", env)
+	if err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	vars := strings.Split(out, "\n")
+	for _, v := range []string{"JUPYTER_TOKEN=", "JPY_API_TOKEN=", "JUPYTERHUB_API_TOKEN=", "CREDENTIALS_DIRECTORY="} {
+		if slices.ContainsFunc(vars, func(kv string) bool { return strings.HasPrefix(kv, v) }) {
+			t.Errorf("%s... reached the kernel", v)
+		}
+	}
+	for _, kv := range []string{"JPY_PARENT_PID=1", "KEPT=yes"} {
+		if !slices.Contains(vars, kv) {
+			t.Errorf("%s is not in the kernel's environment: %q", kv, out)
+		}
+	}
 }
