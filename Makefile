@@ -13,8 +13,8 @@ SDKTEST  := hostcmd/sdktest
 # Version info stamped into bin/kernelhost (kernelhost version).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
-CLI_PKG := github.com/kernelhost/kernelhost/hostcmd/cli
-LDFLAGS := -X $(CLI_PKG).Version=$(VERSION) -X $(CLI_PKG).Commit=$(COMMIT)
+BUILDINFO := github.com/kernelhost/kernelhost/hostcmd/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
 
 # make install: PREFIX/bin/kernelhost, PREFIX/lib/kernelhost/plugins (where
 # the installed binary looks for its plugins: ../lib/kernelhost/plugins from
@@ -45,8 +45,11 @@ WAZERO         := $(TOOLS)/wazero
 # figures in the subprocess python driver (its tests run /usr/bin/python3);
 # python3-pandas and python3-pil, with matplotlib: the charts, data and images
 # of the python environment (transports/kernelpy; its tests run /usr/bin/python3 too);
-# bubblewrap (bwrap): the sandbox each subprocess interpreter runs in.
-APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil bubblewrap
+# bubblewrap (bwrap): the sandbox each subprocess interpreter runs in;
+# passt (pasta): the user-mode network stack that gives a sandboxed context
+# outbound network from a network namespace of its own
+# (-context-network=isolated, the default; docs/RATIONALE.md, "Network").
+APT_PACKAGES := nodejs jupyter-server python3-ipykernel r-cran-irkernel r-base-core default-jdk-headless wabt curl systemd python3-notebook python3-ipython python3-matplotlib python3-pandas python3-pil bubblewrap passt
 
 # make run-jupyter: the Jupyter Server it starts (loopback only).
 JUPYTER_PORT ?= 8888
@@ -133,16 +136,23 @@ policies:
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o bin/policies/tzdefault.wasm ./plugins/policy/examples/tzdefault
 	wat2wasm plugins/policy/examples/reserved/reserved.wat -o bin/policies/reserved.wasm
 
-## generate: the transport plugin protocol's Go code (needs protoc, from
-## Debian's protobuf-compiler, installed if missing)
+## generate: the transport plugin protocol's and the sandbox API's (envd)
+## Go code (needs protoc, from Debian's protobuf-compiler, and the protobuf
+## well-known types it imports, from libprotobuf-dev; installed if missing)
 generate:
-	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES=protobuf-compiler
-	$(GO) generate ./plugins/transportplugin/proto
+	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES="protobuf-compiler libprotobuf-dev"
+	$(GO) generate ./plugins/transportplugin/proto ./hostcmd/envd/gen
 
 ## run: build and serve (settings: KERNELHOST_* env vars or ARGS)
+# As root it installs the walls' packages where missing (bubblewrap, and passt
+# for -context-network=isolated, the default), as make policies installs
+# wabt; as another user it says what is missing.
 run: build plugins
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory deps-apt APT_PACKAGES="bubblewrap passt"; fi
 	@python="$$($(PICK_PYTHON))"; \
 	command -v bwrap >/dev/null || echo "bwrap is missing: interpreters will NOT be sandboxed (apt-get install bubblewrap, or make deps)"; \
+	command -v bwrap >/dev/null && ! command -v pasta >/dev/null && \
+		echo "pasta is missing: the host refuses to start with -context-network=isolated, the default (apt-get install passt, or make run ARGS=-context-network=none for contexts without outbound network)"; \
 	KERNELHOST_PYTHON="$$python" exec ./bin/kernelhost serve $(ARGS)
 
 # The Python `make run` gives the subprocess transport: KERNELHOST_PYTHON if
@@ -153,9 +163,12 @@ run: build plugins
 # python3. It prints the python on stdout and, on stderr, why that one and
 # what it lacks, with the apt-get or pip line that adds it: without them the
 # first plot fails with a bare ModuleNotFoundError. hostcmd/sdktest picks the
-# same way (pickPython).
+# same way (pickPython). The probe runs outside any sandbox, so with -I: not
+# the user site (~/.local, which every sandbox may write: a planted
+# usercustomize.py or .pth must not run here), no PYTHON* variable, not the
+# cwd; a module installed only with `pip install --user` counts as missing.
 PY_MODULES = IPython matplotlib pandas PIL
-PY_LACKS = $$1 -c 'import importlib.util as u, sys; print(" ".join(m for m in sys.argv[1:] if u.find_spec(m) is None))' $(PY_MODULES) 2>/dev/null || echo $(PY_MODULES)
+PY_LACKS = $$1 -I -c 'import importlib.util as u, sys; print(" ".join(m for m in sys.argv[1:] if u.find_spec(m) is None))' $(PY_MODULES) 2>/dev/null || echo $(PY_MODULES)
 PICK_PYTHON = lacks() { $(PY_LACKS); }; \
 	if [ -n "$${KERNELHOST_PYTHON:-}" ]; then p="$$KERNELHOST_PYTHON"; why="KERNELHOST_PYTHON says so"; \
 	else why=""; p=""; for c in python3 /usr/bin/python3; do \

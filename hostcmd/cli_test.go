@@ -129,8 +129,8 @@ func TestCLIVersion(t *testing.T) {
 	})
 	t.Run("stamped", func(t *testing.T) {
 		exe := filepath.Join(t.TempDir(), "kernelhost")
-		const pkg = testkit.Module + "/hostcmd/cli"
-		if err := testkit.Kernelhost(exe, "-ldflags", "-X "+pkg+".Version=v1.2.3-4-gabcdef0-dirty -X "+pkg+".Commit=abcdef0123"); err != nil {
+		const pkg = testkit.Module + "/hostcmd/internal/buildinfo"
+		if err := testkit.Kernelhost(exe, "-ldflags", "-X "+pkg+".version=v1.2.3-4-gabcdef0-dirty -X "+pkg+".commit=abcdef0123"); err != nil {
 			t.Fatal(err)
 		}
 		status, stdout, stderr := run(t, exe, "", hostEnv(), "version")

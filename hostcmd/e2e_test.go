@@ -76,7 +76,9 @@ func hostEnv(vars ...string) []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, append([]string{"KERNELHOST_ADDR=127.0.0.1:0", "KERNELHOST_LOG_FORMAT=json"}, vars...)...)
+	// The sandbox API on a free port too: its default, 49983, is one port
+	// for every host of the machine.
+	return append(env, append([]string{"KERNELHOST_ADDR=127.0.0.1:0", "KERNELHOST_SANDBOX_API_ADDR=127.0.0.1:0", "KERNELHOST_LOG_FORMAT=json"}, vars...)...)
 }
 
 func startBinary(t *testing.T, vars ...string) *proc {
@@ -96,6 +98,13 @@ func startServeAs(t *testing.T, cred *syscall.Credential, dir string, args []str
 	t.Helper()
 	p := &proc{t: t, cmd: exec.Command(kernelhost, append([]string{"serve"}, args...)...), logs: make(chan map[string]any, 1000), done: make(chan struct{})}
 	p.cmd.Dir = dir
+	if cred != nil {
+		// Contexts without outbound network (none, unless vars say
+		// otherwise): an unprivileged host's pasta opens /dev/net/tun as
+		// that user, which a container may keep root's (these tests are
+		// not about the network; transports/subprocess/network_test.go is).
+		vars = append([]string{"KERNELHOST_CONTEXT_NETWORK=none"}, vars...)
+	}
 	p.cmd.Env = hostEnv(vars...)
 	if cred != nil {
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -214,7 +223,7 @@ func TestBinary(t *testing.T) {
 	url := "http://" + p.waitLog("listening")["addr"].(string)
 	p.waitLog("ready")
 
-	status, body := post(t, url, map[string]any{"code": testkit.SelfPidProbe["python"]})
+	status, body := post(t, url, map[string]any{"code": testkit.SelfPidProbe("python")})
 	var ns string
 	var nsPID int
 	if _, err := fmt.Sscanf(body[strings.Index(body, `"text":"`)+8:], "%s %d", &ns, &nsPID); status != 200 || err != nil {
@@ -431,26 +440,79 @@ func TestBinaryTokenNotInEnviron(t *testing.T) {
 		tokenNotInEnviron(t, startBinary(t, "KERNELHOST_ACCESS_TOKEN="+envToken, "KERNELHOST_JUPYTER_TOKEN_FILE="+file))
 	})
 	t.Run("unprivileged", func(t *testing.T) {
-		if os.Getuid() != 0 {
-			t.Skip("runs the host as nobody, which needs root")
-		}
-		// A home and default cwd of nobody's, and the binaries reachable.
-		home, err := os.MkdirTemp("", "kernelhost-nobody-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(home) })
-		for _, dir := range []string{home, filepath.Dir(filepath.Dir(kernelhost)), filepath.Dir(kernelhost), filepath.Join(filepath.Dir(kernelhost), "plugins")} {
-			if err := os.Chmod(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := os.Chown(home, 65534, 65534); err != nil {
-			t.Fatal(err)
-		}
-		tokenNotInEnviron(t, startServeAs(t, &syscall.Credential{Uid: 65534, Gid: 65534}, home, nil,
+		home := nobodyHome(t)
+		tokenNotInEnviron(t, startServeAs(t, nobody, home, nil,
 			"HOME="+home, "KERNELHOST_DEFAULT_CWD="+home, "KERNELHOST_ACCESS_TOKEN="+envToken))
 	})
+}
+
+// nobody is the unprivileged user tests run the host as.
+var nobody = &syscall.Credential{Uid: 65534, Gid: 65534}
+
+// nobodyHome skips the test unless it runs as root, and returns a home and
+// default cwd of nobody's, with the binaries made reachable to nobody.
+func nobodyHome(t *testing.T) string {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("runs the host as nobody, which needs root")
+	}
+	home, err := os.MkdirTemp("", "kernelhost-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	for _, dir := range []string{home, filepath.Dir(filepath.Dir(kernelhost)), filepath.Dir(kernelhost), filepath.Join(filepath.Dir(kernelhost), "plugins")} {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(home, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	return home
+}
+
+// Issue 39, as root and as an unprivileged user, through the binary and
+// its plugin: a cell finds /proc/sys covered read-only (bwrap's own cover
+// as nobody, the sandbox's as root) and cannot write a sysctl back; the
+// host's config file and systemd's credentials directory, under the
+// writable default cwd, read as nothing, and CREDENTIALS_DIRECTORY is not
+// in its environment.
+func TestBinarySandboxWalls(t *testing.T) {
+	t.Parallel()
+	const secret = "config-secret-39"
+	for _, who := range []string{"root", "unprivileged"} {
+		t.Run(who, func(t *testing.T) {
+			t.Parallel()
+			home, cred := t.TempDir(), (*syscall.Credential)(nil)
+			if who == "unprivileged" {
+				home, cred = nobodyHome(t), nobody
+			}
+			config, creds := filepath.Join(home, "kernelhost.toml"), filepath.Join(home, "credentials")
+			if err := os.Mkdir(creds, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for file, text := range map[string]string{config: "queue-depth = 8\n# " + secret + "\n", filepath.Join(creds, "token"): secret} {
+				if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := startServeAs(t, cred, home, []string{"-config", config}, "HOME="+home, "KERNELHOST_DEFAULT_CWD="+home, "CREDENTIALS_DIRECTORY="+creds)
+			url := "http://" + p.waitLog("listening")["addr"].(string)
+			p.waitLog("ready")
+			code := `cat ` + config + ` ` + creds + `/token 2>&1
+env | grep CREDENTIALS_DIRECTORY
+echo "procsys=$(awk '$5 == "/proc/sys" {print $6}' /proc/self/mountinfo)"
+v=$(cat /proc/sys/kernel/core_pattern)
+{ printf '%s\n' "$v" > /proc/sys/kernel/core_pattern; } 2>/dev/null && echo "core_pattern WRITTEN"
+true`
+			status, body := post(t, url, map[string]any{"language": "bash", "code": code})
+			if status != 200 || strings.Contains(body, secret) || strings.Contains(body, "CREDENTIALS_DIRECTORY=") ||
+				!strings.Contains(body, "procsys=ro") || strings.Contains(body, "WRITTEN") {
+				t.Errorf("the config file, the credentials, /proc/sys's mount, a sysctl's write: %d %s", status, body)
+			}
+		})
+	}
 }
 
 const envToken = "env-secret-token-24"

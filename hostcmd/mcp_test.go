@@ -40,8 +40,10 @@ func TestMCPStdio(t *testing.T) {
 			t.Logf("kernelhost mcp log:\n%s", logs.String())
 		}
 	}()
-	if got := s.InitializeResult().ServerInfo.Name; got != "kernelhost" {
-		t.Fatalf("server name %q", got)
+	// The test binary is not stamped: the MCP server tells the version
+	// `kernelhost version` prints, "dev".
+	if info := s.InitializeResult().ServerInfo; info.Name != "kernelhost" || info.Version != "dev" {
+		t.Fatalf("server info %+v, want kernelhost dev", info)
 	}
 	mcptest.Tools(t, s, progress)
 

@@ -9,8 +9,6 @@ import (
 	"io"
 	"os"
 	"strings"
-
-	"github.com/kernelhost/kernelhost/hostcmd/server"
 )
 
 // Exit statuses shared by every command.
@@ -58,7 +56,6 @@ func init() {
 // Main runs the command line args (without the program name) and returns
 // the exit status.
 func Main(args []string, s Streams) int {
-	server.Version = Version // what MCP clients are told
 	if len(args) == 0 {
 		usage(s.Stderr)
 		return exitUsage

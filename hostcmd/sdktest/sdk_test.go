@@ -106,7 +106,7 @@ func pickPython(t *testing.T) (string, []string) {
 		return python, nil
 	}
 	for _, python := range []string{"python3", "/usr/bin/python3"} {
-		if exec.Command(python, "-c", "import IPython, matplotlib, pandas, PIL").Run() == nil {
+		if exec.Command(python, "-I", "-c", "import IPython, matplotlib, pandas, PIL").Run() == nil { // -I: as make run probes
 			return python, nil
 		}
 	}

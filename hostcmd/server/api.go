@@ -15,6 +15,7 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/docs"
+	"github.com/kernelhost/kernelhost/hostcmd/envd"
 )
 
 // api serves the code-interpreter HTTP API (docs/api-contract.md) on an engine.
@@ -30,6 +31,7 @@ type api struct {
 	metrics      *metrics     // nil: no /metrics (Config.DisableMetrics)
 	browser      *browserGuard
 	mcp          *mcpEndpoint  // /mcp
+	sandbox      *envd.Server  // the sandbox API's paths; nil: off
 	writeTimeout time.Duration // a stream's client must take each write within it
 	// closing is done once the host shuts down (beginShutdown).
 	closing       context.Context
@@ -72,7 +74,23 @@ func (a *api) handler() http.Handler {
 			rt.handle(a, w, r)
 		})
 	}
-	return withRequestLog(a.log, a.browser.wrap(a.authorize(jsonRouteErrors(mux))))
+	return withRequestLog(a.log, a.browser.wrap(a.authorize(a.withSandboxAPI(jsonRouteErrors(mux)))))
+}
+
+// withSandboxAPI serves the sandbox API's paths (sandboxapi.go) when it is
+// on, next's otherwise.
+func (a *api) withSandboxAPI(next http.Handler) http.Handler {
+	if a.sandbox == nil {
+		return next
+	}
+	sandbox := a.sandbox.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isSandboxAPIPath(r.URL.Path) {
+			sandbox.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // jsonRouteErrors answers an unknown route (404) and a known path with

@@ -19,13 +19,17 @@ import (
 // "X-Access-Token: <token>" works too: it is the one credential the official
 // SDKs send (their envd access token, only on /execute; docs/api-contract.md §1.1),
 // so a host whose token is the sandbox's envd token and whose scope is
-// execute serves the SDKs unchanged.
+// execute serves the SDKs unchanged. The sandbox API's paths are treated
+// as /execute is (sandboxapi.go).
 func (a *api) authorize(next http.Handler) http.Handler {
 	if len(a.token) == 0 {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		isExecute := r.URL.Path == "/execute"
+		// The sandbox API (its own listener, or its paths here) runs
+		// commands and reads files: it takes the token in either scope,
+		// and as X-Access-Token too, the header its SDK calls send.
+		isExecute := r.URL.Path == "/execute" || a.isSandboxAPI(r.URL.Path)
 		isExecution := isExecute || strings.HasPrefix(r.URL.Path, "/executions/") || r.URL.Path == "/mcp"
 		if r.URL.Path == "/health" || (a.tokenScope == ScopeExecute && !isExecution) {
 			next.ServeHTTP(w, r)
@@ -41,6 +45,12 @@ func (a *api) authorize(next http.Handler) http.Handler {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="kernelhost"`)
 		writeText(w, http.StatusUnauthorized, "Unauthorized: send the host's access token as \"Authorization: Bearer <token>\" (setting "+EnvVar("access-token")+")")
 	})
+}
+
+// isSandboxAPI says whether a path is the sandbox API's (on its own
+// listener or the code API's), when the sandbox API is on.
+func (a *api) isSandboxAPI(p string) bool {
+	return a.sandbox != nil && isSandboxAPIPath(p)
 }
 
 // tokenMatches compares in constant time (for equal lengths; the length of

@@ -58,7 +58,7 @@ func benchmarkForkServer(b *testing.B, mode string) {
 		}
 	}
 	hosts := func(b *testing.B) (fork, pool *testHost) {
-		fork, pool = startHost(b, withTransport(subprocess.DefaultPreload)), startHost(b, withTransport(nil))
+		fork, pool = startHost(b, withTransport(subprocess.DefaultPreload())), startHost(b, withTransport(nil))
 		for _, h := range []*testHost{fork, pool} {
 			tr := h.Engine.Transport().(*subprocess.Transport)
 			b.Cleanup(func() { _ = tr.Close() })
@@ -89,7 +89,7 @@ func benchmarkForkServer(b *testing.B, mode string) {
 	b.Run("RoundTripSameImports", func(b *testing.B) {
 		fork, pool := hosts(b)
 		pooled := pool.createContext(`{"language":"python"}`).ID
-		postExpect(b, pool, executeIn(pooled, "import "+strings.Join(subprocess.DefaultPreload, ", ")), `"end_of_execution"`)
+		postExpect(b, pool, executeIn(pooled, "import "+strings.Join(subprocess.DefaultPreload(), ", ")), `"end_of_execution"`)
 		a, c := executeIn(fork.createContext(`{"language":"python"}`).ID, "1+1"), executeIn(pooled, "1+1")
 		compareRuns(b, "fork", func() { postExpect(b, fork, a, `"text":"2"`) }, "pool-imported", func() { postExpect(b, pool, c, `"text":"2"`) })
 	})

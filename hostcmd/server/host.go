@@ -39,6 +39,7 @@ type Host struct {
 	front    *front       // what srv serves
 	served   chan error   // Serve's result
 	pprof    *pprofServer // nil without Config.PprofAddr
+	sandbox  *sandboxAPI  // nil without Config.SandboxAPIAddr
 	shutdown atomic.Bool
 
 	// startRetryUntil ends the retries of start-up (Config.DefaultStartRetry):
@@ -154,6 +155,11 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen 
 	if !listen {
 		return nil
 	}
+	if cfg.SandboxAPIAddr != "" {
+		if err := h.startSandboxAPI(cfg, cwd.dir); err != nil {
+			return err
+		}
+	}
 	h.front.serve(h.api.handler())
 	if cfg.PprofAddr != "" {
 		if h.pprof, err = startPprof(cfg.PprofAddr, h.log); err != nil {
@@ -220,6 +226,9 @@ func (h *Host) release() {
 	defer cancel()
 	if h.pprof != nil {
 		h.pprof.close()
+	}
+	if h.sandbox != nil {
+		h.sandbox.close()
 	}
 	if h.srv != nil {
 		_ = h.srv.Close() // and its listener
@@ -363,6 +372,15 @@ func (h *Host) ReloadPolicies(ctx context.Context) ([]string, error) {
 	return h.policies.reload(ctx)
 }
 
+// SandboxAPIAddr is the address of the sandbox API's listener, "" when it
+// is off.
+func (h *Host) SandboxAPIAddr() string {
+	if h.sandbox == nil {
+		return ""
+	}
+	return h.sandbox.addr()
+}
+
 // PprofAddr is the address of the pprof listener, "" when it is off.
 func (h *Host) PprofAddr() string {
 	if h.pprof == nil {
@@ -410,6 +428,10 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	} else {
 		srvDone <- nil
 		h.served <- http.ErrServerClosed
+	}
+	if h.sandbox != nil {
+		// Its commands and streams end with the host.
+		h.sandbox.close()
 	}
 	engineErr := h.Engine.Close(ctx)
 	h.api.mcp.close()

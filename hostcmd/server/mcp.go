@@ -15,6 +15,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/internal/buildinfo"
 	"github.com/kernelhost/kernelhost/hostcmd/mcpserver"
 )
 
@@ -50,12 +51,8 @@ type mcpEndpoint struct {
 	opening int
 }
 
-// Version is what the MCP server reports as its version (serverInfo);
-// hostcmd/cli sets it to the build's.
-var Version = "dev"
-
 func newMCPServer(e *engine.Engine, met *metrics, log *slog.Logger) *mcp.Server {
-	opts := mcpserver.Options{Engine: e, Logger: log, Version: Version}
+	opts := mcpserver.Options{Engine: e, Logger: log, Version: buildinfo.Version()}
 	if met != nil {
 		opts.Refused = met.refused
 	}

@@ -107,7 +107,10 @@ func TestMCPSessionIdleExpires(t *testing.T) {
 	t.Parallel()
 	h := startHost(t, withToken, func(c *server.Config) {
 		c.MCPMaxSessions = 1
-		c.MCPSessionIdle = 200 * time.Millisecond
+		// Long enough that a client under load sends initialized after
+		// initialize within it (200 ms failed CI at load 10), short enough
+		// to await its expiry.
+		c.MCPSessionIdle = 3 * time.Second
 	})
 	auth := map[string]string{"Authorization": "Bearer " + mcpToken}
 	s, _, err := connectMCP(t, h, auth, "")

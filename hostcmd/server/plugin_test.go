@@ -20,7 +20,7 @@ import (
 // interpreterPID asks the default python context for its process id.
 func interpreterPID(t *testing.T, h *testHost) int {
 	t.Helper()
-	return testkit.HostPidOfProbe(t, stdout(h.run(map[string]any{"code": testkit.SelfPidProbe["python"]})))
+	return testkit.HostPidOfProbe(t, stdout(h.run(map[string]any{"code": testkit.SelfPidProbe("python")})))
 }
 
 // Shutdown stops the plugin process and the interpreters it ran: nothing is

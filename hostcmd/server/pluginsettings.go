@@ -120,7 +120,7 @@ func (cat *pluginCatalog) clash(fs *flag.FlagSet, d pluginhost.Description) erro
 		prev, shared := cat.specs[s.Name]
 		switch {
 		case s.Type == pluginhost.TypeHost:
-			if fs.Lookup(s.Name) == nil {
+			if fs.Lookup(s.Name) == nil && s.Name != hiddenPathsSetting { // hidden.go: not a flag
 				return fmt.Errorf("it takes the host's setting %s, which the host does not have", s.Name)
 			}
 		case shared && (prev.Type != s.Type || prev.Default != s.Default):
@@ -328,7 +328,7 @@ func settingsFor(d pluginhost.Description, cfg Config) (map[string]any, error) {
 	}
 	for _, s := range d.Settings {
 		if s.Type == pluginhost.TypeHost {
-			v, err := hostSetting(cfg, s.Name)
+			v, err := hostSetting(cfg, s.Name, specs)
 			if err != nil {
 				return nil, err
 			}
@@ -339,8 +339,11 @@ func settingsFor(d pluginhost.Description, cfg Config) (map[string]any, error) {
 }
 
 // hostSetting is the host's setting name in cfg, as text, for a plugin that
-// takes it.
-func hostSetting(cfg Config, name string) (string, error) {
+// takes it (specs are the plugin's settings).
+func hostSetting(cfg Config, name string, specs map[string]pluginhost.SettingSpec) (string, error) {
+	if name == hiddenPathsSetting {
+		return strings.Join(cfg.privatePaths(specs), "\n"), nil
+	}
 	for _, s := range settingsTable {
 		if s.flagName() == name {
 			return s.text(&cfg), nil

@@ -82,7 +82,7 @@ func (h *testHost) awaitPool(t *testing.T, lang string) (rss float64) {
 // The user's path (the SDK's createCodeContext({cwd}), through the real
 // plugin with its default pools): a python or javascript context created in
 // a directory of its own takes the pooled interpreter, and everything
-// testkit.CwdProbes prints is what the same context prints on a host without pools.
+// testkit.CwdProbe prints is what the same context prints on a host without pools.
 // The python fork server is off here: with it, new python contexts are
 // forks of its template instead (fork_test.go and transports/subprocess's
 // fork tests check those, cwd included).
@@ -121,7 +121,7 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 			pooled.awaitPool(t, lang)
 			before := descendants(pooled.PluginPID())
 			pc := pooled.createContext(body)
-			pid := testkit.HostPidOfProbe(t, stdout(pooled.run(map[string]any{"code": testkit.SelfPidProbe[lang], "context_id": pc.ID})))
+			pid := testkit.HostPidOfProbe(t, stdout(pooled.run(map[string]any{"code": testkit.SelfPidProbe(lang), "context_id": pc.ID})))
 			if _, ok := before[pid]; !ok {
 				t.Errorf("the context runs pid %d, which was not running before it was created (pooled: %v)", pid, before)
 			}
@@ -134,7 +134,7 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 			}
 			probe := func(h *testHost, id string) string {
 				t.Helper()
-				lines := h.run(map[string]any{"code": testkit.CwdProbes[lang], "context_id": id})
+				lines := h.run(map[string]any{"code": testkit.CwdProbe(lang), "context_id": id})
 				noError(t, lines)
 				return stdout(lines)
 			}

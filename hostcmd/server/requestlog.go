@@ -127,6 +127,10 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// Flush flushes the writer below: connect-go (the sandbox API's streams)
+// asks for an http.Flusher itself rather than through Unwrap.
+func (w *statusWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
 func (w *statusWriter) status() int {
 	if w.code == 0 {
 		return http.StatusOK

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/envd"
 	"github.com/kernelhost/kernelhost/plugins/policy"
 )
 
@@ -122,6 +124,14 @@ type Config struct {
 	// this address (never on Addr). It should be a loopback address:
 	// profiles reveal memory contents. Empty: off.
 	PprofAddr string
+	// SandboxAPIAddr is where the sandbox API (sbx.files, sbx.commands of the
+	// E2B SDKs; sandboxapi.go) listens besides Addr, whose own paths serve it
+	// too. "": off (the setting's "off"; Load's default is
+	// DefaultSandboxAPIAddr).
+	SandboxAPIAddr string
+	// MaxUploadBytes bounds one file uploaded through the sandbox API (413
+	// past it). 0: envd.DefaultMaxUploadBytes.
+	MaxUploadBytes int64
 	// DisableMetrics leaves out /metrics and the engine's Observer
 	// (BenchmarkMetricsCost compares the two).
 	DisableMetrics bool
@@ -133,6 +143,10 @@ type Config struct {
 	envFile, envInline, logFormat, logLevel string
 	// The token file Load reads into AccessToken.
 	accessTokenFile string
+	// The config file Load read (-config) and the files of the plugins'
+	// file settings, hidden from contexts and the sandbox API (hidden.go).
+	configFile   string
+	settingFiles []string
 	// plugins are the descriptions Load had of the plugins' settings, so
 	// the start does not ask the plugin again.
 	plugins *pluginCatalog
@@ -216,7 +230,8 @@ func PluginDirFor(exe string) string {
 var engineDefaults = engine.Defaults()
 
 var settingsTable = []setting{
-	&row[string]{name: configFlag, help: "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it"},
+	&row[string]{name: configFlag, help: "TOML file of settings, one key per flag name (queue-depth = 8); flags and environment variables win over it",
+		field: func(c *Config) *string { return &c.configFile }},
 	&row[string]{name: "addr", def: DefaultAddr, help: "listen address (host:port)",
 		field: func(c *Config) *string { return &c.Addr }},
 	// A plugin may take it (the subprocess plugin, for its warm pools'
@@ -297,6 +312,16 @@ var settingsTable = []setting{
 		field: func(c *Config) *string { return &c.logFormat }},
 	&row[string]{name: "log-level", def: "info", help: "log level: debug, info, warn or error",
 		field: func(c *Config) *string { return &c.logLevel }},
+	&row[string]{name: "sandbox-api-addr", def: DefaultSandboxAPIAddr, help: "listen address of the sandbox API (the E2B SDKs' sbx.files and sbx.commands; docs/sandbox-api.md), whose paths the code API's address serves too; off: neither",
+		load: func(c *Config, v string) error {
+			if c.SandboxAPIAddr = strings.TrimSpace(v); c.SandboxAPIAddr == "off" {
+				c.SandboxAPIAddr = ""
+			}
+			return nil
+		},
+		out: func(c *Config) string { return cmp.Or(c.SandboxAPIAddr, "off") }},
+	&row[int64]{name: "max-upload-bytes", def: envd.DefaultMaxUploadBytes, help: "largest file one sandbox API upload (POST /files) may write; larger ones get 413 and leave the old file as it was",
+		field: func(c *Config) *int64 { return &c.MaxUploadBytes }, check: positive[int64]},
 	&row[string]{name: "pprof-addr", help: "if set, serve net/http/pprof (/debug/pprof/) on this separate address; use a loopback address (profiles show memory contents); empty: off",
 		field: func(c *Config) *string { return &c.PprofAddr }},
 }
@@ -337,10 +362,12 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 		}
 	}
 	var err error
+	c.settingFiles = plugins.filePaths(fs)
 	if c.TransportSettings, err = plugins.values(fs); err != nil {
 		return Config{}, err
 	}
 	c.plugins = plugins
+	c.configFile = fs.Lookup(configFlag).Value.String()
 	if err := c.readTokenFiles(); err != nil {
 		return Config{}, err
 	}

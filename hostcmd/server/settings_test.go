@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +39,45 @@ func TestLoadDefaults(t *testing.T) {
 	// passes none of them, only the host's settings the plugin takes.
 	c.PluginDir = pluginDir
 	got, engineStart, _, _, err := server.PluginSettings(c)
-	if err != nil || !reflect.DeepEqual(got, map[string]any{"default-cwd": "/home/user"}) || engineStart != 0 {
+	if err != nil || !reflect.DeepEqual(got, map[string]any{"default-cwd": "/home/user", "host-private-paths": ""}) || engineStart != 0 {
 		t.Fatalf("the subprocess plugin gets %v (%v), engine start bound %v", got, err, engineStart)
+	}
+}
+
+// The host's own files reach the subprocess plugin, which hides them in
+// every sandbox (issue 39): the token file, the config file and its
+// directory (/etc/kernelhost, where the shipped unit keeps its env file),
+// the env file, each policy module's config file, another plugin's token
+// file.
+func TestPrivatePathsReachThePlugin(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "kernelhost")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	token, config, envFile := filepath.Join(dir, "token"), filepath.Join(dir, "kernelhost.toml"), filepath.Join(dir, "env.json")
+	jupyterToken := filepath.Join(t.TempDir(), "jupyter-token")
+	list := filepath.Join(dir, "policies.list")
+	for file, text := range map[string]string{token: "secret\n", config: "queue-depth = 8\n", envFile: "{}", jupyterToken: "j\n", list: "deny.wasm\n"} {
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := server.Load("kernelhost", []string{"-access-token-file", token, "-config", config, "-env-file", envFile, "-policies", "@" + list, "-jupyter-token-file", jupyterToken},
+		env(map[string]string{"KERNELHOST_PLUGIN_DIR": pluginDir}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, _, _, err := server.PluginSettings(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, _ := got["host-private-paths"].(string)
+	want := []string{token, config, envFile, dir, list, filepath.Join(dir, "deny.config"), jupyterToken}
+	for _, w := range want {
+		if !slices.Contains(strings.Split(paths, "\n"), w) {
+			t.Errorf("the plugin's host-private-paths %q lack %s", paths, w)
+		}
 	}
 }
 
@@ -165,6 +203,7 @@ func TestLoadErrors(t *testing.T) {
 		"zero start timeout":  {args: []string{"-jupyter-start-timeout", "0"}, want: "jupyter-start-timeout must be positive, got 0s (KERNELHOST_JUPYTER_START_TIMEOUT)"},
 		"negative keep-alive": {env: map[string]string{"KERNELHOST_JUPYTER_KEEP_ALIVE": "-1s"}, want: "jupyter-keep-alive must not be negative, got -1s (KERNELHOST_JUPYTER_KEEP_ALIVE)"},
 		"bad sandbox":         {args: []string{"-sandbox", "maybe"}, want: `sandbox must be auto, on or off, got "maybe" (KERNELHOST_SANDBOX)`},
+		"bad network":         {env: map[string]string{"KERNELHOST_CONTEXT_NETWORK": "open"}, want: `context-network must be isolated, none or host, got "open" (KERNELHOST_CONTEXT_NETWORK)`},
 		"tiny message cap":    {args: []string{"-max-message-bytes", "100"}, want: "max-message-bytes must be between 4096 and 134217728, got 100 (KERNELHOST_MAX_MESSAGE_BYTES)"},
 		"negative pids":       {args: []string{"-context-pids=-1"}, want: "context-pids must not be negative"},
 		"bad bool":            {env: map[string]string{"KERNELHOST_KERNEL_CGROUPS": "perhaps"}, want: "KERNELHOST_KERNEL_CGROUPS"},

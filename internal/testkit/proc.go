@@ -90,15 +90,21 @@ func HostPid(tb testing.TB, neighbour, nsPid int) int {
 	return HostPidIn(tb, ns, nsPid)
 }
 
-// PidNSProbe is code for each language that prints its PID namespace as
-// /proc/self/ns/pid names it ("pid:[4026531836]"), the same inside and
-// outside, for HostPidIn.
-var PidNSProbe = map[string]string{
-	"python":     "import os; print(os.readlink('/proc/self/ns/pid'))",
-	"bash":       "readlink /proc/self/ns/pid",
-	"javascript": "console.log(require('fs').readlinkSync('/proc/self/ns/pid'))",
-	"typescript": "console.log(require('fs').readlinkSync('/proc/self/ns/pid'))",
-	"r":          "cat(Sys.readlink('/proc/self/ns/pid'), '\\n')",
+// PidNSProbe returns code for lang (python, bash, javascript, typescript or
+// r; "" for any other) that prints its PID namespace as /proc/self/ns/pid
+// names it ("pid:[4026531836]"), the same inside and outside, for HostPidIn.
+func PidNSProbe(lang string) string {
+	switch lang {
+	case "python":
+		return "import os; print(os.readlink('/proc/self/ns/pid'))"
+	case "bash":
+		return "readlink /proc/self/ns/pid"
+	case "javascript", "typescript":
+		return "console.log(require('fs').readlinkSync('/proc/self/ns/pid'))"
+	case "r":
+		return "cat(Sys.readlink('/proc/self/ns/pid'), '\\n')"
+	}
+	return ""
 }
 
 // HostPidIn returns the host's number of the process that is nsPid in PID
@@ -135,16 +141,22 @@ func HostPidIn(tb testing.TB, ns string, nsPid int) int {
 	return 0
 }
 
-// SelfPidProbe is code for each language that prints its PID namespace and
-// its pid in it, for HostPidOfProbe: a sandboxed interpreter's os.getpid()
-// is its namespace's number, not the host's.
-var SelfPidProbe = map[string]string{
-	"python":     "import os; print(os.readlink('/proc/self/ns/pid'), os.getpid())",
-	"javascript": "console.log(require('fs').readlinkSync('/proc/self/ns/pid'), process.pid)",
+// SelfPidProbe returns code for lang (python or javascript; "" for any
+// other) that prints its PID namespace and its pid in it, for
+// HostPidOfProbe: a sandboxed interpreter's os.getpid() is its namespace's
+// number, not the host's.
+func SelfPidProbe(lang string) string {
+	switch lang {
+	case "python":
+		return "import os; print(os.readlink('/proc/self/ns/pid'), os.getpid())"
+	case "javascript":
+		return "console.log(require('fs').readlinkSync('/proc/self/ns/pid'), process.pid)"
+	}
+	return ""
 }
 
 // HostPidOfProbe returns the host's pid of the interpreter whose
-// SelfPidProbe printed out.
+// SelfPidProbe's code printed out.
 func HostPidOfProbe(tb testing.TB, out string) int {
 	tb.Helper()
 	ns, pid, _ := strings.Cut(strings.TrimSpace(out), " ")

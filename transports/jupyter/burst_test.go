@@ -59,9 +59,13 @@ type gatewayProxy struct {
 	// (which asks the kernel for its info, as it does before it answers)
 	// but its answer never reaches the client, as Jupyter Server held some
 	// upgrades in bursts of starts and Kernel Gateway one at a time.
-	holdUpgrade    bool
-	holdDeletes    time.Duration
-	loseDeletes    int
+	holdUpgrade bool
+	holdDeletes time.Duration
+	loseDeletes int
+	// failDeletes: that many kernel deletes, the first ones, are answered
+	// 500 without reaching the server, as Jupyter Server answers a DELETE
+	// of a kernel its restarter is replacing after its death.
+	failDeletes    int
 	deleteThenLose bool
 	inOrder        bool           // set with loseDeletes: see above
 	forwarded      int            // DELETEs sent on to the server and not answered yet (inOrder)
@@ -116,6 +120,11 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.loseDeletes > 0 {
 			p.loseDeletes--
 			loseDelete, deleteFirst = true, p.deleteThenLose
+		} else if p.failDeletes > 0 {
+			p.failDeletes--
+			p.mu.Unlock()
+			http.Error(w, `{"message": "Unhandled error", "reason": null}`, http.StatusInternalServerError)
+			return
 		}
 		if tracked = p.inOrder && (!loseDelete || deleteFirst); tracked {
 			p.forwarded++
@@ -590,6 +599,7 @@ func TestShutdownSurvivesAnUnansweredDelete(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		lose           int
+		fail           int
 		deleteThenLose bool
 		deletes        int    // DELETEs the server is sent by Shutdown
 		orMore         bool   // or more: the one passed on may outlast answerWithin on a loaded machine
@@ -598,6 +608,7 @@ func TestShutdownSurvivesAnUnansweredDelete(t *testing.T) {
 	}{
 		{name: "AnswerLost", lose: 1, deleteThenLose: true, deletes: 1, log: "left a kernel's DELETE unanswered; it no longer has the kernel"},
 		{name: "DeleteLost", lose: 1, deletes: 2, orMore: true, log: "left a kernel's DELETE unanswered and still has the kernel; sending it again"},
+		{name: "DeleteFailed", fail: 1, deletes: 2, log: "failed a kernel's DELETE and still has the kernel; sending it again"},
 		{name: "EveryDeleteLost", lose: deleteAttempts, deletes: deleteAttempts, log: "did not delete a kernel; it may still be there", fails: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -616,7 +627,7 @@ func TestShutdownSurvivesAnUnansweredDelete(t *testing.T) {
 			}
 			id := k.(*kernel).id
 			p.mu.Lock()
-			p.loseDeletes, p.deleteThenLose, p.inOrder = tc.lose, tc.deleteThenLose, true
+			p.loseDeletes, p.failDeletes, p.deleteThenLose, p.inOrder = tc.lose, tc.fail, tc.deleteThenLose, true
 			p.mu.Unlock()
 			err = k.Shutdown(ctx)
 			switch {

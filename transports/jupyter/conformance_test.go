@@ -16,5 +16,5 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
-	transporttest.Run(t, func(t *testing.T) core.Transport { return newTransport(t, srv, nil) }, transporttest.Python)
+	transporttest.Run(t, func(t *testing.T) core.Transport { return newTransport(t, srv, nil) }, transporttest.Python())
 }

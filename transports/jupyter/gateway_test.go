@@ -38,7 +38,7 @@ func TestKernelGateway(t *testing.T) {
 		var wg sync.WaitGroup
 		for g, gw := range gateways {
 			wg.Go(func() {
-				s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, gw, nil) }, Lang: transporttest.Python}
+				s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, gw, nil) }, Lang: transporttest.Python()}
 				for i, c := range cases {
 					if i%len(gateways) == g {
 						t.Run(c.Name, func(t *testing.T) { c.Run(t, s) })

@@ -18,7 +18,7 @@ import (
 // setwd with rString literals) on a real R kernel: every value of
 // transporttest.EnvValues must come back byte for byte, a cwd with quotes and
 // non-ASCII must be entered, and both must be reset after the execution.
-var rSnippets = transporttest.R
+var rSnippets = transporttest.R()
 
 // rSkipped are the suite's cases not run on R, with the reason, so that
 // `go test -v` shows it. Most IRkernel 1.3.2 fails by design of the kernel,

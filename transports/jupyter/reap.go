@@ -182,9 +182,12 @@ const (
 // kernel. After a DELETE without an answer it asks the server whether the
 // kernel is still there (GET api/kernels/{id}; unlike the list, every
 // gateway serves it): gone is done; there (or no answer again) gets another
-// DELETE, deleteAttempts in all, within ctx. Each unanswered DELETE is
-// logged (Config.Warn), and the error says what may remain. A 404 is
-// success: the kernel is gone already (culled, or lost).
+// DELETE, deleteAttempts in all, within ctx. A DELETE the server fails
+// (5xx) is treated the same, after a pause: Jupyter Server answers 500
+// "Unhandled error" to the DELETE of a kernel that died and that its
+// restarter is replacing. Each such DELETE is logged (Config.Warn), and the
+// error says what may remain. A 404 is success: the kernel is gone already
+// (culled, or lost).
 func (t *Transport) deleteUntilGone(ctx context.Context, id string) error {
 	var failed []string
 	for attempt := 1; ; attempt++ {
@@ -192,26 +195,51 @@ func (t *Transport) deleteUntilGone(ctx context.Context, id string) error {
 		var ae *apiError
 		if err == nil || errors.As(err, &ae) && ae.Status == http.StatusNotFound {
 			if attempt > 1 {
-				t.c.cfg.Warn("the Jupyter server answered a kernel's DELETE only when it was sent again; the kernel is deleted", "kernel", id, "attempts", attempt)
+				t.c.cfg.Warn("the Jupyter server deleted a kernel only when its DELETE was sent again; the kernel is deleted", "kernel", id, "attempts", attempt)
 			}
 			return nil
 		}
-		if attempt == 1 && !errors.Is(err, errNoAnswer) || ctx.Err() != nil {
+		serverFailed := ae != nil && ae.Status >= 500
+		what := "left a kernel's DELETE unanswered"
+		if serverFailed {
+			what = "failed a kernel's DELETE"
+		}
+		if attempt == 1 && !errors.Is(err, errNoAnswer) && !serverFailed || ctx.Err() != nil {
 			if len(failed) > 0 {
 				return fmt.Errorf("%s; then %w", strings.Join(failed, "; "), err)
 			}
 			return err
 		}
 		failed = append(failed, err.Error())
+		if serverFailed && !pause(ctx, deleteRetryPause<<(attempt-1)) {
+			return fmt.Errorf("%s; then %w", strings.Join(failed, "; "), ctx.Err())
+		}
 		if t.c.kernelGone(ctx, id) {
-			t.c.cfg.Warn("the Jupyter server left a kernel's DELETE unanswered; it no longer has the kernel", "kernel", id, "attempts", attempt, "err", err.Error())
+			t.c.cfg.Warn("the Jupyter server "+what+"; it no longer has the kernel", "kernel", id, "attempts", attempt, "err", err.Error())
 			return nil
 		}
 		if attempt == deleteAttempts || ctx.Err() != nil {
 			t.c.cfg.Warn("the Jupyter server did not delete a kernel; it may still be there (deleted again when the transport closes)", "kernel", id, "attempts", attempt, "err", err.Error())
 			return fmt.Errorf("kernel %s may still be on the server (deleted again when the transport closes): %d DELETEs sent, none deleted it: %s", id, attempt, strings.Join(failed, "; "))
 		}
-		t.c.cfg.Warn("the Jupyter server left a kernel's DELETE unanswered and still has the kernel; sending it again", "kernel", id, "attempt", attempt, "err", err.Error())
+		t.c.cfg.Warn("the Jupyter server "+what+" and still has the kernel; sending it again", "kernel", id, "attempt", attempt, "err", err.Error())
+	}
+}
+
+// deleteRetryPause is the pause before a failed DELETE is sent again,
+// doubling per attempt: the server's restarter replaces a dead kernel
+// within a second or two, and nothing says when it is done.
+const deleteRetryPause = 500 * time.Millisecond
+
+// pause waits d, or until ctx ends (false).
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

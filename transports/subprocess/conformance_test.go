@@ -27,36 +27,36 @@ func newTransport(t *testing.T) core.Transport { return New(Options{}) }
 // suites' cases (go test's -parallel bounds how many at once), not after them.
 func TestConformancePython(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, newTransport, transporttest.Python)
+	transporttest.Run(t, newTransport, transporttest.Python())
 }
 
 func TestConformanceBash(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, newTransport, transporttest.Bash)
+	transporttest.Run(t, newTransport, transporttest.Bash())
 }
 
 func TestConformanceJavaScript(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, newTransport, transporttest.JavaScript)
+	transporttest.Run(t, newTransport, transporttest.JavaScript())
 }
 
 func TestConformanceTypeScript(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, newTransport, transporttest.TypeScript)
+	transporttest.Run(t, newTransport, transporttest.TypeScript())
 }
 
 func TestConformanceR(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
-	transporttest.Run(t, newTransport, transporttest.R)
+	transporttest.Run(t, newTransport, transporttest.R())
 }
 
 func TestConformanceJava(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "java", "default-jdk-headless")
-	transporttest.Run(t, newTransport, transporttest.Java)
+	transporttest.Run(t, newTransport, transporttest.Java())
 }
 
 // newPooledTransport returns Transports that keep a pool of one for lang,
@@ -75,17 +75,17 @@ func newPooledTransport(lang string) func(t *testing.T) core.Transport {
 // The conformance suite on kernels that took pooled interpreters.
 func TestConformancePythonPooled(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, newPooledTransport("python"), transporttest.Python)
+	transporttest.Run(t, newPooledTransport("python"), transporttest.Python())
 }
 
 func TestConformanceJavaScriptPooled(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, newPooledTransport("javascript"), transporttest.JavaScript)
+	transporttest.Run(t, newPooledTransport("javascript"), transporttest.JavaScript())
 }
 
 func TestConformanceTypeScriptPooled(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, newPooledTransport("typescript"), transporttest.TypeScript)
+	transporttest.Run(t, newPooledTransport("typescript"), transporttest.TypeScript())
 }

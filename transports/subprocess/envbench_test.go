@@ -17,7 +17,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkEnvVars -benchtime 5x ./transports/subprocess/
 func BenchmarkEnvVars(b *testing.B) {
-	for _, lang := range []transporttest.LanguageSnippets{transporttest.Python, transporttest.Bash, transporttest.JavaScript} {
+	for _, lang := range []transporttest.LanguageSnippets{transporttest.Python(), transporttest.Bash(), transporttest.JavaScript()} {
 		if _, err := exec.LookPath(map[string]string{"python": "python3", "bash": "bash", "javascript": "node"}[lang.Language]); err != nil {
 			continue
 		}

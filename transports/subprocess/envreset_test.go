@@ -13,7 +13,7 @@ import (
 // javaInFull is the Java snippets with System written in full: the test
 // declares a class System of its own.
 var javaInFull = func() transporttest.LanguageSnippets {
-	j := transporttest.Java
+	j := transporttest.Java()
 	j.PrintEnv = func(key string) string {
 		return `java.lang.System.out.print(java.lang.System.getenv("` + key + `") == null ? "<unset>" : java.lang.System.getenv("` + key + `"));`
 	}
@@ -35,16 +35,16 @@ func TestEnvResetCannotBeRedefined(t *testing.T) {
 		lang     transporttest.LanguageSnippets
 		redefine string
 	}{
-		{transporttest.Bash, "unset() { :; }; export() { :; }; builtin() { :; }; command() { :; }; .() { :; }; eval() { :; }\n" +
+		{transporttest.Bash(), "unset() { :; }; export() { :; }; builtin() { :; }; command() { :; }; .() { :; }; eval() { :; }\n" +
 			"shopt -s expand_aliases; alias unset=: export=:"},
-		{transporttest.Python, "import builtins, types\n_real_import = builtins.__import__\n" +
+		{transporttest.Python(), "import builtins, types\n_real_import = builtins.__import__\n" +
 			"_fake = types.SimpleNamespace(environ={}, chdir=lambda p: None)\n" +
 			"builtins.__import__ = lambda name, *a, **k: _fake if name == 'os' and not a and not k else _real_import(name, *a, **k)\n" +
 			"import os\nos.environ.__class__.pop = lambda self, *a: None\nos.environ.__class__.update = lambda self, *a, **k: None"},
-		{transporttest.JavaScript, "process.env = new Proxy(process.env, { set: () => true, deleteProperty: () => true });\n" +
+		{transporttest.JavaScript(), "process.env = new Proxy(process.env, { set: () => true, deleteProperty: () => true });\n" +
 			"Object.prototype.hasOwnProperty = () => false;"},
 		// In base itself, where a helper's environment (parent base) finds it.
-		{transporttest.R, "for (f in c('Sys.setenv', 'Sys.unsetenv')) {\n" +
+		{transporttest.R(), "for (f in c('Sys.setenv', 'Sys.unsetenv')) {\n" +
 			"  unlockBinding(f, baseenv()); assign(f, function(...) invisible(TRUE), envir = baseenv())\n}"},
 		// A class named System shadows java.lang.System in later snippets.
 		{javaInFull, "class System { static void setProperty(String k, String v) {} static void clearProperty(String k) {} static java.util.Map<String, String> getenv() { return new java.util.HashMap<>(); } static String getProperty(String k) { return null; } static String getProperty(String k, String d) { return d; } }"},

@@ -90,7 +90,7 @@ func BenchmarkForkKernelSmall(b *testing.B) {
 // imported pandas pays for it in every cell, forked or not.)
 func BenchmarkForkedRoundTrip(b *testing.B) {
 	testkit.NeedPythonModules(b, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
-	b.Run("default", func(b *testing.B) { forkedRoundTrip(b, DefaultPreload) })
+	b.Run("default", func(b *testing.B) { forkedRoundTrip(b, DefaultPreload()) })
 	b.Run("numpy,pandas", func(b *testing.B) { forkedRoundTrip(b, []string{"numpy", "pandas"}) })
 }
 

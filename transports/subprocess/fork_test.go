@@ -101,7 +101,7 @@ func TestForkServerContextIsAChildWithModulesLoaded(t *testing.T) {
 }
 
 func testForkServerContextIsAChildWithModulesLoaded(t *testing.T, mode string) {
-	tr, dir := forkTransport(t, mode, DefaultPreload, nil)
+	tr, dir := forkTransport(t, mode, DefaultPreload(), nil)
 	tmpl := readyTemplate(t, tr)
 	k := startIn(t, tr, "python", dir)
 	pid := k.Pid()
@@ -159,7 +159,7 @@ func TestForkedContextsHaveNoStateOfAnother(t *testing.T) {
 }
 
 func testForkedContextsHaveNoStateOfAnother(t *testing.T, mode string) {
-	tr, dir := forkTransport(t, mode, DefaultPreload, nil)
+	tr, dir := forkTransport(t, mode, DefaultPreload(), nil)
 	readyTemplate(t, tr)
 	elsewhere := filepath.Join(dir, "elsewhere") // writable in a sandbox, as a context's cwd must be
 	if err := os.Mkdir(elsewhere, 0o755); err != nil {
@@ -199,7 +199,7 @@ func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
 }
 
 func testForkedNumpyMatmulEqualsFresh(t *testing.T, mode string) {
-	tr, dir := forkTransport(t, mode, DefaultPreload, nil)
+	tr, dir := forkTransport(t, mode, DefaultPreload(), nil)
 	readyTemplate(t, tr)
 	code := "import numpy as np\na = np.random.default_rng(7).random((400, 400))\nprint(repr(float((a @ a @ a).sum())), repr(float(np.linalg.inv(a + 400 * np.eye(400)).sum())))"
 	forked := startIn(t, tr, "python", dir)
@@ -349,7 +349,7 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 
 // A forked kernel in a directory other than the template's behaves as one
 // started there (the pool's test, TestPooledKernelInAnotherCwdIsAsIfStartedThere):
-// everything testkit.CwdProbes prints is what a cold-started kernel of the
+// everything testkit.CwdProbe prints is what a cold-started kernel of the
 // same interpreter prints.
 func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
 	t.Parallel()
@@ -371,7 +371,7 @@ func testForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T, mode string) {
 	}
 	probe := func(k *Kernel) string {
 		t.Helper()
-		e := tt.Exec(t, k, testkit.CwdProbes["python"], false)
+		e := tt.Exec(t, k, testkit.CwdProbe("python"), false)
 		if e.Reply().Status != "ok" {
 			t.Fatalf("probe:%s", e)
 		}

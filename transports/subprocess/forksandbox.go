@@ -26,8 +26,8 @@ import (
 // namespace of its own where it holds the capabilities to make namespaces
 // (sandbox.args), and runs only code from read-only paths. Each context it
 // forks gives itself the walls bwrap gives an interpreter it starts: its
-// own mount, PID, IPC and cgroup namespaces, /proc and /tmp, no capability,
-// no_new_privs (drivers/forkserver.py: B, C). The host's part is here:
+// own mount, PID, IPC, cgroup and network namespaces, /proc and /tmp, no
+// capability, no_new_privs (drivers/forkserver.py: B, C). The host's part is here:
 //
 //   - The template's pipes to the host cannot be opened from inside its
 //     sandbox (no /proc/<host pid>), so the context's pipes, the pipe its
@@ -125,26 +125,8 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 	}
 	toChild = nil
 
-	// B, its namespace's init, says "b", is moved into its groups and
-	// told to go on; C, the interpreter, says "c".
-	_ = hs.SetDeadline(deadline)
-	pidB, err := hs.next('b')
-	if err == nil {
-		if err = p.enterGroups(pidB); err == nil {
-			_, err = hs.Write([]byte("go"))
-		}
-	}
-	var pidC int
-	if err == nil {
-		pidC, err = hs.next('c')
-	}
+	pidB, pidC, err := p.walls(hs, deadline)
 	if err != nil {
-		// What was started ends with B's namespace (or by itself, once
-		// the handshake socket is closed).
-		if pidB > 0 {
-			_ = syscall.Kill(pidB, syscall.SIGKILL)
-		}
-		p.removeCgroup()
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
 	p.cmd = &exec.Cmd{Path: tmpl.cmd.Path, Args: tmpl.cmd.Args}
@@ -156,6 +138,41 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 		return nil, err
 	}
 	return p, nil
+}
+
+// walls follows the forked context's handshake: B, its namespace's init,
+// says "b", is moved into its groups and told to go on; C, the
+// interpreter, says "c". B's network namespace is there from its start:
+// its stack is set up while B and C make the rest of the walls. On
+// failure, what was started is ended.
+func (p *proc) walls(hs *handshake, deadline time.Time) (pidB, pidC int, err error) {
+	_ = hs.SetDeadline(deadline)
+	pidB, err = hs.next('b')
+	if err == nil && p.needsStack() {
+		p.attachStack(func() (int, error) { return pidB, nil })
+	}
+	if err == nil {
+		if err = p.enterGroups(pidB); err == nil {
+			_, err = hs.Write([]byte("go"))
+		}
+	}
+	if err == nil {
+		pidC, err = hs.next('c')
+	}
+	if err == nil {
+		err = p.awaitStack()
+	}
+	if err != nil {
+		// What was started ends with B's namespace (or by itself, once
+		// the handshake socket is closed).
+		if pidB > 0 {
+			_ = syscall.Kill(pidB, syscall.SIGKILL)
+		}
+		p.net.end() // a stack attached now or later
+		p.removeCgroup()
+		return 0, 0, err
+	}
+	return pidB, pidC, nil
 }
 
 // askSandboxedFork sends req with the child's descriptors to the template

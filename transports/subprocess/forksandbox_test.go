@@ -37,7 +37,7 @@ func sandboxedForkTransport(t *testing.T, preload []string, env ...string) (*Tra
 // Under -sandbox=auto where bwrap works (the default of `make run`), the
 // fork server runs, and a new context is forked from its template.
 func TestForkServerRunsSandboxed(t *testing.T) {
-	tr, dir := sandboxedForkTransport(t, DefaultPreload)
+	tr, dir := sandboxedForkTransport(t, DefaultPreload())
 	tmpl := readyTemplate(t, tr)
 	k := startIn(t, tr, "python", dir)
 	mustBeForkedFrom(t, k, tmpl)

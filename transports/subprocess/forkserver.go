@@ -45,20 +45,22 @@ import (
 // lives on until the last context forked from it ended, since they are
 // nested in its PID namespace.
 
-// DefaultPreload is what the python fork server preloads by default (those
+// DefaultPreload() is what the python fork server preloads by default (those
 // installed): the data stack an analysis context imports first.
 // matplotlib.pyplot also sets up the inline backend (and so the IPython
-// shell), as a cell that imports it would.
-var DefaultPreload = []string{"numpy", "pandas", "matplotlib", "matplotlib.pyplot", "IPython"}
+// shell), as a cell that imports it would. A fresh slice each call.
+func DefaultPreload() []string {
+	return []string{"numpy", "pandas", "matplotlib", "matplotlib.pyplot", "IPython"}
+}
 
 // ParsePreload reads a preload setting: module names separated by commas;
-// "off" (or nothing) turns the fork server off, "auto" is DefaultPreload.
+// "off" (or nothing) turns the fork server off, "auto" is DefaultPreload().
 func ParsePreload(s string) []string {
 	switch strings.TrimSpace(s) {
 	case "", "off":
 		return nil
 	case "auto":
-		return DefaultPreload
+		return DefaultPreload()
 	}
 	var out []string
 	for _, name := range strings.Split(s, ",") {
@@ -333,6 +335,9 @@ func (t *Transport) startForkServer(preload []string, cwd string, warn func(stri
 			// path a context can write runs in it (forkserver.py).
 			spec.args = append([]string{"-s"}, spec.args...)
 			spec.env = append(spec.env, "KH_FORK_SANDBOX=1", "KH_WRITABLE="+strings.Join(append(existingDirs([]string{cwd}), sb.writable...), ":"))
+			if sb.ownNetns() {
+				spec.env = append(spec.env, "KH_FORK_NETNS=1") // each context in a network namespace of its own
+			}
 		}
 		return spec, err
 	}, warn)

@@ -30,7 +30,7 @@ func FuzzEnvValueRoundTrip(f *testing.F) {
 		if engine.ValidateEnvValue("KH_FUZZ", value) != nil {
 			return // NUL and invalid UTF-8 are refused before anything runs (tested in core)
 		}
-		for _, lang := range []transporttest.LanguageSnippets{transporttest.Python, transporttest.Bash} {
+		for _, lang := range []transporttest.LanguageSnippets{transporttest.Python(), transporttest.Bash()} {
 			ctx := context.Background()
 			req := engine.ExecRequest{Language: lang.Language, Code: lang.PrintEnv("KH_FUZZ"), EnvVars: map[string]string{"KH_FUZZ": value}}
 			if got := transporttest.EngineStdout(t, transporttest.EngineRun(t, e, ctx, req)); got != value {
@@ -60,7 +60,7 @@ func FuzzCwdRoundTrip(f *testing.F) {
 		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
 			t.Skip(err)
 		}
-		for _, lang := range []transporttest.LanguageSnippets{transporttest.Python, transporttest.Bash} {
+		for _, lang := range []transporttest.LanguageSnippets{transporttest.Python(), transporttest.Bash()} {
 			ctx := context.Background()
 			info, err := e.CreateContext(ctx, lang.Language, dir)
 			if err != nil {

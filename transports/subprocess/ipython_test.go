@@ -71,7 +71,7 @@ func results(e *tt.Execution) []string {
 func TestConformancePythonIPython(t *testing.T) {
 	t.Parallel()
 	python := needIPython(t)
-	tt.Run(t, func(t *testing.T) core.Transport { return New(Options{Python: python}) }, tt.Python)
+	tt.Run(t, func(t *testing.T) core.Transport { return New(Options{Python: python}) }, tt.Python())
 }
 
 // A cell cut from an indented block runs, with and without IPython.

@@ -27,8 +27,8 @@ var javaLanguage = langDef{
 	name:          "java",
 	interpreter:   func(o Options) string { return cmp.Or(o.Java, "java") },
 	debianPackage: "default-jdk-headless",
-	newDriver: func(_ *Transport, path string) (driver, error) {
-		d, err := newJavaDriver(path)
+	newDriver: func(t *Transport, path string) (driver, error) {
+		d, err := newJavaDriver(path, t.tools())
 		if err != nil {
 			return nil, err
 		}
@@ -84,6 +84,7 @@ func (javaLang) channel() channel { return fd4Lines }
 // concurrent hosts never see a half-written one.
 type javaDriver struct {
 	java, javac string
+	tools       toolRunner // how javac runs (walls.go)
 	once        sync.Once
 	args        []string
 	err         error
@@ -100,7 +101,7 @@ const javaCompileTimeout = 2 * time.Minute
 // (these come later on the command line).
 var javaVMArgs = []string{"--add-opens", "java.base/java.util=ALL-UNNAMED", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss4m"}
 
-func newJavaDriver(java string) (*javaDriver, error) {
+func newJavaDriver(java string, tools toolRunner) (*javaDriver, error) {
 	javac := filepath.Join(filepath.Dir(java), "javac")
 	if real, err := filepath.EvalSymlinks(java); err == nil {
 		javac = filepath.Join(filepath.Dir(real), "javac")
@@ -108,7 +109,7 @@ func newJavaDriver(java string) (*javaDriver, error) {
 	if _, err := exec.LookPath(javac); err != nil {
 		return nil, fmt.Errorf("javac is not next to %s (a JDK is needed, not a JRE)", java)
 	}
-	return &javaDriver{java: java, javac: javac}, nil
+	return &javaDriver{java: java, javac: javac, tools: tools}, nil
 }
 
 // prepare compiles the driver (once) and returns the arguments of java.
@@ -151,7 +152,13 @@ func (d *javaDriver) compile() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), javaCompileTimeout)
 	defer cancel()
 	// -nowarn: the driver uses sun.misc.Signal, internal API, on purpose.
-	out, err := exec.CommandContext(ctx, d.javac, "-nowarn", "-encoding", "UTF-8", "-d", tmp, src).CombinedOutput()
+	// -proc:none, -implicit:none and a class path of its own: no
+	// annotation processor or class is taken from anywhere else (the
+	// class path is "." by default, the host's cwd, which may be one a
+	// context writes); toolRunner runs it in "/" and in a sandbox.
+	cmd := exec.CommandContext(ctx, d.javac, "-nowarn", "-proc:none", "-implicit:none", "-encoding", "UTF-8", "--class-path", tmp, "-d", tmp, src)
+	d.tools.prepare(cmd, tmp)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%s: %w: %s", d.javac, err, out)
 	}

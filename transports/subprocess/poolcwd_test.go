@@ -15,7 +15,7 @@ import (
 )
 
 // A kernel in a directory other than the pool's takes the pooled
-// interpreter, and it behaves as one started there: everything testkit.CwdProbes
+// interpreter, and it behaves as one started there: everything testkit.CwdProbe
 // prints is what a cold-started kernel in that directory prints. A restart
 // takes the next pooled interpreter, moved there too.
 func TestPooledKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
@@ -42,7 +42,7 @@ func TestPooledKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
 			}
 			probe := func(k *Kernel) string {
 				t.Helper()
-				e := tt.Exec(t, k, testkit.CwdProbes[lang], false)
+				e := tt.Exec(t, k, testkit.CwdProbe(lang), false)
 				if e.Reply().Status != "ok" {
 					t.Fatalf("probe:%s", e)
 				}

@@ -51,6 +51,9 @@ type proc struct {
 	// waitDone closes. nil for other interpreters.
 	status     *os.File
 	exitStatus *syscall.WaitStatus
+	// net is the user-mode network stack of its namespace (network.go),
+	// ended with it.
+	net netAttach
 	// idsMu guards pid, pgid and nsInit: in a sandbox they are set once the
 	// driver is ready, while the readers (and driverGone) already run. Read
 	// them through ids().
@@ -176,6 +179,10 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *
 		p.kill()
 		return nil, err
 	}
+	if err := p.awaitStack(); err != nil {
+		p.kill()
+		return nil, fmt.Errorf("start %s kernel: %w", spec.lang.name, err)
+	}
 	return p, nil
 }
 
@@ -273,8 +280,20 @@ func (p *proc) launch(child []*os.File) (err error) {
 		cmd.Env = append(cmd.Env, env)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	info, infoW, infoFd, err := p.stackInfo(cmd)
+	if err != nil {
+		return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
+	}
+	if info != nil {
+		defer infoW.Close() // bwrap has its own once started
+		defer func() {
+			if err != nil {
+				info.Close()
+			}
+		}()
+	}
 	if s.sandbox != nil {
-		s.sandbox.wrap(cmd, s.cwd, s.forkTemplate)
+		s.sandbox.wrap(cmd, s.cwd, s.forkTemplate, infoFd)
 	}
 	if s.cgroups {
 		if p.cg, err = newCgroup(); err != nil {
@@ -304,6 +323,9 @@ func (p *proc) launch(child []*os.File) (err error) {
 		return fmt.Errorf("start %s kernel in %q: %w", s.lang.name, s.cwd, err)
 	}
 	p.cmd = cmd
+	if info != nil {
+		p.attachStack(func() (int, error) { return initPidFrom(info) }) // while the interpreter starts
+	}
 	p.idsMu.Lock()
 	p.pid = cmd.Process.Pid
 	p.pgid = p.pid
@@ -362,6 +384,7 @@ func (p *proc) wait() {
 	} else {
 		_ = p.cmd.Wait()
 	}
+	p.net.end()
 	// Wake the pump: a driver whose fd 4 is still held open elsewhere (a
 	// child of bash) has exited all the same.
 	p.exited.Store(true)

@@ -36,7 +36,8 @@ import (
 //
 // The compiled code runs in every python interpreter, so only the host
 // writes it: it compiles it with the interpreter of its python contexts
-// (a run of its own, before any user code), keeps the file's SHA-256, and
+// (a run of its own, before any user code, isolated from the user site
+// and in a sandbox where there is one: toolRunner), keeps the file's SHA-256, and
 // checks the file against it before each start; a file that differs (a
 // context of an unsandboxed host wrote it, or another host version did) is
 // compiled anew. The loader only reads it, and compiles in memory when it
@@ -123,6 +124,7 @@ const pythonCompileTimeout = 20 * time.Second
 // its compiled copy in the cache checked (prepare).
 type pythonDriver struct {
 	closed context.Context // the transport's: its end stops a compile
+	tools  toolRunner      // how the compile runs (walls.go)
 	python string
 	base   string // the cache path without the interpreter's suffix; "": no cache
 	loader []string
@@ -132,8 +134,8 @@ type pythonDriver struct {
 	sum  [32]byte // its SHA-256 as the host wrote it
 }
 
-func newPythonDriver(closed context.Context, python string) *pythonDriver {
-	d := &pythonDriver{closed: closed, python: python}
+func newPythonDriver(closed context.Context, python string, tools toolRunner) *pythonDriver {
+	d := &pythonDriver{closed: closed, python: python, tools: tools}
 	dir, err := driverCacheDir()
 	if err != nil {
 		return d
@@ -174,9 +176,12 @@ func (d *pythonDriver) compile() error {
 	defer cancel()
 	src := pythonSources
 	src.Path = d.base
-	cmd := exec.CommandContext(ctx, d.python, "-c", pythonCompiler)
+	// -I: no user site, no PYTHON* variables, no cwd on sys.path; -S: no
+	// site at all, so no .pth file of any site directory runs. And in a
+	// sandbox, where there is one, with only the cache writable.
+	cmd := exec.CommandContext(ctx, d.python, "-I", "-S", "-c", pythonCompiler)
 	cmd.Stdin = strings.NewReader(jsonText(src))
-	cmd.Dir = "/" // nothing of a working directory is imported
+	d.tools.prepare(cmd, filepath.Dir(d.base))
 	// A timeout or the transport's close ends the interpreter and whatever
 	// it started (a wrapper script's child holding stdout included).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

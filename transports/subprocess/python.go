@@ -19,7 +19,7 @@ var pythonLanguage = langDef{
 	interpreter:   func(o Options) string { return cmp.Or(o.Python, "python3") },
 	debianPackage: "python3",
 	newDriver: func(t *Transport, path string) (driver, error) {
-		return pythonLang{cache: newPythonDriver(t.closed, path)}, nil
+		return pythonLang{cache: newPythonDriver(t.closed, path, t.tools())}, nil
 	},
 }
 

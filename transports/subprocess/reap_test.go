@@ -67,7 +67,7 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						ns := runStdout(t, ctx, e, c.ID, testkit.PidNSProbe[lang])
+						ns := runStdout(t, ctx, e, c.ID, testkit.PidNSProbe(lang))
 						x, err := e.Execute(ctx, engine.ExecRequest{ContextID: c.ID, Code: spawn[lang]})
 						if err != nil {
 							t.Fatal(err)

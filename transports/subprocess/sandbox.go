@@ -15,7 +15,8 @@ import (
 
 // Each interpreter runs in a sandbox of its own, made by bubblewrap (bwrap;
 // docs/RATIONALE.md says why bwrap): its own PID, IPC, mount and cgroup
-// namespaces, a fresh /proc that shows only its own processes, its own /tmp
+// namespaces, its own network namespace unless the setting is the host's
+// (network.go), a fresh /proc that shows only its own processes, its own /tmp
 // (a tmpfs that ends with it), the host's files read-only except the
 // writable paths (the workspace and the places users expect to write:
 // Options.Sandbox.Writable, sandboxUserDirs; the kernel's cwd is writable
@@ -64,6 +65,14 @@ type SandboxOptions struct {
 	// ReadOnly lists paths under a writable one that stay read-only (the
 	// driver cache and this program's directory are always among them).
 	ReadOnly []string
+	// Hidden lists the host's own files and directories that no sandbox
+	// may read (the host passes its token files and config file); the
+	// service's credentials and state directories are hidden too
+	// (walls.go, hiddenPaths).
+	Hidden []string
+	// Network is NetworkIsolated (""), NetworkNone or NetworkHost
+	// (network.go).
+	Network string
 }
 
 // sandboxUserDirs are the places, under the user's home, where users expect
@@ -83,6 +92,10 @@ type sandbox struct {
 	noUserns bool
 	writable []string // absolute, symlinks resolved, existing
 	readOnly []string
+	hidden   []string // masked, after every other mount (maskArgs)
+	notes    []string // why a path to hide is not (hiddenPaths)
+	network  string   // NetworkIsolated, NetworkNone or NetworkHost
+	pasta    string   // pasta's path, under NetworkIsolated
 }
 
 // ParseSandboxMode checks a -sandbox value.
@@ -104,6 +117,10 @@ func newSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (sb *sandbo
 	if err != nil {
 		return nil, "", err
 	}
+	network, err := ParseNetwork(opts.Network)
+	if err != nil {
+		return nil, "", err
+	}
 	if mode == SandboxOff {
 		return nil, "turned off (-sandbox=off)", nil
 	}
@@ -113,6 +130,14 @@ func newSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (sb *sandbo
 			return nil, "", fmt.Errorf("subprocess: -sandbox=on, but interpreters cannot be sandboxed here: %w", err)
 		}
 		return nil, err.Error(), nil
+	}
+	sb.network = network
+	if network == NetworkIsolated {
+		// Not a fallback to the host's network, nor to no sandbox: the
+		// operator chooses (network.go).
+		if sb.pasta, err = stackWorks(); err != nil {
+			return nil, "", fmt.Errorf("subprocess: %w", err)
+		}
 	}
 	return sb, "", nil
 }
@@ -137,6 +162,9 @@ func buildSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (*sandbox
 		}
 	}
 	sb.writable = existingDirs(append(writable, opts.Writable...))
+	if inWritable(sb.bwrap, sb.writable) {
+		return nil, fmt.Errorf("bwrap (%s) is in a place sandboxed code can write: install it elsewhere, or take its directory off PATH", sb.bwrap)
+	}
 	readOnly := slices.Clone(opts.ReadOnly)
 	if dir, err := driverCacheDir(); err == nil {
 		readOnly = append(readOnly, dir)
@@ -145,6 +173,7 @@ func buildSandbox(opts SandboxOptions, probe func() (*sandbox, error)) (*sandbox
 		readOnly = append(readOnly, filepath.Dir(exe))
 	}
 	sb.readOnly = existingDirs(readOnly)
+	sb.hidden, sb.notes = hiddenPaths(opts.Hidden, append(slices.Clone(sb.writable), sb.readOnly...))
 	return sb, nil
 }
 
@@ -155,7 +184,7 @@ var bwrapWorks = sync.OnceValues(probeBwrap)
 // get, with no user namespace for them to make where it can: the bare
 // sandbox (bwrap's path, noUserns), or why it cannot sandbox here.
 func probeBwrap() (*sandbox, error) {
-	path, err := exec.LookPath("bwrap")
+	path, err := lookPathOutside("bwrap", userWritableDirs()) // not one a context planted (walls.go)
 	if err != nil {
 		return nil, errors.New("bwrap is not installed (Debian: apt-get install bubblewrap)")
 	}
@@ -196,7 +225,8 @@ func existingDirs(paths []string) []string {
 
 // args are bwrap's arguments for an interpreter in cwd, up to the command.
 // Mounts are made in order, later ones over earlier ones: the host's
-// files read-only, then a fresh /dev, /proc and /tmp, then the writable
+// files read-only, then a fresh /dev, /proc (its kernel knobs covered
+// read-only: knobCovers) and /tmp, then the writable
 // paths (parents before children), then the read-only ones under them.
 func (sb *sandbox) args(cwd string, template bool) []string {
 	args := []string{
@@ -207,6 +237,11 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 		"--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try",
 		"--new-session", "--die-with-parent",
 		"--cap-drop", "ALL",
+	}
+	args = append(args, knobCovers()...) // after --proc (walls.go)
+	if sb.ownNetns() {
+		// Its own loopback and abstract unix sockets (network.go).
+		args = append(args, "--unshare-net")
 	}
 	if sb.noUserns || template {
 		// Its uid and gid in its user namespace are the host's.
@@ -223,6 +258,11 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 		// CAP_SYS_RESOURCE, each context sets its namespace's limit of
 		// user namespaces to 0 instead (drivers/forkserver.py, B).
 		args = append(args, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_SYS_RESOURCE")
+		if sb.ownNetns() {
+			// Each context brings up the loopback of its own network
+			// namespace (forkserver.py, B).
+			args = append(args, "--cap-add", "CAP_NET_ADMIN")
+		}
 	} else if sb.noUserns {
 		args = append(args, "--disable-userns")
 	}
@@ -237,7 +277,10 @@ func (sb *sandbox) args(cwd string, template bool) []string {
 			args = append(args, "--ro-bind", r, r)
 		}
 	}
-	return append(append(args, sb.cwdArgs(cwd)...), "--")
+	args = append(args, sb.cwdArgs(cwd)...)
+	// The host's own files over everything, the cwd's bind included
+	// (bwrap's --chdir acts after every mount, wherever it stands).
+	return append(append(args, maskArgs(sb.hidden)...), "--") // walls.go
 }
 
 // cwdArgs put the interpreter in cwd, which the sandbox shows as it shows
@@ -296,9 +339,13 @@ func underAny(path string, dirs []string) bool {
 }
 
 // wrap makes cmd run in a sandbox: bwrap with the command after its
-// arguments; a fork template's (template) when it is one.
-func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool) {
+// arguments; a fork template's (template) when it is one. infoFd, when
+// above 0, is cmd's descriptor bwrap writes its init's pid to (network.go).
+func (sb *sandbox) wrap(cmd *exec.Cmd, cwd string, template bool, infoFd int) {
 	args := append([]string{sb.bwrap}, sb.args(cwd, template)...)
+	if infoFd > 0 {
+		args = append(args[:len(args)-1], "--info-fd", strconv.Itoa(infoFd), "--")
+	}
 	if dir := filepath.Dir(cmd.Path); underAny(dir, []string{"/tmp"}) && !underAny(dir, sb.writable) {
 		// An interpreter under /tmp (a test's, a venv made there) is
 		// hidden by the sandbox's own /tmp: it is shown read-only.

@@ -23,7 +23,7 @@ import (
 
 // needSandbox skips a test that needs sandboxed interpreters where bwrap
 // cannot make them (fails instead when CI is set).
-func needSandbox(t *testing.T) {
+func needSandbox(t testing.TB) {
 	t.Helper()
 	if _, err := bwrapWorks(); err != nil {
 		testkit.Missingf(t, "no sandbox for interpreters here: %v", err)

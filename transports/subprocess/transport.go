@@ -27,7 +27,7 @@ type Options struct {
 	// process tree.
 	NoCgroups bool
 	// Env holds extra "KEY=value" entries appended to the host's environment
-	// (minus its KERNELHOST_* variables) for every interpreter.
+	// (minus the host's own variables: hostOnlyVar) for every interpreter.
 	Env []string
 	// PoolSizes is how many ready interpreters each language keeps (see
 	// pool.go, ParsePoolSizes); nil or 0: none, every
@@ -98,11 +98,16 @@ func New(opts Options) *Transport {
 	t := &Transport{
 		cgroups:    !opts.NoCgroups,
 		maxMessage: cmp.Or(opts.MaxMessageBytes, DefaultMaxMessageBytes),
-		env:        append(withoutHostSettings(os.Environ()), opts.Env...),
+		env:        append(withoutHostVars(os.Environ()), opts.Env...),
 		langs:      map[string]language{},
 		missing:    map[string]string{},
 	}
 	t.sandbox, t.noSandbox, t.sandboxErr = newSandbox(opts.Sandbox, bwrapWorks)
+	if t.sandbox != nil && opts.Warn != nil {
+		for _, note := range t.sandbox.notes {
+			opts.Warn("a host path that should be hidden is readable in every sandbox", "why", note)
+		}
+	}
 	t.limits, t.limitsErr = newLimiter(opts.Limits, t.cgroups)
 	t.closed, t.closeCancel = context.WithCancel(context.Background())
 	for _, def := range languages {
@@ -177,19 +182,9 @@ func (t *Transport) add(def langDef, interpreter string) {
 
 // hostEnvPrefix starts kernelhost's own environment variables: its settings
 // and secrets (KERNELHOST_ACCESS_TOKEN, KERNELHOST_JUPYTER_TOKEN, policy
-// configs). Interpreters run user code, which must not read them.
+// configs). Interpreters run user code, which must not read them
+// (hostOnlyVar).
 const hostEnvPrefix = "KERNELHOST_"
-
-// withoutHostSettings returns env without kernelhost's own variables.
-func withoutHostSettings(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, hostEnvPrefix) {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
 
 // Sandboxed reports whether interpreters run in sandboxes; when not, why
 // not, and an error when -sandbox=on could not be honoured.

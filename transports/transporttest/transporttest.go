@@ -5,7 +5,7 @@
 // Use it from a transport's tests:
 //
 //	func TestConformance(t *testing.T) {
-//		transporttest.Run(t, func(t *testing.T) core.Transport { return mytransport.New(...) }, transporttest.Python)
+//		transporttest.Run(t, func(t *testing.T) core.Transport { return mytransport.New(...) }, transporttest.Python())
 //	}
 //
 // The suite works at the Kernel level: it starts kernels, sends requests and

@@ -37,7 +37,7 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 		PoolSizes: pools, PoolCwd: s.DefaultCwd,
 		Preload:         subprocess.ParsePreload(s.Preload),
 		MaxMessageBytes: s.MaxMessageBytes,
-		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable},
+		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable, Hidden: lines(s.HostPrivatePaths), Network: s.Network},
 		Limits:          subprocess.Limits{MemoryBytes: memory, Pids: s.ContextPids, CPUWeight: s.ContextCPUWeight},
 		Warn:            transportplugin.Logger().Warn,
 	})
@@ -54,6 +54,17 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 		transportplugin.Logger().Warn("INTERPRETERS ARE NOT SANDBOXED: every context can reach every other context's interpreter and the host's environment (-sandbox=on refuses to start without a sandbox)", "why", why)
 	}
 	return withGauges{t}, nil
+}
+
+// lines are the lines of s that are not empty.
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // withGauges reports the transport's pools as gauges in the host's /metrics.

@@ -19,7 +19,13 @@ type options struct {
 	// cwd and SandboxWritable (paths separated by commas) are writable in
 	// every sandbox, a context's cwd only inside them.
 	Sandbox, SandboxWritable string
-	MaxMessageBytes          int // caps an interpreter's messages (subprocess.Options)
+	// HostPrivatePaths are the host's own files (its token and config
+	// files), one a line, hidden in every sandbox.
+	HostPrivatePaths string
+	// Network is a sandbox's network: isolated, none or host
+	// (subprocess.SandboxOptions).
+	Network         string
+	MaxMessageBytes int // caps an interpreter's messages (subprocess.Options)
 	// Limits per context (subprocess.Limits); a limit this machine cannot
 	// apply stops the plugin at start.
 	ContextMemory                 string
@@ -49,16 +55,20 @@ var settings = []transportplugin.Setting[options]{
 		func(o *options) *string { return &o.Pool }),
 	// The resolved default cwd, where the warm pools' interpreters start.
 	transportplugin.HostSetting("default-cwd", func(o *options) *string { return &o.DefaultCwd }),
+	// The host's own files, which no sandbox may read (subprocess.SandboxOptions.Hidden).
+	transportplugin.HostSetting("host-private-paths", func(o *options) *string { return &o.HostPrivatePaths }),
 	transportplugin.StringSetting("python-preload", "auto", "subprocess transport: python contexts are forked from a template interpreter that imported these modules (names separated by commas), so a new context starts with them loaded and shares their memory; auto: those of numpy, pandas, matplotlib.pyplot (its inline backend) and IPython that are installed; off: no template. While interpreters are sandboxed the template runs in a sandbox of its own and imports nothing from paths a context can write: a preloaded module also in the user site (pip install --user) keeps contexts from being forked until it is gone",
 		func(o *options) *string { return &o.Preload }),
 	transportplugin.IntSetting("max-message-bytes", subprocess.DefaultMaxMessageBytes, "subprocess transport: largest message an interpreter may send (one output write, one result or display, one batch of them); past it the output is cut, with a notice in the stream saying how much was dropped, and the execution goes on with its state",
 		func(o *options) *int { return &o.MaxMessageBytes }).Between(4<<10, maxMessageCap),
 	transportplugin.BoolSetting("kernel-cgroups", true, "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only",
 		func(o *options) *bool { return &o.KernelCgroups }),
-	transportplugin.StringSetting("sandbox", "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC and mount namespaces, own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
+	transportplugin.StringSetting("sandbox", "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC, mount and network namespaces (context-network), own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
 		func(o *options) *string { return &o.Sandbox }).OneOf("auto", "on", "off"),
 	transportplugin.StringSetting("sandbox-writable", "", "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory, a project directory); a context's cwd outside them is read-only in its sandbox",
 		func(o *options) *string { return &o.SandboxWritable }),
+	transportplugin.StringSetting("context-network", "isolated", "subprocess transport: a sandboxed context's network: isolated (a network namespace of its own: its own loopback and abstract unix sockets, nothing of the host's loopback listeners, the host's API among them, reachable; outbound connections through pasta, Debian's passt, as from the host), none (a network namespace of its own with loopback only) or host (the host's network, loopback listeners included); with -sandbox=off contexts have the host's network",
+		func(o *options) *string { return &o.Network }).OneOf("isolated", "none", "host"),
 	transportplugin.StringSetting("context-memory", "", "subprocess transport: memory one context's interpreter and everything it starts may use (512MiB, 2G; empty: no limit), in its cgroup; past it the interpreter is killed, the execution ends with MemoryLimitExceeded and the context restarts without its state; no interpreter starts where no memory cgroup controller can apply it",
 		func(o *options) *string { return &o.ContextMemory }),
 	transportplugin.IntSetting("context-pids", 0, "subprocess transport: processes and threads one context's interpreter may have at once, itself included (0: no limit); past it fork fails; no interpreter starts where no pids cgroup controller can apply it",

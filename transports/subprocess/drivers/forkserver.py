@@ -229,7 +229,8 @@ def _serve_as_context(spec, template):
 # came with the request (SCM_RIGHTS):
 #
 #   B, the template's child, cloned into new mount, PID and IPC namespaces
-#     (pid 1 in its own), says "b" on the handshake socket (the host reads
+#     and, unless contexts have the host's network (KH_FORK_NETNS), a network
+#     namespace, whose loopback it brings up (pid 1 in its own), says "b" on the handshake socket (the host reads
 #     its pid from the credentials the kernel attaches) and waits while the
 #     host moves it into the context's cgroup; it unshares the cgroup
 #     namespace, mounts the context's own /tmp, /dev and /proc (with
@@ -246,11 +247,13 @@ _CLONE_NEWNS = 0x00020000
 _CLONE_NEWCGROUP = 0x02000000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT = 24, 38, 47
 _CTL_FD = 5  # the sandboxed template's control socket (forkserver.go)
 _SANDBOXED = _take_env("KH_FORK_SANDBOX") is not None
+_NETNS = _take_env("KH_FORK_NETNS") is not None  # each context in a network namespace of its own (../network.go)
 _cold_path = list(sys.path)  # the import path a cold start has (the template prunes its own)
 _shadow = None  # why the template cannot serve: a module it loaded is shadowed where it cannot look
 
@@ -342,6 +345,12 @@ def _own_dev():
         _mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
 
 
+# The system-wide files of a fresh /proc, covered read-only: walls.go's
+# kernelKnobs, the same list.
+_KERNEL_KNOBS = ("sys", "sysrq-trigger", "irq", "bus", "fs", "acpi", "asound", "scsi", "driver", "mtrr",
+                 "latency_stats", "timer_stats")
+
+
 def _own_proc():
     """A /proc of the new PID namespace, its system-wide files covered
     read-only as bwrap covers them (a root context must not write sysctls)."""
@@ -350,11 +359,23 @@ def _own_proc():
     # no use for one): with CAP_SYS_RESOURCE there, dropped with the rest.
     with open("/proc/sys/user/max_user_namespaces", "w") as f:
         f.write("0\n")
-    for sub in ("sys", "sysrq-trigger", "irq", "bus"):
+    for sub in _KERNEL_KNOBS:
         path = "/proc/" + sub
         if os.path.lexists(path):
             _mount(path, path, None, _MS_BIND | _MS_REC)
             _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+
+def _loopback_up():
+    """Bring up the loopback of B's new network namespace, as bwrap's
+    --unshare-net does (the host's pasta, under -context-network=isolated,
+    adds the rest)."""
+    fcntl, socket, struct = _import("fcntl"), _import("socket"), _import("struct")
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = fcntl.ioctl(s.fileno(), siocgifflags, struct.pack("16sh22x", b"lo", 0))
+        flags = struct.unpack("16sh22x", req)[1]
+        fcntl.ioctl(s.fileno(), siocsifflags, struct.pack("16sh22x", b"lo", flags | iff_up))
 
 
 def _reap(*_):
@@ -379,7 +400,7 @@ def _fork_sandboxed(ctl, spec, fds):
     pid = -1
     if why is None:
         try:
-            pid = _clone_context(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC)
+            pid = _clone_context(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | (_CLONE_NEWNET if _NETNS else 0))
         except Exception as exc:
             why = str(exc) or type(exc).__name__
     if pid == 0:
@@ -418,6 +439,8 @@ def _sandboxed_child(sock, status, pipes):
     _own_tmp()
     _own_dev()
     _own_proc()
+    if _NETNS:
+        _loopback_up()
     c = _clone_context(0)
     if c == 0:
         os.close(status)

@@ -7,8 +7,8 @@
 // Config (JSON, every field optional; empty config means the defaults):
 //
 //	{
-//	  "deny":           ["KEY", ...],     // replaces DefaultDeny
-//	  "deny_prefixes":  ["LD_", ...],     // replaces DefaultDenyPrefixes
+//	  "deny":           ["KEY", ...],     // replaces defaultDeny()
+//	  "deny_prefixes":  ["LD_", ...],     // replaces defaultDenyPrefixes()
 //	  "allow_prefixes": ["APP_", ...],    // if set, every other key is refused
 //	  "defaults":       {"TZ": "UTC"}     // set when the request does not set them
 //	}
@@ -22,25 +22,28 @@ import (
 	"github.com/kernelhost/kernelhost/plugins/policy/policysdk"
 )
 
-// DefaultDeny are keys that make an interpreter or the dynamic loader run code
-// or load libraries the caller chose, or that change what a bare command name
-// resolves to (PATH).
-var DefaultDeny = []string{
-	"PATH",
-	// dynamic loader (also covered by the LD_ prefix; listed for clarity)
-	"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH",
-	// Python
-	"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONBREAKPOINT", "PYTHONINSPECT",
-	// Node.js
-	"NODE_OPTIONS", "NODE_PATH",
-	// shells
-	"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND", "PS4", "IFS",
-	// other runtimes that may be started from user code
-	"PERL5LIB", "PERL5OPT", "RUBYLIB", "RUBYOPT", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+// defaultDeny returns the keys that make an interpreter or the dynamic loader
+// run code or load libraries the caller chose, or that change what a bare
+// command name resolves to (PATH).
+func defaultDeny() []string {
+	return []string{
+		"PATH",
+		// dynamic loader (also covered by the LD_ prefix; listed for clarity)
+		"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH",
+		// Python
+		"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONBREAKPOINT", "PYTHONINSPECT",
+		// Node.js
+		"NODE_OPTIONS", "NODE_PATH",
+		// shells
+		"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND", "PS4", "IFS",
+		// other runtimes that may be started from user code
+		"PERL5LIB", "PERL5OPT", "RUBYLIB", "RUBYOPT", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+	}
 }
 
-// DefaultDenyPrefixes catch the whole family of loader variables.
-var DefaultDenyPrefixes = []string{"LD_", "DYLD_"}
+// defaultDenyPrefixes returns the prefixes that catch the whole family of
+// loader variables.
+func defaultDenyPrefixes() []string { return []string{"LD_", "DYLD_"} }
 
 type rules struct {
 	deny          map[string]bool
@@ -74,8 +77,8 @@ func rulesFor(cfg string) *rules {
 // encoding/json, which would make the module much larger (docs/RATIONALE.md,
 // "Hand-written JSON codecs").
 func parseConfig(cfg string) (*rules, error) {
-	r := &rules{deny: map[string]bool{}, denyPrefixes: DefaultDenyPrefixes}
-	deny := DefaultDeny
+	r := &rules{deny: map[string]bool{}, denyPrefixes: defaultDenyPrefixes()}
+	deny := defaultDeny()
 	if strings.TrimSpace(cfg) != "" {
 		v, err := policysdk.DecodeJSON(cfg)
 		if err != nil {

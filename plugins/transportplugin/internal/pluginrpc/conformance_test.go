@@ -36,36 +36,36 @@ func pluginTransportConfig(shared Config) func(t *testing.T) core.Transport {
 // suites' cases (go test's -parallel bounds how many at once), not after them.
 func TestConformanceSubprocessPluginPython(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Python)
+	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Python())
 }
 
 func TestConformanceSubprocessPluginBash(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Bash)
+	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Bash())
 }
 
 func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.JavaScript)
+	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.JavaScript())
 }
 
 func TestConformanceSubprocessPluginTypeScript(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.TypeScript)
+	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.TypeScript())
 }
 
 func TestConformanceExamplePlugin(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, pluginTransport(exampleBin), transporttest.Bash)
+	transporttest.Run(t, pluginTransport(exampleBin), transporttest.Bash())
 }
 
 // The kernels of the example plugin on gRPC streams instead of the kernel
 // socket: the slower path stays correct.
 func TestConformanceExamplePluginGRPCStreams(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, pluginTransportConfig(Config{Path: exampleBin, GRPCKernelStreams: true}), transporttest.Bash)
+	transporttest.Run(t, pluginTransportConfig(Config{Path: exampleBin, GRPCKernelStreams: true}), transporttest.Bash())
 }
 
 // The example plugin sends SIGINT again while the interrupted request still
@@ -75,7 +75,7 @@ func TestConformanceExamplePluginGRPCStreams(t *testing.T) {
 // the second.
 func TestExamplePluginInterruptIsSentAgain(t *testing.T) {
 	t.Parallel()
-	s := &transporttest.Suite{NewTransport: pluginTransport(exampleBin), Lang: transporttest.Bash}
+	s := &transporttest.Suite{NewTransport: pluginTransport(exampleBin), Lang: transporttest.Bash()}
 	k := s.StartKernel(t)
 	const code = `n=0; trap '((++n >= 2)) && return 130' INT; echo start; while :; do sleep 0.05; done`
 	e := transporttest.Send(t, k, code, false)

@@ -50,222 +50,302 @@ func nestingError(src string, at int) *CompileError {
 // or statement in progress, reset at ; and , and at a newline that ends a
 // statement. The estimate errs high rather than low: a false "too deep"
 // costs a cell of absurd shape an error, a false "fine" the plugin.
+// It stops at the first place that is too deep: the rest cannot matter.
 func scanJS(src string) jsScan {
-	type level struct {
-		open  byte // ( [ { or $ for a template's ${
-		chain int  // right-recursive operators since the level's last ; or ,
-		head  bool // the ( of if, while, for or with: what follows is a statement
+	s := jsScanner{src: src, levels: []nestLevel{{}}}
+	for s.scan.tooDeep == nil && s.skipBlank() {
+		s.token()
 	}
-	var (
-		scan     jsScan
-		levels   = []level{{}}
-		depth    int  // len(levels)-1 plus every level's chain
-		operand  bool // the last token ends an operand: / divides, a newline may end a statement
-		newline  bool // a newline since the last token
-		lastWord string
-		afterDot bool // the last token is . or ?.: a word now is a property name
-	)
-	top := func() *level { return &levels[len(levels)-1] }
-	deeper := func(at int) bool {
-		depth++
-		if depth > maxJSNesting && scan.tooDeep == nil {
-			scan.tooDeep = nestingError(src, at)
-		}
-		return scan.tooDeep != nil
+	return s.scan
+}
+
+// nestLevel is one open bracket (or the whole cell, at the bottom).
+type nestLevel struct {
+	open  byte // ( [ { or $ for a template's ${
+	chain int  // right-recursive operators since the level's last ; or ,
+	head  bool // the ( of if, while, for or with: what follows is a statement
+}
+
+// jsScanner is scanJS's state between two tokens.
+type jsScanner struct {
+	src      string
+	pos      int // where the next token or blank starts; may pass len(src) after an unterminated literal
+	scan     jsScan
+	levels   []nestLevel // open brackets; levels[0] is the cell itself and is never closed
+	depth    int         // len(levels)-1 plus every level's chain
+	operand  bool        // the last token ends an operand: / divides, a newline may end a statement
+	newline  bool        // a newline since the last token
+	lastWord string      // the last token if it was a word: tells if( from f(
+	afterDot bool        // the last token is . or ?.: a word now is a property name
+}
+
+func (s *jsScanner) top() *nestLevel { return &s.levels[len(s.levels)-1] }
+
+// deeper counts one more level of the parser's recursion, which the
+// token ending at (or starting at) at opens; past maxJSNesting it records
+// the place, which ends the scan.
+func (s *jsScanner) deeper(at int) {
+	s.depth++
+	if s.depth > maxJSNesting && s.scan.tooDeep == nil {
+		s.scan.tooDeep = nestingError(s.src, at)
 	}
-	reset := func() {
-		depth -= top().chain
-		top().chain = 0
-	}
-	chain := func(at int) bool {
-		top().chain++
-		return deeper(at)
-	}
-	// template skips a template literal's text from i to its end (after the
-	// backquote, operand) or to a ${ (a new level); it returns where to go on.
-	template := func(i int) (int, bool) {
-		for ; i < len(src); i++ {
-			switch src[i] {
-			case '\\':
-				i++
-			case '`':
-				operand = true
-				return i + 1, false
-			case '$':
-				if i+1 < len(src) && src[i+1] == '{' {
-					levels = append(levels, level{open: '$'})
-					operand = false
-					return i + 2, deeper(i)
-				}
-			}
-		}
-		return i, false
-	}
-	for i := 0; i < len(src); {
-		c := src[i]
-		switch {
+}
+
+// chain counts a right-recursive operator of the current level.
+func (s *jsScanner) chain(at int) {
+	s.top().chain++
+	s.deeper(at)
+}
+
+// endChain ends the current level's expression or statement (at ; , or a
+// statement's end), and with it the recursion of its operators.
+func (s *jsScanner) endChain() {
+	s.depth -= s.top().chain
+	s.top().chain = 0
+}
+
+// skipBlank skips spaces and comments, noting a newline among them. It
+// reports whether a token follows.
+func (s *jsScanner) skipBlank() bool {
+	for s.pos < len(s.src) {
+		rest := s.src[s.pos:]
+		switch c := rest[0]; {
 		case c == '\n':
-			newline = true
-			i++
-			continue
+			s.newline = true
+			s.pos++
 		case c == ' ' || c == '\t' || c == '\r':
-			i++
-			continue
-		case c == '/' && i+1 < len(src) && src[i+1] == '/':
-			for i < len(src) && src[i] != '\n' {
-				i++
+			s.pos++
+		case strings.HasPrefix(rest, "//"):
+			// The newline that ends the comment is left for the next round: it
+			// may end a statement.
+			if end := strings.IndexByte(rest, '\n'); end >= 0 {
+				s.pos += end
+			} else {
+				s.pos = len(s.src)
 			}
-			continue
-		case c == '/' && i+1 < len(src) && src[i+1] == '*':
-			end := strings.Index(src[i+2:], "*/")
+		case strings.HasPrefix(rest, "/*"):
+			end := strings.Index(rest[2:], "*/")
 			if end < 0 {
-				end = len(src) - i - 2
+				end = len(rest) - 2
 			}
-			newline = newline || strings.Contains(src[i+2:i+2+end], "\n")
-			i += 2 + end + 2
-			continue
+			s.newline = s.newline || strings.Contains(rest[2:2+end], "\n")
+			s.pos += 2 + end + 2
+		default:
+			return true
 		}
-		// A token starts at i. A newline after a complete operand, before a
-		// word or literal, is a statement's end (automatic semicolon).
-		startsOperand := isIdentByte(c) || c == '#' || c == '"' || c == '\'' || c == '`'
-		if newline && operand && startsOperand && !continuesExpression(src[i:]) {
-			reset()
+	}
+	return false
+}
+
+// token reads the token at s.pos.
+func (s *jsScanner) token() {
+	c := s.src[s.pos]
+	// A newline after a complete operand, before a word or literal, is a
+	// statement's end (automatic semicolon).
+	startsOperand := isIdentByte(c) || c == '#' || c == '"' || c == '\'' || c == '`'
+	if s.newline && s.operand && startsOperand && !continuesExpression(s.src[s.pos:]) {
+		s.endChain()
+	}
+	s.newline = false
+	wasDot := s.afterDot
+	s.afterDot = false
+	word := ""
+	switch {
+	case isIdentByte(c) || c == '#' || c == '\\':
+		word = s.wordOrNumber(wasDot)
+	case c == '"' || c == '\'':
+		s.quoted(c)
+	case c == '`':
+		s.pos++
+		s.templateText()
+	case c == '/' && !s.operand: // after an operand, / divides
+		s.regexp()
+	case c == '(' || c == '[' || c == '{':
+		s.open(c)
+	case c == ')' || c == ']' || c == '}':
+		s.close(c)
+	case c == ';' || c == ',':
+		s.endChain()
+		s.operand = false
+		s.pos++
+	case c == '.':
+		s.dot()
+	default:
+		s.operator()
+	}
+	s.lastWord = word
+}
+
+// wordOrNumber reads an identifier, keyword, private name or number, and
+// returns the word ("" for a number). A word after . is a property name,
+// whatever it spells.
+func (s *jsScanner) wordOrNumber(afterDot bool) string {
+	start := s.pos
+	end := start + 1
+	for end < len(s.src) && (isIdentByte(s.src[end]) || s.src[end] == '\\') {
+		end++
+	}
+	if c := s.src[start]; c >= '0' && c <= '9' { // a number: 1.5e+3 reads on over . and the sign
+		for end < len(s.src) && (isIdentByte(s.src[end]) || s.src[end] == '.' ||
+			((s.src[end] == '+' || s.src[end] == '-') && (s.src[end-1] == 'e' || s.src[end-1] == 'E'))) {
+			end++
 		}
-		newline = false
-		wasDot := afterDot
-		afterDot = false
-		word := ""
-		var stop bool
-		switch {
-		case isIdentByte(c) || c == '#' || c == '\\':
-			j := i + 1
-			for j < len(src) && (isIdentByte(src[j]) || src[j] == '\\') {
-				j++
-			}
-			if c >= '0' && c <= '9' { // a number: 1.5e+3 reads on over . and the sign
-				for j < len(src) && (isIdentByte(src[j]) || src[j] == '.' ||
-					((src[j] == '+' || src[j] == '-') && (src[j-1] == 'e' || src[j-1] == 'E'))) {
-					j++
-				}
-				operand = true
-				i = j
-				break
-			}
-			word = src[i:j]
-			i = j
-			if wasDot {
-				operand = true
-				break
-			}
-			switch word {
-			case "import":
-				rest := strings.TrimLeft(src[i:], " \t\r\n")
-				if rest == "" || (rest[0] != '(' && rest[0] != '.') {
-					scan.moduleSyntax = true
-				}
-				operand = false
-			case "export":
-				scan.moduleSyntax = true
-				operand = false
-			case "typeof", "void", "delete", "await", "new", "yield", "else", "if", "while", "for", "with", "do", "return", "throw", "case", "in", "of", "instanceof", "extends", "keyof", "readonly", "infer":
-				operand = false
-				stop = chain(i)
-			default:
-				operand = true
-			}
-		case c == '"' || c == '\'':
-			j := i + 1
-			for j < len(src) && src[j] != c && src[j] != '\n' {
-				if src[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			i = min(j+1, len(src))
-			operand = true
-		case c == '`':
-			i, stop = template(i + 1)
-		case c == '/' && !operand: // a regular expression literal
-			j, inClass := i+1, false
-			for ; j < len(src) && src[j] != '\n'; j++ {
-				if src[j] == '\\' {
-					j++
-				} else if src[j] == '[' {
-					inClass = true
-				} else if src[j] == ']' {
-					inClass = false
-				} else if src[j] == '/' && !inClass {
-					break
-				}
-			}
-			for j++; j < len(src) && isIdentByte(src[j]); j++ {
-			}
-			i = min(j, len(src))
-			operand = true
-		case c == '(' || c == '[' || c == '{':
-			head := c == '(' && (lastWord == "if" || lastWord == "while" || lastWord == "for" || lastWord == "with")
-			levels = append(levels, level{open: c, head: head})
-			operand = false
-			stop = deeper(i)
-			i++
-		case c == ')' || c == ']' || c == '}':
-			i++
-			if len(levels) == 1 {
-				operand = true // unbalanced: esbuild says so
-				break
-			}
-			l := levels[len(levels)-1]
-			depth -= 1 + l.chain
-			levels = levels[:len(levels)-1]
-			operand = !l.head
-			if l.open == '$' && c == '}' {
-				i, stop = template(i)
-			}
-		case c == ';' || c == ',':
-			reset()
-			operand = false
-			i++
-		case c == '.':
-			switch {
-			case strings.HasPrefix(src[i:], "..."):
-				i += 3
-				operand = false
-				stop = chain(i)
-			case i+1 < len(src) && src[i+1] >= '0' && src[i+1] <= '9':
-				for i++; i < len(src) && (isIdentByte(src[i]) || src[i] == '.'); i++ {
-				}
-				operand = true
-			default:
-				i++
-				afterDot, operand = true, false
-			}
-		default: // an operator
-			op := operatorAt(src[i:])
-			i += len(op)
-			switch {
-			case op == "?." && !(i < len(src) && src[i] >= '0' && src[i] <= '9'):
-				afterDot, operand = true, false
-			case op == "++" || op == "--":
-				if !operand {
-					stop = chain(i)
-				} // else postfix: the operand stays complete
-			case rightRecursive(op, operand):
-				operand = false
-				stop = chain(i)
-			default:
-				operand = false
+		s.operand = true
+		s.pos = end
+		return ""
+	}
+	word := s.src[start:end]
+	s.pos = end
+	if afterDot {
+		s.operand = true
+	} else {
+		s.keyword(word)
+	}
+	return word
+}
+
+// keyword notes module syntax and the keywords after which the parser
+// recurses; any other word is an operand.
+func (s *jsScanner) keyword(word string) {
+	switch word {
+	case "import":
+		// import( and import.meta are expressions, not module syntax.
+		rest := strings.TrimLeft(s.src[s.pos:], " \t\r\n")
+		if rest == "" || (rest[0] != '(' && rest[0] != '.') {
+			s.scan.moduleSyntax = true
+		}
+		s.operand = false
+	case "export":
+		s.scan.moduleSyntax = true
+		s.operand = false
+	case "typeof", "void", "delete", "await", "new", "yield", "else", "if", "while", "for", "with", "do", "return", "throw", "case", "in", "of", "instanceof", "extends", "keyof", "readonly", "infer":
+		s.operand = false
+		s.chain(s.pos)
+	default:
+		s.operand = true
+	}
+}
+
+// quoted skips a string in single or double quotes; an unterminated one
+// ends at the line's end.
+func (s *jsScanner) quoted(quote byte) {
+	end := s.pos + 1
+	for end < len(s.src) && s.src[end] != quote && s.src[end] != '\n' {
+		if s.src[end] == '\\' {
+			end++
+		}
+		end++
+	}
+	s.pos = min(end+1, len(s.src))
+	s.operand = true
+}
+
+// templateText skips a template literal's text from s.pos to its end (after
+// the backquote: an operand) or to a ${, which opens a level that its } closes.
+func (s *jsScanner) templateText() {
+	for ; s.pos < len(s.src); s.pos++ {
+		switch s.src[s.pos] {
+		case '\\':
+			s.pos++
+		case '`':
+			s.operand = true
+			s.pos++
+			return
+		case '$':
+			if s.pos+1 < len(s.src) && s.src[s.pos+1] == '{' {
+				s.levels = append(s.levels, nestLevel{open: '$'})
+				s.operand = false
+				s.deeper(s.pos)
+				s.pos += 2
+				return
 			}
 		}
-		if word != "" {
-			lastWord = word
-		} else {
-			lastWord = ""
-		}
-		if stop {
+	}
+}
+
+// regexp skips a regular expression literal and its flags; a / inside a
+// [class] does not end it.
+func (s *jsScanner) regexp() {
+	end, inClass := s.pos+1, false
+	for ; end < len(s.src) && s.src[end] != '\n'; end++ {
+		if s.src[end] == '\\' {
+			end++
+		} else if s.src[end] == '[' {
+			inClass = true
+		} else if s.src[end] == ']' {
+			inClass = false
+		} else if s.src[end] == '/' && !inClass {
 			break
 		}
 	}
-	return scan
+	for end++; end < len(s.src) && isIdentByte(s.src[end]); end++ {
+	}
+	s.pos = min(end, len(s.src))
+	s.operand = true
+}
+
+// open reads an opening bracket: a level of its own.
+func (s *jsScanner) open(c byte) {
+	head := c == '(' && (s.lastWord == "if" || s.lastWord == "while" || s.lastWord == "for" || s.lastWord == "with")
+	s.levels = append(s.levels, nestLevel{open: c, head: head})
+	s.operand = false
+	s.deeper(s.pos)
+	s.pos++
+}
+
+// close reads a closing bracket: its level and that level's chain end. The
+// } of a template's ${ goes back to the template's text.
+func (s *jsScanner) close(c byte) {
+	s.pos++
+	if len(s.levels) == 1 {
+		s.operand = true // unbalanced: esbuild says so
+		return
+	}
+	l := s.levels[len(s.levels)-1]
+	s.depth -= 1 + l.chain
+	s.levels = s.levels[:len(s.levels)-1]
+	s.operand = !l.head // after if (...) a statement starts, not an operator
+	if l.open == '$' && c == '}' {
+		s.templateText()
+	}
+}
+
+// dot reads a spread (a prefix operator), a number like .5, or the . of a
+// property access.
+func (s *jsScanner) dot() {
+	switch {
+	case strings.HasPrefix(s.src[s.pos:], "..."):
+		s.pos += 3
+		s.operand = false
+		s.chain(s.pos)
+	case s.pos+1 < len(s.src) && s.src[s.pos+1] >= '0' && s.src[s.pos+1] <= '9':
+		for s.pos++; s.pos < len(s.src) && (isIdentByte(s.src[s.pos]) || s.src[s.pos] == '.'); s.pos++ {
+		}
+		s.operand = true
+	default:
+		s.pos++
+		s.afterDot, s.operand = true, false
+	}
+}
+
+// operator reads an operator, counting those the parser recurses on.
+func (s *jsScanner) operator() {
+	op := operatorAt(s.src[s.pos:])
+	s.pos += len(op)
+	switch {
+	case op == "?." && !(s.pos < len(s.src) && s.src[s.pos] >= '0' && s.src[s.pos] <= '9'):
+		// Optional chaining (a?.b), not a ? followed by .5.
+		s.afterDot, s.operand = true, false
+	case op == "++" || op == "--":
+		if !s.operand {
+			s.chain(s.pos)
+		} // else postfix: the operand stays complete
+	case rightRecursive(op, s.operand):
+		s.operand = false
+		s.chain(s.pos)
+	default:
+		s.operand = false
+	}
 }
 
 // continuesExpression reports whether a word at the start of a line goes on

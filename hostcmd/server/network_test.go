@@ -1,0 +1,69 @@
+package server_test
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/server"
+)
+
+// Issue 39, finding 3: a cell drove other contexts through the host's own
+// API on its loopback. Under -context-network=isolated (the default) the
+// host's port is not reachable from a cell, linked in (the default) and
+// through the plugin; under host it is (the setting works, and it is how a
+// cell reached the API before).
+func TestCellCannotReachTheHostAPI(t *testing.T) {
+	needSandbox(t)
+	const probe = `import socket, urllib.request
+s = socket.socket()
+s.settimeout(5)
+try:
+    s.connect(('127.0.0.1', %d))
+    print('connected')
+except OSError as e:
+    print(type(e).__name__)
+try:
+    urllib.request.urlopen(%q, timeout=5)
+    print('listed')
+except OSError as e:
+    print('refused')
+`
+	for _, tc := range []struct {
+		name, network string
+		transport     func(*server.Config)
+	}{
+		{"in-process", "", inProcess},
+		{"plugin", "isolated", viaPlugin},
+		{"plugin", "host", viaPlugin},
+	} {
+		t.Run(tc.name+"/"+tc.network, func(t *testing.T) {
+			t.Parallel()
+			h := startHost(t, tc.transport, func(c *server.Config) {
+				if tc.network != "" {
+					c.SetTransportSetting("context-network", tc.network)
+				}
+			})
+			_, port, _ := net.SplitHostPort(strings.TrimPrefix(h.URL(), "http://"))
+			lines := h.run(map[string]any{"code": fmt.Sprintf(probe, mustAtoi(t, port), h.URL()+"/contexts")})
+			noError(t, lines)
+			want := "ConnectionRefusedError\nrefused\n"
+			if tc.network == "host" {
+				want = "connected\nlisted\n"
+			}
+			if got := stdout(lines); got != want {
+				t.Errorf("a cell under context-network=%s against the host's API: %q, want %q", tc.network, got, want)
+			}
+		})
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatalf("port %q: %v", s, err)
+	}
+	return n
+}

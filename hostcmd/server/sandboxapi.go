@@ -1,0 +1,163 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kernelhost/kernelhost/hostcmd/envd"
+	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
+	"github.com/kernelhost/kernelhost/transports/subprocess"
+)
+
+// The sandbox API (package envd) is what the official E2B SDKs call on port
+// 49983 for sbx.files.* and sbx.commands.*: served on a listener of its own
+// (Config.SandboxAPIAddr) and, for SDKs pointed at one URL for everything
+// (E2B_SANDBOX_URL), under its own paths on the code API's listener too.
+// Both behind the same Host/Origin checks and access token as the code API.
+
+// DefaultSandboxAPIAddr is where the SDKs look for the sandbox API in debug
+// mode (E2B_DEBUG=true: localhost:49983).
+const DefaultSandboxAPIAddr = "127.0.0.1:49983"
+
+// sandboxAPI is the running sandbox API.
+type sandboxAPI struct {
+	srv    *envd.Server
+	http   *http.Server // nil: no listener of its own
+	ln     net.Listener
+	served chan error
+}
+
+// isSandboxAPIPath says whether a request to the code API's listener is the
+// sandbox API's (its paths do not collide with the code API's; /health
+// stays the code API's).
+func isSandboxAPIPath(p string) bool {
+	return p == "/files" || p == "/envs" ||
+		strings.HasPrefix(p, "/filesystem.Filesystem/") || strings.HasPrefix(p, "/process.Process/")
+}
+
+// newSandboxAPI builds the sandbox API with a context's walls: the
+// transport's sandbox settings (the subprocess plugin's -sandbox and
+// -sandbox-writable; their defaults for another transport) and the
+// default cwd as home.
+func newSandboxAPI(cfg Config, home string) (*envd.Server, error) {
+	var specs map[string]pluginhost.SettingSpec
+	if cfg.plugins != nil {
+		specs = cfg.plugins.specs
+	}
+	opts := subprocess.SandboxOptions{Mode: cfg.TransportSettings["sandbox"], Writable: []string{home},
+		Hidden: cfg.privatePaths(specs), Network: cfg.TransportSettings["context-network"]}
+	for _, w := range strings.Split(cfg.TransportSettings["sandbox-writable"], ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			opts.Writable = append(opts.Writable, w)
+		}
+	}
+	ecfg := envd.Config{Home: home, Hidden: subprocess.SandboxHidden(opts), Env: cfg.GlobalEnv,
+		MaxUploadBytes: cfg.MaxUploadBytes, Log: cfg.Logger, Writable: subprocess.SandboxWritable(opts)}
+	sb, err := subprocess.NewCommandSandbox(opts)
+	switch {
+	case err != nil && opts.Mode == subprocess.SandboxOn:
+		return nil, fmt.Errorf("sandbox API: -sandbox=on, but commands cannot be sandboxed here: %w", err)
+	case err != nil:
+		// Commands never run unsandboxed unless the operator said so
+		// (-sandbox=off); the files side still serves.
+		ecfg.NoCommands = fmt.Sprintf("commands run only in a sandbox, and there is none here (%v); %s=off runs them without one", err, EnvVar("sandbox"))
+		cfg.Logger.Warn("the sandbox API refuses commands: no sandbox here", "why", err)
+	case sb != nil:
+		ecfg.Sandbox = sb
+	}
+	if ecfg.NoCommands == "" {
+		lim, err := commandLimits(cfg.TransportSettings)
+		if err != nil {
+			// A set limit or no start, as for the transport's interpreters.
+			ecfg.NoCommands = err.Error()
+			cfg.Logger.Warn("the sandbox API refuses commands: their limits cannot be applied", "err", err)
+		}
+		ecfg.Limits = lim
+	}
+	return envd.New(ecfg), nil
+}
+
+// commandLimits are a context's limits (the subprocess plugin's
+// -context-memory, -context-pids, -context-cpu-weight and -kernel-cgroups,
+// their defaults for another transport), for each command.
+func commandLimits(settings map[string]string) (*subprocess.CommandLimits, error) {
+	var lim subprocess.Limits
+	var err error
+	if lim.MemoryBytes, err = subprocess.ParseBytes(settings["context-memory"]); err != nil {
+		return nil, fmt.Errorf("context-memory: %w", err)
+	}
+	for name, field := range map[string]*int{"context-pids": &lim.Pids, "context-cpu-weight": &lim.CPUWeight} {
+		if v := settings[name]; v != "" {
+			if *field, err = strconv.Atoi(v); err != nil {
+				return nil, fmt.Errorf("%s %q: want an integer", name, v)
+			}
+		}
+	}
+	cgroups := settings["kernel-cgroups"] != "false"
+	return subprocess.NewCommandLimits(lim, cgroups)
+}
+
+// startSandboxAPI builds the sandbox API and, when cfg.SandboxAPIAddr is
+// set, listens on it.
+func (h *Host) startSandboxAPI(cfg Config, home string) error {
+	srv, err := newSandboxAPI(cfg, home)
+	if err != nil {
+		return err
+	}
+	h.sandbox = &sandboxAPI{srv: srv, served: make(chan error, 1)}
+	h.api.sandbox = srv
+	if h.api.metrics != nil {
+		h.api.metrics.observeSandboxAPI(srv.Stats())
+	}
+	if h.sandbox.ln, err = net.Listen("tcp", cfg.SandboxAPIAddr); err != nil {
+		return fmt.Errorf("sandbox API: listen on %s (setting %s): %w", cfg.SandboxAPIAddr, EnvVar("sandbox-api-addr"), err)
+	}
+	h.sandbox.http = newHTTPServer(cfg, withRequestLog(h.log, h.api.browser.wrap(h.api.authorize(srv.Handler()))))
+	// An upload takes as long as its bytes take; its headers are still
+	// bounded (ReadHeaderTimeout).
+	h.sandbox.http.ReadTimeout = 0
+	go func() { h.sandbox.served <- h.sandbox.http.Serve(h.sandbox.ln) }()
+	h.log.Info("sandbox API listening", "sandbox_api_addr", h.sandbox.ln.Addr().String())
+	return nil
+}
+
+// addr is the sandbox API listener's address.
+func (s *sandboxAPI) addr() string { return s.ln.Addr().String() }
+
+// close stops the listener and kills the commands still running.
+func (s *sandboxAPI) close() {
+	if s.http != nil {
+		_ = s.http.Close()
+		<-s.served
+	} else if s.ln != nil {
+		_ = s.ln.Close()
+	}
+	s.srv.Close()
+}
+
+const sandboxBytesHelp = "Bytes of files through the sandbox API: uploaded (POST /files) or downloaded (GET /files)."
+
+// observeSandboxAPI counts the sandbox API's commands and file bytes.
+func (m *metrics) observeSandboxAPI(st *envd.Stats) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "kernelhost_sandbox_commands_total",
+			Help: "Commands the sandbox API started (process.Process Start).",
+		}, func() float64 { return float64(st.Commands.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "kernelhost_sandbox_file_bytes_total",
+			Help:        sandboxBytesHelp,
+			ConstLabels: prometheus.Labels{"direction": "upload"},
+		}, func() float64 { return float64(st.BytesUploaded.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "kernelhost_sandbox_file_bytes_total",
+			Help:        sandboxBytesHelp,
+			ConstLabels: prometheus.Labels{"direction": "download"},
+		}, func() float64 { return float64(st.BytesRead.Load()) }),
+	)
+}
