@@ -190,33 +190,42 @@ PICK_PYTHON = lacks() { $(PY_LACKS); }; \
 
 ## run-jupyter: serve on the Jupyter transport: starts a Jupyter Server on
 ## 127.0.0.1:$(JUPYTER_PORT) (own root dir, generated token, IOPub rate
-## limits off, and the python3 kernel spec of deploy/jupyter/kernels with
-## unbounded IOPub queues, as jupytertest does), waits for it, runs the host
-## against it and stops the server when the host exits.
+## limits off, and the kernel specs of deploy/jupyter/kernels: python3 with
+## unbounded IOPub queues and, where IRkernel is installed, ir, each kernel
+## in a bwrap sandbox, as jupytertest does),
+## waits for it, runs the host against it and stops the server when the
+## host exits.
 # The server runs in a session of its own (setsid): a SIGTERM or Ctrl-C to
 # this process group reaches the host, which deletes its kernels on a server
 # that is still up, and the trap stops the server after that. The restarter
 # polls kernels 4 times a second, so a kernel's death is reported within a
-# second (docs/jupyter.md).
+# second (docs/jupyter.md). The server's Python runs isolated (-I): its
+# kernels can write the user site (~/.local), and nothing they put there
+# may run in the server, outside their sandboxes, at its next start. Its log
+# is in its runtime dir, which kernels do not see: it holds what every
+# kernel wrote to its stdout and stderr outside a cell's capture.
 run-jupyter: build plugins deps-jupyter
 	@set -eu; \
-	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root" "$(JUPYTER_DIR)/data"; \
-	cp -r deploy/jupyter/kernels "$(JUPYTER_DIR)/data/"; \
+	rm -rf "$(JUPYTER_DIR)"; mkdir -p "$(JUPYTER_DIR)/root" "$(JUPYTER_DIR)/data" "$(JUPYTER_DIR)/runtime"; \
+	mkdir -p "$(JUPYTER_DIR)/data/kernels"; cp -r deploy/jupyter/kernels/python3 "$(JUPYTER_DIR)/data/kernels/"; \
+	for d in /usr/share/jupyter/kernels /usr/local/share/jupyter/kernels; do \
+		[ -e "$$d/ir/kernel.json" ] && cp -r deploy/jupyter/kernels/ir "$(JUPYTER_DIR)/data/kernels/" && break; \
+	done; \
 	token=$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n'); \
 	root=""; [ "$$(id -u)" = 0 ] && root="--allow-root"; \
 	JUPYTER_CONFIG_DIR="$(JUPYTER_DIR)/config" JUPYTER_DATA_DIR="$(JUPYTER_DIR)/data" \
 	JUPYTER_RUNTIME_DIR="$(JUPYTER_DIR)/runtime" IPYTHONDIR="$(JUPYTER_DIR)/ipython" \
 	PYDEVD_DISABLE_FILE_VALIDATION=1 \
-	setsid jupyter-server --no-browser --ip=127.0.0.1 --port=$(JUPYTER_PORT) --port-retries=0 \
+	setsid /usr/bin/python3 -I -m jupyter_server --no-browser --ip=127.0.0.1 --port=$(JUPYTER_PORT) --port-retries=0 \
 		--ServerApp.token="$$token" --ServerApp.root_dir="$(JUPYTER_DIR)/root" \
 		--ServerApp.iopub_msg_rate_limit=0 --ServerApp.iopub_data_rate_limit=0 \
 		--ServerApp.limit_rate=False --KernelRestarter.time_to_dead=0.25 $$root \
-		>"$(JUPYTER_DIR)/server.log" 2>&1 & \
+		>"$(JUPYTER_DIR)/runtime/server.log" 2>&1 & \
 	server=$$!; \
 	trap 'kill $$server 2>/dev/null || true; wait $$server 2>/dev/null || true' EXIT INT TERM; \
-	echo "jupyter server: 127.0.0.1:$(JUPYTER_PORT), pid $$server, log $(JUPYTER_DIR)/server.log"; \
+	echo "jupyter server: 127.0.0.1:$(JUPYTER_PORT), pid $$server, log $(JUPYTER_DIR)/runtime/server.log"; \
 	i=0; until curl -fs -o /dev/null -H "Authorization: token $$token" http://127.0.0.1:$(JUPYTER_PORT)/api/kernelspecs; do \
-		kill -0 $$server 2>/dev/null || { echo "jupyter server exited:"; cat "$(JUPYTER_DIR)/server.log"; exit 1; }; \
+		kill -0 $$server 2>/dev/null || { echo "jupyter server exited:"; cat "$(JUPYTER_DIR)/runtime/server.log"; exit 1; }; \
 		i=$$((i+1)); [ $$i -le 600 ] || { echo "jupyter server not ready after 60 s"; exit 1; }; \
 		sleep 0.1; \
 	done; \
@@ -310,7 +319,7 @@ $(WAZERO):
 deps: deps-apt deps-npm
 
 deps-jupyter:
-	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES="jupyter-server python3-ipykernel curl"
+	@$(MAKE) --no-print-directory deps-apt APT_PACKAGES="jupyter-server python3-ipykernel curl bubblewrap"
 
 # Installs only the packages dpkg does not know as installed.
 deps-apt:

@@ -370,7 +370,8 @@ func TestFaultJupyterServerKilled(t *testing.T) {
 	kernels := []int{h.pidOf(t, id), h.pidOf(t, other.ID)}
 	e, took := h.killMidExecution(t, id, srv.cmd.Process.Pid)
 	<-srv.done
-	// Its kernels notice their parent is gone (ipykernel's parent poller).
+	// Its kernels end with it (their sandbox's --die-with-parent; an
+	// unsandboxed kernel's parent poller notices within seconds).
 	for _, k := range kernels {
 		testkit.AwaitGone(t, "a kernel of the killed server", 10*time.Second, k)
 	}

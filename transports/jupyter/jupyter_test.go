@@ -243,8 +243,13 @@ func TestUpdateDisplayData(t *testing.T) {
 
 func TestInterrupt(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Shared(t)
-	k := startKernel(t, newTransport(t, srv, nil))
+	testInterruptOf(t, startKernel(t, newTransport(t, jupytertest.Shared(t), nil)))
+}
+
+// testInterruptOf interrupts a cell of k that sleeps: it ends with
+// KeyboardInterrupt, and k runs the next cell.
+func testInterruptOf(t *testing.T, k core.Kernel) {
+	t.Helper()
 	id := send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
 	waitStream(t, k, id, "sleeping")
 	start := time.Now()

@@ -43,7 +43,12 @@ type Server struct {
 	Token   string
 	RootDir string
 	DataDir string // its JUPYTER_DATA_DIR (kernel specs in kernels/)
-	dir     string // holds the above and its other Jupyter dirs
+	// RuntimeDir is its JUPYTER_RUNTIME_DIR: its jpserver-*.json (with the
+	// token), cookie secret and its kernels' connection files.
+	RuntimeDir string
+	// ConfigDir is its JUPYTER_CONFIG_DIR.
+	ConfigDir string
+	dir       string // holds the above and its other Jupyter dirs
 
 	mu     sync.Mutex
 	stderr strings.Builder
@@ -90,8 +95,50 @@ func Args(port int, token, root string) []string {
 // WriteKernelSpec writes the kernel specs of deploy/jupyter/kernels into
 // dataDir/kernels (a JUPYTER_DATA_DIR, which the server searches before the
 // system's): "python3" is the system's ipykernel on /usr/bin/python3 with
-// unbounded IOPub queues, as `make run-jupyter` installs it too.
-func WriteKernelSpec(dataDir string) error { return jupyterdeploy.WriteKernelSpecs(dataDir) }
+// unbounded IOPub queues and "ir" IRkernel (where installed), each kernel
+// in its sandbox, as `make run-jupyter` installs them too, except that
+// their kernels may also write os.TempDir(): the tests give
+// kernels directories of t.TempDir() to work in and share files with them
+// there, which the sandbox's own /tmp would hide. A test of the spec as
+// shipped writes it again with jupyterdeploy.WriteKernelSpecs.
+func WriteKernelSpec(dataDir string) error {
+	if err := jupyterdeploy.WriteKernelSpecs(dataDir); err != nil {
+		return err
+	}
+	specs, err := filepath.Glob(filepath.Join(dataDir, "kernels", "*", "kernel.json"))
+	if err != nil {
+		return err
+	}
+	for _, spec := range specs {
+		if err := addWritable(spec, os.TempDir()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addWritable adds "--writable dir" to the sandbox launcher's options in
+// the kernel spec file spec (before the "--" that ends them).
+func addWritable(spec, dir string) error {
+	b, err := os.ReadFile(spec)
+	if err != nil {
+		return err
+	}
+	var ks map[string]any
+	if err := json.Unmarshal(b, &ks); err != nil {
+		return fmt.Errorf("%s: %w", spec, err)
+	}
+	argv, _ := ks["argv"].([]any)
+	end := slices.Index(argv, any("--"))
+	if end < 0 {
+		return fmt.Errorf("%s: the argv has no \"--\" after the sandbox launcher's options", spec)
+	}
+	ks["argv"] = slices.Insert(argv, end, any("--writable"), any(dir))
+	if b, err = json.MarshalIndent(ks, "", "  "); err != nil {
+		return err
+	}
+	return os.WriteFile(spec, b, 0o644)
+}
 
 // AddKernelSpec writes a kernel spec called name into the server's data dir;
 // the server sees it at its next kernel start or spec listing. argv is the
@@ -338,11 +385,13 @@ func newServer() (*Server, int, error) {
 		tok := make([]byte, 16)
 		_, _ = rand.Read(tok)
 		s := &Server{
-			URL:     fmt.Sprintf("http://127.0.0.1:%d/", port),
-			Token:   hex.EncodeToString(tok),
-			RootDir: root,
-			DataDir: filepath.Join(dir, "data"),
-			dir:     dir,
+			URL:        fmt.Sprintf("http://127.0.0.1:%d/", port),
+			Token:      hex.EncodeToString(tok),
+			RootDir:    root,
+			DataDir:    filepath.Join(dir, "data"),
+			RuntimeDir: filepath.Join(dir, "runtime"),
+			ConfigDir:  filepath.Join(dir, "config"),
+			dir:        dir,
 		}
 		if err := WriteKernelSpec(s.DataDir); err != nil {
 			return nil, 0, err
@@ -432,9 +481,9 @@ func (s *Server) prepare(cmd *exec.Cmd) {
 		cmd.Env = os.Environ()
 	}
 	cmd.Env = append(cmd.Env,
-		"JUPYTER_CONFIG_DIR="+filepath.Join(s.dir, "config"),
+		"JUPYTER_CONFIG_DIR="+s.ConfigDir,
 		"JUPYTER_DATA_DIR="+s.DataDir,
-		"JUPYTER_RUNTIME_DIR="+filepath.Join(s.dir, "runtime"),
+		"JUPYTER_RUNTIME_DIR="+s.RuntimeDir,
 		"IPYTHONDIR="+filepath.Join(s.dir, "ipython"),
 		"PYDEVD_DISABLE_FILE_VALIDATION=1",
 	)
