@@ -71,7 +71,7 @@ type sandboxFound struct {
 // kernel spec, sees only its own processes, and cannot read the server's
 // token (its jpserver-*.json, its config dir), another kernel's connection
 // file (its HMAC key) or the host's /tmp; its cwd (the server's root) is
-// writable, and an interrupt still reaches it (interrupt_mode "message").
+// writable, and an interrupt still reaches it (the launcher passes it in).
 // The same holds with /tmp writable (jupytertest's spec, "--writable /tmp"),
 // where the server's dirs are shown but for the masks over them.
 func TestShippedKernelSpecIsSandboxed(t *testing.T) {

@@ -231,8 +231,10 @@ func heldUpgradeBound(answer time.Duration, attempt int) time.Duration {
 //     "starting" kernels too) would otherwise hold the upgrade until the
 //     connect timeout;
 //   - the kernel is up (the server has seen it send on IOPub, as ipykernel
-//     does as soon as it runs) and the upgrade was held heldBound while the
-//     kernel was up and no other upgrade of ours was in flight. A kernel
+//     does as soon as it runs, or counts a websocket of it open: it
+//     completed the upgrade on its side and the answer never came) and the
+//     upgrade was held heldBound while the kernel was up and no other
+//     upgrade of ours was in flight. A kernel
 //     that runs answers the server's request within milliseconds, and a
 //     server with no other upgrade to complete is not busy; an upgrade
 //     still held is stuck, not slow, and the server would hold it until its
@@ -296,7 +298,7 @@ func (t *Transport) dialWhileAlive(ctx context.Context, km kernelModel, session 
 				cancel()
 				return
 			}
-			up = up || (err == nil && now.sentSince(km))
+			up = up || (err == nil && (now.sentSince(km) || now.Connections > 0))
 			switch {
 			case !up || t.upgrading.Load() > 1:
 				loneUpSince = time.Time{}

@@ -7,8 +7,6 @@
 # limit (SNDHWM 0) the messages wait in the kernel's memory until the server
 # reads them. Every socket of the kernel gets it: setting it on the context
 # before ipykernel makes its sockets is the one hook ipykernel 6 offers.
-import os
-
 import zmq
 
 _init = zmq.Context.__init__
@@ -52,15 +50,5 @@ from ipykernel.kernelbase import Kernel  # noqa: E402
 # reads until the request's status idle, which comes after all its output.
 if "_execute_sleep" in Kernel.class_trait_names():
     Kernel._execute_sleep.default_value = 0.0
-
-# In its sandbox (sandbox.py) the kernel is pid 2 in the group of the
-# sandbox's init; on an interrupt_request (kernel.json's interrupt_mode
-# "message") ipykernel signals its own process group only if it leads one.
-# Leading one, its children get the SIGINT too, as the server's killpg gives
-# them to an unsandboxed kernel (which leads its session: this then fails).
-try:
-    os.setpgid(0, 0)
-except OSError:
-    pass
 
 kernelapp.launch_new_instance()

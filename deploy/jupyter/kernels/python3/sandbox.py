@@ -25,6 +25,7 @@
 # kernels, and nothing there may run here, outside the sandbox. No bwrap, or
 # a bwrap that cannot run here: the kernel does not start, and this says why
 # on stderr (the server's log).
+import ctypes
 import json
 import os
 import signal
@@ -226,6 +227,9 @@ def mounts(conn, writable):
     return args + ["--file", str(fd), conn]
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
 def supervise(args):
     """Runs bwrap (args) as a child in a process group of its own and passes
     the SIGINT the server sends this launcher's group on to the sandbox's
@@ -249,6 +253,14 @@ def supervise(args):
             except OSError:
                 pass
 
+    # The launcher dies with the server (a kill -9 of the server included),
+    # and bwrap's --die-with-parent takes the sandbox with it, as a kernel
+    # the server exec'd directly would. Checked after: the server may have
+    # died before.
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        sys.exit(1)
     # Handled before bwrap starts (exec resets it there): a SIGINT meanwhile
     # must not end this launcher.
     signal.signal(signal.SIGINT, interrupt)
