@@ -177,14 +177,64 @@ func TestErrorReply(t *testing.T) {
 		t.Errorf("no error message in %+v", r.msgs)
 	}
 	// stop_on_error is false: a request right behind a failing one runs.
+	// b's first messages (IOPub) may come before a's reply (shell): the two
+	// are collected together.
 	a := send(t, k, "raise ValueError('boom')")
 	b := send(t, k, "print('still here')")
-	if r := collect(t, k, a); r.reply.Status != core.ReplyError {
+	rs := collectEach(t, k, a, b)
+	if r := rs[a]; r.reply.Status != core.ReplyError {
 		t.Errorf("a: %+v", r.reply)
 	}
-	if r := collect(t, k, b); r.reply.Status != core.ReplyOK || r.stdout.String() != "still here\n" {
+	if r := rs[b]; r.reply.Status != core.ReplyOK || r.stdout.String() != "still here\n" {
 		t.Errorf("b was aborted behind a failing request: %+v %q", r.reply, r.stdout.String())
 	}
+}
+
+// collectEach reads messages until each request of ids has sent its
+// execute_reply and its status idle; a message of no request among them
+// fails the test.
+func collectEach(tb testing.TB, k core.Kernel, ids ...string) map[string]*result {
+	tb.Helper()
+	rs, done := map[string]*result{}, map[string]int{}
+	for _, id := range ids {
+		rs[id] = &result{}
+	}
+	timeout := time.After(runTimeout)
+	for len(done) < len(ids) || !allTwo(done) {
+		select {
+		case m, ok := <-k.Messages():
+			if !ok {
+				tb.Fatalf("messages closed while waiting for %v", ids)
+			}
+			r := rs[m.ParentID]
+			if r == nil {
+				tb.Fatalf("message for %q while waiting for %v: %+v", m.ParentID, ids, m)
+			}
+			r.msgs = append(r.msgs, m)
+			switch {
+			case m.Type == core.MsgStream && m.Name == "stdout":
+				r.stdout.WriteString(m.Text)
+			case m.Type == core.MsgExecuteReply:
+				r.reply = m
+				done[m.ParentID]++
+			case m.Type == core.MsgStatus && m.State == core.StateIdle:
+				done[m.ParentID]++
+			}
+		case <-timeout:
+			tb.Fatalf("requests %v not finished after %v", ids, runTimeout)
+		}
+	}
+	return rs
+}
+
+// allTwo says whether every request counted its reply and its idle.
+func allTwo(done map[string]int) bool {
+	for _, n := range done {
+		if n < 2 {
+			return false
+		}
+	}
+	return true
 }
 
 func TestMIMEBundles(t *testing.T) {
