@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // shutdownTimeout bounds the graceful shutdown after SIGINT or SIGTERM.
@@ -21,17 +22,17 @@ const shutdownTimeout = 30 * time.Second
 // on a signal and shut down the same way.
 type hostCommand struct {
 	name  string // "serve": also names the command in messages
-	start func(context.Context, server.Config) (*server.Host, error)
+	start func(context.Context, settings.Config) (*server.Host, error)
 	// serve runs the started host until ctx ends (SIGINT or SIGTERM) or
 	// the command has nothing left to serve; it returns why it stopped,
 	// for the log.
-	serve func(ctx context.Context, host *server.Host, cfg server.Config) (reason string)
+	serve func(ctx context.Context, host *server.Host, cfg settings.Config) (reason string)
 }
 
 // runHost loads the settings from args and the environment, starts the
 // host, runs c.serve and shuts the host down within shutdownTimeout.
 func runHost(s Streams, args []string, c hostCommand) int {
-	cfg, err := server.Load("kernelhost "+c.name, args, s.Getenv, s.Stderr)
+	cfg, err := settings.Load("kernelhost "+c.name, args, s.Getenv, s.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 const mcpAbout = `kernelhost mcp is an MCP server on stdin and stdout, for an MCP client that
@@ -33,7 +34,7 @@ func mcpStdio(s Streams, args []string) int {
 	restore := func() {}
 	defer func() { restore() }()
 	return runHost(s, args, hostCommand{name: "mcp",
-		start: func(ctx context.Context, cfg server.Config) (*server.Host, error) {
+		start: func(ctx context.Context, cfg settings.Config) (*server.Host, error) {
 			// After the settings (help and their errors go to s.Stdout or
 			// s.Stderr as given), before the plugins inherit fd 1.
 			w, undo, err := claimStdout(s)
@@ -43,7 +44,7 @@ func mcpStdio(s Streams, args []string) int {
 			out, restore = w, undo
 			return server.StartInProcess(ctx, cfg)
 		},
-		serve: func(ctx context.Context, host *server.Host, cfg server.Config) string {
+		serve: func(ctx context.Context, host *server.Host, cfg settings.Config) string {
 			transport := &mcp.IOTransport{Reader: io.NopCloser(s.Stdin), Writer: nopWriteCloser{out}, MaxLineLength: int(cfg.MaxBodyBytes)}
 			return runReason(ctx, host.MCPServer().Run(ctx, transport))
 		}})

@@ -11,15 +11,16 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // serve runs the host until SIGINT or SIGTERM. SIGHUP reloads the env-var
-// policies. Its settings are server.Load's. Under systemd it reports
+// policies. Its settings are settings.Load's. Under systemd it reports
 // readiness and shutdown (systemd.go).
 func serve(s Streams, args []string) int {
 	sd := takeNotifySocket()
 	return runHost(s, args, hostCommand{name: "serve", start: server.Start,
-		serve: func(ctx context.Context, host *server.Host, cfg server.Config) string {
+		serve: func(ctx context.Context, host *server.Host, cfg settings.Config) string {
 			notify := func(state string) {
 				if err := sd.notify(state); err != nil {
 					cfg.Logger.Warn("cannot tell systemd", "err", err)

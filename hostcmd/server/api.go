@@ -16,6 +16,7 @@ import (
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/docs"
 	"github.com/kernelhost/kernelhost/hostcmd/envd"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // api serves the code-interpreter HTTP API (docs/api-contract.md) on an engine.
@@ -26,9 +27,9 @@ type api struct {
 	keepalive    time.Duration
 	ready        atomic.Bool  // the default contexts exist
 	starting     atomic.Value // string: what start-up is doing, for /health
-	token        []byte       // Config.AccessToken; empty: no check
-	tokenScope   string       // ScopeAll or ScopeExecute
-	metrics      *metrics     // nil: no /metrics (Config.DisableMetrics)
+	token        []byte       // settings.Config.AccessToken; empty: no check
+	tokenScope   string       // settings.ScopeAll or settings.ScopeExecute
+	metrics      *metrics     // nil: no /metrics (settings.Config.DisableMetrics)
 	browser      *browserGuard
 	mcp          *mcpEndpoint  // /mcp
 	sandbox      *envd.Server  // the sandbox API's paths; nil: off
@@ -176,12 +177,12 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBodyBytes))
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			writeText(w, http.StatusRequestTimeout, fmt.Sprintf("Request body not received in time (setting %s)", EnvVar("read-timeout")))
+			writeText(w, http.StatusRequestTimeout, fmt.Sprintf("Request body not received in time (setting %s)", settings.EnvVar("read-timeout")))
 			return nil, false
 		}
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeText(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes (setting %s)", a.maxBodyBytes, EnvVar("max-body-bytes")))
+			writeText(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes (setting %s)", a.maxBodyBytes, settings.EnvVar("max-body-bytes")))
 			return nil, false
 		}
 		writeText(w, http.StatusBadRequest, "Failed to read the request body: "+err.Error())

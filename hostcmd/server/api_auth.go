@@ -6,11 +6,12 @@ import (
 	"strings"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // authorize requires the access token, when one is configured, on every
 // route but /health (readiness probes carry no credentials), or with
-// ScopeExecute only on the execution routes: /execute, /executions/...
+// settings.ScopeExecute only on the execution routes: /execute, /executions/...
 // (an execution's output and its live stream are as private as the code
 // that made them) and /mcp (which runs code). CORS preflights never carry credentials and are answered
 // by cors before this. The comparison takes constant time.
@@ -31,7 +32,7 @@ func (a *api) authorize(next http.Handler) http.Handler {
 		// and as X-Access-Token too, the header its SDK calls send.
 		isExecute := r.URL.Path == "/execute" || a.isSandboxAPI(r.URL.Path)
 		isExecution := isExecute || strings.HasPrefix(r.URL.Path, "/executions/") || r.URL.Path == "/mcp"
-		if r.URL.Path == "/health" || (a.tokenScope == ScopeExecute && !isExecution) {
+		if r.URL.Path == "/health" || (a.tokenScope == settings.ScopeExecute && !isExecution) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -43,7 +44,7 @@ func (a *api) authorize(next http.Handler) http.Handler {
 		// The log names the route, never the presented value.
 		a.log.InfoContext(r.Context(), "request refused: missing or wrong access token", "method", r.Method, "path", core.Clip(r.URL.Path), "remote_addr", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="kernelhost"`)
-		writeText(w, http.StatusUnauthorized, "Unauthorized: send the host's access token as \"Authorization: Bearer <token>\" (setting "+EnvVar("access-token")+")")
+		writeText(w, http.StatusUnauthorized, "Unauthorized: send the host's access token as \"Authorization: Bearer <token>\" (setting "+settings.EnvVar("access-token")+")")
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // shutdownWriteGrace is what a stream's client gets to take the stream's
@@ -233,7 +234,7 @@ func streamTail(line []byte, err error, appendLine func([]byte, engine.Output) [
 		// Cut to release what was buffered for this client: the execution
 		// goes on, to be re-attached (as after a take-over).
 		line = appendLine(line, engine.Output{Type: engine.OutError, ErrName: errNameTooSlow,
-			ErrValue: fmt.Sprintf("This client read slower than the kernel wrote and the host's buffer for slow clients is full (setting %s): this stream ends here; the execution goes on, re-attach with GET /executions/{id}/stream?after=<the last seq read>", EnvVar("max-buffered-bytes"))})
+			ErrValue: fmt.Sprintf("This client read slower than the kernel wrote and the host's buffer for slow clients is full (setting %s): this stream ends here; the execution goes on, re-attach with GET /executions/{id}/stream?after=<the last seq read>", settings.EnvVar("max-buffered-bytes"))})
 		return appendLine(line, engine.Output{Type: engine.OutEndOfExecution}), true, true
 	case errors.Is(err, engine.ErrDetached):
 		// Another client re-attached: this stream ends here, on purpose, so

@@ -1,11 +1,5 @@
 package server
 
-import (
-	"errors"
-	"flag"
-	"time"
-)
-
 // RouteTable lists the routes the API registers, as "METHOD /pattern", for
 // the OpenAPI tests of package server_test.
 func RouteTable() []string {
@@ -28,43 +22,6 @@ func WithoutKernelEnv() (restore func()) {
 	saved := kernelSetup
 	kernelSetup = nil
 	return func() { kernelSetup = saved }
-}
-
-// SettingDefaults are the settings of the table and of the transport
-// plugins in pluginDir by name, each with its default as its flag's Go type
-// (string, int, int64, bool, time.Duration).
-func SettingDefaults(pluginDir string) (map[string]any, error) {
-	out := map[string]any{}
-	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
-	for _, s := range settingsTable {
-		out[s.flagName()] = s.defaultValue()
-		s.register(fs)
-	}
-	plugins := describePlugins(pluginDir)
-	plugins.register(fs)
-	if note := plugins.missing(); note != "" {
-		return nil, errors.New(note)
-	}
-	for name := range plugins.specs {
-		out[name] = fs.Lookup(name).Value.(flag.Getter).Get()
-	}
-	return out, nil
-}
-
-// PluginSettings are the settings the plugin of cfg.TransportName (in
-// cfg.PluginDir) gets from cfg, and the host's bounds on its kernel starts,
-// restarts and calls that follow from them.
-func PluginSettings(cfg Config) (settings map[string]any, engineStart, pluginStart, pluginCall time.Duration, err error) {
-	cfg = withDefaults(cfg)
-	desc, err := readDescription(pluginPath(cfg.PluginDir, cfg.TransportName))
-	if err != nil {
-		return nil, 0, 0, 0, err
-	}
-	if settings, err = settingsFor(desc, cfg); err != nil {
-		return nil, 0, 0, 0, err
-	}
-	b := kernelBounds(desc, settings)
-	return settings, b.engineStart, b.pluginStart, b.pluginCall, nil
 }
 
 // MCPSessions counts the sessions open on h's /mcp.

@@ -11,21 +11,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
 // unsandboxed runs the subprocess transport linked in without a sandbox,
 // where python contexts can be forked.
-func unsandboxed(c *server.Config) {
+func unsandboxed(c *settings.Config) {
 	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Mode: subprocess.SandboxOff}})
 }
 
 // unsandboxedViaPlugin runs the subprocess transport through its plugin,
 // as the kernelhost binary does, without a sandbox (Debian's python, no
 // fork server: contexts are forked from their own interpreters).
-func unsandboxedViaPlugin(c *server.Config) {
+func unsandboxedViaPlugin(c *settings.Config) {
 	viaPlugin(c)
 	c.SetTransportSetting("sandbox", "off")
 	c.SetTransportSetting("python", testkit.DebianPython)
@@ -43,7 +43,7 @@ func TestForkContext(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
 		name string
-		set  func(*server.Config)
+		set  func(*settings.Config)
 	}{{"in-process", unsandboxed}, {"plugin", unsandboxedViaPlugin}} {
 		t.Run(mode.name, func(t *testing.T) {
 			h := startHost(t, mode.set)
@@ -115,7 +115,7 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	t.Parallel()
 	needSandbox(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
-	h := startHost(t, viaPlugin, func(c *server.Config) {
+	h := startHost(t, viaPlugin, func(c *settings.Config) {
 		c.SetTransportSetting("sandbox", "on")
 		c.SetTransportSetting("python", testkit.DebianPython)
 	})

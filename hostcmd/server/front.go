@@ -3,12 +3,14 @@ package server
 import (
 	"net/http"
 	"sync/atomic"
+
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // front is what the host's listener serves. The host listens before it
 // starts its transport, so that /health can say what start-up waits for
 // while the transport plugin's start is retried (a gateway not up yet,
-// Config.DefaultStartRetry), instead of refusing connections. Until the
+// settings.Config.DefaultStartRetry), instead of refusing connections. Until the
 // API exists every route answers 503, behind the API's Host and Origin
 // checks; /health says what start-up is doing, the others only that the
 // host is starting.
@@ -18,7 +20,7 @@ type front struct {
 	early    http.Handler
 }
 
-func newFront(cfg Config) *front {
+func newFront(cfg settings.Config) *front {
 	f := &front{}
 	guard := newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.Logger)
 	f.early = guard.wrap(http.HandlerFunc(f.serveStarting))

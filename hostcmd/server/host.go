@@ -1,6 +1,7 @@
-// Package server is the kernelhost host: it launches the transport plugin,
-// loads the env-var policies and builds the engine from a Config, serves the code-interpreter HTTP API
-// (docs/api-contract.md) and shuts everything down in order. The binary in
+// Package server is the kernelhost host: from a settings.Config it launches
+// the transport plugin, loads the env-var policies, builds the engine,
+// serves the code-interpreter HTTP API (docs/api-contract.md), the MCP tools
+// and the sandbox API, and shuts everything down in order. The binary in
 // hostcmd is a thin main around it; tests and benchmarks start it in-process.
 package server
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 	"github.com/kernelhost/kernelhost/transports/kernelpy"
 )
@@ -30,19 +32,19 @@ type Host struct {
 	Engine *engine.Engine
 
 	log      *slog.Logger
-	plugin   *pluginhost.Supervised // nil when Config.Transport was given
-	bounds   hostBounds             // on the plugin's kernel starts; zero: the defaults
-	policies *policies              // nil without Config.Policies
+	plugin   *pluginhost.Supervised // nil when settings.Config.Transport was given
+	bounds   settings.KernelBounds  // on the plugin's kernel starts; zero: the defaults
+	policies *policies              // nil without settings.Config.Policies
 	api      *api
 	srv      *http.Server
 	ln       net.Listener
 	front    *front       // what srv serves
 	served   chan error   // Serve's result
-	pprof    *pprofServer // nil without Config.PprofAddr
-	sandbox  *sandboxAPI  // nil without Config.SandboxAPIAddr
+	pprof    *pprofServer // nil without settings.Config.PprofAddr
+	sandbox  *sandboxAPI  // nil without settings.Config.SandboxAPIAddr
 	shutdown atomic.Bool
 
-	// startRetryUntil ends the retries of start-up (Config.DefaultStartRetry):
+	// startRetryUntil ends the retries of start-up (settings.Config.DefaultStartRetry):
 	// the transport plugin's start, then the default contexts'.
 	startRetryUntil time.Time
 }
@@ -60,7 +62,7 @@ var kernelSetup = func(language string) engine.KernelSetup {
 // default contexts (python and javascript, those the transport has). /health
 // answers 200 only once they exist. Start returns when the defaults are
 // ready, or with an error after cleaning up.
-func Start(ctx context.Context, cfg Config) (*Host, error) {
+func Start(ctx context.Context, cfg settings.Config) (*Host, error) {
 	return start(ctx, cfg, true)
 }
 
@@ -68,20 +70,20 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 // plugins, policies and default contexts, used in-process (`kernelhost mcp`
 // serves them over stdio with MCPServer). cfg.Addr is not listened on, so
 // it runs beside a `kernelhost serve` on the same settings.
-func StartInProcess(ctx context.Context, cfg Config) (*Host, error) {
+func StartInProcess(ctx context.Context, cfg settings.Config) (*Host, error) {
 	return start(ctx, cfg, false)
 }
 
-func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
-	cfg = withDefaults(cfg)
-	if err := cfg.validate(); err != nil {
+func start(ctx context.Context, cfg settings.Config, listen bool) (*Host, error) {
+	cfg = settings.WithDefaults(cfg)
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	// Lines logged with a request's context carry its ids (requestlog.go).
 	log := slog.New(requestIDHandler{Handler: cfg.Logger.Handler()})
 	cfg.Logger = log
 	if cfg.Transport == nil {
-		cfg.plugins = cfg.plugins.withDescription(cfg.PluginDir, cfg.TransportName)
+		cfg.KeepTransportDescription()
 	}
 	cwd, err := resolveDefaultCwd(cfg, log)
 	if err != nil {
@@ -120,7 +122,7 @@ func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
 // broken module is the cheapest failure), the transport, the engine, the
 // API and its listener (if listen), pprof. On failure the caller releases
 // what it built.
-func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen bool) error {
+func (h *Host) assemble(ctx context.Context, cfg settings.Config, cwd defaultCwd, listen bool) error {
 	var met *metrics
 	if !cfg.DisableMetrics {
 		// The engine is set before the server serves, so before any scrape.
@@ -170,7 +172,7 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen 
 }
 
 // listen opens cfg.Addr and serves it (front): /health answers from here on.
-func (h *Host) listen(cfg Config) error {
+func (h *Host) listen(cfg settings.Config) error {
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -183,7 +185,7 @@ func (h *Host) listen(cfg Config) error {
 
 // transport is cfg.Transport, else the transport plugin it launches (which h
 // then owns).
-func (h *Host) transport(ctx context.Context, cfg Config, met *metrics) (core.Transport, error) {
+func (h *Host) transport(ctx context.Context, cfg settings.Config, met *metrics) (core.Transport, error) {
 	if cfg.Transport != nil {
 		return cfg.Transport, nil
 	}
@@ -247,7 +249,7 @@ func (h *Host) release() {
 
 // engineConfig is the engine's configuration: cfg's settings (every one set,
 // withDefaults) and the parts the host built.
-func engineConfig(cfg Config, transport core.Transport, met *metrics, policy engine.EnvPolicy, cwd defaultCwd, bounds hostBounds) engine.Config {
+func engineConfig(cfg settings.Config, transport core.Transport, met *metrics, policy engine.EnvPolicy, cwd defaultCwd, bounds settings.KernelBounds) engine.Config {
 	// A nil *metrics must not become a non-nil engine.Observer.
 	var observer engine.Observer
 	if met != nil {
@@ -266,21 +268,21 @@ func engineConfig(cfg Config, transport core.Transport, met *metrics, policy eng
 		KernelSetup:         kernelSetup,
 		QueueDepth:          cfg.QueueDepth,
 		MaxOutputBytes:      cfg.MaxOutputBytes,
-		MaxBufferedBytes:    cfg.MaxBufferedBytes, // negative: no bound, as in Config
+		MaxBufferedBytes:    cfg.MaxBufferedBytes, // negative: no bound, as in settings.Config
 		ReplayBytes:         cfg.ReplayBytes,
 		ReplayTTL:           cfg.ReplayTTL,
 		DisconnectPolicy:    cfg.DisconnectPolicy,
 		InterruptGrace:      cfg.InterruptGrace,
-		MaxContexts:         max(cfg.MaxContexts, 0), // the engine's 0 is "no limit", Config's -1
+		MaxContexts:         max(cfg.MaxContexts, 0), // the engine's 0 is "no limit", settings.Config's -1
 		ExecutionTimeout:    cfg.ExecutionTimeout,
 		MaxEnvVars:          cfg.MaxEnvVars,
 		MaxEnvBytes:         cfg.MaxEnvBytes,
-		StartTimeout:        bounds.engineStart,
+		StartTimeout:        bounds.EngineStart,
 	}
 }
 
 // newAPI is the HTTP API over e, as cfg sets it up.
-func newAPI(cfg Config, e *engine.Engine, met *metrics) *api {
+func newAPI(cfg settings.Config, e *engine.Engine, met *metrics) *api {
 	a := &api{engine: e, log: cfg.Logger, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
 		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
 		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.Logger), writeTimeout: cfg.WriteTimeout}
@@ -290,7 +292,7 @@ func newAPI(cfg Config, e *engine.Engine, met *metrics) *api {
 }
 
 // newHTTPServer serves handler with cfg's timeouts.
-func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
+func newHTTPServer(cfg settings.Config, handler http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           handler,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -300,7 +302,7 @@ func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
 		ReadTimeout: cfg.ReadTimeout,
 		ErrorLog:    slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 		// No WriteTimeout: /execute streams for as long as the code runs;
-		// each of a stream's writes has its own deadline (Config.WriteTimeout).
+		// each of a stream's writes has its own deadline (settings.Config.WriteTimeout).
 	}
 }
 
@@ -360,7 +362,7 @@ func (h *Host) PluginPID() int {
 }
 
 // ErrNoPolicies is ReloadPolicies's answer when no policies are configured.
-var ErrNoPolicies = errors.New("no env-var policies configured (" + envPrefix + "POLICIES)")
+var ErrNoPolicies = errors.New("no env-var policies configured (" + settings.EnvVar("policies") + ")")
 
 // ReloadPolicies reads the policy list (an @FILE setting's file), every
 // module and every module config again, and returns the modules now in use.
@@ -460,7 +462,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 }
 
 // defaultCwd is the engine's default cwd and, when it is checked where the
-// kernels run (core/engine Config.DefaultCwdOnKernel), the directories to
+// kernels run (core/engine settings.Config.DefaultCwdOnKernel), the directories to
 // try after it there.
 type defaultCwd struct {
 	dir       string
@@ -480,10 +482,10 @@ type defaultCwd struct {
 // default cwd and then the workspace (which exists there when the server
 // runs beside the host), and else stays in its own working directory. The
 // host creates the workspace when it can, but fails for neither.
-func resolveDefaultCwd(cfg Config, log *slog.Logger) (defaultCwd, error) {
+func resolveDefaultCwd(cfg settings.Config, log *slog.Logger) (defaultCwd, error) {
 	if remoteKernels(cfg) {
 		if !filepath.IsAbs(cfg.DefaultCwd) {
-			return defaultCwd{}, fmt.Errorf("the default cwd %s must be an absolute path with the %s transport: the kernels may run on another machine (setting %s)", cfg.DefaultCwd, cfg.TransportName, EnvVar("default-cwd"))
+			return defaultCwd{}, fmt.Errorf("the default cwd %s must be an absolute path with the %s transport: the kernels may run on another machine (setting %s)", cfg.DefaultCwd, cfg.TransportName, settings.EnvVar("default-cwd"))
 		}
 		d := defaultCwd{dir: cfg.DefaultCwd, onKernel: true}
 		if ws, err := makeWorkspace(cfg.DefaultCwd, cfg.Workspace); err != nil {
@@ -509,11 +511,11 @@ func resolveDefaultCwd(cfg Config, log *slog.Logger) (defaultCwd, error) {
 // machine, as the transport says (core.TransportInfo.RemoteKernels), or, for
 // a plugin not started yet, its description. A plugin that cannot describe
 // itself counts as local here: launching it reports why.
-func remoteKernels(cfg Config) bool {
+func remoteKernels(cfg settings.Config) bool {
 	if cfg.Transport != nil {
 		return cfg.Transport.Info().RemoteKernels
 	}
-	d, err := cfg.plugins.description(cfg.PluginDir, cfg.TransportName)
+	d, err := cfg.TransportDescription()
 	return err == nil && d.RemoteKernels
 }
 
@@ -524,7 +526,7 @@ func makeWorkspace(cwd, workspace string) (string, error) {
 		workspace = DefaultWorkspace()
 	}
 	if workspace == "" {
-		return "", fmt.Errorf("the default cwd %s is not a directory, and there is no workspace to use instead: neither XDG_DATA_HOME nor HOME is set; set %s or %s", cwd, EnvVar("default-cwd"), EnvVar("workspace"))
+		return "", fmt.Errorf("the default cwd %s is not a directory, and there is no workspace to use instead: neither XDG_DATA_HOME nor HOME is set; set %s or %s", cwd, settings.EnvVar("default-cwd"), settings.EnvVar("workspace"))
 	}
 	ws, err := filepath.Abs(workspace)
 	if err != nil {
@@ -532,7 +534,7 @@ func makeWorkspace(cwd, workspace string) (string, error) {
 	}
 	// 0700: the files of user code are nobody else's business.
 	if err := os.MkdirAll(ws, 0o700); err != nil {
-		return "", fmt.Errorf("create the workspace (setting %s): %w", EnvVar("workspace"), err)
+		return "", fmt.Errorf("create the workspace (setting %s): %w", settings.EnvVar("workspace"), err)
 	}
 	return ws, nil
 }

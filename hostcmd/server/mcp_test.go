@@ -12,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kernelhost/kernelhost/hostcmd/mcpserver/mcptest"
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -22,7 +22,7 @@ import (
 
 const mcpToken = "mcp-test-token"
 
-func withToken(c *server.Config) { c.AccessToken = mcpToken }
+func withToken(c *settings.Config) { c.AccessToken = mcpToken }
 
 // headerTransport adds headers (and a Host) to every request of an MCP
 // client, on connections of its own that cut closes.
@@ -131,7 +131,7 @@ func TestMCPRefusals(t *testing.T) {
 	}
 	// Scope execute, which leaves /contexts open, still guards /mcp: it
 	// runs code.
-	scoped := startHost(t, withToken, func(c *server.Config) { c.AccessTokenScope = server.ScopeExecute })
+	scoped := startHost(t, withToken, func(c *settings.Config) { c.AccessTokenScope = settings.ScopeExecute })
 	if _, _, err := connectMCP(t, scoped, nil, ""); err == nil || !strings.Contains(err.Error(), "Unauthorized") && !strings.Contains(err.Error(), "401") {
 		t.Fatalf("scope execute, no token: %v, want 401", err)
 	}

@@ -133,7 +133,7 @@ func newMetrics(liveContexts func() int) *metrics {
 
 // handler serves the registry in the Prometheus text format.
 // serveMetrics is GET /metrics: the Prometheus text format, or the unknown
-// route's 404 when metrics are off (Config.DisableMetrics).
+// route's 404 when metrics are off (settings.Config.DisableMetrics).
 func (a *api) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if a.metrics == nil {
 		writeRouteError(w, http.StatusNotFound)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/docs"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
@@ -64,7 +65,7 @@ func openAPIPath(route string) string {
 func TestOpenAPIMatchesTraffic(t *testing.T) {
 	t.Parallel()
 	const limit = 64 << 10
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.MaxBodyBytes = limit
 		c.Keepalive = 100 * time.Millisecond // so that a short sleep shows keepalive lines
 		c.Policies = denylist                // refuses LD_PRELOAD: a 403
@@ -222,9 +223,9 @@ func TestOpenAPISecurityMatchesTraffic(t *testing.T) {
 	if _, err := exec.LookPath("node"); err == nil {
 		defaults = 2
 	}
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.AccessToken = token
-		c.AccessTokenScope = server.ScopeAll
+		c.AccessTokenScope = settings.ScopeAll
 		c.MaxContexts = defaults // POST /contexts past the limit: a 429
 	})
 	c := newConformance(t, h, token)

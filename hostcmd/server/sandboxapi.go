@@ -10,19 +10,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kernelhost/kernelhost/hostcmd/envd"
-	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
 // The sandbox API (package envd) is what the official E2B SDKs call on port
 // 49983 for sbx.files.* and sbx.commands.*: served on a listener of its own
-// (Config.SandboxAPIAddr) and, for SDKs pointed at one URL for everything
+// (settings.Config.SandboxAPIAddr) and, for SDKs pointed at one URL for everything
 // (E2B_SANDBOX_URL), under its own paths on the code API's listener too.
 // Both behind the same Host/Origin checks and access token as the code API.
-
-// DefaultSandboxAPIAddr is where the SDKs look for the sandbox API in debug
-// mode (E2B_DEBUG=true: localhost:49983).
-const DefaultSandboxAPIAddr = "127.0.0.1:49983"
 
 // sandboxAPI is the running sandbox API.
 type sandboxAPI struct {
@@ -44,13 +40,10 @@ func isSandboxAPIPath(p string) bool {
 // transport's sandbox settings (the subprocess plugin's -sandbox and
 // -sandbox-writable; their defaults for another transport) and the
 // default cwd as home.
-func newSandboxAPI(cfg Config, home string) (*envd.Server, error) {
-	var specs map[string]pluginhost.SettingSpec
-	if cfg.plugins != nil {
-		specs = cfg.plugins.specs
-	}
+func newSandboxAPI(cfg settings.Config, home string) (*envd.Server, error) {
+	specs := cfg.PluginSpecs()
 	opts := subprocess.SandboxOptions{Mode: cfg.TransportSettings["sandbox"], Writable: []string{home},
-		Hidden: cfg.privatePaths(specs), Network: cfg.TransportSettings["context-network"]}
+		Hidden: cfg.PrivatePaths(specs), Network: cfg.TransportSettings["context-network"]}
 	for _, w := range strings.Split(cfg.TransportSettings["sandbox-writable"], ",") {
 		if w = strings.TrimSpace(w); w != "" {
 			opts.Writable = append(opts.Writable, w)
@@ -65,7 +58,7 @@ func newSandboxAPI(cfg Config, home string) (*envd.Server, error) {
 	case err != nil:
 		// Commands never run unsandboxed unless the operator said so
 		// (-sandbox=off); the files side still serves.
-		ecfg.NoCommands = fmt.Sprintf("commands run only in a sandbox, and there is none here (%v); %s=off runs them without one", err, EnvVar("sandbox"))
+		ecfg.NoCommands = fmt.Sprintf("commands run only in a sandbox, and there is none here (%v); %s=off runs them without one", err, settings.EnvVar("sandbox"))
 		cfg.Logger.Warn("the sandbox API refuses commands: no sandbox here", "why", err)
 	case sb != nil:
 		ecfg.Sandbox = sb
@@ -104,7 +97,7 @@ func commandLimits(settings map[string]string) (*subprocess.CommandLimits, error
 
 // startSandboxAPI builds the sandbox API and, when cfg.SandboxAPIAddr is
 // set, listens on it.
-func (h *Host) startSandboxAPI(cfg Config, home string) error {
+func (h *Host) startSandboxAPI(cfg settings.Config, home string) error {
 	srv, err := newSandboxAPI(cfg, home)
 	if err != nil {
 		return err
@@ -115,7 +108,7 @@ func (h *Host) startSandboxAPI(cfg Config, home string) error {
 		h.api.metrics.observeSandboxAPI(srv.Stats())
 	}
 	if h.sandbox.ln, err = net.Listen("tcp", cfg.SandboxAPIAddr); err != nil {
-		return fmt.Errorf("sandbox API: listen on %s (setting %s): %w", cfg.SandboxAPIAddr, EnvVar("sandbox-api-addr"), err)
+		return fmt.Errorf("sandbox API: listen on %s (setting %s): %w", cfg.SandboxAPIAddr, settings.EnvVar("sandbox-api-addr"), err)
 	}
 	h.sandbox.http = newHTTPServer(cfg, withRequestLog(h.log, h.api.browser.wrap(h.api.authorize(srv.Handler()))))
 	// An upload takes as long as its bytes take; its headers are still

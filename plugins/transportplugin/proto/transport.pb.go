@@ -202,7 +202,7 @@ func (ErrorKind) EnumDescriptor() ([]byte, []int) {
 type ConfigureRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The settings, by name: for kernelhost's own plugins their rows of the
-	// host's settings table (hostcmd/server/settings.go, docs/operating.md).
+	// host's settings table (hostcmd/settings/settings.go, docs/operating.md).
 	Settings      map[string]*SettingValue `protobuf:"bytes,1,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
