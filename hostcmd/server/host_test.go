@@ -310,8 +310,10 @@ func TestInterrupt(t *testing.T) {
 			t.Fatalf("interrupt: %d %q", status, body)
 		}
 		rest := s.rest()
-		if took := time.Since(began); took > time.Second {
-			t.Fatalf("the interrupted execution ended %s after the interrupt, want < 1s", took)
+		// The cell sleeps 60 s: ending within 15 s is ending by the
+		// interrupt, with room for a loaded machine.
+		if took := time.Since(began); took > 15*time.Second {
+			t.Fatalf("the interrupted execution ended %s after the interrupt, want well under the cell's 60 s", took)
 		}
 		if e := onlyError(t, rest); e.str("name") != "KeyboardInterrupt" {
 			t.Fatalf("error %v, want KeyboardInterrupt", e)
@@ -336,7 +338,8 @@ func TestDisconnectMidExecution(t *testing.T) {
 		if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
 			t.Fatalf("after a disconnect: %q", got)
 		}
-		if took := time.Since(began); took > 3*time.Second {
+		// Waiting for the abandoned cell would take its 60 s.
+		if took := time.Since(began); took > 15*time.Second {
 			t.Fatalf("the next execution took %s after a disconnect", took)
 		}
 	})

@@ -294,7 +294,9 @@ func testJupyterInterrupt(t *testing.T, start func(...func(*settings.Config)) *t
 		t.Fatalf("interrupt: %d %q", status, body)
 	}
 	rest := s.rest()
-	if took := time.Since(began); took > 2*time.Second {
+	// The cell sleeps 60 s: ending within 15 s is ending by the interrupt,
+	// with room for a loaded machine.
+	if took := time.Since(began); took > 15*time.Second {
 		t.Fatalf("the interrupted execution ended %s after the interrupt", took)
 	}
 	if e := onlyError(t, rest); e.str("name") != "KeyboardInterrupt" {
