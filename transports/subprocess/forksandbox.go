@@ -111,6 +111,21 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 	}
 	defer hs.Close()
 	toChild = append(toChild, hsChild)
+	fam, famChild, err := openFamily()
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	defer func() {
+		if !started {
+			fam.ctl.Close()
+		}
+	}()
+	toChild = append(toChild, famChild)
+	ctlChild, err := p.openControl() // its live copies' descriptors come there (family.go)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	toChild = append(toChild, ctlChild)
 
 	seq := forkSeq.Add(1)
 	req := forkRequest{Fork: forkSpec{Seq: seq, Mark: strings.TrimPrefix(env, frameMarkEnv+"="), Cwd: cwd}}
@@ -133,6 +148,8 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 	p.idsMu.Lock()
 	p.pid, p.pgid, p.nsInit = pidC, pidC, pidB // C leads a session of its own
 	p.idsMu.Unlock()
+	fam.init = pidB
+	p.family = fam
 	started = true
 	if err := p.serve(ctx); err != nil {
 		return nil, err
@@ -194,24 +211,11 @@ func askSandboxedFork(tmpl *proc, req forkRequest, files []*os.File, deadline ti
 	if _, _, err := tmpl.ctl.WriteMsgUnix(line, unix.UnixRights(fds...), nil); err != nil {
 		return fmt.Errorf("send the fork request: %w", errTemplateGone(err))
 	}
-	buf := make([]byte, 4096)
-	for {
-		n, _, _, _, err := tmpl.ctl.ReadMsgUnix(buf, nil)
-		if err != nil || n == 0 {
-			return fmt.Errorf("the template's answer: %w", errTemplateGone(err))
-		}
-		id, answer, _ := strings.Cut(string(buf[:n]), " ")
-		if id != strconv.FormatUint(req.Fork.Seq, 10) {
-			continue // the answer to a request given up on
-		}
-		if why, ok := strings.CutPrefix(answer, "error "); ok {
-			return fmt.Errorf("%w: %s", errForkRefused, why)
-		}
-		if answer != "ok" {
-			return fmt.Errorf("the template answered %q", answer)
-		}
-		return nil
+	err = readForkAnswer(tmpl.ctl, req.Fork.Seq)
+	if errors.Is(err, errNoForkAnswer) {
+		return fmt.Errorf("the template's answer: %w", errTemplateGone(err))
 	}
+	return err
 }
 
 // errTemplateStuck marks a template that did not answer (dead, or stuck):
