@@ -6,10 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/internal/testkit"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -158,5 +162,54 @@ print(seen, hit)`, src.Pid(), cp.Pid())
 	got := stdoutOf(t, other, probe)
 	if got != "[1, 2] []\n" {
 		t.Fatalf("another family's /proc and kill: %q, want only itself and its init", got)
+	}
+}
+
+// A member over its memory limit is ended alone, with the error naming
+// the limit (each member has its own cgroup and limits): its source keeps
+// its state, and the copy's next cell runs in a fresh interpreter.
+func TestFamilyMemberOverItsMemoryLimit(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: SandboxAuto, Writable: []string{dir}}})
+	if err := tr.Limited(); err != nil {
+		tr.Close()
+		testkit.Missingf(t, "no cgroup controller for the limits here: %v", err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	readyTemplate(t, tr)
+	e, err := engine.NewEngine(engine.Config{Transport: tr, DefaultCwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	src, err := e.CreateContext(ctx, "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runStdout(t, ctx, e, src.ID, "keep = 42\nimport json")
+	cp, err := e.Fork(ctx, src.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runStdout(t, ctx, e, cp.ID, "print(keep)"); got != "42\n" {
+		t.Fatalf("the copy: %q", got)
+	}
+	var errs []engine.Output
+	for _, o := range runAll(t, ctx, e, cp.ID, "b = bytearray(600 << 20)\nprint('not reached')") {
+		if o.Type == engine.OutError {
+			errs = append(errs, o)
+		}
+	}
+	if len(errs) != 1 || errs[0].ErrName != "MemoryLimitExceeded" || !strings.Contains(errs[0].ErrValue, "256 MiB") {
+		t.Fatalf("errors %+v, want one MemoryLimitExceeded naming 256 MiB", errs)
+	}
+	if got := runStdout(t, ctx, e, src.ID, "print(keep)"); got != "42\n" {
+		t.Errorf("the source after its copy's kill: %q", got)
+	}
+	if got := runStdout(t, ctx, e, cp.ID, "print('keep' in dir())"); got != "False\n" {
+		t.Errorf("the copy's next cell: %q, want a fresh interpreter", got)
 	}
 }
