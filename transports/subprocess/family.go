@@ -40,6 +40,8 @@ import (
 //     credentials), is moved into its cgroup, B is sent its status pipe, and
 //     only then is it told to go on.
 
+var _ core.FamilyKernel = (*Kernel)(nil)
+
 // familySeq numbers families: a family's id is stable while it lives.
 var familySeq atomic.Uint64
 
@@ -392,14 +394,14 @@ func readForkAnswer(conn *net.UnixConn, seq uint64) error {
 	}
 }
 
-// Family is the id of the family the kernel's interpreter belongs to: the
-// contexts that share its sandbox (itself and its live copies); "" when it
-// has none (not sandboxed, or started by bwrap). For GET /contexts.
+// Family implements core.FamilyKernel: the id of the family the kernel's
+// interpreter belongs to (the contexts that share its sandbox: itself and
+// its live copies); "" when it has none (not sandboxed, or started by
+// bwrap). It reads the current interpreter without mu, which a restart
+// holds for seconds.
 func (k *Kernel) Family() string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.p == nil {
-		return ""
+	if p := k.live.Load(); p != nil {
+		return p.family.ID()
 	}
-	return k.p.family.ID()
+	return ""
 }
