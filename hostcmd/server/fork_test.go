@@ -112,7 +112,8 @@ func testForkContext(t *testing.T, h *testHost) {
 // start with pandas loaded), and a fork of a live one is a copy in its
 // sandbox: the fork answers what testForkContext asks (variables, cwd, no
 // env var of an execution, the running cell's end), source and copy show
-// one family in GET /contexts, and the copy outlives its deleted source.
+// one family in GET /contexts and /metrics, and the copy outlives its
+// deleted source.
 func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	t.Parallel()
 	needSandbox(t)
@@ -149,6 +150,16 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	}
 	if got := stdout(h.run(map[string]any{"context_id": cp.ID, "code": "print(x + 1, os.getpid() > 2)"})); got != "42 True\n" {
 		t.Fatalf("the copy: %q, want the source's x in another process of its sandbox", got)
+	}
+	m := h.scrapeMetrics(t, nil)
+	if n := m.value(t, "kernelhost_family_members", "language", "python", "family", cp.Family); n != 2 {
+		t.Errorf("kernelhost_family_members of the family: %v, want 2", n)
+	}
+	if pss := m.value(t, "kernelhost_family_memory_bytes", "language", "python", "family", cp.Family, "kind", "pss"); pss <= 0 {
+		t.Errorf("kernelhost_family_memory_bytes pss of the family: %v", pss)
+	}
+	if m.metric("kernelhost_context_limit", "resource", "memory_bytes") == nil {
+		t.Error("no kernelhost_context_limit in /metrics")
 	}
 	if status, text := h.do("DELETE", "/contexts/"+src, ""); status != http.StatusOK {
 		t.Fatalf("delete the source: %d %s", status, text)

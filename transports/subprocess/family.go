@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -404,4 +405,58 @@ func (k *Kernel) Family() string {
 		return p.family.ID()
 	}
 	return ""
+}
+
+// FamilyStat is one family of contexts that share a sandbox (one that had
+// a copy: a context alone in its sandbox is a context), for metrics.
+type FamilyStat struct {
+	Language, Family string
+	Members          int
+	// Memory sums the members' interpreters and the family's init (PSS:
+	// what they take together; they share their source's pages).
+	Memory
+	// MemoryLimit is what the family may take in all, 0: no limit. Each
+	// member has the per-context limit (-context-memory) of its own, so
+	// the family's is that times its members.
+	MemoryLimit int64
+}
+
+// FamilyStats reports the live families that had a copy, sorted by id.
+func (t *Transport) FamilyStats() []FamilyStat {
+	by := map[*family]*FamilyStat{}
+	t.live.Range(func(key, _ any) bool {
+		k := key.(*Kernel)
+		p := k.live.Load()
+		if p == nil || p.isGone() || !p.family.isApart() {
+			return true
+		}
+		st := by[p.family]
+		if st == nil {
+			st = &FamilyStat{Language: k.lang.name, Family: p.family.id}
+			st.add(ProcessMemory(p.family.init))
+			by[p.family] = st
+		}
+		pid, _, _ := p.ids()
+		st.Members++
+		st.add(ProcessMemory(pid))
+		return true
+	})
+	out := make([]FamilyStat, 0, len(by))
+	for _, st := range by {
+		if t.limits != nil {
+			st.MemoryLimit = t.limits.lim.MemoryBytes * int64(st.Members)
+		}
+		out = append(out, *st)
+	}
+	slices.SortFunc(out, func(a, b FamilyStat) int { return strings.Compare(a.Family, b.Family) })
+	return out
+}
+
+// ContextLimits are the limits each context's interpreter has (each
+// member of a family too), for metrics.
+func (t *Transport) ContextLimits() Limits {
+	if t.limits == nil {
+		return Limits{}
+	}
+	return t.limits.lim
 }
