@@ -31,8 +31,10 @@ import (
 //
 //   - The template's pipes to the host cannot be opened from inside its
 //     sandbox (no /proc/<host pid>), so the context's pipes, the pipe its
-//     namespace's init writes the exit status to, and a handshake socket
-//     go with the request over the template's control socket (SCM_RIGHTS).
+//     namespace's init writes the exit status to, a handshake socket, its
+//     init's family socket and its own control socket (for its live copies:
+//     family.go) go with the request over the template's control socket
+//     (SCM_RIGHTS).
 //   - The context is not this process's child (it is nested in the
 //     template's PID namespace), so its pids come from the credentials the
 //     kernel attaches to what it says on the handshake socket, translated

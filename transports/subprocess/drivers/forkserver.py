@@ -239,12 +239,14 @@ def _serve_as_context(spec, template):
 #     namespace, mounts the context's own /tmp, /dev and /proc (with
 #     bwrap's read-only covers), sets the template's namespace's limit of
 #     user namespaces to 0 and forks C; it drops every capability and
-#     waits: when C ends, it writes C's wait status to the status pipe and
-#     exits, which ends all that is left in the namespace (bwrap's init
-#     does the same). The template reaps it.
-#   C, pid 2, the interpreter: a session of its own, says "c", drops every
-#     capability (the bounding set included) and sets no_new_privs, takes
-#     the import path a cold start has (user site included) and serves.
+#     becomes its family's init (_family_init): when C ends, it writes C's
+#     wait status to the status pipe, and once C and every live copy of it
+#     ended, it exits, which ends all that is left in the namespace (bwrap's
+#     init does the same when its interpreter ends). The template reaps it.
+#   C, pid 2, the interpreter: a session of its own, its control socket to
+#     the host on fd 5 (its copies' descriptors come there), says "c", drops
+#     every capability (the bounding set included) and sets no_new_privs,
+#     takes the import path a cold start has (user site included) and serves.
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWCGROUP = 0x02000000
