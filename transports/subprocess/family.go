@@ -101,13 +101,21 @@ func (f *family) isApart() bool {
 // first one. An error when the family cannot take a member (no cgroups to
 // kill one member with, or it ended).
 func (f *family) join(src *proc) error {
+	// src's cgroups are read first, not under f.mu: killAll holds cgMu
+	// and then asks isApart.
+	src.cgMu.Lock()
+	inCgroup, lim := src.inCgroup, src.lim
+	src.cgMu.Unlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ended {
 		return errors.New("the context's sandbox ended")
 	}
 	if !f.apart {
-		if err := f.moveApart(src); err != nil {
+		if !inCgroup {
+			return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
+		}
+		if err := f.moveApart(src, lim); err != nil {
 			return err
 		}
 	}
@@ -117,13 +125,7 @@ func (f *family) join(src *proc) error {
 
 // moveApart moves B out of src's cgroups into one of its own, and takes
 // src's network stack as the family's. Called with mu held.
-func (f *family) moveApart(src *proc) error {
-	src.cgMu.Lock()
-	inCgroup, lim := src.inCgroup, src.lim
-	src.cgMu.Unlock()
-	if !inCgroup {
-		return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
-	}
+func (f *family) moveApart(src *proc, lim *limitGroups) error {
 	cg, err := newCgroup()
 	if err != nil {
 		return err
@@ -139,9 +141,10 @@ func (f *family) moveApart(src *proc) error {
 	}
 	if lim != nil {
 		for _, g := range lim.v1 {
-			if err := os.WriteFile(filepath.Join(g.base, "cgroup.procs"), pid, 0); err != nil {
-				return fmt.Errorf("move the context's sandbox init out of %s: %w", g.dir, err)
-			}
+			// Best effort: what ends a member is its v2 cgroup. B left in
+			// src's v1 groups only counts its few pages there, and keeps
+			// them from being removed (limitGroups.remove gives up).
+			_ = os.WriteFile(filepath.Join(g.base, "cgroup.procs"), pid, 0)
 		}
 	}
 	src.net.mu.Lock()

@@ -213,3 +213,25 @@ func TestFamilyMemberOverItsMemoryLimit(t *testing.T) {
 		t.Errorf("the copy's next cell: %q, want a fresh interpreter", got)
 	}
 }
+
+// A family has one network stack (its namespace's): it outlives the
+// source's delete, the copy downloads through it, and it ends with the
+// last member.
+func TestFamilyNetworkOutlivesItsSource(t *testing.T) {
+	url := testkit.Internet(t) + "/bytes/100000"
+	tr, src, _ := netContext(t, true, NetworkIsolated)
+	cp := liveFork(t, tr, src)
+	stacks := pastaChildren()
+	if len(stacks) != 1 {
+		t.Fatalf("%d pasta processes run for one family, want 1: %v", len(stacks), stacks)
+	}
+	tt.ShutdownAndDrain(t, src)
+	if got := strings.TrimSpace(stdoutOf(t, cp, fmt.Sprintf(downloadCode, url))); got != "100000" {
+		t.Fatalf("a download in the copy after its source's delete: %s", got)
+	}
+	if err := syscall0(stacks[0]); err != nil {
+		t.Fatalf("the family's pasta ended with the source: %v", err)
+	}
+	tt.ShutdownAndDrain(t, cp)
+	testkit.AwaitGone(t, "the family's pasta after its last member's delete", 10*time.Second, stacks...)
+}
