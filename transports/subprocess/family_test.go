@@ -142,7 +142,8 @@ func awaitDead(t *testing.T, k *Kernel) {
 
 // A context of another family sees no member in its /proc and cannot
 // signal one: neither the members' pids on the host nor those in their
-// namespace (2, 3, ...) name a process there, but its own.
+// namespace (2, 3, ...) name a process there, but its own. The copy has
+// its source's walls: no capability, no_new_privs.
 func TestFamilyIsWalledFromOthers(t *testing.T) {
 	tr, dir, _ := familyTransport(t)
 	src := startIn(t, tr, "python", dir)
@@ -162,6 +163,10 @@ print(seen, hit)`, src.Pid(), cp.Pid())
 	got := stdoutOf(t, other, probe)
 	if got != "[1, 2] []\n" {
 		t.Fatalf("another family's /proc and kill: %q, want only itself and its init", got)
+	}
+	caps := "print(*[l.split()[1] for l in open('/proc/self/status') if l.split(':')[0] in ('CapEff', 'CapBnd', 'NoNewPrivs')])"
+	if got := stdoutOf(t, cp, caps); got != "0000000000000000 0000000000000000 1\n" {
+		t.Errorf("the copy's CapEff, CapBnd, NoNewPrivs: %q, want its source's walls", got)
 	}
 }
 
