@@ -209,14 +209,21 @@ type copyFiles struct {
 	hs      *handshake
 }
 
-func (c *copyFiles) close() {
+// sent closes the host's copies of what went to the child (and to B): the
+// child's end then is the only one, whose close the host sees.
+func (c *copyFiles) sent() {
 	for _, f := range c.toChild {
 		f.Close()
 	}
 	c.toChild = nil
 	if c.statusW != nil {
 		c.statusW.Close()
+		c.statusW = nil
 	}
+}
+
+func (c *copyFiles) close() {
+	c.sent()
 	if c.hs != nil {
 		c.hs.Close()
 	}
@@ -296,6 +303,7 @@ func forkInFamily(ctx context.Context, src *proc, spec procSpec, out chan<- core
 	}
 	files.toChild = nil
 	pid, err := p.admit(f, files, deadline)
+	files.sent() // B has the status pipe's write end now, or the copy ended
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}

@@ -76,12 +76,10 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 		deadline = d
 	}
 	p := newProc(spec, out)
-	var toChild []*os.File // the child's ends, in the order forkserver.py takes them
+	files, mark, err := p.openCopyFiles() // its pipes, status pipe, handshake, control socket
+	defer files.close()
 	started := false
 	defer func() {
-		for _, f := range toChild {
-			f.Close()
-		}
 		if !started {
 			p.closeFiles()
 			if p.status != nil {
@@ -89,30 +87,9 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 			}
 		}
 	}()
-	childEnds, err := p.openPipes()
-	toChild = append(toChild, childEnds...)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
-	fr, env, err := newFrameReader()
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	p.streams[0].reader = fr
-	statusR, statusW, err := pipe()
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	toChild = append(toChild, os.NewFile(uintptr(statusW), "child-status"))
-	if p.status, err = pollable(statusR, "status"); err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	hs, hsChild, err := newHandshake()
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	defer hs.Close()
-	toChild = append(toChild, hsChild)
 	fam, famChild, err := openFamily()
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
@@ -122,27 +99,20 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 			fam.ctl.Close()
 		}
 	}()
-	toChild = append(toChild, famChild)
-	ctlChild, err := p.openControl() // its live copies' descriptors come there (family.go)
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	toChild = append(toChild, ctlChild)
-
-	seq := forkSeq.Add(1)
-	req := forkRequest{Fork: forkSpec{Seq: seq, Mark: strings.TrimPrefix(env, frameMarkEnv+"="), Cwd: cwd}}
+	// In the order forkserver.py takes them: pipes, status, handshake,
+	// family socket, control socket.
+	c := files.toChild
+	toChild := []*os.File{c[0], c[1], c[2], c[3], files.statusW, c[4], famChild, c[5]}
+	req := forkRequest{Fork: forkSpec{Seq: forkSeq.Add(1), Mark: mark, Cwd: cwd}}
 	mu.Lock()
 	err = askSandboxedFork(tmpl, req, toChild, deadline)
 	mu.Unlock()
+	files.sent()
+	famChild.Close()
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
-	for _, f := range toChild {
-		f.Close() // the child has its own now
-	}
-	toChild = nil
-
-	pidB, pidC, err := p.walls(hs, deadline)
+	pidB, pidC, err := p.walls(files.hs, deadline)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
