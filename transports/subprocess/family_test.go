@@ -66,6 +66,11 @@ func TestFamilyCopyOutlivesItsSource(t *testing.T) {
 	if got := stdoutOf(t, src, "print(f())"); got != "42\n" {
 		t.Fatalf("the source after the copy's write: %q", got)
 	}
+	// Each has its own execution counter from the fork on: one cell
+	// more in each is one more than the other's count.
+	if a, b := tt.Exec(t, cp, "1", false).ExecutionCount(), tt.Exec(t, src, "1", false).ExecutionCount(); a != b || a < 2 {
+		t.Fatalf("execution counts after one more cell in each: copy %d, source %d, want the same", a, b)
+	}
 	if got := stdoutOf(t, src, "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"); got != "[1, 2, "+strconv.Itoa(nsPid(cp.Pid()))+"]\n" {
 		t.Fatalf("the family's /proc as the source sees it: %q", got)
 	}
