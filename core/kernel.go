@@ -34,6 +34,15 @@ type Forker interface {
 	ForkKernel(ctx context.Context, src Kernel) (Kernel, error)
 }
 
+// FamilyKernel is a Kernel that can say which family it belongs to
+// (optional): the kernels whose interpreters share one sandbox, a source
+// and its live copies (the subprocess transport's sandboxed forks). Family
+// is a short id, the same for every member while the family lives, ""
+// when the kernel shares its sandbox with none. It must not block.
+type FamilyKernel interface {
+	Family() string
+}
+
 // TransportInfo describes a transport.
 type TransportInfo struct {
 	Name      string   `json:"name"`

@@ -69,7 +69,7 @@ func (e *Engine) Fork(ctx context.Context, id string) (ContextInfo, error) {
 	e.mu.Unlock()
 	go nc.loop()
 	e.log.InfoContext(ctx, "context forked", "context_id", nc.info.ID, "from", c.info.ID, "language", nc.info.Language)
-	return nc.info, nil
+	return nc.listed(), nil
 }
 
 // fork runs on c's loop: it forks c's kernel into a new context, not

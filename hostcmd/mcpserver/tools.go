@@ -60,7 +60,7 @@ func (t *tools) register(s *mcp.Server) {
 		Title: "Fork a context",
 		Description: "Copy a context: a new context (its id is returned) holding a copy of the context's state (variables, imports, functions, working directory), made in milliseconds whatever its size. " +
 			"The two go their own ways afterwards: try several approaches from one state, or keep a copy before a risky step. " +
-			"Waits for code running in the context to finish. Python contexts only, and only where the host's interpreters are not sandboxed.",
+			"Waits for code running in the context to finish. Python contexts only. Where the host's interpreters are sandboxed the copy shares its source's sandbox (both then show the same family), and a context the host started without its fork template cannot be copied.",
 		Annotations: &mcp.ToolAnnotations{Title: "Fork a context", IdempotentHint: false},
 	}, t.forkContext)
 	mcp.AddTool(s, &mcp.Tool{

@@ -109,8 +109,11 @@ func testForkContext(t *testing.T, h *testHost) {
 
 // Through the plugin as `make run` serves it (interpreters sandboxed, the
 // default preload), new python contexts are forked from the template (they
-// start with pandas loaded), and a fork of a live context is 501 naming
-// the sandbox, and the context runs on.
+// start with pandas loaded), and a fork of a live one is a copy in its
+// sandbox: the fork answers what testForkContext asks (variables, cwd, no
+// env var of an execution, the running cell's end), source and copy show
+// one family in GET /contexts and /metrics, and the copy outlives its
+// deleted source.
 func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	t.Parallel()
 	needSandbox(t)
@@ -133,12 +136,38 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	if got := stdout(h.run(map[string]any{"context_id": src, "code": "import sys, os\nx = 41\nprint('pandas' in sys.modules, os.getpid())"})); got != "True 2\n" {
 		t.Fatalf("a new context under the sandbox: %q, want one forked from the template (pandas loaded), pid 2 in its sandbox", got)
 	}
-	if status, text := h.do("POST", "/contexts/"+src+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "sandbox") {
-		t.Fatalf("fork of a sandboxed context: %d %s, want 501 naming the sandbox", status, text)
+	status, text := h.do("POST", "/contexts/"+src+"/fork", "")
+	if status != http.StatusOK {
+		t.Fatalf("fork of a sandboxed context: %d %s", status, text)
 	}
-	if got := stdout(h.run(map[string]any{"context_id": src, "code": "print(x + 1)"})); got != "42\n" {
-		t.Fatalf("the context after the refused fork: %q", got)
+	cp := decodeContext(t, text)
+	families := map[string]string{}
+	for _, c := range h.contexts() {
+		families[c.ID] = c.Family
 	}
+	if families[src] == "" || families[cp.ID] != families[src] || cp.Family != families[src] {
+		t.Fatalf("families in GET /contexts %v and the fork's answer %q: want the source's and the copy's the same", families, cp.Family)
+	}
+	if got := stdout(h.run(map[string]any{"context_id": cp.ID, "code": "print(x + 1, os.getpid() > 2)"})); got != "42 True\n" {
+		t.Fatalf("the copy: %q, want the source's x in another process of its sandbox", got)
+	}
+	m := h.scrapeMetrics(t, nil)
+	if n := m.value(t, "kernelhost_family_members", "language", "python", "family", cp.Family); n != 2 {
+		t.Errorf("kernelhost_family_members of the family: %v, want 2", n)
+	}
+	if pss := m.value(t, "kernelhost_family_memory_bytes", "language", "python", "family", cp.Family, "kind", "pss"); pss <= 0 {
+		t.Errorf("kernelhost_family_memory_bytes pss of the family: %v", pss)
+	}
+	if m.metric("kernelhost_context_limit", "resource", "memory_bytes") == nil {
+		t.Error("no kernelhost_context_limit in /metrics")
+	}
+	if status, text := h.do("DELETE", "/contexts/"+src, ""); status != http.StatusOK {
+		t.Fatalf("delete the source: %d %s", status, text)
+	}
+	if got := stdout(h.run(map[string]any{"context_id": cp.ID, "code": "print(x)"})); got != "41\n" {
+		t.Fatalf("the copy after its source's delete: %q", got)
+	}
+	testForkContext(t, h)
 }
 
 // /metrics reports each role's interpreters' memory three ways, through the

@@ -395,6 +395,7 @@ type contextInfo struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
+	Family   string `json:"family"`
 }
 
 func (h *testHost) contexts() []contextInfo {

@@ -154,8 +154,9 @@ Rich()`
 		}
 		c.exchange(t, call{"POST", "/contexts/" + ids[0] + "/interrupt", "", nil, 200})
 		c.exchange(t, call{"POST", "/contexts/" + ids[0] + "/restart", "", nil, 200})
-		// A fork: of python, where interpreters are not sandboxed (a
-		// sandbox makes each at its start); never of bash.
+		// A fork: of python, where interpreters are not sandboxed (this
+		// host has no fork template, whose contexts alone can be copied in
+		// a sandbox); never of bash.
 		forked := http.StatusOK
 		if sandboxed, _, _ := h.Engine.Transport().(*subprocess.Transport).Sandboxed(); sandboxed {
 			forked = http.StatusNotImplemented

@@ -274,18 +274,23 @@ func readOnlyLib(t *testing.T, mode string) string {
 	return lib
 }
 
-// With the sandbox on, a live context cannot be copied (its copy would be
-// in its source's PID namespace and end with it; docs/RATIONALE.md):
-// ForkKernel says so, naming the sandbox.
+// With the sandbox on, a context bwrap started (no fork template: cold or
+// from the warm pool) cannot be copied: a copy shares its source's sandbox
+// (family.go), and bwrap's init ends with its interpreter. ForkKernel
+// says so, naming bwrap and the fork template; the context runs on.
 func TestNoLiveForkWhenSandboxed(t *testing.T) {
 	needSandbox(t)
 	tr := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOn}})
 	t.Cleanup(func() { _ = tr.Close() })
 	k := startIn(t, tr, "python", t.TempDir())
+	stdoutOf(t, k, "x = 41")
 	_, err := tr.ForkKernel(context.Background(), k)
 	var ce *core.Error
-	if !errors.As(err, &ce) || ce.Kind != core.KindUnsupported || !strings.Contains(err.Error(), "sandboxed") {
-		t.Fatalf("ForkKernel of a sandboxed context: %v, want an unsupported error that names the sandbox", err)
+	if !errors.As(err, &ce) || ce.Kind != core.KindUnsupported || !strings.Contains(err.Error(), "bwrap started it") || !strings.Contains(err.Error(), "fork template") {
+		t.Fatalf("ForkKernel of a context bwrap started: %v, want an unsupported error that names bwrap and the fork template", err)
+	}
+	if got := stdoutOf(t, k, "print(x + 1)"); got != "42\n" {
+		t.Fatalf("the context after the refused fork: %q", got)
 	}
 }
 
