@@ -2,7 +2,7 @@
 // set (run_code and the context tools) that any MCP client uses to run code
 // in the host's contexts. It knows only the engine; the transports that
 // carry it are elsewhere: stdio in `kernelhost mcp` (hostcmd/cli/mcp.go),
-// streamable HTTP on /mcp (hostcmd/server/mcp.go), both over one *mcp.Server
+// streamable HTTP on /mcp (hostcmd/httpapi/mcp.go), both over one *mcp.Server
 // from New. docs/mcp.md shows the tools; docs/RATIONALE.md ("MCP") says why
 // the official Go SDK.
 package mcpserver

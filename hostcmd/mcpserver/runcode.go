@@ -56,7 +56,7 @@ type ExecError struct {
 	Traceback string `json:"traceback"`
 }
 
-// Bounds of a timeout, as /execute's (hostcmd/server/api_execute.go): a
+// Bounds of a timeout, as /execute's (hostcmd/httpapi/api_execute.go): a
 // smaller positive one would round to "none", a larger one overflow.
 const (
 	minTimeoutSeconds = 0.001

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/httpapi"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 	"github.com/kernelhost/kernelhost/transports/kernelpy"
@@ -35,13 +36,14 @@ type Host struct {
 	plugin   *pluginhost.Supervised // nil when settings.Config.Transport was given
 	bounds   settings.KernelBounds  // on the plugin's kernel starts; zero: the defaults
 	policies *policies              // nil without settings.Config.Policies
-	api      *api
+	api      *httpapi.API
+	metrics  *httpapi.Metrics // nil: settings.Config.DisableMetrics
 	srv      *http.Server
 	ln       net.Listener
-	front    *front       // what srv serves
-	served   chan error   // Serve's result
-	pprof    *pprofServer // nil without settings.Config.PprofAddr
-	sandbox  *sandboxAPI  // nil without settings.Config.SandboxAPIAddr
+	front    *httpapi.Front // what srv serves
+	served   chan error     // Serve's result
+	pprof    *pprofServer   // nil without settings.Config.PprofAddr
+	sandbox  *sandboxAPI    // nil without settings.Config.SandboxAPIAddr
 	shutdown atomic.Bool
 
 	// startRetryUntil ends the retries of start-up (settings.Config.DefaultStartRetry):
@@ -80,7 +82,7 @@ func start(ctx context.Context, cfg settings.Config, listen bool) (*Host, error)
 		return nil, err
 	}
 	// Lines logged with a request's context carry its ids (requestlog.go).
-	log := slog.New(requestIDHandler{Handler: cfg.Logger.Handler()})
+	log := slog.New(httpapi.RequestIDHandler{Handler: cfg.Logger.Handler()})
 	cfg.Logger = log
 	if cfg.Transport == nil {
 		cfg.KeepTransportDescription()
@@ -113,7 +115,7 @@ func start(ctx context.Context, cfg settings.Config, listen bool) (*Host, error)
 		_ = h.Shutdown(stopCtx)
 		return nil, fmt.Errorf("start the default contexts %v: %w", defaults, err)
 	}
-	h.api.ready.Store(true)
+	h.api.SetReady(true)
 	log.Info("ready", "default_contexts", defaults, "default_cwd", cwd.dir)
 	return h, nil
 }
@@ -123,11 +125,12 @@ func start(ctx context.Context, cfg settings.Config, listen bool) (*Host, error)
 // API and its listener (if listen), pprof. On failure the caller releases
 // what it built.
 func (h *Host) assemble(ctx context.Context, cfg settings.Config, cwd defaultCwd, listen bool) error {
-	var met *metrics
+	var met *httpapi.Metrics
 	if !cfg.DisableMetrics {
 		// The engine is set before the server serves, so before any scrape.
-		met = newMetrics(func() int { return len(h.Engine.Contexts()) })
+		met = httpapi.NewMetrics(func() int { return len(h.Engine.Contexts()) })
 	}
+	h.metrics = met
 	var envPolicy engine.EnvPolicy
 	if cfg.Policies != "" {
 		pols, err := loadPolicies(ctx, cfg.Policies, cfg.LookupEnv, cfg.PolicyOptions)
@@ -136,7 +139,7 @@ func (h *Host) assemble(ctx context.Context, cfg settings.Config, cwd defaultCwd
 		}
 		h.policies, envPolicy = pols, pols
 		if met != nil {
-			envPolicy = met.observePolicy(pols)
+			envPolicy = met.ObservePolicy(pols)
 		}
 		h.log.Info("env-var policies loaded", "modules", pols.modules())
 	}
@@ -148,12 +151,12 @@ func (h *Host) assemble(ctx context.Context, cfg settings.Config, cwd defaultCwd
 		return err
 	}
 	if met != nil {
-		met.observeTransport(transport, h.log)
+		met.ObserveTransport(transport, h.log)
 	}
 	if h.Engine, err = engine.NewEngine(engineConfig(cfg, transport, met, envPolicy, cwd, h.bounds)); err != nil {
 		return fmt.Errorf("create the engine: %w", err)
 	}
-	h.api = newAPI(cfg, h.Engine, met)
+	h.api = httpapi.New(cfg, h.Engine, met)
 	if !listen {
 		return nil
 	}
@@ -162,7 +165,7 @@ func (h *Host) assemble(ctx context.Context, cfg settings.Config, cwd defaultCwd
 			return err
 		}
 	}
-	h.front.serve(h.api.handler())
+	h.front.Serve(h.api.Handler())
 	if cfg.PprofAddr != "" {
 		if h.pprof, err = startPprof(cfg.PprofAddr, h.log); err != nil {
 			return err
@@ -177,7 +180,7 @@ func (h *Host) listen(cfg settings.Config) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	h.ln, h.front = ln, newFront(cfg)
+	h.ln, h.front = ln, httpapi.NewFront(cfg)
 	h.srv = newHTTPServer(cfg, h.front)
 	go func() { h.served <- h.srv.Serve(ln) }()
 	return nil
@@ -185,13 +188,13 @@ func (h *Host) listen(cfg settings.Config) error {
 
 // transport is cfg.Transport, else the transport plugin it launches (which h
 // then owns).
-func (h *Host) transport(ctx context.Context, cfg settings.Config, met *metrics) (core.Transport, error) {
+func (h *Host) transport(ctx context.Context, cfg settings.Config, met *httpapi.Metrics) (core.Transport, error) {
 	if cfg.Transport != nil {
 		return cfg.Transport, nil
 	}
 	var onRestart func()
 	if met != nil {
-		onRestart = met.pluginRestarted
+		onRestart = met.PluginRestarted
 	}
 	// A plugin's start includes its configure, where the jupyter plugin
 	// first reaches its gateway: one that is not up yet is retried as a
@@ -208,7 +211,7 @@ func (h *Host) transport(ctx context.Context, cfg settings.Config, met *metrics)
 		}
 		h.log.Warn("the transport plugin did not start; retrying", "attempt", attempt, "retry_in", delay, "err", err)
 		if h.front != nil {
-			h.front.setStarting(fmt.Sprintf("waiting to retry the transport plugin's start: attempt %d failed: %v", attempt, err))
+			h.front.SetStarting(fmt.Sprintf("waiting to retry the transport plugin's start: attempt %d failed: %v", attempt, err))
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -249,7 +252,7 @@ func (h *Host) release() {
 
 // engineConfig is the engine's configuration: cfg's settings (every one set,
 // withDefaults) and the parts the host built.
-func engineConfig(cfg settings.Config, transport core.Transport, met *metrics, policy engine.EnvPolicy, cwd defaultCwd, bounds settings.KernelBounds) engine.Config {
+func engineConfig(cfg settings.Config, transport core.Transport, met *httpapi.Metrics, policy engine.EnvPolicy, cwd defaultCwd, bounds settings.KernelBounds) engine.Config {
 	// A nil *metrics must not become a non-nil engine.Observer.
 	var observer engine.Observer
 	if met != nil {
@@ -279,16 +282,6 @@ func engineConfig(cfg settings.Config, transport core.Transport, met *metrics, p
 		MaxEnvBytes:         cfg.MaxEnvBytes,
 		StartTimeout:        bounds.EngineStart,
 	}
-}
-
-// newAPI is the HTTP API over e, as cfg sets it up.
-func newAPI(cfg settings.Config, e *engine.Engine, met *metrics) *api {
-	a := &api{engine: e, log: cfg.Logger, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
-		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
-		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.Logger), writeTimeout: cfg.WriteTimeout}
-	a.closing, a.beginShutdown = context.WithCancel(context.Background())
-	a.mcp = newMCPEndpoint(cfg, e, met)
-	return a
 }
 
 // newHTTPServer serves handler with cfg's timeouts.
@@ -331,16 +324,16 @@ const (
 // startDefaults starts the default contexts, retrying a failure with backoff
 // until deadline (a slow cluster, a gateway that is still coming up) and
 // telling /health what it waits for. Contexts already started are kept.
-func startDefaults(ctx context.Context, eng *engine.Engine, defaults []string, deadline time.Time, a *api, log *slog.Logger) error {
+func startDefaults(ctx context.Context, eng *engine.Engine, defaults []string, deadline time.Time, a *httpapi.API, log *slog.Logger) error {
 	delay := defaultStartFirstDelay
 	for attempt := 1; ; attempt++ {
-		a.setStarting(fmt.Sprintf("starting the default contexts %v (attempt %d)", defaults, attempt))
+		a.SetStarting(fmt.Sprintf("starting the default contexts %v (attempt %d)", defaults, attempt))
 		err := eng.StartDefaults(ctx, defaults...)
 		if err == nil || ctx.Err() != nil || !time.Now().Add(delay).Before(deadline) {
 			return err
 		}
 		log.Warn("the default contexts did not start; retrying", "attempt", attempt, "retry_in", delay, "err", err)
-		a.setStarting(fmt.Sprintf("waiting to retry the default contexts %v: attempt %d failed: %v", defaults, attempt, err))
+		a.SetStarting(fmt.Sprintf("waiting to retry the default contexts %v: attempt %d failed: %v", defaults, attempt, err))
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -395,7 +388,7 @@ func (h *Host) PprofAddr() string {
 // on its engine, for a transport of the caller's: `kernelhost mcp` runs it
 // on stdio. /mcp serves its own.
 func (h *Host) MCPServer() *mcp.Server {
-	return newMCPServer(h.Engine, h.api.metrics, h.log)
+	return httpapi.NewMCPServer(h.Engine, h.metrics, h.log)
 }
 
 // Addr is the address the host listens on ("" for StartInProcess's).
@@ -417,10 +410,9 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	if h.shutdown.Swap(true) {
 		return nil
 	}
-	h.api.ready.Store(false)
 	// Streams whose clients stalled get a short last chance to take their
 	// final lines, not WriteTimeout: they would hold the shutdown.
-	h.api.beginShutdown()
+	h.api.BeginShutdown()
 	// http.Server.Shutdown closes the listeners at once, then waits for active
 	// connections to go idle; those are the streams that engine.Close ends
 	// and MCP sessions, closed once the engine ended their calls.
@@ -436,7 +428,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.sandbox.close()
 	}
 	engineErr := h.Engine.Close(ctx)
-	h.api.mcp.close()
+	h.api.CloseMCP()
 	srvErr := <-srvDone
 	if serveErr := <-h.served; !errors.Is(serveErr, http.ErrServerClosed) {
 		srvErr = errors.Join(srvErr, serveErr)

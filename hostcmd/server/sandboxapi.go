@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/kernelhost/kernelhost/hostcmd/envd"
+	"github.com/kernelhost/kernelhost/hostcmd/httpapi"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -26,14 +25,6 @@ type sandboxAPI struct {
 	http   *http.Server // nil: no listener of its own
 	ln     net.Listener
 	served chan error
-}
-
-// isSandboxAPIPath says whether a request to the code API's listener is the
-// sandbox API's (its paths do not collide with the code API's; /health
-// stays the code API's).
-func isSandboxAPIPath(p string) bool {
-	return p == "/files" || p == "/envs" ||
-		strings.HasPrefix(p, "/filesystem.Filesystem/") || strings.HasPrefix(p, "/process.Process/")
 }
 
 // newSandboxAPI builds the sandbox API with a context's walls: the
@@ -103,14 +94,14 @@ func (h *Host) startSandboxAPI(cfg settings.Config, home string) error {
 		return err
 	}
 	h.sandbox = &sandboxAPI{srv: srv, served: make(chan error, 1)}
-	h.api.sandbox = srv
-	if h.api.metrics != nil {
-		h.api.metrics.observeSandboxAPI(srv.Stats())
+	h.api.ServeSandboxAPI(srv)
+	if h.metrics != nil {
+		h.metrics.ObserveSandboxAPI(srv.Stats())
 	}
 	if h.sandbox.ln, err = net.Listen("tcp", cfg.SandboxAPIAddr); err != nil {
 		return fmt.Errorf("sandbox API: listen on %s (setting %s): %w", cfg.SandboxAPIAddr, settings.EnvVar("sandbox-api-addr"), err)
 	}
-	h.sandbox.http = newHTTPServer(cfg, withRequestLog(h.log, h.api.browser.wrap(h.api.authorize(srv.Handler()))))
+	h.sandbox.http = newHTTPServer(cfg, httpapi.WithRequestLog(h.log, h.api.Guard(srv.Handler())))
 	// An upload takes as long as its bytes take; its headers are still
 	// bounded (ReadHeaderTimeout).
 	h.sandbox.http.ReadTimeout = 0
@@ -131,26 +122,4 @@ func (s *sandboxAPI) close() {
 		_ = s.ln.Close()
 	}
 	s.srv.Close()
-}
-
-const sandboxBytesHelp = "Bytes of files through the sandbox API: uploaded (POST /files) or downloaded (GET /files)."
-
-// observeSandboxAPI counts the sandbox API's commands and file bytes.
-func (m *metrics) observeSandboxAPI(st *envd.Stats) {
-	m.reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "kernelhost_sandbox_commands_total",
-			Help: "Commands the sandbox API started (process.Process Start).",
-		}, func() float64 { return float64(st.Commands.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "kernelhost_sandbox_file_bytes_total",
-			Help:        sandboxBytesHelp,
-			ConstLabels: prometheus.Labels{"direction": "upload"},
-		}, func() float64 { return float64(st.BytesUploaded.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "kernelhost_sandbox_file_bytes_total",
-			Help:        sandboxBytesHelp,
-			ConstLabels: prometheus.Labels{"direction": "download"},
-		}, func() float64 { return float64(st.BytesRead.Load()) }),
-	)
 }

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"crypto/subtle"
@@ -22,7 +22,7 @@ import (
 // so a host whose token is the sandbox's envd token and whose scope is
 // execute serves the SDKs unchanged. The sandbox API's paths are treated
 // as /execute is (sandboxapi.go).
-func (a *api) authorize(next http.Handler) http.Handler {
+func (a *API) authorize(next http.Handler) http.Handler {
 	if len(a.token) == 0 {
 		return next
 	}
@@ -50,13 +50,13 @@ func (a *api) authorize(next http.Handler) http.Handler {
 
 // isSandboxAPI says whether a path is the sandbox API's (on its own
 // listener or the code API's), when the sandbox API is on.
-func (a *api) isSandboxAPI(p string) bool {
-	return a.sandbox != nil && isSandboxAPIPath(p)
+func (a *API) isSandboxAPI(p string) bool {
+	return a.sandbox != nil && IsSandboxAPIPath(p)
 }
 
 // tokenMatches compares in constant time (for equal lengths; the length of
 // the token is not a secret worth a timing-safe comparison of lengths).
-func (a *api) tokenMatches(got string) bool {
+func (a *API) tokenMatches(got string) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), a.token) == 1
 }
 
@@ -68,4 +68,12 @@ func bearer(h string) string {
 		return ""
 	}
 	return strings.TrimSpace(cred)
+}
+
+// IsSandboxAPIPath says whether a request to the code API's listener is the
+// sandbox API's (its paths do not collide with the code API's; /health
+// stays the code API's).
+func IsSandboxAPIPath(p string) bool {
+	return p == "/files" || p == "/envs" ||
+		strings.HasPrefix(p, "/filesystem.Filesystem/") || strings.HasPrefix(p, "/process.Process/")
 }

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"bytes"
@@ -52,7 +52,7 @@ type mcpEndpoint struct {
 	opening int
 }
 
-func newMCPServer(e *engine.Engine, met *metrics, log *slog.Logger) *mcp.Server {
+func NewMCPServer(e *engine.Engine, met *Metrics, log *slog.Logger) *mcp.Server {
 	opts := mcpserver.Options{Engine: e, Logger: log, Version: buildinfo.Version()}
 	if met != nil {
 		opts.Refused = met.refused
@@ -60,8 +60,8 @@ func newMCPServer(e *engine.Engine, met *metrics, log *slog.Logger) *mcp.Server 
 	return mcpserver.New(opts)
 }
 
-func newMCPEndpoint(cfg settings.Config, e *engine.Engine, met *metrics) *mcpEndpoint {
-	s := newMCPServer(e, met, cfg.Logger)
+func newMCPEndpoint(cfg settings.Config, e *engine.Engine, met *Metrics) *mcpEndpoint {
+	s := NewMCPServer(e, met, cfg.Logger)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{
 		Logger:              cfg.Logger,
 		SessionTimeout:      cfg.MCPSessionIdle,
@@ -84,7 +84,7 @@ func newMCPEndpoint(cfg settings.Config, e *engine.Engine, met *metrics) *mcpEnd
 // the client would have with notifications/cancelled: the engine takes it
 // as the client leaving (the disconnect policy: the running code is
 // interrupted, the context and the session stay).
-func (a *api) serveMCP(w http.ResponseWriter, r *http.Request) {
+func (a *API) serveMCP(w http.ResponseWriter, r *http.Request) {
 	session := r.Header.Get(mcpSessionIDHeader)
 	if r.Method != http.MethodPost {
 		a.mcp.handler.ServeHTTP(w, r)
