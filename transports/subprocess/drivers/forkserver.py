@@ -226,12 +226,12 @@ def _serve_as_context(spec, template):
 
 
 # A context's start environment: its interpreter's, less the driver's own
-# variables (_take_env), as the context's first cell found it (a template's
-# context: the template's, taken when it forked the context). A live copy
-# of a context starts with it, as a new context does, not with what its
-# source's cells made of os.environ (issue 43); the engine applies the
-# global env vars to the copy as to any new context. _start_environ is
-# os.environ as the driver found it: a cell may have rebound the name.
+# variables (_take_env); a template's context's: the template's, taken when
+# it forked the context. A live copy of a context starts with it, as a new
+# context does, not with what its source's cells made of os.environ (issue
+# 43); the engine then applies the global env vars to the copy as to any
+# new context. _start_environ is os.environ as the driver found it: a cell
+# may have rebound the name.
 _start_environ = os.environ
 
 
