@@ -27,7 +27,9 @@ type Transport interface {
 
 // Forker is a Transport that can copy a live kernel (optional): the new
 // kernel holds a copy of src's interpreter state (variables, imports,
-// functions, cwd), and src runs on untouched. The engine calls it only
+// functions, cwd) with the process environment a new kernel starts with
+// (not what src's code made of it: the engine applies its global env vars
+// as to a new kernel), and src runs on untouched. The engine calls it only
 // while src runs no request. A kernel it cannot copy (its language) is an
 // *Error of KindUnsupported that names the language.
 type Forker interface {

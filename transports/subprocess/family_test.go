@@ -40,7 +40,8 @@ func mustBeInFamilyOf(t *testing.T, cp *Kernel, init int, family string) {
 }
 
 // A copy of a sandboxed context is a fork of its interpreter in its
-// sandbox: it has the source's variables, imports and cwd; a write in one
+// sandbox: it has the source's variables, imports and cwd, and a new
+// context's process environment, not what the source's cells made of it; a write in one
 // is not seen in the other; it outlives its source (deleted) and keeps its
 // state; a copy of the copy joins the same family; and once the last member
 // is deleted, no process of the family is left, its init included.
@@ -58,11 +59,15 @@ func TestFamilyCopyOutlivesItsSource(t *testing.T) {
 	if got := stdoutOf(t, src, "import os, json\nx = 41\ndef f(): return x + 1\nos.chdir('sub')\nprint('set')"); got != "set\n" {
 		t.Fatalf("setup: %q", got)
 	}
+	if got := stdoutOf(t, src, dirtyEnv); got != "dirty\n" {
+		t.Fatalf("env change: %q", got)
+	}
 	cp := liveFork(t, tr, src)
 	mustBeInFamilyOf(t, cp, init, family)
 	if got := stdoutOf(t, cp, "print(f(), json.dumps([x]), os.getcwd())\nx = 1"); got != "42 [41] "+filepath.Join(dir, "sub")+"\n" {
 		t.Fatalf("the copy: %q", got)
 	}
+	mustHaveStartEnv(t, tr, dir, src, cp, filepath.Join(dir, "sub"))
 	if got := stdoutOf(t, src, "print(f())"); got != "42\n" {
 		t.Fatalf("the source after the copy's write: %q", got)
 	}

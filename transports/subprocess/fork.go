@@ -208,8 +208,10 @@ func (p *proc) enterGroups(pid int) (err error) {
 
 // ForkKernel starts a new kernel holding a copy of src's interpreter state
 // (variables, imports, functions, cwd, IPython history; not a running
-// request, which src must not have): src's python interpreter forks
-// (fork.go). src runs on untouched. Only python kernels can be forked; in
+// request, which src must not have; not what src's cells made of the
+// process environment: the copy starts with its context's start
+// environment, drivers/forkserver.py's _reset_env): src's python
+// interpreter forks (fork.go). src runs on untouched. Only python kernels can be forked; in
 // a sandbox only those forked from the fork template, whose copy joins
 // their sandbox's family (family.go).
 func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kernel, error) {

@@ -195,9 +195,9 @@ def _libc():
 
 
 def _serve_as_context(spec, template):
-    """The child's own state (its output, frame mark, SIGINT pipe, cwd, numpy
-    draws), then serve requests as any driver."""
-    global _FRAME_MARK, _hold_err, _sigint_r, _sigint_w, _main_thread
+    """The child's own state (its output, frame mark, SIGINT pipe, cwd,
+    environment, numpy draws), then serve requests as any driver."""
+    global _FRAME_MARK, _hold_err, _sigint_r, _sigint_w, _main_thread, _start_env
     _hold_err = True
     try:
         _stdout.reconfigure(line_buffering=False)  # undo _after_fork_in_child: the output thread flushes again
@@ -216,9 +216,38 @@ def _serve_as_context(spec, template):
         os.chdir(cwd)
         os.environ["PWD"] = cwd
         _import("importlib").invalidate_caches()
+    if template:
+        _start_env = dict(os.environ)  # what its copies start with
+    else:
+        _reset_env()
     if template and "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()  # else every context draws the template's numbers
     _main()
+
+
+# A context's start environment: its interpreter's, less the driver's own
+# variables (_take_env); a template's context's: the template's, taken when
+# it forked the context. A live copy of a context starts with it, as a new
+# context does, not with what its source's cells made of os.environ (issue
+# 43); the engine then applies the global env vars to the copy as to any
+# new context. _start_environ is os.environ as the driver found it: a cell
+# may have rebound the name.
+_start_environ = os.environ
+
+
+def _reset_env():
+    """The copy's environment: its context's start environment, PWD naming
+    the cwd it kept, as a context started there has it."""
+    env = _start_environ
+    for key in [k for k in env if k not in _start_env]:
+        del env[key]
+    for key, value in _start_env.items():
+        if env.get(key) != value:
+            env[key] = value
+    try:
+        env["PWD"] = os.getcwd()
+    except OSError:
+        env.pop("PWD", None)  # its directory was removed
 
 
 # Forks of a sandboxed template (forkserver.go; docs/RATIONALE.md, "Contexts
@@ -761,7 +790,9 @@ def _serve_forks():
             _fork_context(req["fork"], True)
 
 
-if _take_env("KH_FORK_TEMPLATE") is not None:
+_is_template = _take_env("KH_FORK_TEMPLATE") is not None
+_start_env = dict(os.environ)  # a template's contexts take theirs in _serve_as_context
+if _is_template:
     _serve_sandboxed_forks() if _SANDBOXED else _serve_forks()
 else:
     _main()
