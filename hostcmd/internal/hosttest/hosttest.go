@@ -1,4 +1,10 @@
-package server_test
+// Package hosttest starts whole kernelhost hosts in-process for the host's
+// end-to-end test packages (hostcmd/server and hostcmd/e2e/...): a host on a
+// free port with the real subprocess transport, linked in or through the
+// real plugin, and the client side of its HTTP API (requests, the NDJSON
+// /execute stream checked against its framing rules, the contexts routes).
+// A test package's TestMain calls Main, which builds what the hosts load.
+package hosttest
 
 import (
 	"bufio"
@@ -23,8 +29,9 @@ import (
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
-// Built once per run by TestMain into a temporary directory: the real
-// transport plugins, and the policy modules the policy tests load.
+// Built once per test binary by Main into a temporary directory, read
+// through the accessors below: the real transport plugins, and the policy
+// modules the policy tests load.
 var (
 	pluginDir  string // kernelhost-transport-* executables
 	denylist   string // the example Go policy (denylist.wasm)
@@ -35,8 +42,25 @@ var (
 	policyCache string
 )
 
-// policyOptions are the policy host options of every test host.
-func policyOptions() policy.Options {
+// PluginDir is the directory of the built kernelhost-transport-* plugins.
+func PluginDir() string { return pluginDir }
+
+// Denylist is the path of the example Go policy module, denylist.wasm.
+func Denylist() string { return denylist }
+
+// LoopWasm is the path of a hostile policy module that spins when it sees
+// environment variables; it is "" when wat2wasm is missing (WatMissing).
+func LoopWasm() string { return loopWasm }
+
+// WatMissing is why LoopWasm is "" (wat2wasm is not installed), or nil.
+func WatMissing() error { return watMissing }
+
+// PolicyCache is the directory of the policy code Main compiled once, which
+// every test host's policy host loads from.
+func PolicyCache() string { return policyCache }
+
+// PolicyOptions are the policy host options of every test host.
+func PolicyOptions() policy.Options {
 	return policy.Options{
 		// Starting a Go policy instance takes well under the default 10 s, but
 		// not always under -race on a loaded machine.
@@ -45,7 +69,10 @@ func policyOptions() policy.Options {
 	}
 }
 
-func TestMain(m *testing.M) {
+// Main is the TestMain of a package that starts hosts: it builds the
+// transport plugins, denylist.wasm (compiled into the policy cache) and
+// loop.wasm, then runs the tests (testkit.Main). It does not return.
+func Main(m *testing.M) {
 	testkit.Main(m, func(dir string) error {
 		denylist = filepath.Join(dir, "denylist.wasm")
 		policyCache = filepath.Join(dir, "wazero-cache")
@@ -77,78 +104,78 @@ func TestMain(m *testing.M) {
 func compilePolicy(path string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	chain, err := policy.Load(ctx, []policy.ModuleConfig{{Path: path}}, policyOptions())
+	chain, err := policy.Load(ctx, []policy.ModuleConfig{{Path: path}}, PolicyOptions())
 	if err != nil {
 		return fmt.Errorf("compile %s: %w", path, err)
 	}
 	return chain.Close(ctx)
 }
 
-// inProcess runs the subprocess transport linked into the test binary.
-func inProcess(c *settings.Config) {
+// InProcess runs the subprocess transport linked into the test binary.
+func InProcess(c *settings.Config) {
 	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.TransportSettings["sandbox-writable"]}}})
 }
 
-// needSandbox skips a test that needs interpreters in sandboxes where bwrap
+// NeedSandbox skips a test that needs interpreters in sandboxes where bwrap
 // cannot make them (it fails instead when CI is set).
-func needSandbox(t testing.TB) {
+func NeedSandbox(t testing.TB) {
 	t.Helper()
 	if on, why, _ := subprocess.New(subprocess.Options{}).Sandboxed(); !on {
 		testkit.Missingf(t, "no sandbox for interpreters here: %s", why)
 	}
 }
 
-// viaPlugin runs the subprocess transport through the plugin boundary, as
+// ViaPlugin runs the subprocess transport through the plugin boundary, as
 // the kernelhost binary does: the real kernelhost-transport-subprocess.
-func viaPlugin(c *settings.Config) {
+func ViaPlugin(c *settings.Config) {
 	c.Transport = nil
 	c.PluginDir = pluginDir
 	c.TransportName = "subprocess"
 }
 
-// eachTransport runs f once per way the host gets its transport: linked in
+// EachTransport runs f once per way the host gets its transport: linked in
 // and through the plugin boundary, side by side (each has a host of its
-// own). f passes start's options to startHost.
-func eachTransport(t *testing.T, f func(t *testing.T, start func(...func(*settings.Config)) *testHost)) {
+// own). f passes start's options to Start.
+func EachTransport(t *testing.T, f func(t *testing.T, start func(...func(*settings.Config)) *Host)) {
 	for _, mode := range []struct {
 		name string
 		set  func(*settings.Config)
-	}{{"in-process", inProcess}, {"plugin", viaPlugin}} {
+	}{{"in-process", InProcess}, {"plugin", ViaPlugin}} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			f(t, func(configure ...func(*settings.Config)) *testHost {
+			f(t, func(configure ...func(*settings.Config)) *Host {
 				t.Helper()
-				return startHost(t, append([]func(*settings.Config){mode.set}, configure...)...)
+				return Start(t, append([]func(*settings.Config){mode.set}, configure...)...)
 			})
 		})
 	}
 }
 
-// testHost is a host started in-process on a free port, with the real
+// Host is a host started in-process on a free port, with the real
 // subprocess transport (linked in unless the test asks for the plugin), and
 // an HTTP client of its own.
-type testHost struct {
+type Host struct {
 	*server.Host
 	t      testing.TB
 	client *http.Client
 	cwd    string // the default cwd
 }
 
-// startHost starts a host for one test; it is shut down when the test ends.
-func startHost(t testing.TB, configure ...func(*settings.Config)) *testHost {
+// Start starts a host for one test; it is shut down when the test ends.
+func Start(t testing.TB, configure ...func(*settings.Config)) *Host {
 	t.Helper()
 	cwd := t.TempDir() // registered first, so removed after the host stopped
 	cfg := settings.Config{
 		Addr:          "127.0.0.1:0",
 		DefaultCwd:    cwd,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		PolicyOptions: policyOptions(),
+		PolicyOptions: PolicyOptions(),
 		// The test's temporary directories (cwd's parent holds them all)
 		// are writable in its sandboxes: its code may wait for a file the
 		// test makes there, or write one the test reads.
 		TransportSettings: map[string]string{"sandbox-writable": filepath.Dir(cwd)},
 	}
-	inProcess(&cfg)
+	InProcess(&cfg)
 	for _, f := range configure {
 		f(&cfg)
 	}
@@ -159,7 +186,7 @@ func startHost(t testing.TB, configure ...func(*settings.Config)) *testHost {
 		t.Fatalf("start host: %v", err)
 	}
 	tr := &http.Transport{DisableCompression: true}
-	th := &testHost{Host: h, t: t, client: &http.Client{Transport: tr}, cwd: cfg.DefaultCwd}
+	th := &Host{Host: h, t: t, client: &http.Client{Transport: tr}, cwd: cfg.DefaultCwd}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -171,15 +198,27 @@ func startHost(t testing.TB, configure ...func(*settings.Config)) *testHost {
 	return th
 }
 
-// do sends one request and returns the status and the whole body.
-func (h *testHost) do(method, path string, body string) (int, string) {
+// Attach is a Host for h, a host the test started (and shuts down) itself,
+// whose default cwd is cwd.
+func Attach(t testing.TB, h *server.Host, cwd string) *Host {
+	return &Host{Host: h, t: t, client: &http.Client{}, cwd: cwd}
+}
+
+// Client is the host's HTTP client, for requests Do does not make.
+func (h *Host) Client() *http.Client { return h.client }
+
+// Cwd is the host's default cwd, a temporary directory of the test.
+func (h *Host) Cwd() string { return h.cwd }
+
+// Do sends one request and returns the status and the whole body.
+func (h *Host) Do(method, path string, body string) (int, string) {
 	h.t.Helper()
-	status, _, text := h.doWith(method, path, body, nil)
+	status, _, text := h.DoWith(method, path, body, nil)
 	return status, text
 }
 
-// doWith is do with extra request headers, returning the response's too.
-func (h *testHost) doWith(method, path, body string, headers map[string]string) (int, http.Header, string) {
+// DoWith is Do with extra request headers, returning the response's too.
+func (h *Host) DoWith(method, path, body string, headers map[string]string) (int, http.Header, string) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -207,48 +246,51 @@ func (h *testHost) doWith(method, path, body string, headers map[string]string) 
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-// line is one decoded NDJSON line of an /execute stream.
-type line map[string]any
+// Line is one decoded NDJSON line of an /execute stream.
+type Line map[string]any
 
-func (l line) typ() string         { s, _ := l["type"].(string); return s }
-func (l line) str(k string) string { s, _ := l[k].(string); return s }
+// Type is the line's type ("stdout", "result", "end_of_execution", ...).
+func (l Line) Type() string { s, _ := l["type"].(string); return s }
 
-// run executes req (marshalled to JSON) and returns the stream's lines,
+// Str is the line's string field k, "" when it has none.
+func (l Line) Str(k string) string { s, _ := l[k].(string); return s }
+
+// Run executes req (marshalled to JSON) and returns the stream's lines,
 // checked against the framing rules. A non-200 answer fails the test.
-func (h *testHost) run(req any) []line {
+func (h *Host) Run(req any) []Line {
 	h.t.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	status, text := h.do("POST", "/execute", string(body))
+	status, text := h.Do("POST", "/execute", string(body))
 	if status != http.StatusOK {
 		h.t.Fatalf("POST /execute %s: status %d: %s", body, status, text)
 	}
-	return parseStream(h.t, []byte(text))
+	return ParseStream(h.t, []byte(text))
 }
 
-// parseStream decodes a finished stream and checks the framing
+// ParseStream decodes a finished stream and checks the framing
 // rules of docs/api-contract.md §5.1: ASCII only, no blank lines, every line a JSON object with a type,
 // end_of_execution last and only last.
-func parseStream(t testing.TB, raw []byte) []line {
+func ParseStream(t testing.TB, raw []byte) []Line {
 	t.Helper()
 	if len(raw) == 0 || raw[len(raw)-1] != '\n' {
 		t.Fatalf("stream does not end with a newline: %q", raw)
 	}
-	var lines []line
+	var lines []Line
 	for i, l := range bytes.Split(raw[:len(raw)-1], []byte("\n")) {
 		lines = append(lines, checkLine(t, i, l))
 	}
 	for i, l := range lines {
-		if last := i == len(lines)-1; (l.typ() == "end_of_execution") != last {
-			t.Fatalf("end_of_execution must be the last line and only the last: line %d of %d is %q", i, len(lines), l.typ())
+		if last := i == len(lines)-1; (l.Type() == "end_of_execution") != last {
+			t.Fatalf("end_of_execution must be the last line and only the last: line %d of %d is %q", i, len(lines), l.Type())
 		}
 	}
 	return lines
 }
 
-func checkLine(t testing.TB, i int, raw []byte) line {
+func checkLine(t testing.TB, i int, raw []byte) Line {
 	t.Helper()
 	if len(bytes.TrimSpace(raw)) == 0 {
 		t.Fatalf("line %d is blank", i)
@@ -258,19 +300,18 @@ func checkLine(t testing.TB, i int, raw []byte) line {
 			t.Fatalf("line %d has a byte %#x that is not printable ASCII: %q", i, c, raw)
 		}
 	}
-	var l line
+	var l Line
 	if err := json.Unmarshal(raw, &l); err != nil {
 		t.Fatalf("line %d is not a JSON object: %v: %q", i, err, raw)
 	}
-	if l.typ() == "" {
+	if l.Type() == "" {
 		t.Fatalf("line %d has no type: %q", i, raw)
 	}
 	return l
 }
 
-// stream starts an execution and returns a reader of its lines, for tests
-// that act while it runs. Cancelling ctx drops the connection.
-type stream struct {
+// Stream reads the lines of an execution while it runs (Host.Start).
+type Stream struct {
 	t    testing.TB
 	resp *http.Response
 	sc   *bufio.Scanner
@@ -278,31 +319,54 @@ type stream struct {
 	size int // bytes read so far, newlines included
 }
 
-func (h *testHost) start(ctx context.Context, req any) *stream {
+// Start starts an execution and returns a reader of its lines, for tests
+// that act while it runs. Cancelling ctx drops the connection.
+func (h *Host) Start(ctx context.Context, req any) *Stream {
 	h.t.Helper()
-	body, _ := json.Marshal(req)
-	r, err := http.NewRequestWithContext(ctx, "POST", h.URL()+"/execute", bytes.NewReader(body))
+	body, err := json.Marshal(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	s, _ := h.Open(ctx, "POST", "/execute", string(body))
+	return s
+}
+
+// Open sends a request whose answer is a stream (status 200 required) and
+// returns a reader of it with the response's X-Execution-Id.
+func (h *Host) Open(ctx context.Context, method, path, body string) (*Stream, string) {
+	h.t.Helper()
+	r, err := http.NewRequestWithContext(ctx, method, h.URL()+path, strings.NewReader(body))
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	r.Header.Set("Content-Type", "application/json")
 	resp, err := h.client.Do(r)
 	if err != nil {
-		h.t.Fatalf("POST /execute: %v", err)
+		h.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		h.t.Fatalf("POST /execute: status %d: %s", resp.StatusCode, b)
+		h.t.Fatalf("%s %s: status %d: %s", method, path, resp.StatusCode, b)
 	}
 	h.t.Cleanup(func() { resp.Body.Close() })
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
-	return &stream{t: h.t, resp: resp, sc: sc}
+	return &Stream{t: h.t, resp: resp, sc: sc}, resp.Header.Get("X-Execution-Id")
 }
 
-// next returns the next line, or nil at the end of the body.
-func (s *stream) next() line {
+// Close drops the connection before the stream's end (the test's cleanup
+// closes it too).
+func (s *Stream) Close() error { return s.resp.Body.Close() }
+
+// Scanner is the scanner Next reads from, to change its buffer.
+func (s *Stream) Scanner() *bufio.Scanner { return s.sc }
+
+// Size is the number of bytes read so far, newlines included.
+func (s *Stream) Size() int { return s.size }
+
+// Next returns the next line, or nil at the end of the body.
+func (s *Stream) Next() Line {
 	s.t.Helper()
 	if !s.sc.Scan() {
 		if err := s.sc.Err(); err != nil {
@@ -316,118 +380,135 @@ func (s *stream) next() line {
 	return l
 }
 
-// until reads lines until one of type typ and returns it; it fails the test
+// Until reads lines until one of type typ and returns it; it fails the test
 // when the stream ends first.
-func (s *stream) until(typ string) line {
+func (s *Stream) Until(typ string) Line {
 	s.t.Helper()
 	for {
-		l := s.next()
+		l := s.Next()
 		if l == nil {
 			s.t.Fatalf("stream ended before a %q line", typ)
 		}
-		if l.typ() == typ {
+		if l.Type() == typ {
 			return l
 		}
 	}
 }
 
-// rest reads the stream to its end and returns the remaining lines.
-func (s *stream) rest() []line {
+// StdoutLine reads stdout lines until their text ends a line, and returns
+// the text: ipykernel may send print's text and its newline as two messages.
+func (s *Stream) StdoutLine() string {
 	s.t.Helper()
-	var out []line
-	for l := s.next(); l != nil; l = s.next() {
+	var b strings.Builder
+	for !strings.HasSuffix(b.String(), "\n") {
+		b.WriteString(s.Until("stdout").Str("text"))
+	}
+	return b.String()
+}
+
+// Rest reads the stream to its end and returns the remaining lines.
+func (s *Stream) Rest() []Line {
+	s.t.Helper()
+	var out []Line
+	for l := s.Next(); l != nil; l = s.Next() {
 		out = append(out, l)
 	}
-	if len(out) == 0 || out[len(out)-1].typ() != "end_of_execution" {
+	if len(out) == 0 || out[len(out)-1].Type() != "end_of_execution" {
 		s.t.Fatalf("stream did not end with end_of_execution: %v", out)
 	}
 	return out
 }
 
-func ofType(lines []line, typ string) []line {
-	var out []line
+// OfType is the lines of type typ.
+func OfType(lines []Line, typ string) []Line {
+	var out []Line
 	for _, l := range lines {
-		if l.typ() == typ {
+		if l.Type() == typ {
 			out = append(out, l)
 		}
 	}
 	return out
 }
 
-func stdout(lines []line) string {
+// Stdout is the text of the stdout lines, joined.
+func Stdout(lines []Line) string {
 	var b strings.Builder
-	for _, l := range ofType(lines, "stdout") {
-		b.WriteString(l.str("text"))
+	for _, l := range OfType(lines, "stdout") {
+		b.WriteString(l.Str("text"))
 	}
 	return b.String()
 }
 
-// mainResult is the text of the main result, failing when there is none.
-func mainResult(t testing.TB, lines []line) string {
+// MainResult is the text of the main result, failing when there is none.
+func MainResult(t testing.TB, lines []Line) string {
 	t.Helper()
-	for _, l := range ofType(lines, "result") {
+	for _, l := range OfType(lines, "result") {
 		if l["is_main_result"] == true {
-			return l.str("text")
+			return l.Str("text")
 		}
 	}
 	t.Fatalf("no main result in %v", lines)
 	return ""
 }
 
-// onlyError returns the one error line, failing unless there is exactly one.
-func onlyError(t testing.TB, lines []line) line {
+// OnlyError returns the one error line, failing unless there is exactly one.
+func OnlyError(t testing.TB, lines []Line) Line {
 	t.Helper()
-	errs := ofType(lines, "error")
+	errs := OfType(lines, "error")
 	if len(errs) != 1 {
 		t.Fatalf("want exactly one error line, got %d: %v", len(errs), lines)
 	}
 	return errs[0]
 }
 
-func noError(t testing.TB, lines []line) {
+// NoError fails the test when there is an error line.
+func NoError(t testing.TB, lines []Line) {
 	t.Helper()
-	if errs := ofType(lines, "error"); len(errs) > 0 {
+	if errs := OfType(lines, "error"); len(errs) > 0 {
 		t.Fatalf("unexpected error line: %v", errs)
 	}
 }
 
-type contextInfo struct {
+// ContextInfo is a context as the contexts routes describe it.
+type ContextInfo struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
 	Family   string `json:"family"`
 }
 
-func (h *testHost) contexts() []contextInfo {
+// Contexts lists the host's contexts (GET /contexts).
+func (h *Host) Contexts() []ContextInfo {
 	h.t.Helper()
-	status, body := h.do("GET", "/contexts", "")
+	status, body := h.Do("GET", "/contexts", "")
 	if status != http.StatusOK {
 		h.t.Fatalf("GET /contexts: %d %s", status, body)
 	}
-	var out []contextInfo
+	var out []ContextInfo
 	if err := json.Unmarshal([]byte(body), &out); err != nil {
 		h.t.Fatalf("GET /contexts: %v: %s", err, body)
 	}
 	return out
 }
 
-func (h *testHost) createContext(body string) contextInfo {
+// CreateContext creates a context from a POST /contexts body.
+func (h *Host) CreateContext(body string) ContextInfo {
 	h.t.Helper()
-	status, text := h.do("POST", "/contexts", body)
+	status, text := h.Do("POST", "/contexts", body)
 	if status != http.StatusOK {
 		h.t.Fatalf("POST /contexts %s: %d %s", body, status, text)
 	}
-	var c contextInfo
+	var c ContextInfo
 	if err := json.Unmarshal([]byte(text), &c); err != nil {
 		h.t.Fatalf("POST /contexts: %v: %s", err, text)
 	}
 	return c
 }
 
-// defaultID is the id of language's default context (listed first).
-func (h *testHost) defaultID(language string) string {
+// DefaultID is the id of language's default context (listed first).
+func (h *Host) DefaultID(language string) string {
 	h.t.Helper()
-	for _, c := range h.contexts() {
+	for _, c := range h.Contexts() {
 		if c.Language == language {
 			return c.ID
 		}
@@ -436,9 +517,9 @@ func (h *testHost) defaultID(language string) string {
 	return ""
 }
 
-// requireContextGone checks that every route naming context id answers 404
+// RequireContextGone checks that every route naming context id answers 404
 // "Context <id> not found", as after a delete.
-func (h *testHost) requireContextGone(id string) {
+func (h *Host) RequireContextGone(id string) {
 	h.t.Helper()
 	notFound := "Context " + id + " not found"
 	for _, req := range []struct{ method, path, body string }{
@@ -447,13 +528,13 @@ func (h *testHost) requireContextGone(id string) {
 		{"POST", "/contexts/" + id + "/interrupt", ""},
 		{"DELETE", "/contexts/" + id, ""},
 	} {
-		if status, body := h.do(req.method, req.path, req.body); status != 404 || body != notFound {
+		if status, body := h.Do(req.method, req.path, req.body); status != 404 || body != notFound {
 			h.t.Errorf("%s %s after delete: %d %q, want 404 %q", req.method, req.path, status, body, notFound)
 		}
 	}
 }
 
-// env is a getenv over m, for settings.Load.
-func env(m map[string]string) func(string) string {
+// Env is a getenv over m, for settings.Load.
+func Env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
