@@ -77,7 +77,7 @@ func TestNestingBombKeepsPlugin(t *testing.T) {
 	}
 	check()
 	rss, _ := testkit.StatusBytes(plugin, "VmHWM")
-	figure(t, "plugin peak RSS after the bombs: %d MiB", rss>>20)
+	hosttest.Figure(t, "plugin peak RSS after the bombs: %d MiB", rss>>20)
 }
 
 // floodCase is one context writing far past the message cap.
@@ -141,7 +141,7 @@ func TestFloodKeepsState(t *testing.T) {
 			t.FailNow() // rest said why
 		}
 		took := time.Since(began)
-		figure(t, "%s %.40q: the bystander's slowest 1+1 during the flood: %s", c.language, c.flood, slowest.Round(time.Millisecond))
+		hosttest.Figure(t, "%s %.40q: the bystander's slowest 1+1 during the flood: %s", c.language, c.flood, slowest.Round(time.Millisecond))
 		if slowest > 2*time.Second {
 			t.Errorf("%s %.40q: the bystander's 1+1 took %s during the flood", c.language, c.flood, slowest)
 		}
@@ -165,7 +165,7 @@ func TestFloodKeepsState(t *testing.T) {
 		if got := hosttest.MainResult(t, next); got != c.want {
 			t.Errorf("%s: after the flood %s = %q, want %q (state lost)", c.language, c.check, got, c.want)
 		}
-		figure(t, "%s %.40q: flood took %s, the next cell %s", c.language, c.flood, took.Round(time.Millisecond), time.Since(began2).Round(time.Millisecond))
+		hosttest.Figure(t, "%s %.40q: flood took %s, the next cell %s", c.language, c.flood, took.Round(time.Millisecond), time.Since(began2).Round(time.Millisecond))
 		if took > 90*time.Second {
 			t.Errorf("%s %.40q: the flood took %s, want under 90 s", c.language, c.flood, took)
 		}
@@ -175,7 +175,7 @@ func TestFloodKeepsState(t *testing.T) {
 	}
 	check()
 	peak, _ := testkit.StatusBytes(plugin, "VmHWM")
-	figure(t, "plugin peak RSS: %d MiB", peak>>20)
+	hosttest.Figure(t, "plugin peak RSS: %d MiB", peak>>20)
 	if peak > 400<<20 {
 		t.Errorf("plugin peak RSS %d MiB, want it bounded by the caps (under 400 MiB)", peak>>20)
 	}

@@ -22,7 +22,7 @@ import (
 // It allows 3 s: CI runs it beside three other test binaries on two cores
 // (1.4 s seen), and a dump is slower by far.
 func TestFaultInterpreterCrashesNatively(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "matplotlib", "pandas")
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &lim); err != nil {
@@ -44,7 +44,7 @@ func TestFaultInterpreterCrashesNatively(t *testing.T) {
 		lines := h.Run(map[string]any{"code": crash})
 		took := time.Since(began)
 		e := hosttest.OnlyError(t, lines)
-		figure(t, "%q: stream ended %s after the request with %s: %q", crash, took.Round(time.Millisecond), e.Str("name"), e.Str("value"))
+		hosttest.Figure(t, "%q: stream ended %s after the request with %s: %q", crash, took.Round(time.Millisecond), e.Str("name"), e.Str("value"))
 		v := e.Str("value")
 		if e.Str("name") != "KernelDied" || !strings.Contains(v, "python interpreter (pid ") ||
 			!strings.Contains(v, "killed by signal 11 (segmentation fault)") || !strings.Contains(v, "replaced by a new one") {

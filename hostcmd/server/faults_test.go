@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,108 +28,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
-
-// descendants lists the live processes under pid (zombies excluded).
-func descendants(pid int) map[int]string {
-	children := map[int][]int{}
-	names := map[int]string{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || i+4 > len(s) || s[i+2] == 'Z' {
-			continue
-		}
-		fields := strings.Fields(s[i+2:])
-		ppid, _ := strconv.Atoi(fields[1])
-		children[ppid] = append(children[ppid], p)
-		names[p] = s[strings.IndexByte(s, '(')+1 : i]
-	}
-	out := map[int]string{}
-	var walk func(int)
-	walk = func(p int) {
-		for _, c := range children[p] {
-			out[c] = names[c]
-			walk(c)
-		}
-	}
-	walk(pid)
-	return out
-}
-
-// faultTest registers the end-of-test checks of a fault test, to run after
-// everything the test starts is stopped (cleanups run last-in first-out):
-// goroutines back to the test's baseline, and no process left behind.
-func faultTest(t *testing.T) {
-	t.Helper()
-	baseline := goleak.IgnoreCurrent()
-	procsBefore := descendants(os.Getpid())
-	t.Cleanup(func() {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			var left []string
-			for pid, name := range descendants(os.Getpid()) {
-				if _, ok := procsBefore[pid]; !ok {
-					left = append(left, fmt.Sprintf("%d (%s)", pid, name))
-				}
-			}
-			if len(left) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("processes left behind 15 s after the test: %v", left)
-				break
-			}
-			time.Sleep(20 * time.Millisecond) // /proc offers nothing to wait on
-		}
-		goleak.VerifyNone(t, baseline)
-	})
-}
-
-// recovered checks what every fault test checks after its fault: /health,
-// and an execution on every context (the python ones compute, the others echo).
-func recovered(h *hosttest.Host, t *testing.T) {
-	t.Helper()
-	if status, body := h.Do("GET", "/health", ""); status != 200 {
-		t.Fatalf("health after the fault: %d %s", status, body)
-	}
-	for _, c := range h.Contexts() {
-		code, want := "6*7", "42"
-		switch c.Language {
-		case "javascript":
-			code = "6*7"
-		case "bash":
-			code, want = "echo 42", ""
-		}
-		lines := h.Run(map[string]any{"code": code, "context_id": c.ID})
-		hosttest.NoError(t, lines)
-		got := hosttest.Stdout(lines)
-		if want != "" {
-			got = hosttest.MainResult(t, lines)
-		} else {
-			want = "42\n"
-		}
-		if got != want {
-			t.Fatalf("%s context %s after the fault: %q, want %q", c.Language, c.ID, got, want)
-		}
-	}
-}
 
 // settleKernelDied runs one execution in each context and accepts, besides
 // success, a KernelDied error line: the kernel was found gone as it ran.
@@ -147,18 +50,6 @@ func settleKernelDied(h *hosttest.Host, t *testing.T) {
 			}
 		}
 	}
-}
-
-// figure logs one measured figure for docs/reliability.md.
-func figure(t *testing.T, format string, args ...any) {
-	t.Helper()
-	t.Logf("FIGURE %s: "+format, append([]any{t.Name()}, args...)...)
-}
-
-// pidOf asks a python context for its interpreter's process id.
-func pidOf(h *hosttest.Host, t *testing.T, id string) int {
-	t.Helper()
-	return testkit.HostPidOfProbe(t, hosttest.Stdout(h.Run(map[string]any{"code": testkit.SelfPidProbe("python"), "context_id": id})))
 }
 
 // killMidExecution starts a long execution on id, kills pid with SIGKILL
@@ -182,13 +73,13 @@ func killMidExecution(h *hosttest.Host, t *testing.T, id string, pid int) (hostt
 // transport, in-process): the stream ends with KernelDied, the context gets a
 // new interpreter at its next execution, the other contexts keep their state.
 func TestFaultInterpreterKilled(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	h := hosttest.Start(t)
 	victim := h.CreateContext(`{}`)
 	other := h.CreateContext(`{"language":"bash"}`)
 	hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 'state'"}))
 	hosttest.NoError(t, h.Run(map[string]any{"code": "export KEPT=state", "context_id": other.ID}))
-	pid := pidOf(h, t, victim.ID)
+	pid := hosttest.PidOf(t, h, victim.ID)
 
 	e, took := killMidExecution(h, t, victim.ID, pid)
 	if e.Str("name") != "KernelDied" {
@@ -196,8 +87,8 @@ func TestFaultInterpreterKilled(t *testing.T) {
 	}
 	testkit.AwaitGone(t, "the killed interpreter", 5*time.Second, pid)
 	began := time.Now()
-	recovered(h, t)
-	figure(t, "stream ended %s after the kill with %s: %q; next execution on every context ok after %s",
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; next execution on every context ok after %s",
 		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), time.Since(began).Round(time.Millisecond))
 	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept"})); got != "state" {
 		t.Fatalf("the default context lost its state: %q", got)
@@ -205,7 +96,7 @@ func TestFaultInterpreterKilled(t *testing.T) {
 	if got := hosttest.Stdout(h.Run(map[string]any{"code": "echo $KEPT", "context_id": other.ID})); got != "state\n" {
 		t.Fatalf("the bash context lost its state: %q", got)
 	}
-	if newPID := pidOf(h, t, victim.ID); newPID == pid {
+	if newPID := hosttest.PidOf(t, h, victim.ID); newPID == pid {
 		t.Fatalf("the context still reports the killed pid %d", pid)
 	}
 }
@@ -213,11 +104,11 @@ func TestFaultInterpreterKilled(t *testing.T) {
 // kill -9 of the transport plugin mid-execution: every context's interpreter
 // goes with it; the plugin restarts and every context works again.
 func TestFaultPluginKilled(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	h := hosttest.Start(t, hosttest.ViaPlugin)
 	extra := h.CreateContext(`{"language":"bash"}`)
 	id := h.DefaultID("python")
-	py := pidOf(h, t, id)
+	py := hosttest.PidOf(t, h, id)
 	plugin := h.PluginPID()
 
 	e, took := killMidExecution(h, t, id, plugin)
@@ -225,8 +116,8 @@ func TestFaultPluginKilled(t *testing.T) {
 		t.Fatalf("error line %v, want one saying the kernel died", e)
 	}
 	began := time.Now()
-	recovered(h, t)
-	figure(t, "stream ended %s after the kill with %s: %q; plugin restarted and every context ok after %s",
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; plugin restarted and every context ok after %s",
 		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), time.Since(began).Round(time.Millisecond))
 	testkit.AwaitGone(t, "the killed plugin", 5*time.Second, plugin)
 	testkit.AwaitGone(t, "the interpreter of the killed plugin", 10*time.Second, py)
@@ -361,16 +252,16 @@ func jupyterHost(t *testing.T) (*hosttest.Host, *jupyterServer, *testkit.Proxy) 
 // kill -9 of a Jupyter kernel mid-execution: the server restarts it; the
 // stream ends with an error line; the context works again, without state.
 func TestFaultJupyterKernelKilled(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	h, _, _ := jupyterHost(t)
 	other := h.CreateContext(`{}`)
 	hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 'state'", "context_id": other.ID}))
 	id := h.DefaultID("python")
-	pid := pidOf(h, t, id)
+	pid := hosttest.PidOf(t, h, id)
 	e, took := killMidExecution(h, t, id, pid)
 	began := time.Now()
-	recovered(h, t)
-	figure(t, "stream ended %s after the kill with %s: %q; every context ok after %s",
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; every context ok after %s",
 		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), time.Since(began).Round(time.Millisecond))
 	testkit.AwaitGone(t, "the killed kernel", 5*time.Second, pid)
 	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept", "context_id": other.ID})); got != "state" {
@@ -381,11 +272,11 @@ func TestFaultJupyterKernelKilled(t *testing.T) {
 // kill -9 of the Jupyter Server itself mid-execution, then a new server on
 // the same port: the host recovers without a restart (new kernels, no state).
 func TestFaultJupyterServerKilled(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	h, srv, _ := jupyterHost(t)
 	other := h.CreateContext(`{}`)
 	id := h.DefaultID("python")
-	kernels := []int{pidOf(h, t, id), pidOf(h, t, other.ID)}
+	kernels := []int{hosttest.PidOf(t, h, id), hosttest.PidOf(t, h, other.ID)}
 	e, took := killMidExecution(h, t, id, srv.cmd.Process.Pid)
 	<-srv.done
 	// Its kernels end with it (their sandbox's --die-with-parent; an
@@ -414,8 +305,8 @@ func TestFaultJupyterServerKilled(t *testing.T) {
 	// on the new server (its reconnect gets a 404) ends with KernelDied, the
 	// code not run, as the contract says; the next one runs on a new kernel.
 	settleKernelDied(h, t)
-	recovered(h, t)
-	figure(t, "stream ended %s after the kill with %s: %q; while down, /execute gave %s; server back after %s; every context ok %s later",
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; while down, /execute gave %s; server back after %s; every context ok %s later",
 		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), down, serverUp.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 }
 
@@ -425,7 +316,7 @@ func TestFaultJupyterServerKilled(t *testing.T) {
 func TestFaultJupyterWebsocket(t *testing.T) {
 	for _, fault := range []string{"cut", "stall"} {
 		t.Run(fault, func(t *testing.T) {
-			faultTest(t)
+			hosttest.NoLeftovers(t)
 			h, _, p := jupyterHost(t)
 			id := h.DefaultID("python")
 			hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 'state'"}))
@@ -446,9 +337,9 @@ func TestFaultJupyterWebsocket(t *testing.T) {
 				saw = errs[0].Str("name") + ": " + errs[0].Str("value")
 			}
 			began = time.Now()
-			recovered(h, t)
+			hosttest.Recovered(t, h)
 			kept := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept"}))
-			figure(t, "stream ended %s after the %s with %s; every context ok after %s; state kept: %v",
+			hosttest.Figure(t, "stream ended %s after the %s with %s; every context ok after %s; state kept: %v",
 				took.Round(time.Millisecond), fault, saw, time.Since(began).Round(time.Millisecond), kept == "state")
 			if kept != "state" {
 				t.Errorf("the kernel lost its state over a reconnect: %q", kept)
@@ -461,7 +352,7 @@ func TestFaultJupyterWebsocket(t *testing.T) {
 // their stream (before it starts, while it is queued, while it runs), 25 at
 // a time: the host stays healthy, every context works, nothing leaks.
 func TestFaultClientsDisconnect(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	h := hosttest.Start(t)
 	ids := []string{h.DefaultID("python"), h.CreateContext(`{}`).ID}
 	const clients, concurrent = 500, 25
@@ -500,11 +391,11 @@ func TestFaultClientsDisconnect(t *testing.T) {
 	wg.Wait()
 	storm := time.Since(began)
 	began = time.Now()
-	recovered(h, t)
-	figure(t, "%d clients (%d at a time) on %d contexts took %s; %d streams read to the end, %d lines received; every context ok %s after the last",
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "%d clients (%d at a time) on %d contexts took %s; %d streams read to the end, %d lines received; every context ok %s after the last",
 		clients, concurrent, len(ids), storm.Round(time.Millisecond), completed.Load(), gotLines.Load(), time.Since(began).Round(time.Millisecond))
 	interpreters := 0
-	for _, name := range descendants(os.Getpid()) {
+	for _, name := range hosttest.Descendants(os.Getpid()) {
 		// Not a sandbox's bwrap and its init, nor its network stack
 		// (pasta, whose executable is passt).
 		if name != "bwrap" && !strings.HasPrefix(name, "passt") {
@@ -512,7 +403,7 @@ func TestFaultClientsDisconnect(t *testing.T) {
 		}
 	}
 	if n := interpreters; n != len(h.Contexts()) {
-		t.Fatalf("%d interpreter processes for %d contexts: %v", n, len(h.Contexts()), descendants(os.Getpid()))
+		t.Fatalf("%d interpreter processes for %d contexts: %v", n, len(h.Contexts()), hosttest.Descendants(os.Getpid()))
 	}
 }
 
@@ -527,7 +418,7 @@ func vmRSS() int64 {
 // the reader lags, other contexts keep working, and the stream says what
 // was dropped.
 func TestFaultSlowReader(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	const buffer = 8 << 20
 	h := hosttest.Start(t, func(c *settings.Config) { c.MaxOutputBytes = buffer })
 	other := h.CreateContext(`{}`)
@@ -623,7 +514,7 @@ func TestFaultSlowReader(t *testing.T) {
 	if notice == "" {
 		t.Fatalf("no drop notice in the stream (%d stdout bytes of 100 MB arrived)", received)
 	}
-	figure(t, "read %d bytes at 1 byte/s over %s while the kernel wrote 100 MB; heap in use %d MB -> peak %d MB, live after GC while lagging %d MB, RSS %d MB -> peak %d MB (buffer %d MB); other context answered in %s; then %d stdout bytes arrived and the stream said: %q",
+	hosttest.Figure(t, "read %d bytes at 1 byte/s over %s while the kernel wrote 100 MB; heap in use %d MB -> peak %d MB, live after GC while lagging %d MB, RSS %d MB -> peak %d MB (buffer %d MB); other context answered in %s; then %d stdout bytes arrived and the stream said: %q",
 		read, slow.Round(time.Second), heapBefore>>20, peakHeap.Load()>>20, liveLagging>>20, rssBefore>>20, peakRSS.Load()>>20, buffer>>20, otherTook.Round(time.Millisecond), received, strings.TrimSpace(notice))
 	// Live: the full buffer plus what is in flight (pipe reads, encoded
 	// lines, socket buffers). Peak: that plus garbage between collections
@@ -634,5 +525,5 @@ func TestFaultSlowReader(t *testing.T) {
 	if limit := heapBefore + 6*buffer; peakHeap.Load() > limit {
 		t.Errorf("heap in use peaked at %d MB while the reader lagged, more than %d MB", peakHeap.Load()>>20, limit>>20)
 	}
-	recovered(h, t)
+	hosttest.Recovered(t, h)
 }

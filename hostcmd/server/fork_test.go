@@ -140,13 +140,13 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 		c.SetTransportSetting("python", testkit.DebianPython)
 	})
 	deadline := time.Now().Add(3 * time.Minute)
-	for scrapeMetrics(h, t, nil).metric("kernelhost_interpreters", "language", "python", "role", "fork-template") == nil {
+	for hosttest.Metrics(t, h, nil).Metric("kernelhost_interpreters", "language", "python", "role", "fork-template") == nil {
 		if time.Now().After(deadline) {
 			t.Fatal("no fork template in /metrics after 3 minutes")
 		}
 		time.Sleep(50 * time.Millisecond) // the template's preload is not awaitable from here
 	}
-	if m := scrapeMetrics(h, t, nil).metric("kernelhost_fork_template_failing", "language", "python"); m == nil || m.GetGauge().GetValue() != 0 {
+	if m := hosttest.Metrics(t, h, nil).Metric("kernelhost_fork_template_failing", "language", "python"); m == nil || m.GetGauge().GetValue() != 0 {
 		t.Errorf("kernelhost_fork_template_failing with a template running: %v, want 0", m)
 	}
 	src := h.CreateContext(`{"language":"python"}`).ID
@@ -168,14 +168,14 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	if got := hosttest.Stdout(h.Run(map[string]any{"context_id": cp.ID, "code": "print(x + 1, os.getpid() > 2)"})); got != "42 True\n" {
 		t.Fatalf("the copy: %q, want the source's x in another process of its sandbox", got)
 	}
-	m := scrapeMetrics(h, t, nil)
-	if n := m.value(t, "kernelhost_family_members", "language", "python", "family", cp.Family); n != 2 {
+	m := hosttest.Metrics(t, h, nil)
+	if n := m.Value(t, "kernelhost_family_members", "language", "python", "family", cp.Family); n != 2 {
 		t.Errorf("kernelhost_family_members of the family: %v, want 2", n)
 	}
-	if pss := m.value(t, "kernelhost_family_memory_bytes", "language", "python", "family", cp.Family, "kind", "pss"); pss <= 0 {
+	if pss := m.Value(t, "kernelhost_family_memory_bytes", "language", "python", "family", cp.Family, "kind", "pss"); pss <= 0 {
 		t.Errorf("kernelhost_family_memory_bytes pss of the family: %v", pss)
 	}
-	if m.metric("kernelhost_context_limit", "resource", "memory_bytes") == nil {
+	if m.Metric("kernelhost_context_limit", "resource", "memory_bytes") == nil {
 		t.Error("no kernelhost_context_limit in /metrics")
 	}
 	if status, text := h.Do("DELETE", "/contexts/"+src, ""); status != http.StatusOK {
@@ -194,12 +194,12 @@ func TestInterpreterMemoryMetrics(t *testing.T) {
 	t.Parallel()
 	h := hosttest.Start(t, hosttest.ViaPlugin)
 	h.Run(map[string]any{"code": "1"}) // the default python context's interpreter is there
-	s := scrapeMetrics(h, t, nil)
-	if n := s.value(t, "kernelhost_interpreters", "language", "python", "role", "context"); n < 1 {
+	s := hosttest.Metrics(t, h, nil)
+	if n := s.Value(t, "kernelhost_interpreters", "language", "python", "role", "context"); n < 1 {
 		t.Fatalf("%v python context interpreters", n)
 	}
 	kind := func(k string) float64 {
-		return s.value(t, "kernelhost_interpreter_memory_bytes", "language", "python", "role", "context", "kind", k)
+		return s.Value(t, "kernelhost_interpreter_memory_bytes", "language", "python", "role", "context", "kind", k)
 	}
 	rss, pss, uss := kind("rss"), kind("pss"), kind("uss")
 	if pss <= 0 || uss <= 0 || pss > rss || uss > pss {

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,34 +207,8 @@ func TestEnvVarsBash(t *testing.T) {
 func TestCwd(t *testing.T) {
 	t.Parallel()
 	hosttest.EachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
-		testCwd(t, start(), t.TempDir())
+		hosttest.CheckCwd(t, start(), t.TempDir())
 	})
-}
-
-// testCwd: code of a context created with dir as its cwd runs there, code
-// of the default context in the host's cwd; a missing cwd is a 400 that
-// names it and leaves no context.
-func testCwd(t *testing.T, h *hosttest.Host, dir string) {
-	t.Helper()
-	body, _ := json.Marshal(map[string]string{"language": "python", "cwd": dir})
-	c := h.CreateContext(string(body))
-	if c.Cwd != dir || c.Language != "python" {
-		t.Fatalf("created %+v, want cwd %s", c, dir)
-	}
-	if got := hosttest.Stdout(h.Run(map[string]any{"code": "import os; print(os.getcwd())", "context_id": c.ID})); got != dir+"\n" {
-		t.Fatalf("cwd %q, want %q", got, dir)
-	}
-	if got := hosttest.Stdout(h.Run(map[string]any{"code": "import os; print(os.getcwd())"})); got != h.Cwd()+"\n" {
-		t.Fatalf("default context cwd %q, want %s", got, h.Cwd())
-	}
-	before := h.Contexts()
-	status, text := h.Do("POST", "/contexts", `{"cwd":"/does/not/exist"}`)
-	if status != http.StatusBadRequest || !strings.Contains(text, "/does/not/exist") {
-		t.Fatalf("missing cwd: %d %q, want 400 naming it", status, text)
-	}
-	if after := h.Contexts(); len(after) != len(before) {
-		t.Fatalf("a failed create left a context: %+v", after)
-	}
 }
 
 func TestContextsLifecycle(t *testing.T) {

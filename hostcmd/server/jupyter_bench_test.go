@@ -47,7 +47,7 @@ import (
 // on any loss.
 func BenchmarkJupyter(b *testing.B) {
 	srv := jupytertest.Start(b)
-	inProc := jupyterInProcess(b, srv)
+	inProc := hosttest.JupyterInProcess(b, srv)
 	direct := &directJupyter{srv: srv}
 
 	b.Run("RoundTrip", func(b *testing.B) { roundTrips(b, srv, inProc) })
@@ -151,7 +151,7 @@ func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*settings.C
 	if err := hostOneTwo(linked.Client(), linked.URL(), ""); err != nil {
 		b.Fatal(err)
 	}
-	plugin := hosttest.Start(b, jupyterViaPlugin(srv))
+	plugin := hosttest.Start(b, hosttest.JupyterViaPlugin(srv))
 	ways := []struct {
 		name string
 		once func() error
@@ -275,7 +275,7 @@ func rusage() usage {
 //	go test -run '^$' -bench KernelGateway -benchtime 400x -count 1 ./hostcmd/server/
 func BenchmarkKernelGateway(b *testing.B) {
 	kg := jupytertest.StartKernelGateway(b)
-	b.Run("RoundTrip", func(b *testing.B) { roundTrips(b, kg, jupyterInProcess(b, kg)) })
+	b.Run("RoundTrip", func(b *testing.B) { roundTrips(b, kg, hosttest.JupyterInProcess(b, kg)) })
 }
 
 // streamLines runs `for i in range(n): <stmt>` through h, decodes every

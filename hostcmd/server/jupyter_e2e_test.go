@@ -15,7 +15,6 @@ import (
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
-	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
@@ -25,38 +24,13 @@ import (
 // loopback, token auth, IOPub rate limits off), with the transport linked in
 // and, where it says so, through the kernelhost-transport-jupyter plugin.
 
-// jupyterInProcess returns a configure option that links a jupyter transport
-// for srv into the host. The transport is shared by the hosts of tb's subtests.
-func jupyterInProcess(tb testing.TB, srv *jupytertest.Server) func(*settings.Config) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tr, err := jupyter.New(ctx, jupyter.Config{URL: srv.URL, Token: srv.Token})
-	if err != nil {
-		tb.Fatalf("jupyter transport for %s: %v", srv.URL, err)
-	}
-	tb.Cleanup(tr.Close)
-	return func(c *settings.Config) { c.Transport, c.TransportName = tr, "jupyter" }
-}
-
-// jupyterViaPlugin runs the jupyter transport through its plugin, as
-// `KERNELHOST_TRANSPORT=jupyter kernelhost` does.
-func jupyterViaPlugin(srv *jupytertest.Server) func(*settings.Config) {
-	return func(c *settings.Config) {
-		hosttest.ViaPlugin(c)
-		c.TransportName = "jupyter"
-		c.SetTransportSetting("jupyter-url", srv.URL)
-		c.SetTransportSetting("jupyter-token", srv.Token)
-	}
-}
-
 func TestJupyterHost(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
 	modes := []struct {
 		name string
 		set  func(*settings.Config)
-	}{{"in-process", jupyterInProcess(t, srv)}, {"plugin", jupyterViaPlugin(srv)}}
+	}{{"in-process", hosttest.JupyterInProcess(t, srv)}, {"plugin", hosttest.JupyterViaPlugin(srv)}}
 	for _, tc := range []struct {
 		name    string
 		test    func(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host)
@@ -89,7 +63,9 @@ func TestJupyterHost(t *testing.T) {
 		})
 	}
 	// Through the plugin only: the latency tail of `make run-jupyter`.
-	t.Run("Concurrent8x50", func(t *testing.T) { testJupyterConcurrent8x50(t, srv, hosttest.Start(t, jupyterViaPlugin(srv))) })
+	t.Run("Concurrent8x50", func(t *testing.T) {
+		testJupyterConcurrent8x50(t, srv, hosttest.Start(t, hosttest.JupyterViaPlugin(srv)))
+	})
 }
 
 // testJupyterForkUnsupported: the jupyter transport cannot fork a kernel,
@@ -247,7 +223,7 @@ func testJupyterCwd(t *testing.T, start func(...func(*settings.Config)) *hosttes
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	testCwd(t, h, dir)
+	hosttest.CheckCwd(t, h, dir)
 }
 
 // testJupyterLifecycle: create, list, restart (state gone, listing kept),
@@ -421,7 +397,7 @@ func TestJupyterLostMessagesAnnouncedAndCounted(t *testing.T) {
 	if err := srv.UseOverflowingPython(); err != nil {
 		t.Fatal(err)
 	}
-	h := hosttest.Start(t, jupyterViaPlugin(srv))
+	h := hosttest.Start(t, hosttest.JupyterViaPlugin(srv))
 	lines := h.Run(map[string]any{"code": "from IPython.display import display\nfor i in range(3000):\n    display(i)"})
 	results := 0
 	var notice string
@@ -448,7 +424,7 @@ func TestJupyterLostMessagesAnnouncedAndCounted(t *testing.T) {
 	if lost < 3000-results {
 		t.Errorf("notice says %d lost, %d results did not arrive", lost, 3000-results)
 	}
-	if got := scrapeMetrics(h, t, nil).value(t, "kernelhost_kernel_messages_lost_total"); got != float64(lost) {
+	if got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_kernel_messages_lost_total"); got != float64(lost) {
 		t.Errorf("kernelhost_kernel_messages_lost_total = %v, want %d (the notices: %q)", got, lost, notice)
 	}
 }

@@ -29,7 +29,7 @@ func TestJupyterRestartTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log testkit.SyncBuffer
-	h := hosttest.Start(t, jupyterViaPlugin(srv), func(c *settings.Config) {
+	h := hosttest.Start(t, hosttest.JupyterViaPlugin(srv), func(c *settings.Config) {
 		c.SetTransportSetting("jupyter-kernel-names", `{"python": "python-slow-restart"}`)
 		c.SetTransportSetting("jupyter-restart-timeout", restartTimeout.String())
 		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -71,7 +71,7 @@ func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
 		Logger:            slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		DefaultStartRetry: 2 * time.Minute,
 	}
-	jupyterViaPlugin(srv)(&cfg)
+	hosttest.JupyterViaPlugin(srv)(&cfg)
 	cfg.SetTransportSetting("jupyter-url", "http://"+gateway+"/")
 
 	type started struct {
@@ -136,7 +136,7 @@ func TestJupyterKernelDeathLoggedAndCounted(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
 	var log testkit.SyncBuffer
-	h := hosttest.Start(t, jupyterInProcess(t, srv), func(c *settings.Config) {
+	h := hosttest.Start(t, hosttest.JupyterInProcess(t, srv), func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
 	if out := hosttest.Stdout(h.Run(map[string]any{"code": "x = 1\nprint(x)"})); out != "1\n" {
@@ -159,7 +159,7 @@ func TestJupyterKernelDeathLoggedAndCounted(t *testing.T) {
 	if n := strings.Count(log.String(), "the context's kernel died"); n != 1 {
 		t.Errorf("the death logged %d times, want once:\n%s", n, log.String())
 	}
-	if got := scrapeMetrics(h, t, nil).value(t, "kernelhost_kernels_replaced_total", "reason", "died"); got != 1 {
+	if got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_kernels_replaced_total", "reason", "died"); got != 1 {
 		t.Errorf("kernelhost_kernels_replaced_total{reason=died} = %v, want 1", got)
 	}
 }
@@ -205,7 +205,7 @@ func TestJupyterStartGivenUpAtStartupLeavesNoKernel(t *testing.T) {
 	}))
 	t.Cleanup(gateway.Close)
 	cfg := settings.Config{Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	jupyterViaPlugin(srv)(&cfg)
+	hosttest.JupyterViaPlugin(srv)(&cfg)
 	cfg.SetTransportSetting("jupyter-url", gateway.URL+"/")
 	cfg.SetTransportSetting("jupyter-start-timeout", "3s")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -10,99 +10,23 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
-// scrape is one parsed GET /metrics.
-type scrape map[string]*dto.MetricFamily
-
-// scrapeMetrics fetches /metrics over HTTP (with headers) and parses the
-// Prometheus text format.
-func scrapeMetrics(h *hosttest.Host, t *testing.T, headers map[string]string) scrape {
-	t.Helper()
-	status, _, body := h.DoWith("GET", "/metrics", "", headers)
-	if status != http.StatusOK {
-		t.Fatalf("GET /metrics: status %d", status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("GET /metrics: parse: %v", err)
-	}
-	return fams
-}
-
-// metric finds the series of name whose labels are label=value pairs; nil
-// when there is none.
-func (s scrape) metric(name string, labels ...string) *dto.Metric {
-	f := s[name]
-	if f == nil {
-		return nil
-	}
-next:
-	for _, m := range f.GetMetric() {
-		for i := 0; i+1 < len(labels); i += 2 {
-			found := false
-			for _, lp := range m.GetLabel() {
-				found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
-			}
-			if !found {
-				continue next
-			}
-		}
-		return m
-	}
-	return nil
-}
-
-// value is a counter's or gauge's value, failing when the series is missing.
-func (s scrape) value(t *testing.T, name string, labels ...string) float64 {
-	t.Helper()
-	m := s.metric(name, labels...)
-	switch {
-	case m == nil:
-		t.Fatalf("no series %s%v in the scrape", name, labels)
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	t.Fatalf("%s%v is neither a counter nor a gauge", name, labels)
-	return 0
-}
-
-// histogram is a histogram's sample count and sum over all its series
-// (0 when it has none yet: a per-context histogram before its first sample).
-func (s scrape) histogram(t *testing.T, name string) (count uint64, sum float64) {
-	t.Helper()
-	for _, m := range s[name].GetMetric() {
-		if m.Histogram == nil {
-			t.Fatalf("%s is not a histogram", name)
-		}
-		count += m.Histogram.GetSampleCount()
-		sum += m.Histogram.GetSampleSum()
-	}
-	return count, sum
-}
-
 // awaitExecutions scrapes until kernelhost_executions_total moved by want
 // for every outcome: the engine reports an execution's end after its
 // stream's last line (once its env vars are reset), so a scrape right after
 // a stream may come first. Bounded by a deadline.
-func awaitExecutions(h *hosttest.Host, t *testing.T, before scrape, want map[string]float64) scrape {
+func awaitExecutions(h *hosttest.Host, t *testing.T, before hosttest.Scrape, want map[string]float64) hosttest.Scrape {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		now := scrapeMetrics(h, t, nil)
+		now := hosttest.Metrics(t, h, nil)
 		var wrong []string
 		for _, o := range []string{"ok", "error", "timeout", "client_gone", "aborted", "rejected", "queue_full", "invalid", "unavailable"} {
-			got := now.value(t, "kernelhost_executions_total", "outcome", o) - before.value(t, "kernelhost_executions_total", "outcome", o)
+			got := now.Value(t, "kernelhost_executions_total", "outcome", o) - before.Value(t, "kernelhost_executions_total", "outcome", o)
 			if got != want[o] {
 				wrong = append(wrong, fmt.Sprintf("%s moved by %v, want %v", o, got, want[o]))
 			}
@@ -143,7 +67,7 @@ func TestMetricsMove(t *testing.T) {
 	testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
 	h := hosttest.Start(t, func(c *settings.Config) { c.Policies = mod; c.QueueDepth = 1 })
 
-	before := scrapeMetrics(h, t, nil)
+	before := hosttest.Metrics(t, h, nil)
 	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {
 		if before[name] == nil {
 			t.Errorf("%s missing: the Go and process collectors are not registered", name)
@@ -177,11 +101,11 @@ func TestMetricsMove(t *testing.T) {
 	aRunning := time.Now()
 	b := h.Start(ctx, map[string]any{"context_id": c.ID, "code": "print('b')"})
 	bQueued := time.Now()
-	during := scrapeMetrics(h, t, nil)
-	if got := during.value(t, "kernelhost_queue_depth", "context_id", c.ID); got != 1 {
+	during := hosttest.Metrics(t, h, nil)
+	if got := during.Value(t, "kernelhost_queue_depth", "context_id", c.ID); got != 1 {
 		t.Fatalf("queue depth of %s with B waiting: %v, want 1", c.ID, got)
 	}
-	if got, was := during.value(t, "kernelhost_contexts"), before.value(t, "kernelhost_contexts"); got != was+1 {
+	if got, was := during.Value(t, "kernelhost_contexts"), before.Value(t, "kernelhost_contexts"); got != was+1 {
 		t.Fatalf("kernelhost_contexts %v after creating one, was %v", got, was)
 	}
 	s, n = executeBytes(h, t, fmt.Sprintf(`{"code":"1","context_id":%q}`, c.ID))
@@ -191,11 +115,11 @@ func TestMetricsMove(t *testing.T) {
 	streamed += readAll(a) + readAll(b)
 
 	after := awaitExecutions(h, t, before, map[string]float64{"ok": 3, "error": 1, "rejected": 1, "invalid": 1, "queue_full": 1})
-	if got := after.metric("kernelhost_queue_depth", "context_id", c.ID); got != nil {
+	if got := after.Metric("kernelhost_queue_depth", "context_id", c.ID); got != nil {
 		t.Errorf("queue depth series of %s with its queue empty: %v", c.ID, got)
 	}
 	moved := func(name string, labels ...string) float64 {
-		return after.value(t, name, labels...) - before.value(t, name, labels...)
+		return after.Value(t, name, labels...) - before.Value(t, name, labels...)
 	}
 	for decision, want := range map[string]float64{"allow": 1, "rewrite": 4, "reject": 1, "error": 0} {
 		if got := moved("kernelhost_policy_decisions_total", "decision", decision); got != want {
@@ -207,8 +131,8 @@ func TestMetricsMove(t *testing.T) {
 	}
 	histo := func(name string, wantCount uint64, minSum time.Duration) {
 		t.Helper()
-		c0, s0 := before.histogram(t, name)
-		c1, s1 := after.histogram(t, name)
+		c0, s0 := before.Histogram(t, name)
+		c1, s1 := after.Histogram(t, name)
 		if c1-c0 != wantCount || s1-s0 < minSum.Seconds() {
 			t.Errorf("%s: %d samples summing %.4fs, want %d summing at least %v", name, c1-c0, s1-s0, wantCount, minSum)
 		}
@@ -223,14 +147,14 @@ func TestMetricsMove(t *testing.T) {
 	if status, body := h.Do("DELETE", "/contexts/"+c.ID, ""); status != 200 {
 		t.Fatalf("DELETE %s: %d %s", c.ID, status, body)
 	}
-	gone := scrapeMetrics(h, t, nil)
-	if got, was := gone.value(t, "kernelhost_contexts"), before.value(t, "kernelhost_contexts"); got != was {
+	gone := hosttest.Metrics(t, h, nil)
+	if got, was := gone.Value(t, "kernelhost_contexts"), before.Value(t, "kernelhost_contexts"); got != was {
 		t.Errorf("kernelhost_contexts %v after deleting the context, was %v before it", got, was)
 	}
-	if m := gone.metric("kernelhost_queue_wait_seconds", "context_id", c.ID); m != nil {
+	if m := gone.Metric("kernelhost_queue_wait_seconds", "context_id", c.ID); m != nil {
 		t.Errorf("queue wait series of the deleted context %s: %v", c.ID, m)
 	}
-	if m := gone.metric("kernelhost_queue_depth", "context_id", c.ID); m != nil {
+	if m := gone.Metric("kernelhost_queue_depth", "context_id", c.ID); m != nil {
 		t.Errorf("queue depth series of the deleted context %s: %v", c.ID, m)
 	}
 }
@@ -256,7 +180,7 @@ func TestMetricsQueueSeriesGoneWithContext(t *testing.T) {
 	defer cancel()
 	a, _ := startHeld(t, h, ctx, c.ID)
 	b := h.Start(ctx, map[string]any{"context_id": c.ID, "code": "1"})
-	if got := scrapeMetrics(h, t, nil).value(t, "kernelhost_queue_depth", "context_id", c.ID); got != 1 {
+	if got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_queue_depth", "context_id", c.ID); got != 1 {
 		t.Fatalf("queue depth %v, want 1", got)
 	}
 	if status, body := h.Do("DELETE", "/contexts/"+c.ID, ""); status != 200 {
@@ -264,7 +188,7 @@ func TestMetricsQueueSeriesGoneWithContext(t *testing.T) {
 	}
 	readAll(a)
 	readAll(b)
-	if m := scrapeMetrics(h, t, nil).metric("kernelhost_queue_depth", "context_id", c.ID); m != nil {
+	if m := hosttest.Metrics(t, h, nil).Metric("kernelhost_queue_depth", "context_id", c.ID); m != nil {
 		t.Fatalf("queue depth series of the deleted context %s: %v", c.ID, m)
 	}
 }
@@ -283,7 +207,7 @@ func TestMetricsAccessToken(t *testing.T) {
 			if status, _ := tokenRequest(t, h, "GET", "/metrics", "", nil); status != tc.withoutStatus {
 				t.Fatalf("GET /metrics without the token: %d, want %d", status, tc.withoutStatus)
 			}
-			if scrapeMetrics(h, t, map[string]string{"Authorization": "Bearer " + token})["kernelhost_executions_total"] == nil {
+			if hosttest.Metrics(t, h, map[string]string{"Authorization": "Bearer " + token})["kernelhost_executions_total"] == nil {
 				t.Fatal("GET /metrics with the token: no kernelhost_executions_total")
 			}
 		})
@@ -304,9 +228,9 @@ func TestMetricsDisabled(t *testing.T) {
 
 // kill -9 of the transport plugin counts one restart, once it is back.
 func TestMetricsPluginRestart(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	h := hosttest.Start(t, hosttest.ViaPlugin)
-	if got := scrapeMetrics(h, t, nil).value(t, "kernelhost_plugin_restarts_total"); got != 0 {
+	if got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_plugin_restarts_total"); got != 0 {
 		t.Fatalf("restarts before any fault: %v", got)
 	}
 	pid := h.PluginPID()
@@ -318,7 +242,7 @@ func TestMetricsPluginRestart(t *testing.T) {
 	// waits for the counter first, by scraping it: bounded by a deadline.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		got := scrapeMetrics(h, t, nil).value(t, "kernelhost_plugin_restarts_total")
+		got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_plugin_restarts_total")
 		if got == 1 {
 			break
 		}
@@ -327,8 +251,8 @@ func TestMetricsPluginRestart(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // nothing to wait on over HTTP but the next scrape
 	}
-	recovered(h, t)
-	if got := scrapeMetrics(h, t, nil).value(t, "kernelhost_plugin_restarts_total"); got != 1 {
+	hosttest.Recovered(t, h)
+	if got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_plugin_restarts_total"); got != 1 {
 		t.Fatalf("restarts after recovering from one kill -9: %v, want 1", got)
 	}
 	testkit.AwaitGone(t, "the killed plugin", 5*time.Second, pid)

@@ -30,13 +30,13 @@ func TestPoolThroughPlugin(t *testing.T) {
 			t.Errorf("%s pool rss %v bytes, want an interpreter's", lang, rss)
 		}
 	}
-	before := descendants(h.PluginPID())
+	before := hosttest.Descendants(h.PluginPID())
 	c := h.CreateContext(`{"language": "python"}`)
-	pid := pidOf(h, t, c.ID)
+	pid := hosttest.PidOf(t, h, c.ID)
 	if _, pooled := before[pid]; !pooled {
 		t.Errorf("the new context runs pid %d, which was not running before it was created (pooled: %v)", pid, before)
 	}
-	all := descendants(h.PluginPID())
+	all := hosttest.Descendants(h.PluginPID())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := h.Shutdown(ctx); err != nil {
@@ -65,12 +65,12 @@ func awaitPool(h *hosttest.Host, t *testing.T, lang string) (rss float64) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		s := scrapeMetrics(h, t, nil)
-		if m := s.metric("kernelhost_pool_interpreters", "language", lang); m != nil && m.GetGauge().GetValue() == 1 {
-			if size := s.value(t, "kernelhost_pool_size", "language", lang); size != 1 {
+		s := hosttest.Metrics(t, h, nil)
+		if m := s.Metric("kernelhost_pool_interpreters", "language", lang); m != nil && m.GetGauge().GetValue() == 1 {
+			if size := s.Value(t, "kernelhost_pool_size", "language", lang); size != 1 {
 				t.Fatalf("%s pool size %v, want the default 1", lang, size)
 			}
-			return s.value(t, "kernelhost_pool_rss_bytes", "language", lang)
+			return s.Value(t, "kernelhost_pool_rss_bytes", "language", lang)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no ready %s interpreter in the pool's gauges after 60 s", lang)
@@ -119,7 +119,7 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 			}
 			body := fmt.Sprintf(`{"language": %q, "cwd": %q}`, lang, dir)
 			awaitPool(pooled, t, lang)
-			before := descendants(pooled.PluginPID())
+			before := hosttest.Descendants(pooled.PluginPID())
 			pc := pooled.CreateContext(body)
 			pid := testkit.HostPidOfProbe(t, hosttest.Stdout(pooled.Run(map[string]any{"code": testkit.SelfPidProbe(lang), "context_id": pc.ID})))
 			if _, ok := before[pid]; !ok {

@@ -74,6 +74,8 @@ func TestBrokenPythonEnvironmentIsReported(t *testing.T) {
 		})
 	})
 	t.Run("jupyter", func(t *testing.T) {
-		check(t, func(t *testing.T, _ string) func(*settings.Config) { return jupyterInProcess(t, jupytertest.Start(t)) })
+		check(t, func(t *testing.T, _ string) func(*settings.Config) {
+			return hosttest.JupyterInProcess(t, jupytertest.Start(t))
+		})
 	})
 }

@@ -34,7 +34,7 @@ func TestPythonResults(t *testing.T) {
 	t.Run("jupyter", func(t *testing.T) {
 		t.Parallel()
 		srv := jupytertest.Shared(t)
-		testPythonResults(t, hosttest.Start(t, jupyterInProcess(t, srv)))
+		testPythonResults(t, hosttest.Start(t, hosttest.JupyterInProcess(t, srv)))
 	})
 }
 
