@@ -61,7 +61,7 @@ func readAll(s *hosttest.Stream) int {
 func TestMetricsMove(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	mod := copyModule(t, hosttest.Denylist(), dir, "denylist.wasm")
+	mod := copyModule(t, hosttest.Denylist(t), dir, "denylist.wasm")
 	// TZ is injected when a request does not set it (a rewrite); a request
 	// that sets it is allowed unchanged.
 	testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)

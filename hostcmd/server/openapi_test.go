@@ -69,7 +69,7 @@ func TestOpenAPIMatchesTraffic(t *testing.T) {
 	h := hosttest.Start(t, func(c *settings.Config) {
 		c.MaxBodyBytes = limit
 		c.Keepalive = 100 * time.Millisecond // so that a short sleep shows keepalive lines
-		c.Policies = hosttest.Denylist()     // refuses LD_PRELOAD: a 403
+		c.Policies = hosttest.Denylist(t)    // refuses LD_PRELOAD: a 403
 	})
 	c := newConformance(t, h, "")
 

@@ -54,7 +54,7 @@ func TestPolicyDenylist(t *testing.T) {
 	t.Parallel()
 	hosttest.EachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 		dir := t.TempDir()
-		mod := copyModule(t, hosttest.Denylist(), dir, "denylist.wasm")
+		mod := copyModule(t, hosttest.Denylist(t), dir, "denylist.wasm")
 		testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
 		h := start(func(c *settings.Config) { c.Policies = mod })
 
@@ -94,10 +94,8 @@ func TestPolicyDenylist(t *testing.T) {
 // 403 naming the module, within its deadline; the others keep working.
 func TestPolicyHostileModule(t *testing.T) {
 	t.Parallel()
-	if hosttest.LoopWasm() == "" {
-		testkit.Missing(t, hosttest.WatMissing())
-	}
-	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) { c.Policies = hosttest.Denylist() + "," + hosttest.LoopWasm() })
+	loop := hosttest.LoopWasm(t)
+	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) { c.Policies = hosttest.Denylist(t) + "," + loop })
 	for i := range 2 {
 		began := time.Now()
 		status, body := execStatus(h, map[string]any{"code": "1", "env_vars": map[string]string{"A": "1"}})
@@ -121,7 +119,7 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := server.Start(ctx, settings.Config{
-		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: hosttest.Denylist() + "," + bad,
+		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: hosttest.Denylist(t) + "," + bad,
 		PolicyOptions: hosttest.PolicyOptions(),
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -145,7 +143,7 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 func TestPolicyReload(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	mod := copyModule(t, hosttest.Denylist(), dir, "denylist.wasm")
+	mod := copyModule(t, hosttest.Denylist(t), dir, "denylist.wasm")
 	list := filepath.Join(dir, "policies.list")
 	testkit.WriteFile(t, list, "# nothing yet\n")
 	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) { c.Policies = "@" + list })

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,35 +30,66 @@ import (
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
-// Built once per test binary by Main into a temporary directory, read
-// through the accessors below: the real transport plugins, and the policy
-// modules the policy tests load.
+// Made once per test binary in the temporary directory Main makes: the
+// real transport plugins, by Main, and the policy modules the policy tests
+// load, by the first test that asks for one (the other packages' binaries
+// do not build them). Read through the accessors below.
 var (
-	pluginDir  string // kernelhost-transport-* executables
-	denylist   string // the example Go policy (denylist.wasm)
-	loopWasm   string // a hostile module that spins when it sees env vars
-	watMissing error  // wat2wasm is not installed: loopWasm is ""
+	dir       string // Main's temporary directory
+	pluginDir string // kernelhost-transport-* executables
 	// Compiled policy code shared by the tests' hosts: denylist.wasm is
 	// compiled once per run, not once per host (seconds under -race).
 	policyCache string
+
+	denylistOnce sync.Once
+	denylist     string // the example Go policy (denylist.wasm)
+	denylistErr  error
+
+	loopOnce sync.Once
+	loopWasm string // a hostile module that spins when it sees env vars
+	loopErr  error
 )
 
 // PluginDir is the directory of the built kernelhost-transport-* plugins.
 func PluginDir() string { return pluginDir }
 
-// Denylist is the path of the example Go policy module, denylist.wasm.
-func Denylist() string { return denylist }
+// Denylist is the path of the example Go policy module, denylist.wasm,
+// built and compiled into the policy cache by the first caller: the
+// parallel tests that start hosts with it at once then only instantiate it,
+// instead of each compiling it beside the others.
+func Denylist(t testing.TB) string {
+	t.Helper()
+	denylistOnce.Do(func() {
+		denylist = filepath.Join(dir, "denylist.wasm")
+		if denylistErr = testkit.Denylist(denylist); denylistErr != nil {
+			denylistErr = fmt.Errorf("build denylist.wasm: %w", denylistErr)
+			return
+		}
+		denylistErr = compilePolicy(denylist)
+	})
+	if denylistErr != nil {
+		t.Fatal(denylistErr)
+	}
+	return denylist
+}
 
 // LoopWasm is the path of a hostile policy module that spins when it sees
-// environment variables; it is "" when wat2wasm is missing (WatMissing).
-func LoopWasm() string { return loopWasm }
-
-// WatMissing is why LoopWasm is "" (wat2wasm is not installed), or nil.
-func WatMissing() error { return watMissing }
-
-// PolicyCache is the directory of the policy code Main compiled once, which
-// every test host's policy host loads from.
-func PolicyCache() string { return policyCache }
+// environment variables, built by the first caller; without wat2wasm the
+// test is skipped (it fails when CI is set).
+func LoopWasm(t testing.TB) string {
+	t.Helper()
+	loopOnce.Do(func() {
+		loopWasm = filepath.Join(dir, "loop.wasm")
+		loopErr = testkit.Wat("plugins/policy/testdata/loop.wat", loopWasm)
+	})
+	switch {
+	case errors.Is(loopErr, testkit.ErrNoWat2wasm):
+		testkit.Missing(t, loopErr)
+	case loopErr != nil:
+		t.Fatal(loopErr)
+	}
+	return loopWasm
+}
 
 // PolicyOptions are the policy host options of every test host.
 func PolicyOptions() policy.Options {
@@ -70,37 +102,22 @@ func PolicyOptions() policy.Options {
 }
 
 // Main is the TestMain of a package that starts hosts: it builds the
-// transport plugins, denylist.wasm (compiled into the policy cache) and
-// loop.wasm, then runs the tests (testkit.Main). It does not return.
+// transport plugins (testkit.Plugins), then runs the tests (testkit.Main).
+// It does not return.
 func Main(m *testing.M) {
-	testkit.Main(m, func(dir string) error {
-		denylist = filepath.Join(dir, "denylist.wasm")
+	testkit.Main(m, func(tmp string) error {
+		dir = tmp
 		policyCache = filepath.Join(dir, "wazero-cache")
 		var err error
 		if pluginDir, err = testkit.Plugins(); err != nil {
 			return fmt.Errorf("build the transport plugins: %w", err)
-		}
-		if err := testkit.Denylist(denylist); err != nil {
-			return fmt.Errorf("build denylist.wasm: %w", err)
-		}
-		if err := compilePolicy(denylist); err != nil {
-			return err
-		}
-		loopWasm = filepath.Join(dir, "loop.wasm")
-		if watMissing = testkit.Wat("plugins/policy/testdata/loop.wat", loopWasm); watMissing != nil {
-			if !errors.Is(watMissing, testkit.ErrNoWat2wasm) {
-				return watMissing
-			}
-			loopWasm = ""
 		}
 		return nil
 	})
 }
 
 // compilePolicy loads the module at path once, so that its compiled code is
-// in policyCache before any test's host loads it: the parallel tests that
-// start hosts with it at once then only instantiate it, instead of each
-// compiling it beside the others.
+// in policyCache before any test's host loads it.
 func compilePolicy(path string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
