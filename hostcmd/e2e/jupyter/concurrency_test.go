@@ -1,6 +1,6 @@
 //go:build linux
 
-package server_test
+package jupyter_test
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package server_test
+package jupyter_test
 
 import (
 	"bytes"
