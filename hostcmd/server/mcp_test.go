@@ -99,7 +99,7 @@ func TestMCPOverHTTP(t *testing.T) {
 	testkit.NeedPythonModules(t, testkit.DebianPython, "matplotlib")
 	testkit.NeedCommand(t, "node", "nodejs")
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
-	h := hosttest.Start(t, onDebianPython, withToken)
+	h := hosttest.Start(t, hosttest.OnDebianPython, withToken)
 	s, progress, err := connectMCP(t, h, map[string]string{"Authorization": "Bearer " + mcpToken}, "")
 	if err != nil {
 		t.Fatal(err)

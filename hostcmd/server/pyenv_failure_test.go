@@ -39,7 +39,7 @@ func TestBrokenPythonEnvironmentIsReported(t *testing.T) {
 		}
 		// Every python from here on, the Jupyter server's kernels included.
 		t.Setenv("PYTHONPATH", site)
-		var logged syncBuffer
+		var logged testkit.SyncBuffer
 		h := hosttest.Start(t, transport(t, site), func(c *settings.Config) {
 			c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		})

@@ -7,10 +7,8 @@ import (
 
 	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
-	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
 // Charts, data and images over HTTP: kernelhost's python kernel environment
@@ -19,17 +17,12 @@ import (
 // (ipykernel, whose kernels the test does not change). The official SDK's
 // view of the same is hostcmd/sdktest/sdk-charts.test.mjs.
 
-// onDebianPython runs the subprocess transport, linked in, on Debian's python3.
-func onDebianPython(c *settings.Config) {
-	c.Transport = subprocess.New(subprocess.Options{Python: testkit.DebianPython})
-}
-
 func TestPythonResults(t *testing.T) {
 	t.Parallel()
 	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
 	t.Run("subprocess", func(t *testing.T) {
 		t.Parallel() // each transport has a host of its own
-		testPythonResults(t, hosttest.Start(t, onDebianPython))
+		testPythonResults(t, hosttest.Start(t, hosttest.OnDebianPython))
 	})
 	t.Run("jupyter", func(t *testing.T) {
 		t.Parallel()
@@ -141,7 +134,7 @@ func testPythonResults(t *testing.T, h *hosttest.Host) {
 func BenchmarkPythonEnvPlainCell(b *testing.B) {
 	testkit.NeedPythonModules(b, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
 	restore := server.WithoutKernelEnv()
-	without := hosttest.Start(b, onDebianPython)
+	without := hosttest.Start(b, hosttest.OnDebianPython)
 	restore()
-	compareRoundTrips(b, "python-env", hosttest.Start(b, onDebianPython), "no-env", without)
+	compareRoundTrips(b, "python-env", hosttest.Start(b, hosttest.OnDebianPython), "no-env", without)
 }

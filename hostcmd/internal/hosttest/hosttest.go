@@ -133,6 +133,11 @@ func InProcess(c *settings.Config) {
 	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.TransportSettings["sandbox-writable"]}}})
 }
 
+// OnDebianPython runs the subprocess transport, linked in, on Debian's python3.
+func OnDebianPython(c *settings.Config) {
+	c.Transport = subprocess.New(subprocess.Options{Python: testkit.DebianPython})
+}
+
 // NeedSandbox skips a test that needs interpreters in sandboxes where bwrap
 // cannot make them (it fails instead when CI is set).
 func NeedSandbox(t testing.TB) {

@@ -1,4 +1,4 @@
-package server_test
+package faults_test
 
 import (
 	"os"
@@ -35,7 +35,7 @@ func TestFaultInterpreterCrashesNatively(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_CORE, &saved) })
 
-	h := hosttest.Start(t, onDebianPython)
+	h := hosttest.Start(t, hosttest.OnDebianPython)
 	for _, crash := range []string{"import ctypes; ctypes.string_at(0)", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"} {
 		// A kernel of the size a plotting session has (the first execution
 		// after a crash also starts the new kernel: not timed).

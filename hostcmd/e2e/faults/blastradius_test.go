@@ -1,11 +1,10 @@
-package server_test
+package faults_test
 
 // Blast radius (issue 22): what one context's cell sends cannot take down
 // the transport plugin that every context shares, nor cost another
 // context its state. Through the real plugin, as kernelhost runs it.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -94,8 +92,8 @@ type floodCase struct {
 //
 // Not a parallel test: the floods are CPU work for the interpreters, the
 // plugin and this race-instrumented host, and the bystander's 2 s bound is
-// on its latency meanwhile. make test runs it in the fault suite's test
-// binary (test-go-faults), where no test is parallel.
+// on its latency meanwhile: go test runs it before this package's parallel
+// tests, and the package's binary beside the others' (test-go-faults).
 func TestFloodKeepsState(t *testing.T) {
 	testkit.NeedCommand(t, "node", "nodejs")
 	h := hosttest.Start(t, hosttest.ViaPlugin)
@@ -181,29 +179,11 @@ func TestFloodKeepsState(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination the host's goroutines may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A client string of 4 MiB (a language, a cwd, a context id) comes back
 // clipped in the error and in the log, through the plugin too.
 func TestLongClientStringsClipped(t *testing.T) {
 	t.Parallel()
-	var logged syncBuffer
+	var logged testkit.SyncBuffer
 	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})

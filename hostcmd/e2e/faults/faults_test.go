@@ -1,4 +1,4 @@
-package server_test
+package faults_test
 
 // The fault suite (make test-faults): real processes on loopback, one fault
 // each. After every fault the host answers /health, the next execution on
@@ -7,9 +7,9 @@ package server_test
 // started is left (the /proc tree under the test binary). Those checks see
 // the whole test binary, so a fault test is never a parallel test: go test
 // runs the package's other tests, which are, only after it. make test runs
-// this package's TestFault* (and TestFloodKeepsState, not parallel either)
-// in a test binary of their own (test-go-faults), beside the rest. Lines
-// starting with "FIGURE" are the figures of docs/reliability.md.
+// this package whole as a part of its own (test-go-faults), beside the rest
+// of the tests. Lines starting with "FIGURE" are the figures of
+// docs/reliability.md.
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package server_test
+package faults_test
 
 import (
 	"encoding/json"
