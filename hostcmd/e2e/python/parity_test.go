@@ -1,4 +1,4 @@
-package server_test
+package python_test
 
 import (
 	"encoding/base64"
