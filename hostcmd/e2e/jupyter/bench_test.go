@@ -36,7 +36,7 @@ import (
 // offers it, TCP_QUICKACK re-armed after every read, as the transport does).
 // One server for all sub-benchmarks:
 //
-//	go test -run '^$' -bench Jupyter -benchtime 3s -count 1 ./hostcmd/server/
+//	go test -run '^$' -bench Jupyter -benchtime 3s -count 1 ./hostcmd/e2e/jupyter/
 //
 // RoundTrip alternates `1+1` direct, via the host with the transport linked
 // in and via the host with it behind its plugin (see roundTrips);
@@ -272,7 +272,7 @@ func rusage() usage {
 // Gateway 2.5.2 (jupytertest.StartKernelGateway), which offers only JSON
 // frames:
 //
-//	go test -run '^$' -bench KernelGateway -benchtime 400x -count 1 ./hostcmd/server/
+//	go test -run '^$' -bench KernelGateway -benchtime 400x -count 1 ./hostcmd/e2e/jupyter/
 func BenchmarkKernelGateway(b *testing.B) {
 	kg := jupytertest.StartKernelGateway(b)
 	b.Run("RoundTrip", func(b *testing.B) { roundTrips(b, kg, hosttest.JupyterInProcess(b, kg)) })
