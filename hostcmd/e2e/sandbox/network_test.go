@@ -1,4 +1,4 @@
-package server_test
+package sandbox_test
 
 import (
 	"fmt"
