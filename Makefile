@@ -252,7 +252,7 @@ test: deps
 # it is given them (-p of them at once, one per core), and ./... alone would
 # start the longest ones last, leaving one core idle at the end while they
 # finish. Longest first, the short packages fill in beside them.
-SLOW_TEST_PACKAGES := ./transports/jupyter/ ./hostcmd/server/ ./transports/subprocess/ ./hostcmd/e2e/jupyter/ ./hostcmd/e2e/python/ ./hostcmd/e2e/sandbox/
+SLOW_TEST_PACKAGES := ./transports/jupyter/ ./transports/subprocess/ ./hostcmd/server/ ./hostcmd/e2e/jupyter/ ./hostcmd/e2e/python/ ./hostcmd/e2e/sandbox/
 # Most tests are parallel tests (t.Parallel): they wait on interpreters,
 # kernels and servers of their own, most of the time asleep (a timeout
 # played out, a kernel starting), so four run at a time per package binary
