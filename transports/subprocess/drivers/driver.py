@@ -814,8 +814,19 @@ def _run_helper(code):
 # cold start; invalidate_caches drops what import's finders know of
 # directories (a FileFinder keeps a directory's listing until its mtime
 # changes: a module written in the same tick as the listing would not be
-# found).
+# found). A context forked from a template ahead of need gets the record
+# at every hand-out ("" for dir: it stays where it is) and is handed out
+# only if nothing its template preloaded changed on disk since
+# (forkserver.py's _stale, which python.go appends here; a driver that is
+# no template's fork watches nothing).
 def _enter_cwd(path):
+    why = _stale()
+    if why is not None:
+        _emit({"type": "kh_cwd", "evalue": why})
+        return
+    if not path:
+        _emit({"type": "kh_cwd"})
+        return
     try:
         os.chdir(path)
     except (OSError, TypeError, ValueError) as exc:
