@@ -133,6 +133,26 @@ def _on_pyplot_import(pyplot):
         made.enable_matplotlib("inline")
 
 
+# The post_execute callbacks that show nothing while no figure is open:
+# pyplot's (draws the stale figures of an interactive session) and the
+# inline backend's (shows the figures open at the end of the cell).
+_QUIET_POST_EXECUTE = frozenset(
+    (("matplotlib.pyplot", "_draw_all_if_interactive"), ("matplotlib_inline.backend_inline", "flush_figures"))
+)
+
+
+def post_execute_quiet():
+    """Whether the shell's post_execute callbacks will send nothing now:
+    each is one of _QUIET_POST_EXECUTE and no pyplot figure is open. The
+    driver then sends a cell's result with its reply, in one write (one
+    wake-up of the host), instead of before post_execute."""
+    for f in obj.events.callbacks.get("post_execute", ()):
+        if (getattr(f, "__module__", None), getattr(f, "__qualname__", None)) not in _QUIET_POST_EXECUTE:
+            return False
+    helpers = __import__("sys").modules.get("matplotlib._pylab_helpers")
+    return helpers is None or not helpers.Gcf.figs
+
+
 def _json_bundle(data):
     # Binary values (a png a formatter returned as bytes) go out as base64.
     out = {}

@@ -534,6 +534,10 @@ class _NoShell:
     def bundle(value):
         return {"text/plain": repr(value)}
 
+    @staticmethod
+    def post_execute_quiet():
+        return True
+
 
 _sh = _NoShell
 
@@ -907,10 +911,10 @@ def _execute(req):
             if value is not None and not silent:
                 result = {"type": "execute_result", "parent_id": msg_id, "execution_count": _count, "data": _sh.bundle(value)}
                 _remember_result(value)
-                if post_execute:
+                if post_execute and not _sh.post_execute_quiet():
                     _emit(result)
                 else:
-                    closing.append(result)
+                    closing.append(result)  # with the reply: one write
             if post_execute:
                 post_execute = False
                 _sh.obj.events.trigger("post_execute")
