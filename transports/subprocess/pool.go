@@ -2,6 +2,7 @@ package subprocess
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -188,7 +189,7 @@ func (pl *pool) take(ctx context.Context, out chan<- core.Message, cwd string) *
 				// there), or what its template preloaded changed: it is
 				// not handed out.
 				pl.discard(s.p)
-				if strings.Contains(err.Error(), staleMark) {
+				if refused := (*cwdRefused)(nil); errors.As(err, &refused) && strings.HasPrefix(refused.why, staleMark) {
 					pl.forks.retire(s.tmpl)
 				}
 				return nil
