@@ -682,8 +682,7 @@ def _run(code, filename, silent):
         # What IPython's run_cell does around the code that matters here:
         # In/_i and the ';' check read the history, and pre_execute and
         # post_execute (see _execute) are the events extensions hook into.
-        shell.execution_count = _count
-        shell.history_manager.store_inputs(_count, source, code)
+        shell.history_manager.store_inputs(_count, source, code)  # its execution_count is _count (_kernelhost.shell)
         quiet = quiet and shell.displayhook.quiet()
         shell.events.trigger("pre_execute")
     expr = None
