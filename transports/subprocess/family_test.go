@@ -248,5 +248,5 @@ func TestFamilyNetworkOutlivesItsSource(t *testing.T) {
 		t.Fatalf("the family's pasta ended with the source: %v", err)
 	}
 	tt.ShutdownAndDrain(t, cp)
-	testkit.AwaitGone(t, "the family's pasta after its last member's delete", 10*time.Second, stacks...)
+	testkit.AwaitGone(t, "the family's pasta after its last member's delete", 30*time.Second, stacks...)
 }
