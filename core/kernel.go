@@ -27,11 +27,22 @@ type Transport interface {
 
 // Forker is a Transport that can copy a live kernel (optional): the new
 // kernel holds a copy of src's interpreter state (variables, imports,
-// functions, cwd), and src runs on untouched. The engine calls it only
+// functions, cwd) with the process environment a new kernel starts with
+// (not what src's code made of it: the engine applies its global env vars
+// as to a new kernel), and src runs on untouched. The engine calls it only
 // while src runs no request. A kernel it cannot copy (its language) is an
 // *Error of KindUnsupported that names the language.
 type Forker interface {
 	ForkKernel(ctx context.Context, src Kernel) (Kernel, error)
+}
+
+// FamilyKernel is a Kernel that can say which family it belongs to
+// (optional): the kernels whose interpreters share one sandbox, a source
+// and its live copies (the subprocess transport's sandboxed forks). Family
+// is a short id, the same for every member while the family lives, ""
+// when the kernel shares its sandbox with none. It must not block.
+type FamilyKernel interface {
+	Family() string
 }
 
 // TransportInfo describes a transport.

@@ -14,6 +14,11 @@ type ContextInfo struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
+	// Family is the family of the context's kernel, where it shares its
+	// sandbox with other contexts (core.FamilyKernel: a context and its
+	// forks under the subprocess transport's sandbox); omitted where none.
+	// An extension E2B's API lacks (docs/api-contract.md).
+	Family string `json:"family,omitempty"`
 }
 
 // Context is one stateful kernel and the queue of executions waiting for it.
@@ -126,6 +131,21 @@ func (c *Context) onKernelEvent(state string) {
 		c.dead = false
 		c.needsSetup = true
 	}
+}
+
+// listed is the context's info with its kernel's family, as GET
+// /contexts shows it (core.FamilyKernel).
+func (c *Context) listed() ContextInfo {
+	info := c.info
+	if fk, ok := c.kernelNow().(core.FamilyKernel); ok {
+		info.Family = fk.Family()
+	}
+	return info
+}
+
+func (c *Context) kernelNow() core.Kernel {
+	k, _ := c.current()
+	return k
 }
 
 func (c *Context) current() (core.Kernel, *router) {

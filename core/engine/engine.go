@@ -83,7 +83,7 @@ func (e *Engine) CreateContext(ctx context.Context, language, cwd string) (Conte
 	if err != nil {
 		return ContextInfo{}, err
 	}
-	return c.info, nil
+	return c.listed(), nil
 }
 
 func (e *Engine) createContext(ctx context.Context, language, cwd string, isDefault bool) (*Context, error) {
@@ -244,19 +244,23 @@ func (e *Engine) Lookup(id string) (*Context, error) {
 // then the others in creation order. A restart never moves an entry.
 func (e *Engine) Contexts() []ContextInfo {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]ContextInfo, 0, len(e.contexts))
+	cs := make([]*Context, 0, len(e.contexts))
 	first := map[*Context]bool{}
 	for _, lang := range []string{"python", "javascript"} {
 		if c := e.defaults[lang]; c != nil {
-			out = append(out, c.info)
+			cs = append(cs, c)
 			first[c] = true
 		}
 	}
 	for _, c := range e.contexts {
 		if !first[c] {
-			out = append(out, c.info)
+			cs = append(cs, c)
 		}
+	}
+	e.mu.Unlock()
+	out := make([]ContextInfo, len(cs))
+	for i, c := range cs {
+		out[i] = c.listed()
 	}
 	return out
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/kernelhost/kernelhost/core"
 )
@@ -11,7 +10,8 @@ import (
 // Fork makes a new context holding a copy of context id's state: its
 // interpreter is forked (core.Forker) once the execution running there, if
 // any, has ended, before the executions queued behind it, so the copy has
-// no running work and no per-request env vars. The source runs on
+// no running work. Its environment is a new context's (the start
+// environment, the global env vars; setupCopy). The source runs on
 // untouched. A transport that cannot fork, or a language it cannot fork,
 // is KindUnsupported (HTTP 501).
 func (e *Engine) Fork(ctx context.Context, id string) (ContextInfo, error) {
@@ -57,6 +57,12 @@ func (e *Engine) Fork(ctx context.Context, id string) (ContextInfo, error) {
 		return ContextInfo{}, err
 	}
 	nc := op.forked
+	if err := nc.setupCopy(ctx); err != nil {
+		k, _ := nc.current()
+		_ = k.Shutdown(context.Background())
+		e.releaseContext()
+		return ContextInfo{}, err
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -69,18 +75,17 @@ func (e *Engine) Fork(ctx context.Context, id string) (ContextInfo, error) {
 	e.mu.Unlock()
 	go nc.loop()
 	e.log.InfoContext(ctx, "context forked", "context_id", nc.info.ID, "from", c.info.ID, "language", nc.info.Language)
-	return nc.info, nil
+	return nc.listed(), nil
 }
 
 // fork runs on c's loop: it forks c's kernel into a new context, not
-// registered yet, that needs no setup (it has c's cwd, env and setup).
+// registered yet and not set up (setupCopy).
 func (c *Context) fork(ctx context.Context) (*Context, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	k, dead, needsSetup, needsRestart := c.kernel, c.dead, c.needsSetup, c.needsRestart
-	globals := maps.Clone(c.globals)
 	c.mu.Unlock()
 	if dead || needsRestart || needsSetup {
 		// Its interpreter is not in the state the context promises (it died,
@@ -99,9 +104,19 @@ func (c *Context) fork(ctx context.Context) (*Context, error) {
 	}
 	nc := newContext(c.e, ContextInfo{ID: newID(), Language: c.info.Language, Cwd: c.info.Cwd})
 	nc.attach(nk)
-	nc.mu.Lock()
-	nc.needsSetup = false
-	nc.globals = globals
-	nc.mu.Unlock()
 	return nc, nil
+}
+
+// setupCopy gives a fork's copy, not registered yet, what a new context
+// gets: the kernel setup and the global env vars as they are now, on the
+// start environment the copy's interpreter came back to (the transport
+// resets it: none of what its source's cells set). Its cwd stays its
+// source's, which the copy keeps as it keeps its variables.
+func (c *Context) setupCopy(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, c.e.cfg.StartTimeout)
+	defer cancel()
+	if err := c.applySetup(sctx, false); err != nil {
+		return newError(core.KindInternal, fmt.Sprintf("Failed to set up the fork's copy: %v", err), err)
+	}
+	return nil
 }

@@ -114,7 +114,11 @@ func (c *Context) interpreter() interpreter {
 // setup applies the kernel setup (Config.KernelSetup), the cwd and the global
 // env vars. It always sends a request, even an empty one, which also serves
 // as a barrier behind the kernel's earlier events.
-func (c *Context) setup(ctx context.Context) error {
+func (c *Context) setup(ctx context.Context) error { return c.applySetup(ctx, true) }
+
+// applySetup is setup; without chdir it leaves the kernel's cwd as it is
+// (a fork's copy keeps its source's).
+func (c *Context) applySetup(ctx context.Context, chdir bool) error {
 	var globals map[string]string
 	if c.e.cfg.GlobalEnv != nil {
 		g, err := c.e.cfg.GlobalEnv(ctx)
@@ -138,15 +142,19 @@ func (c *Context) setup(ctx context.Context) error {
 			}
 		}
 	}
-	code := setupCode(c.info.Language, c.info.Cwd, globals)
-	if c.cwdChoices != nil {
+	cwd, choose := "", false
+	if chdir {
+		cwd, choose = c.info.Cwd, c.cwdChoices != nil
+	}
+	code := setupCode(c.info.Language, cwd, globals)
+	if choose {
 		code = setupCodeChoosingCwd(c.info.Language, c.cwdChoices, globals)
 	}
 	var out strings.Builder
 	if err := c.silentRequest(helperCode(c.info.Language, code), &out, nil); err != nil {
 		return &setupError{cwd: c.info.Cwd, err: err}
 	}
-	if c.cwdChoices != nil {
+	if choose {
 		c.noteChosenCwd(out.String())
 	}
 	c.mu.Lock()

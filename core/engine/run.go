@@ -68,8 +68,8 @@ func (c *Context) runWithEnv(x *Execution) {
 //     code the control op cut short, so a reset would wait HelperTimeout
 //     for it. needsRestart makes sure, should the control op fail.
 //
-// A waiting fork is no reason: it copies the interpreter as it is, so the
-// reset must run first (a fork has none of an execution's env vars).
+// A waiting fork is no reason: the source runs on after it (the copy
+// starts with a new context's env whatever the source's is).
 func (c *Context) resetIsMoot(got interpreter) bool {
 	if c.interpreter() != got {
 		return true

@@ -3,18 +3,16 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
-	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 const mcpAbout = `kernelhost mcp is an MCP server on stdin and stdout, for an MCP client that
@@ -32,43 +30,24 @@ func mcpStdio(s Streams, args []string) int {
 	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
 		fmt.Fprint(s.Stderr, mcpAbout)
 	}
-	cfg, err := server.Load("kernelhost mcp", args, s.Getenv, s.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(s.Stderr, "kernelhost mcp: %v (kernelhost help mcp lists the settings)\n", err)
-		return exitUsage
-	}
-	out, restore, err := claimStdout(s)
-	if err != nil {
-		fmt.Fprintf(s.Stderr, "kernelhost mcp: %v\n", err)
-		return exitFail
-	}
-	defer restore()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	host, err := server.StartInProcess(ctx, cfg)
-	if err != nil && ctx.Err() != nil {
-		cfg.Logger.Info("stopped during start-up", "err", err)
-		return exitOK
-	}
-	if err != nil {
-		cfg.Logger.Error("start failed", "err", err)
-		return exitFail
-	}
-	transport := &mcp.IOTransport{Reader: io.NopCloser(s.Stdin), Writer: nopWriteCloser{out}, MaxLineLength: int(cfg.MaxBodyBytes)}
-	runErr := host.MCPServer().Run(ctx, transport)
-	cfg.Logger.Info("shutting down", "reason", runReason(ctx, runErr))
-	stop() // a second signal kills the process the default way
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := host.Shutdown(shutdownCtx); err != nil {
-		cfg.Logger.Error("shutdown", "err", err)
-		return exitFail
-	}
-	return exitOK
+	var out io.Writer
+	restore := func() {}
+	defer func() { restore() }()
+	return runHost(s, args, hostCommand{name: "mcp",
+		start: func(ctx context.Context, cfg settings.Config) (*server.Host, error) {
+			// After the settings (help and their errors go to s.Stdout or
+			// s.Stderr as given), before the plugins inherit fd 1.
+			w, undo, err := claimStdout(s)
+			if err != nil {
+				return nil, err
+			}
+			out, restore = w, undo
+			return server.StartInProcess(ctx, cfg)
+		},
+		serve: func(ctx context.Context, host *server.Host, cfg settings.Config) string {
+			transport := &mcp.IOTransport{Reader: io.NopCloser(s.Stdin), Writer: nopWriteCloser{out}, MaxLineLength: int(cfg.MaxBodyBytes)}
+			return runReason(ctx, host.MCPServer().Run(ctx, transport))
+		}})
 }
 
 // runReason says why the MCP session ended, for the log.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // pluginStartTimeout bounds each plugin's start, handshake and description.
@@ -20,7 +21,7 @@ const pluginStartTimeout = 30 * time.Second
 // and prints what each says it is. A plugin that fails is listed with its
 // error; the status is 1 only when there is no plugin to list.
 func pluginsList(s Streams, args []string) int {
-	cfg, err := server.Load("kernelhost plugins list", args, s.Getenv, s.Stderr)
+	cfg, err := settings.Load("kernelhost plugins list", args, s.Getenv, s.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(s.Stderr, "\nplugins list takes serve's settings: it looks in plugin-dir and passes the plugins what serve passes them.")
 		return exitOK
@@ -36,7 +37,7 @@ func pluginsList(s Streams, args []string) int {
 	}
 	fmt.Fprintf(s.Stdout, "plugin directory: %s\n", cfg.PluginDir)
 	if len(found) == 0 {
-		fmt.Fprintf(s.Stderr, "kernelhost plugins list: no %s* executables in %s (make plugins builds them into bin/plugins)\n", server.PluginPrefix, cfg.PluginDir)
+		fmt.Fprintf(s.Stderr, "kernelhost plugins list: no %s* executables in %s (make plugins builds them into bin/plugins)\n", settings.PluginPrefix, cfg.PluginDir)
 		return exitFail
 	}
 	fmt.Fprintln(s.Stdout)

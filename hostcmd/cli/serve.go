@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,72 +11,46 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
-// shutdownTimeout bounds the graceful shutdown after SIGINT or SIGTERM.
-const shutdownTimeout = 30 * time.Second
-
 // serve runs the host until SIGINT or SIGTERM. SIGHUP reloads the env-var
-// policies. Its settings are server.Load's. Under systemd it reports
+// policies. Its settings are settings.Load's. Under systemd it reports
 // readiness and shutdown (systemd.go).
 func serve(s Streams, args []string) int {
 	sd := takeNotifySocket()
-	cfg, err := server.Load("kernelhost serve", args, s.Getenv, s.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(s.Stderr, "kernelhost serve: %v (kernelhost help serve lists the settings)\n", err)
-		return exitUsage
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	host, err := server.Start(ctx, cfg)
-	if err != nil && ctx.Err() != nil {
-		// SIGINT or SIGTERM while starting: what was asked for, not a failure.
-		cfg.Logger.Info("stopped during start-up", "err", err)
-		return exitOK
-	}
-	if err != nil {
-		cfg.Logger.Error("start failed", "err", err)
-		return exitFail
-	}
-	notify := func(state string) {
-		if err := sd.notify(state); err != nil {
-			cfg.Logger.Warn("cannot tell systemd", "err", err)
-		}
-	}
-	notify("READY=1\nSTATUS=serving the API on " + host.Addr())
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	reloads := make(chan struct{})
-	go func() {
-		defer close(reloads)
-		reloadOnHUP(host, hup, cfg.Logger, notify)
-	}()
-	<-ctx.Done()
-	signal.Stop(hup)
-	close(hup)
-	stop() // a second signal kills the process the default way
-	cfg.Logger.Info("shutting down")
-	notify("STOPPING=1\nSTATUS=shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	err = host.Shutdown(shutdownCtx)
-	<-reloads
-	if err != nil {
-		cfg.Logger.Error("shutdown", "err", err)
-		return exitFail
-	}
-	return exitOK
+	return runHost(s, args, hostCommand{name: "serve", start: server.Start,
+		serve: func(ctx context.Context, host *server.Host, cfg settings.Config) string {
+			notify := func(state string) {
+				if err := sd.notify(state); err != nil {
+					cfg.Logger.Warn("cannot tell systemd", "err", err)
+				}
+			}
+			notify("READY=1\nSTATUS=serving the API on " + host.Addr())
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			reloads := make(chan struct{})
+			go func() {
+				defer close(reloads)
+				reloadOnHUP(ctx, host, hup, cfg.Logger, notify)
+			}()
+			<-ctx.Done()
+			signal.Stop(hup)
+			close(hup)
+			<-reloads
+			notify("STOPPING=1\nSTATUS=shutting down")
+			return "signal"
+		}})
 }
 
 // reloadOnHUP reloads the policies at every SIGHUP until hup is closed. A
 // failed reload leaves the policies in use as they were. Each outcome is
-// also the service's status line under systemd.
-func reloadOnHUP(host *server.Host, hup <-chan os.Signal, log *slog.Logger, notify func(state string)) {
+// also the service's status line under systemd. The end of serveCtx (the
+// shutdown's signal) cancels a reload under way, so the shutdown does not
+// wait for it.
+func reloadOnHUP(serveCtx context.Context, host *server.Host, hup <-chan os.Signal, log *slog.Logger, notify func(state string)) {
 	for range hup {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(serveCtx, time.Minute)
 		modules, err := host.ReloadPolicies(ctx)
 		cancel()
 		switch {

@@ -2,7 +2,7 @@
 // set (run_code and the context tools) that any MCP client uses to run code
 // in the host's contexts. It knows only the engine; the transports that
 // carry it are elsewhere: stdio in `kernelhost mcp` (hostcmd/cli/mcp.go),
-// streamable HTTP on /mcp (hostcmd/server/mcp.go), both over one *mcp.Server
+// streamable HTTP on /mcp (hostcmd/httpapi/mcp.go), both over one *mcp.Server
 // from New. docs/mcp.md shows the tools; docs/RATIONALE.md ("MCP") says why
 // the official Go SDK.
 package mcpserver
@@ -26,12 +26,14 @@ type Options struct {
 }
 
 // instructions tell the model what the server is for, in the initialize
-// result.
-const instructions = `kernelhost runs code in stateful interpreter sessions ("contexts") on this machine: ` +
-	`python (with matplotlib, pandas and numpy when installed), javascript, typescript, r, bash and java, ` +
-	`as far as the host has them. Variables, imports and files persist across run_code calls in one context. ` +
-	`Without a context_id, run_code uses the language's default context, shared by every client of the host; ` +
-	`create_context gives you a fresh one of your own. Charts drawn with matplotlib come back as images.`
+// result; languages are the transport's.
+func instructions(languages []string) string {
+	return `kernelhost runs code in stateful interpreter sessions ("contexts") on this machine, in ` +
+		orList(languages, "and") + ` (python with matplotlib, pandas and numpy when installed). ` +
+		`Variables, imports and files persist across run_code calls in one context. ` +
+		`Without a context_id, run_code uses the language's default context, shared by every client of the host; ` +
+		`create_context gives you a fresh one of your own. Charts drawn with matplotlib come back as images.`
+}
 
 // New returns the MCP server with kernelhost's tools, ready to Run on a
 // transport or to serve over HTTP (mcp.NewStreamableHTTPHandler).
@@ -42,9 +44,10 @@ func New(opts Options) *mcp.Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
+	languages := opts.Engine.Transport().Info().Languages
 	s := mcp.NewServer(&mcp.Implementation{Name: "kernelhost", Title: "kernelhost code interpreter", Version: opts.Version},
-		&mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger})
-	t := &tools{opts: opts, engine: opts.Engine}
+		&mcp.ServerOptions{Instructions: instructions(languages), Logger: opts.Logger})
+	t := &tools{opts: opts, engine: opts.Engine, languages: languages}
 	t.register(s)
 	return s
 }

@@ -20,7 +20,7 @@ import (
 // RunCodeInput is run_code's arguments: /execute's body.
 type RunCodeInput struct {
 	Code      string            `json:"code" jsonschema:"the code to run; it may span many lines"`
-	Language  string            `json:"language,omitempty" jsonschema:"python (the default), javascript, typescript, r, bash or java; selects the language's default context; leave it out when context_id is given"`
+	Language  string            `json:"language,omitempty" jsonschema:"selects the language's default context (python when absent); leave it out when context_id is given"`
 	ContextID string            `json:"context_id,omitempty" jsonschema:"run in this context (an id from create_context or list_contexts) instead of the language's default context"`
 	EnvVars   map[string]string `json:"env_vars,omitempty" jsonschema:"environment variables set for this call only: the next call no longer sees them"`
 	Timeout   float64           `json:"timeout,omitempty" jsonschema:"seconds the code may run before it is interrupted; 0 or absent: the host's limit"`
@@ -56,7 +56,7 @@ type ExecError struct {
 	Traceback string `json:"traceback"`
 }
 
-// Bounds of a timeout, as /execute's (hostcmd/server/api_execute.go): a
+// Bounds of a timeout, as /execute's (hostcmd/httpapi/api_execute.go): a
 // smaller positive one would round to "none", a larger one overflow.
 const (
 	minTimeoutSeconds = 0.001

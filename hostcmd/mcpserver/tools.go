@@ -3,7 +3,9 @@ package mcpserver
 import (
 	"context"
 	"fmt"
+	"strings"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kernelhost/kernelhost/core/engine"
@@ -12,8 +14,9 @@ import (
 // tools holds what the tool handlers share. Each tool is one entry of
 // register and one method.
 type tools struct {
-	opts   Options
-	engine *engine.Engine
+	opts      Options
+	engine    *engine.Engine
+	languages []string // the transport's, named in the tools' schemas
 }
 
 func (t *tools) register(s *mcp.Server) {
@@ -28,6 +31,7 @@ func (t *tools) register(s *mcp.Server) {
 			"and structured results (a chart's data, a DataFrame, JSON, HTML) as structured content. " +
 			"An exception comes back as an error with its traceback; the context stays usable. " +
 			"Cancelling the call interrupts the code, like Ctrl-C, and keeps the context and its state.",
+		InputSchema: withLanguages[RunCodeInput](t.languages),
 		Annotations: &mcp.ToolAnnotations{Title: "Run code", OpenWorldHint: ptr(true)},
 	}, t.runCode)
 	mcp.AddTool(s, &mcp.Tool{
@@ -35,6 +39,7 @@ func (t *tools) register(s *mcp.Server) {
 		Title: "Create a context",
 		Description: "Start a new, empty interpreter session (a context) of a language and return its id, to pass as context_id to run_code. " +
 			"Use one to keep your own state apart from the default contexts that every client of the host shares.",
+		InputSchema: withLanguages[CreateContextInput](t.languages),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a context", IdempotentHint: false},
 	}, t.createContext)
 	mcp.AddTool(s, &mcp.Tool{
@@ -55,7 +60,7 @@ func (t *tools) register(s *mcp.Server) {
 		Title: "Fork a context",
 		Description: "Copy a context: a new context (its id is returned) holding a copy of the context's state (variables, imports, functions, working directory), made in milliseconds whatever its size. " +
 			"The two go their own ways afterwards: try several approaches from one state, or keep a copy before a risky step. " +
-			"Waits for code running in the context to finish. Python contexts only, and only where the host's interpreters are not sandboxed.",
+			"Waits for code running in the context to finish. Python contexts only. Where the host's interpreters are sandboxed the copy shares its source's sandbox (both then show the same family), and a context the host started without its fork template cannot be copied.",
 		Annotations: &mcp.ToolAnnotations{Title: "Fork a context", IdempotentHint: false},
 	}, t.forkContext)
 	mcp.AddTool(s, &mcp.Tool{
@@ -68,7 +73,7 @@ func (t *tools) register(s *mcp.Server) {
 
 // CreateContextInput is create_context's arguments.
 type CreateContextInput struct {
-	Language string `json:"language" jsonschema:"the context's language: python, javascript, typescript, r, bash or java (as far as the host has them)"`
+	Language string `json:"language" jsonschema:"the context's language"`
 	Cwd      string `json:"cwd,omitempty" jsonschema:"the working directory to start in (an absolute path); default: the host's default working directory"`
 }
 
@@ -135,3 +140,25 @@ func text(s string) *mcp.CallToolResult {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// withLanguages is In's input schema, whose "language" property names the
+// languages this host runs: the transport's list, not one written here
+// that a transport (Jupyter's kernels, a host without a JDK) may not match.
+func withLanguages[In any](languages []string) *jsonschema.Schema {
+	s, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: the schema of %T: %v", *new(In), err)) // a bug in the type, found by any test
+	}
+	if p := s.Properties["language"]; p != nil && len(languages) > 0 {
+		p.Description += ": " + orList(languages, "or")
+	}
+	return s
+}
+
+// orList is "a, b or c" (last: "or", "and").
+func orList(words []string, last string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " " + last + " " + words[len(words)-1]
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -37,7 +38,7 @@ func TestMCPClientTS(t *testing.T) {
 	const token = "mcp-ts-token"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	host, err := server.Start(ctx, server.Config{
+	host, err := server.Start(ctx, settings.Config{
 		Addr:        "127.0.0.1:0",
 		DefaultCwd:  t.TempDir(),
 		AccessToken: token,

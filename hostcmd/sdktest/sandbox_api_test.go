@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -40,7 +41,7 @@ func TestOfficialSDKSandboxAPI(t *testing.T) {
 	// The default cwd is writable in contexts, as the host makes it for the
 	// subprocess plugin it starts (a linked-in transport is given it).
 	home := t.TempDir()
-	host, err := server.Start(ctx, server.Config{
+	host, err := server.Start(ctx, settings.Config{
 		Addr:           "127.0.0.1:0",
 		SandboxAPIAddr: "127.0.0.1:0",
 		AccessToken:    "sdk-token",

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
@@ -45,10 +46,10 @@ func TestOfficialSDK(t *testing.T) {
 	python, env := pickPython(t)
 	for _, mode := range []struct {
 		name string
-		set  func(*server.Config)
+		set  func(*settings.Config)
 	}{
-		{"in-process", func(c *server.Config) { c.Transport = subprocess.New(subprocess.Options{Python: python}) }},
-		{"plugin", func(c *server.Config) {
+		{"in-process", func(c *settings.Config) { c.Transport = subprocess.New(subprocess.Options{Python: python}) }},
+		{"plugin", func(c *settings.Config) {
 			c.PluginDir, c.TransportName = pluginDir, "subprocess"
 			c.SetTransportSetting("python", python)
 		}},
@@ -80,11 +81,11 @@ func TestOfficialSDK(t *testing.T) {
 		// no r or java either (KH_SDK_TRANSPORT: sdk-rjava.test.mjs).
 		t.Run("in-process", func(t *testing.T) {
 			t.Parallel()
-			testOfficialSDK(t, func(c *server.Config) { c.Transport = tr }, "KH_SDK_NO_JS=1", "KH_SDK_TRANSPORT=jupyter")
+			testOfficialSDK(t, func(c *settings.Config) { c.Transport = tr }, "KH_SDK_NO_JS=1", "KH_SDK_TRANSPORT=jupyter")
 		})
 		t.Run("plugin", func(t *testing.T) {
 			t.Parallel()
-			testOfficialSDK(t, func(c *server.Config) {
+			testOfficialSDK(t, func(c *settings.Config) {
 				c.PluginDir, c.TransportName = pluginDir, "jupyter"
 				c.SetTransportSetting("jupyter-url", srv.URL)
 				c.SetTransportSetting("jupyter-token", srv.Token)
@@ -116,7 +117,7 @@ func pickPython(t *testing.T) (string, []string) {
 	return "python3", []string{"KH_SDK_NO_IPYTHON=1"}
 }
 
-func testOfficialSDK(t *testing.T, configure func(*server.Config), env ...string) {
+func testOfficialSDK(t *testing.T, configure func(*settings.Config), env ...string) {
 	node, err := exec.LookPath("node")
 	if err == nil {
 		_, err = os.Stat(filepath.Join("node_modules", "@e2b", "code-interpreter", "package.json"))
@@ -127,7 +128,7 @@ func testOfficialSDK(t *testing.T, configure func(*server.Config), env ...string
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cfg := server.Config{
+	cfg := settings.Config{
 		Addr:       "127.0.0.1:0",
 		DefaultCwd: t.TempDir(),
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),

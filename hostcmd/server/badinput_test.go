@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -18,7 +18,7 @@ import (
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	const limit = 64 << 10
-	h := startHost(t, func(c *server.Config) { c.MaxBodyBytes = limit })
+	h := startHost(t, func(c *settings.Config) { c.MaxBodyBytes = limit })
 	other := h.createContext(`{}`)
 	noError(t, h.run(map[string]any{"code": "kept = 'state'", "context_id": other.ID}))
 	before := h.contexts()
@@ -75,7 +75,7 @@ func TestBadInput(t *testing.T) {
 // and (a browser build, from an allowed origin) CORS preflights.
 func TestLenientInput(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *server.Config) { c.AllowedOrigins = []string{"http://example.test"} })
+	h := startHost(t, func(c *settings.Config) { c.AllowedOrigins = []string{"http://example.test"} })
 	for _, body := range []string{
 		`{"code":"1+1","context_id":"","language":""}`,
 		`{"code":"1+1","context_id":null,"language":null,"env_vars":null}`,
@@ -119,7 +119,7 @@ func TestLenientInput(t *testing.T) {
 func TestClientStringsAreClipped(t *testing.T) {
 	t.Parallel()
 	var logs testkit.SyncBuffer
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	const forged = "\nlevel=ERROR msg=forged"

@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kernelhost/kernelhost/core"
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -85,11 +85,11 @@ func BenchmarkRoundTrip(b *testing.B) {
 
 // BenchmarkRoundTripMetrics measures what the metrics cost on the hot path:
 // `1+1` over HTTP on a host with metrics (the default) and on one without
-// (Config.DisableMetrics). It reports both medians and their difference.
+// (settings.Config.DisableMetrics). It reports both medians and their difference.
 func BenchmarkRoundTripMetrics(b *testing.B) {
 	compareRoundTrips(b,
 		"metrics", startHost(b),
-		"no-metrics", startHost(b, func(c *server.Config) { c.DisableMetrics = true }))
+		"no-metrics", startHost(b, func(c *settings.Config) { c.DisableMetrics = true }))
 }
 
 // BenchmarkRoundTripPlugin measures what the plugin boundary adds to an
@@ -216,7 +216,7 @@ func report(b *testing.B, n int, elapsed time.Duration) {
 // contexts × 50 sequential `1+1` at once, on a host whose transport keeps
 // pools and on one without, alternated (see compareRuns).
 func BenchmarkPoolCost(b *testing.B) {
-	pooled := func(c *server.Config) {
+	pooled := func(c *settings.Config) {
 		c.Transport = subprocess.New(subprocess.Options{PoolSizes: map[string]int{"python": 1, "javascript": 1}, PoolCwd: c.DefaultCwd})
 	}
 	closePool := func(h *testHost) {

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -203,7 +203,7 @@ func (s *syncBuffer) String() string {
 func TestLongClientStringsClipped(t *testing.T) {
 	t.Parallel()
 	var logged syncBuffer
-	h := startHost(t, viaPlugin, func(c *server.Config) {
+	h := startHost(t, viaPlugin, func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	long := strings.Repeat("L", 4<<20)

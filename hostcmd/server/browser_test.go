@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // browserRequest sends one request with the given headers (Host among
@@ -70,7 +70,7 @@ func TestBrowserDriveByIsRefused(t *testing.T) {
 					method, body = "POST", code
 				}
 				status, _, text := browserRequest(t, h, method, path, body, map[string]string{"Host": host})
-				if status != http.StatusForbidden || !strings.Contains(text, server.EnvVar("allowed-hosts")) {
+				if status != http.StatusForbidden || !strings.Contains(text, settings.EnvVar("allowed-hosts")) {
 					t.Errorf("Host %s, %s: %d %q, want 403 naming the setting", host, path, status, text)
 				}
 			}
@@ -90,7 +90,7 @@ func TestBrowserDriveByIsRefused(t *testing.T) {
 // origin gets CORS (its own origin echoed, never credentials), "*" any.
 func TestBrowserAllowedOriginsAndHosts(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.AllowedOrigins = []string{"http://app.test:3000"}
 		c.AllowedHosts = []string{"kh.internal", "*.sandboxes.test"}
 	})
@@ -118,7 +118,7 @@ func TestBrowserAllowedOriginsAndHosts(t *testing.T) {
 		}
 	}
 
-	any := startHost(t, func(c *server.Config) { c.AllowedOrigins = []string{"*"}; c.AllowedHosts = []string{"*"} })
+	any := startHost(t, func(c *settings.Config) { c.AllowedOrigins = []string{"*"}; c.AllowedHosts = []string{"*"} })
 	status, hdr, _ = browserRequest(t, any, "GET", "/contexts", "", map[string]string{"Origin": "http://anywhere.test", "Host": "anywhere.test"})
 	if status != 200 || hdr.Get("Access-Control-Allow-Origin") != "*" {
 		t.Fatalf(`allowed origins and hosts "*": %d %v`, status, hdr)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -31,7 +31,7 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 			if !mode.noCgroups && !subprocess.CgroupsAvailable() {
 				t.Skip("no writable cgroup v2 with cgroup.kill here: the subreaper path is what runs on this machine")
 			}
-			h := startHost(t, viaPlugin, func(c *server.Config) {
+			h := startHost(t, viaPlugin, func(c *settings.Config) {
 				c.SetTransportSetting("kernel-cgroups", strconv.FormatBool(!mode.noCgroups))
 				c.SetTransportSetting("sandbox", "off")
 			})
@@ -98,7 +98,7 @@ func TestDetachedChildrenEndWithTheirSandbox(t *testing.T) {
 	}{{"cgroup", false}, {"no-cgroup", true}} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel() // a host of its own; the pids it checks are its own
-			h := startHost(t, viaPlugin, func(c *server.Config) {
+			h := startHost(t, viaPlugin, func(c *settings.Config) {
 				c.SetTransportSetting("kernel-cgroups", strconv.FormatBool(!mode.noCgroups))
 				c.SetTransportSetting("sandbox", "on")
 			})

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 )
 
 // DiscoveredPlugin is one transport plugin found in the plugin directory.
 type DiscoveredPlugin struct {
-	Transport string // the name -transport takes: the file name without PluginPrefix
+	Transport string // the name -transport takes: the file name without settings.PluginPrefix
 	Path      string
 	Info      core.TransportInfo // as the plugin describes itself, when it started
 	Err       error              // why it did not start
@@ -26,19 +27,19 @@ type DiscoveredPlugin struct {
 // describe itself over the plugin protocol and stops it. A plugin that does
 // not start is reported with its error; only an unreadable directory is an
 // error. Each start is bounded by startTimeout.
-func DiscoverPlugins(ctx context.Context, cfg Config, startTimeout time.Duration) ([]DiscoveredPlugin, error) {
-	cfg = withDefaults(cfg)
+func DiscoverPlugins(ctx context.Context, cfg settings.Config, startTimeout time.Duration) ([]DiscoveredPlugin, error) {
+	cfg = settings.WithDefaults(cfg)
 	entries, err := os.ReadDir(cfg.PluginDir)
 	if err != nil {
 		return nil, fmt.Errorf("plugin directory: %w", err)
 	}
 	var found []DiscoveredPlugin
 	for _, e := range entries {
-		name, ok := strings.CutPrefix(e.Name(), PluginPrefix)
+		name, ok := strings.CutPrefix(e.Name(), settings.PluginPrefix)
 		if !ok || name == "" || e.IsDir() {
 			continue
 		}
-		p := DiscoveredPlugin{Transport: name, Path: pluginPath(cfg.PluginDir, name)}
+		p := DiscoveredPlugin{Transport: name, Path: settings.PluginPath(cfg.PluginDir, name)}
 		pcfg := cfg
 		pcfg.TransportName = name
 		p.Info, p.Err = startPlugin(ctx, pcfg, p.Path, startTimeout)
@@ -50,18 +51,18 @@ func DiscoverPlugins(ctx context.Context, cfg Config, startTimeout time.Duration
 
 // startPlugin starts the plugin at path with the settings it takes from cfg
 // and returns what it says it is.
-func startPlugin(ctx context.Context, cfg Config, path string, startTimeout time.Duration) (core.TransportInfo, error) {
-	desc, err := readDescription(path)
+func startPlugin(ctx context.Context, cfg settings.Config, path string, startTimeout time.Duration) (core.TransportInfo, error) {
+	desc, err := settings.ReadDescription(path)
 	if err != nil {
 		return core.TransportInfo{}, err
 	}
-	settings, err := settingsFor(desc, cfg)
+	values, err := settings.ForPlugin(desc, cfg)
 	if err != nil {
 		return core.TransportInfo{}, err
 	}
 	s, err := pluginhost.Launch(ctx, pluginhost.Config{
 		Path:     path,
-		Settings: settings,
+		Settings: values,
 		// The error carries what the plugin said; its log lines are noise here.
 		Logger:       slog.New(slog.DiscardHandler),
 		StartTimeout: startTimeout,

@@ -31,7 +31,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
@@ -353,7 +353,7 @@ func jupyterHost(t *testing.T) (*testHost, *jupyterServer, *testkit.Proxy) {
 		t.Fatalf("jupyter transport: %v", err)
 	}
 	t.Cleanup(tr.Close)
-	h := startHost(t, func(c *server.Config) { c.Transport = tr })
+	h := startHost(t, func(c *settings.Config) { c.Transport = tr })
 	return h, srv, p
 }
 
@@ -528,7 +528,7 @@ func vmRSS() int64 {
 func TestFaultSlowReader(t *testing.T) {
 	faultTest(t)
 	const buffer = 8 << 20
-	h := startHost(t, func(c *server.Config) { c.MaxOutputBytes = buffer })
+	h := startHost(t, func(c *settings.Config) { c.MaxOutputBytes = buffer })
 	other := h.createContext(`{}`)
 	done := filepath.Join(h.cwd, "done") // where the sandboxed kernel may write
 	runtime.GC()

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -42,7 +42,7 @@ var floorPython = sync.OnceValue(func() string {
 })
 
 func startFloorHost(b *testing.B) *testHost {
-	return startHost(b, func(c *server.Config) {
+	return startHost(b, func(c *settings.Config) {
 		c.Transport = subprocess.New(subprocess.Options{Python: floorPython(), Node: "node"})
 	})
 }
@@ -151,7 +151,7 @@ func BenchmarkFloorContextStart(b *testing.B) {
 
 func floorContextStart(b *testing.B, pooled, ownCwd bool) {
 	var tr *subprocess.Transport
-	h := startHost(b, func(c *server.Config) {
+	h := startHost(b, func(c *settings.Config) {
 		opts := subprocess.Options{Python: floorPython(), Node: "node"}
 		if pooled {
 			opts.PoolSizes, opts.PoolCwd = map[string]int{"python": 1}, c.DefaultCwd

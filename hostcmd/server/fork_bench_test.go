@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -46,8 +46,8 @@ func BenchmarkForkServer(b *testing.B) {
 }
 
 func benchmarkForkServer(b *testing.B, mode string) {
-	withTransport := func(preload []string) func(*server.Config) {
-		return func(c *server.Config) {
+	withTransport := func(preload []string) func(*settings.Config) {
+		return func(c *settings.Config) {
 			c.Transport = subprocess.New(subprocess.Options{
 				Python:    testkit.DebianPython,
 				PoolSizes: map[string]int{"python": 1},

@@ -11,30 +11,37 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
 // unsandboxed runs the subprocess transport linked in without a sandbox,
 // where python contexts can be forked.
-func unsandboxed(c *server.Config) {
+func unsandboxed(c *settings.Config) {
 	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Mode: subprocess.SandboxOff}})
 }
 
 // unsandboxedViaPlugin runs the subprocess transport through its plugin,
 // as the kernelhost binary does, without a sandbox (Debian's python, no
 // fork server: contexts are forked from their own interpreters).
-func unsandboxedViaPlugin(c *server.Config) {
+func unsandboxedViaPlugin(c *settings.Config) {
 	viaPlugin(c)
 	c.SetTransportSetting("sandbox", "off")
 	c.SetTransportSetting("python", testkit.DebianPython)
 	c.SetTransportSetting("python-preload", "off")
 }
 
+// withForkGlobal gives every context the global env var KH_FORK_GLOBAL=g.
+func withForkGlobal(c *settings.Config) {
+	c.GlobalEnv = map[string]string{"KH_FORK_GLOBAL": "g"}
+}
+
 // POST /contexts/{id}/fork answers a new context with a copy of the
-// source's variables, functions, imports and cwd, and none of an
-// execution's env vars; afterwards the two go their own ways. A fork asked
+// source's variables, functions, imports and cwd, and a new context's env
+// (the interpreter's start env and the global env vars: none of an
+// execution's env vars, nor what the source's cells did to os.environ);
+// afterwards the two go their own ways. A fork asked
 // for while an execution runs waits for it and copies what it left. An
 // unknown context is 404, a bash context 501 naming bash. The same with
 // the transport linked in and through its plugin (the fork call of the
@@ -43,10 +50,10 @@ func TestForkContext(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
 		name string
-		set  func(*server.Config)
+		set  func(*settings.Config)
 	}{{"in-process", unsandboxed}, {"plugin", unsandboxedViaPlugin}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := startHost(t, mode.set)
+			h := startHost(t, mode.set, withForkGlobal)
 			if tr, ok := h.Engine.Transport().(*subprocess.Transport); ok {
 				t.Cleanup(func() { _ = tr.Close() })
 			}
@@ -61,7 +68,12 @@ func testForkContext(t *testing.T, h *testHost) {
 		t.Fatal(err)
 	}
 	src := h.createContext(`{"language":"python"}`).ID
-	h.run(map[string]any{"context_id": src, "code": "import os, json\nx = 41\ndef f(): return x + 1\nos.chdir('sub')", "env_vars": map[string]string{"KH_REQUEST_ONLY": "1"}})
+	home := stdout(h.run(map[string]any{"context_id": src, "code": "import os\nprint(os.environ['HOME'], os.environ['KH_FORK_GLOBAL'])"}))
+	if !strings.HasSuffix(home, " g\n") {
+		t.Fatalf("a new context's HOME and global env var: %q", home)
+	}
+	h.run(map[string]any{"context_id": src, "code": "import os, json\nx = 41\ndef f(): return x + 1\nos.chdir('sub')\n" +
+		"os.environ['MINE'] = 'x'\nos.environ.pop('HOME')\nos.environ['KH_FORK_GLOBAL'] = 'changed'", "env_vars": map[string]string{"KH_REQUEST_ONLY": "1"}})
 	status, text := h.do("POST", "/contexts/"+src+"/fork", "")
 	if status != http.StatusOK {
 		t.Fatalf("fork: %d %s", status, text)
@@ -74,8 +86,12 @@ func testForkContext(t *testing.T, h *testHost) {
 	if got := stdout(h.run(map[string]any{"context_id": fork.ID, "code": probe + "\nx = 1"})); got != "42 41 "+sub+" None\n" {
 		t.Fatalf("fork sees %q", got)
 	}
-	if got := stdout(h.run(map[string]any{"context_id": src, "code": "print(f())"})); got != "42\n" {
-		t.Fatalf("source after the fork's write: %q", got)
+	env := "print(os.environ.get('MINE'), os.environ.get('HOME'), os.environ.get('KH_FORK_GLOBAL'))"
+	if got := stdout(h.run(map[string]any{"context_id": fork.ID, "code": env})); got != "None "+home {
+		t.Fatalf("the fork's MINE, HOME and global env var: %q, want a new context's (None %s)", got, strings.TrimSuffix(home, "\n"))
+	}
+	if got := stdout(h.run(map[string]any{"context_id": src, "code": "print(f())\n" + env})); got != "42\nx None changed\n" {
+		t.Fatalf("source after the fork's write: %q, want what its cells left", got)
 	}
 
 	// A fork while an execution runs waits for it, and for the reset of
@@ -109,13 +125,16 @@ func testForkContext(t *testing.T, h *testHost) {
 
 // Through the plugin as `make run` serves it (interpreters sandboxed, the
 // default preload), new python contexts are forked from the template (they
-// start with pandas loaded), and a fork of a live context is 501 naming
-// the sandbox, and the context runs on.
+// start with pandas loaded), and a fork of a live one is a copy in its
+// sandbox: the fork answers what testForkContext asks (variables, cwd, a
+// new context's env, the running cell's end), source and copy show
+// one family in GET /contexts and /metrics, and the copy outlives its
+// deleted source.
 func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	t.Parallel()
 	needSandbox(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
-	h := startHost(t, viaPlugin, func(c *server.Config) {
+	h := startHost(t, viaPlugin, withForkGlobal, func(c *settings.Config) {
 		c.SetTransportSetting("sandbox", "on")
 		c.SetTransportSetting("python", testkit.DebianPython)
 	})
@@ -133,12 +152,38 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	if got := stdout(h.run(map[string]any{"context_id": src, "code": "import sys, os\nx = 41\nprint('pandas' in sys.modules, os.getpid())"})); got != "True 2\n" {
 		t.Fatalf("a new context under the sandbox: %q, want one forked from the template (pandas loaded), pid 2 in its sandbox", got)
 	}
-	if status, text := h.do("POST", "/contexts/"+src+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "sandbox") {
-		t.Fatalf("fork of a sandboxed context: %d %s, want 501 naming the sandbox", status, text)
+	status, text := h.do("POST", "/contexts/"+src+"/fork", "")
+	if status != http.StatusOK {
+		t.Fatalf("fork of a sandboxed context: %d %s", status, text)
 	}
-	if got := stdout(h.run(map[string]any{"context_id": src, "code": "print(x + 1)"})); got != "42\n" {
-		t.Fatalf("the context after the refused fork: %q", got)
+	cp := decodeContext(t, text)
+	families := map[string]string{}
+	for _, c := range h.contexts() {
+		families[c.ID] = c.Family
 	}
+	if families[src] == "" || families[cp.ID] != families[src] || cp.Family != families[src] {
+		t.Fatalf("families in GET /contexts %v and the fork's answer %q: want the source's and the copy's the same", families, cp.Family)
+	}
+	if got := stdout(h.run(map[string]any{"context_id": cp.ID, "code": "print(x + 1, os.getpid() > 2)"})); got != "42 True\n" {
+		t.Fatalf("the copy: %q, want the source's x in another process of its sandbox", got)
+	}
+	m := h.scrapeMetrics(t, nil)
+	if n := m.value(t, "kernelhost_family_members", "language", "python", "family", cp.Family); n != 2 {
+		t.Errorf("kernelhost_family_members of the family: %v, want 2", n)
+	}
+	if pss := m.value(t, "kernelhost_family_memory_bytes", "language", "python", "family", cp.Family, "kind", "pss"); pss <= 0 {
+		t.Errorf("kernelhost_family_memory_bytes pss of the family: %v", pss)
+	}
+	if m.metric("kernelhost_context_limit", "resource", "memory_bytes") == nil {
+		t.Error("no kernelhost_context_limit in /metrics")
+	}
+	if status, text := h.do("DELETE", "/contexts/"+src, ""); status != http.StatusOK {
+		t.Fatalf("delete the source: %d %s", status, text)
+	}
+	if got := stdout(h.run(map[string]any{"context_id": cp.ID, "code": "print(x)"})); got != "41\n" {
+		t.Fatalf("the copy after its source's delete: %q", got)
+	}
+	testForkContext(t, h)
 }
 
 // /metrics reports each role's interpreters' memory three ways, through the

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // FuzzExecuteRequest sends arbitrary bodies to POST /execute of one real host
@@ -41,7 +41,7 @@ func FuzzExecuteRequest(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	h := startHost(f, func(c *server.Config) {
+	h := startHost(f, func(c *settings.Config) {
 		c.ExecutionTimeout = 2 * time.Second
 		c.MaxBodyBytes = 64 << 10
 	})

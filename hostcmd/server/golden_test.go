@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/ndjson/*.ndjson from this run")
@@ -69,7 +69,7 @@ var goldenCases = []struct {
 // and review the diff: it is the change a client sees.
 func TestNDJSONGolden(t *testing.T) {
 	t.Parallel()
-	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 		testNDJSONGolden(t, start())
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/plugins/policy"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -84,7 +85,7 @@ func compilePolicy(path string) error {
 }
 
 // inProcess runs the subprocess transport linked into the test binary.
-func inProcess(c *server.Config) {
+func inProcess(c *settings.Config) {
 	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.TransportSettings["sandbox-writable"]}}})
 }
 
@@ -99,7 +100,7 @@ func needSandbox(t testing.TB) {
 
 // viaPlugin runs the subprocess transport through the plugin boundary, as
 // the kernelhost binary does: the real kernelhost-transport-subprocess.
-func viaPlugin(c *server.Config) {
+func viaPlugin(c *settings.Config) {
 	c.Transport = nil
 	c.PluginDir = pluginDir
 	c.TransportName = "subprocess"
@@ -108,16 +109,16 @@ func viaPlugin(c *server.Config) {
 // eachTransport runs f once per way the host gets its transport: linked in
 // and through the plugin boundary, side by side (each has a host of its
 // own). f passes start's options to startHost.
-func eachTransport(t *testing.T, f func(t *testing.T, start func(...func(*server.Config)) *testHost)) {
+func eachTransport(t *testing.T, f func(t *testing.T, start func(...func(*settings.Config)) *testHost)) {
 	for _, mode := range []struct {
 		name string
-		set  func(*server.Config)
+		set  func(*settings.Config)
 	}{{"in-process", inProcess}, {"plugin", viaPlugin}} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			f(t, func(configure ...func(*server.Config)) *testHost {
+			f(t, func(configure ...func(*settings.Config)) *testHost {
 				t.Helper()
-				return startHost(t, append([]func(*server.Config){mode.set}, configure...)...)
+				return startHost(t, append([]func(*settings.Config){mode.set}, configure...)...)
 			})
 		})
 	}
@@ -134,10 +135,10 @@ type testHost struct {
 }
 
 // startHost starts a host for one test; it is shut down when the test ends.
-func startHost(t testing.TB, configure ...func(*server.Config)) *testHost {
+func startHost(t testing.TB, configure ...func(*settings.Config)) *testHost {
 	t.Helper()
 	cwd := t.TempDir() // registered first, so removed after the host stopped
-	cfg := server.Config{
+	cfg := settings.Config{
 		Addr:          "127.0.0.1:0",
 		DefaultCwd:    cwd,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -394,6 +395,7 @@ type contextInfo struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
+	Family   string `json:"family"`
 }
 
 func (h *testHost) contexts() []contextInfo {
@@ -449,4 +451,9 @@ func (h *testHost) requireContextGone(id string) {
 			h.t.Errorf("%s %s after delete: %d %q, want 404 %q", req.method, req.path, status, body, notFound)
 		}
 	}
+}
+
+// env is a getenv over m, for settings.Load.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
 }

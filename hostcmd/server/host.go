@@ -1,6 +1,7 @@
-// Package server is the kernelhost host: it launches the transport plugin,
-// loads the env-var policies and builds the engine from a Config, serves the code-interpreter HTTP API
-// (docs/api-contract.md) and shuts everything down in order. The binary in
+// Package server is the kernelhost host: from a settings.Config it launches
+// the transport plugin, loads the env-var policies, builds the engine,
+// serves the code-interpreter HTTP API (docs/api-contract.md), the MCP tools
+// and the sandbox API, and shuts everything down in order. The binary in
 // hostcmd is a thin main around it; tests and benchmarks start it in-process.
 package server
 
@@ -21,6 +22,8 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/httpapi"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 	"github.com/kernelhost/kernelhost/transports/kernelpy"
 )
@@ -30,19 +33,20 @@ type Host struct {
 	Engine *engine.Engine
 
 	log      *slog.Logger
-	plugin   *pluginhost.Supervised // nil when Config.Transport was given
-	bounds   hostBounds             // on the plugin's kernel starts; zero: the defaults
-	policies *policies              // nil without Config.Policies
-	api      *api
+	plugin   *pluginhost.Supervised // nil when settings.Config.Transport was given
+	bounds   settings.KernelBounds  // on the plugin's kernel starts; zero: the defaults
+	policies *policies              // nil without settings.Config.Policies
+	api      *httpapi.API
+	metrics  *httpapi.Metrics // nil: settings.Config.DisableMetrics
 	srv      *http.Server
 	ln       net.Listener
-	front    *front       // what srv serves
-	served   chan error   // Serve's result
-	pprof    *pprofServer // nil without Config.PprofAddr
-	sandbox  *sandboxAPI  // nil without Config.SandboxAPIAddr
+	front    *httpapi.Front // what srv serves
+	served   chan error     // Serve's result
+	pprof    *pprofServer   // nil without settings.Config.PprofAddr
+	sandbox  *sandboxAPI    // nil without settings.Config.SandboxAPIAddr
 	shutdown atomic.Bool
 
-	// startRetryUntil ends the retries of start-up (Config.DefaultStartRetry):
+	// startRetryUntil ends the retries of start-up (settings.Config.DefaultStartRetry):
 	// the transport plugin's start, then the default contexts'.
 	startRetryUntil time.Time
 }
@@ -60,7 +64,7 @@ var kernelSetup = func(language string) engine.KernelSetup {
 // default contexts (python and javascript, those the transport has). /health
 // answers 200 only once they exist. Start returns when the defaults are
 // ready, or with an error after cleaning up.
-func Start(ctx context.Context, cfg Config) (*Host, error) {
+func Start(ctx context.Context, cfg settings.Config) (*Host, error) {
 	return start(ctx, cfg, true)
 }
 
@@ -68,20 +72,20 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 // plugins, policies and default contexts, used in-process (`kernelhost mcp`
 // serves them over stdio with MCPServer). cfg.Addr is not listened on, so
 // it runs beside a `kernelhost serve` on the same settings.
-func StartInProcess(ctx context.Context, cfg Config) (*Host, error) {
+func StartInProcess(ctx context.Context, cfg settings.Config) (*Host, error) {
 	return start(ctx, cfg, false)
 }
 
-func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
-	cfg = withDefaults(cfg)
-	if err := cfg.validate(); err != nil {
+func start(ctx context.Context, cfg settings.Config, listen bool) (*Host, error) {
+	cfg = settings.WithDefaults(cfg)
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	// Lines logged with a request's context carry its ids (requestlog.go).
-	log := slog.New(requestIDHandler{Handler: cfg.Logger.Handler()})
+	log := slog.New(httpapi.RequestIDHandler{Handler: cfg.Logger.Handler()})
 	cfg.Logger = log
 	if cfg.Transport == nil {
-		cfg.plugins = cfg.plugins.withDescription(cfg.PluginDir, cfg.TransportName)
+		cfg.KeepTransportDescription()
 	}
 	cwd, err := resolveDefaultCwd(cfg, log)
 	if err != nil {
@@ -111,7 +115,7 @@ func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
 		_ = h.Shutdown(stopCtx)
 		return nil, fmt.Errorf("start the default contexts %v: %w", defaults, err)
 	}
-	h.api.ready.Store(true)
+	h.api.SetReady(true)
 	log.Info("ready", "default_contexts", defaults, "default_cwd", cwd.dir)
 	return h, nil
 }
@@ -120,12 +124,13 @@ func start(ctx context.Context, cfg Config, listen bool) (*Host, error) {
 // broken module is the cheapest failure), the transport, the engine, the
 // API and its listener (if listen), pprof. On failure the caller releases
 // what it built.
-func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen bool) error {
-	var met *metrics
+func (h *Host) assemble(ctx context.Context, cfg settings.Config, cwd defaultCwd, listen bool) error {
+	var met *httpapi.Metrics
 	if !cfg.DisableMetrics {
 		// The engine is set before the server serves, so before any scrape.
-		met = newMetrics(func() int { return len(h.Engine.Contexts()) })
+		met = httpapi.NewMetrics(func() int { return len(h.Engine.Contexts()) })
 	}
+	h.metrics = met
 	var envPolicy engine.EnvPolicy
 	if cfg.Policies != "" {
 		pols, err := loadPolicies(ctx, cfg.Policies, cfg.LookupEnv, cfg.PolicyOptions)
@@ -134,7 +139,7 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen 
 		}
 		h.policies, envPolicy = pols, pols
 		if met != nil {
-			envPolicy = met.observePolicy(pols)
+			envPolicy = met.ObservePolicy(pols)
 		}
 		h.log.Info("env-var policies loaded", "modules", pols.modules())
 	}
@@ -146,12 +151,12 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen 
 		return err
 	}
 	if met != nil {
-		met.observeTransport(transport, h.log)
+		met.ObserveTransport(transport, h.log)
 	}
 	if h.Engine, err = engine.NewEngine(engineConfig(cfg, transport, met, envPolicy, cwd, h.bounds)); err != nil {
 		return fmt.Errorf("create the engine: %w", err)
 	}
-	h.api = newAPI(cfg, h.Engine, met)
+	h.api = httpapi.New(cfg, h.Engine, met)
 	if !listen {
 		return nil
 	}
@@ -160,7 +165,7 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen 
 			return err
 		}
 	}
-	h.front.serve(h.api.handler())
+	h.front.Serve(h.api.Handler())
 	if cfg.PprofAddr != "" {
 		if h.pprof, err = startPprof(cfg.PprofAddr, h.log); err != nil {
 			return err
@@ -170,12 +175,12 @@ func (h *Host) assemble(ctx context.Context, cfg Config, cwd defaultCwd, listen 
 }
 
 // listen opens cfg.Addr and serves it (front): /health answers from here on.
-func (h *Host) listen(cfg Config) error {
+func (h *Host) listen(cfg settings.Config) error {
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	h.ln, h.front = ln, newFront(cfg)
+	h.ln, h.front = ln, httpapi.NewFront(cfg)
 	h.srv = newHTTPServer(cfg, h.front)
 	go func() { h.served <- h.srv.Serve(ln) }()
 	return nil
@@ -183,13 +188,13 @@ func (h *Host) listen(cfg Config) error {
 
 // transport is cfg.Transport, else the transport plugin it launches (which h
 // then owns).
-func (h *Host) transport(ctx context.Context, cfg Config, met *metrics) (core.Transport, error) {
+func (h *Host) transport(ctx context.Context, cfg settings.Config, met *httpapi.Metrics) (core.Transport, error) {
 	if cfg.Transport != nil {
 		return cfg.Transport, nil
 	}
 	var onRestart func()
 	if met != nil {
-		onRestart = met.pluginRestarted
+		onRestart = met.PluginRestarted
 	}
 	// A plugin's start includes its configure, where the jupyter plugin
 	// first reaches its gateway: one that is not up yet is retried as a
@@ -206,7 +211,7 @@ func (h *Host) transport(ctx context.Context, cfg Config, met *metrics) (core.Tr
 		}
 		h.log.Warn("the transport plugin did not start; retrying", "attempt", attempt, "retry_in", delay, "err", err)
 		if h.front != nil {
-			h.front.setStarting(fmt.Sprintf("waiting to retry the transport plugin's start: attempt %d failed: %v", attempt, err))
+			h.front.SetStarting(fmt.Sprintf("waiting to retry the transport plugin's start: attempt %d failed: %v", attempt, err))
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -247,7 +252,7 @@ func (h *Host) release() {
 
 // engineConfig is the engine's configuration: cfg's settings (every one set,
 // withDefaults) and the parts the host built.
-func engineConfig(cfg Config, transport core.Transport, met *metrics, policy engine.EnvPolicy, cwd defaultCwd, bounds hostBounds) engine.Config {
+func engineConfig(cfg settings.Config, transport core.Transport, met *httpapi.Metrics, policy engine.EnvPolicy, cwd defaultCwd, bounds settings.KernelBounds) engine.Config {
 	// A nil *metrics must not become a non-nil engine.Observer.
 	var observer engine.Observer
 	if met != nil {
@@ -266,31 +271,21 @@ func engineConfig(cfg Config, transport core.Transport, met *metrics, policy eng
 		KernelSetup:         kernelSetup,
 		QueueDepth:          cfg.QueueDepth,
 		MaxOutputBytes:      cfg.MaxOutputBytes,
-		MaxBufferedBytes:    cfg.MaxBufferedBytes, // negative: no bound, as in Config
+		MaxBufferedBytes:    cfg.MaxBufferedBytes, // negative: no bound, as in settings.Config
 		ReplayBytes:         cfg.ReplayBytes,
 		ReplayTTL:           cfg.ReplayTTL,
 		DisconnectPolicy:    cfg.DisconnectPolicy,
 		InterruptGrace:      cfg.InterruptGrace,
-		MaxContexts:         max(cfg.MaxContexts, 0), // the engine's 0 is "no limit", Config's -1
+		MaxContexts:         max(cfg.MaxContexts, 0), // the engine's 0 is "no limit", settings.Config's -1
 		ExecutionTimeout:    cfg.ExecutionTimeout,
 		MaxEnvVars:          cfg.MaxEnvVars,
 		MaxEnvBytes:         cfg.MaxEnvBytes,
-		StartTimeout:        bounds.engineStart,
+		StartTimeout:        bounds.EngineStart,
 	}
 }
 
-// newAPI is the HTTP API over e, as cfg sets it up.
-func newAPI(cfg Config, e *engine.Engine, met *metrics) *api {
-	a := &api{engine: e, log: cfg.Logger, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
-		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
-		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.Logger), writeTimeout: cfg.WriteTimeout}
-	a.closing, a.beginShutdown = context.WithCancel(context.Background())
-	a.mcp = newMCPEndpoint(cfg, e, met)
-	return a
-}
-
 // newHTTPServer serves handler with cfg's timeouts.
-func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
+func newHTTPServer(cfg settings.Config, handler http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           handler,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -300,7 +295,7 @@ func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
 		ReadTimeout: cfg.ReadTimeout,
 		ErrorLog:    slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 		// No WriteTimeout: /execute streams for as long as the code runs;
-		// each of a stream's writes has its own deadline (Config.WriteTimeout).
+		// each of a stream's writes has its own deadline (settings.Config.WriteTimeout).
 	}
 }
 
@@ -329,16 +324,16 @@ const (
 // startDefaults starts the default contexts, retrying a failure with backoff
 // until deadline (a slow cluster, a gateway that is still coming up) and
 // telling /health what it waits for. Contexts already started are kept.
-func startDefaults(ctx context.Context, eng *engine.Engine, defaults []string, deadline time.Time, a *api, log *slog.Logger) error {
+func startDefaults(ctx context.Context, eng *engine.Engine, defaults []string, deadline time.Time, a *httpapi.API, log *slog.Logger) error {
 	delay := defaultStartFirstDelay
 	for attempt := 1; ; attempt++ {
-		a.setStarting(fmt.Sprintf("starting the default contexts %v (attempt %d)", defaults, attempt))
+		a.SetStarting(fmt.Sprintf("starting the default contexts %v (attempt %d)", defaults, attempt))
 		err := eng.StartDefaults(ctx, defaults...)
 		if err == nil || ctx.Err() != nil || !time.Now().Add(delay).Before(deadline) {
 			return err
 		}
 		log.Warn("the default contexts did not start; retrying", "attempt", attempt, "retry_in", delay, "err", err)
-		a.setStarting(fmt.Sprintf("waiting to retry the default contexts %v: attempt %d failed: %v", defaults, attempt, err))
+		a.SetStarting(fmt.Sprintf("waiting to retry the default contexts %v: attempt %d failed: %v", defaults, attempt, err))
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -360,7 +355,7 @@ func (h *Host) PluginPID() int {
 }
 
 // ErrNoPolicies is ReloadPolicies's answer when no policies are configured.
-var ErrNoPolicies = errors.New("no env-var policies configured (" + envPrefix + "POLICIES)")
+var ErrNoPolicies = errors.New("no env-var policies configured (" + settings.EnvVar("policies") + ")")
 
 // ReloadPolicies reads the policy list (an @FILE setting's file), every
 // module and every module config again, and returns the modules now in use.
@@ -393,7 +388,7 @@ func (h *Host) PprofAddr() string {
 // on its engine, for a transport of the caller's: `kernelhost mcp` runs it
 // on stdio. /mcp serves its own.
 func (h *Host) MCPServer() *mcp.Server {
-	return newMCPServer(h.Engine, h.api.metrics, h.log)
+	return httpapi.NewMCPServer(h.Engine, h.metrics, h.log)
 }
 
 // Addr is the address the host listens on ("" for StartInProcess's).
@@ -415,10 +410,9 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	if h.shutdown.Swap(true) {
 		return nil
 	}
-	h.api.ready.Store(false)
 	// Streams whose clients stalled get a short last chance to take their
 	// final lines, not WriteTimeout: they would hold the shutdown.
-	h.api.beginShutdown()
+	h.api.BeginShutdown()
 	// http.Server.Shutdown closes the listeners at once, then waits for active
 	// connections to go idle; those are the streams that engine.Close ends
 	// and MCP sessions, closed once the engine ended their calls.
@@ -434,7 +428,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.sandbox.close()
 	}
 	engineErr := h.Engine.Close(ctx)
-	h.api.mcp.close()
+	h.api.CloseMCP()
 	srvErr := <-srvDone
 	if serveErr := <-h.served; !errors.Is(serveErr, http.ErrServerClosed) {
 		srvErr = errors.Join(srvErr, serveErr)
@@ -460,7 +454,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 }
 
 // defaultCwd is the engine's default cwd and, when it is checked where the
-// kernels run (core/engine Config.DefaultCwdOnKernel), the directories to
+// kernels run (core/engine settings.Config.DefaultCwdOnKernel), the directories to
 // try after it there.
 type defaultCwd struct {
 	dir       string
@@ -480,10 +474,10 @@ type defaultCwd struct {
 // default cwd and then the workspace (which exists there when the server
 // runs beside the host), and else stays in its own working directory. The
 // host creates the workspace when it can, but fails for neither.
-func resolveDefaultCwd(cfg Config, log *slog.Logger) (defaultCwd, error) {
+func resolveDefaultCwd(cfg settings.Config, log *slog.Logger) (defaultCwd, error) {
 	if remoteKernels(cfg) {
 		if !filepath.IsAbs(cfg.DefaultCwd) {
-			return defaultCwd{}, fmt.Errorf("the default cwd %s must be an absolute path with the %s transport: the kernels may run on another machine (setting %s)", cfg.DefaultCwd, cfg.TransportName, EnvVar("default-cwd"))
+			return defaultCwd{}, fmt.Errorf("the default cwd %s must be an absolute path with the %s transport: the kernels may run on another machine (setting %s)", cfg.DefaultCwd, cfg.TransportName, settings.EnvVar("default-cwd"))
 		}
 		d := defaultCwd{dir: cfg.DefaultCwd, onKernel: true}
 		if ws, err := makeWorkspace(cfg.DefaultCwd, cfg.Workspace); err != nil {
@@ -509,11 +503,11 @@ func resolveDefaultCwd(cfg Config, log *slog.Logger) (defaultCwd, error) {
 // machine, as the transport says (core.TransportInfo.RemoteKernels), or, for
 // a plugin not started yet, its description. A plugin that cannot describe
 // itself counts as local here: launching it reports why.
-func remoteKernels(cfg Config) bool {
+func remoteKernels(cfg settings.Config) bool {
 	if cfg.Transport != nil {
 		return cfg.Transport.Info().RemoteKernels
 	}
-	d, err := cfg.plugins.description(cfg.PluginDir, cfg.TransportName)
+	d, err := cfg.TransportDescription()
 	return err == nil && d.RemoteKernels
 }
 
@@ -524,7 +518,7 @@ func makeWorkspace(cwd, workspace string) (string, error) {
 		workspace = DefaultWorkspace()
 	}
 	if workspace == "" {
-		return "", fmt.Errorf("the default cwd %s is not a directory, and there is no workspace to use instead: neither XDG_DATA_HOME nor HOME is set; set %s or %s", cwd, EnvVar("default-cwd"), EnvVar("workspace"))
+		return "", fmt.Errorf("the default cwd %s is not a directory, and there is no workspace to use instead: neither XDG_DATA_HOME nor HOME is set; set %s or %s", cwd, settings.EnvVar("default-cwd"), settings.EnvVar("workspace"))
 	}
 	ws, err := filepath.Abs(workspace)
 	if err != nil {
@@ -532,7 +526,7 @@ func makeWorkspace(cwd, workspace string) (string, error) {
 	}
 	// 0700: the files of user code are nobody else's business.
 	if err := os.MkdirAll(ws, 0o700); err != nil {
-		return "", fmt.Errorf("create the workspace (setting %s): %w", EnvVar("workspace"), err)
+		return "", fmt.Errorf("create the workspace (setting %s): %w", settings.EnvVar("workspace"), err)
 	}
 	return ws, nil
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -14,11 +14,11 @@ import (
 // python3-matplotlib (`make test` installs them); python3 on PATH may be
 // another interpreter. It skips the test where they are missing, and fails
 // it under CI.
-func ipythonPython(t *testing.T) func(*server.Config) {
+func ipythonPython(t *testing.T) func(*settings.Config) {
 	t.Helper()
 	python := testkit.DebianPython
 	testkit.NeedPythonModules(t, python, "IPython", "matplotlib")
-	return func(c *server.Config) {
+	return func(c *settings.Config) {
 		c.SetTransportSetting("python", python) // the plugin's
 		if c.Transport != nil {
 			c.Transport = subprocess.New(subprocess.Options{Python: python})
@@ -31,7 +31,7 @@ func ipythonPython(t *testing.T) func(*server.Config) {
 func TestIPythonCellsOverHTTP(t *testing.T) {
 	t.Parallel()
 	usePython := ipythonPython(t)
-	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 		h := start(usePython)
 		run := func(code string) []line {
 			t.Helper()

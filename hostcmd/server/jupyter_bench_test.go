@@ -24,7 +24,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
@@ -138,7 +138,7 @@ func BenchmarkJupyter(b *testing.B) {
 // (plugin-process-cpu-ms/op, plugin-process-ctxsw/op, from its threads in
 // /proc, over the whole loop: it has no other work). Not the server's or
 // the kernels'.
-func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*server.Config)) {
+func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*settings.Config)) {
 	// Each kernel answers once before the next is started: Kernel Gateway
 	// 2.5.2 can leave a start request unanswered that comes while it is still
 	// opening another kernel's websocket ("Cannot enter into task" in its log).

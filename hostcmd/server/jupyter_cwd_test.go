@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
@@ -40,7 +40,7 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 		}
 		t.Cleanup(tr.Close)
 		var log testkit.SyncBuffer
-		h := startHost(t, func(c *server.Config) {
+		h := startHost(t, func(c *settings.Config) {
 			c.Transport, c.TransportName = tr, "jupyter"
 			c.DefaultCwd, c.Workspace = defaultCwd, workspace
 			c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))

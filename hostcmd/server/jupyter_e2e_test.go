@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
@@ -26,7 +26,7 @@ import (
 
 // jupyterInProcess returns a configure option that links a jupyter transport
 // for srv into the host. The transport is shared by the hosts of tb's subtests.
-func jupyterInProcess(tb testing.TB, srv *jupytertest.Server) func(*server.Config) {
+func jupyterInProcess(tb testing.TB, srv *jupytertest.Server) func(*settings.Config) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -35,13 +35,13 @@ func jupyterInProcess(tb testing.TB, srv *jupytertest.Server) func(*server.Confi
 		tb.Fatalf("jupyter transport for %s: %v", srv.URL, err)
 	}
 	tb.Cleanup(tr.Close)
-	return func(c *server.Config) { c.Transport, c.TransportName = tr, "jupyter" }
+	return func(c *settings.Config) { c.Transport, c.TransportName = tr, "jupyter" }
 }
 
 // jupyterViaPlugin runs the jupyter transport through its plugin, as
 // `KERNELHOST_TRANSPORT=jupyter kernelhost` does.
-func jupyterViaPlugin(srv *jupytertest.Server) func(*server.Config) {
-	return func(c *server.Config) {
+func jupyterViaPlugin(srv *jupytertest.Server) func(*settings.Config) {
+	return func(c *settings.Config) {
 		viaPlugin(c)
 		c.TransportName = "jupyter"
 		c.SetTransportSetting("jupyter-url", srv.URL)
@@ -54,11 +54,11 @@ func TestJupyterHost(t *testing.T) {
 	srv := jupytertest.Shared(t)
 	modes := []struct {
 		name string
-		set  func(*server.Config)
+		set  func(*settings.Config)
 	}{{"in-process", jupyterInProcess(t, srv)}, {"plugin", jupyterViaPlugin(srv)}}
 	for _, tc := range []struct {
 		name    string
-		test    func(t *testing.T, start func(...func(*server.Config)) *testHost)
+		test    func(t *testing.T, start func(...func(*settings.Config)) *testHost)
 		viaBoth bool // also through the plugin (each plugin start costs a process and a kernel)
 	}{
 		{"Basics", testJupyterBasics, true},
@@ -79,9 +79,9 @@ func TestJupyterHost(t *testing.T) {
 					continue
 				}
 				t.Run(m.name, func(t *testing.T) {
-					tc.test(t, func(configure ...func(*server.Config)) *testHost {
+					tc.test(t, func(configure ...func(*settings.Config)) *testHost {
 						t.Helper()
-						return startHost(t, append([]func(*server.Config){m.set}, configure...)...)
+						return startHost(t, append([]func(*settings.Config){m.set}, configure...)...)
 					})
 				})
 			}
@@ -94,7 +94,7 @@ func TestJupyterHost(t *testing.T) {
 // testJupyterForkUnsupported: the jupyter transport cannot fork a kernel,
 // linked in or through its plugin (which has no core.Forker to ask): 501
 // naming it, and the context runs on.
-func testJupyterForkUnsupported(t *testing.T, start func(...func(*server.Config)) *testHost) {
+func testJupyterForkUnsupported(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 	h := start()
 	noError(t, h.run(map[string]any{"code": "x = 41"}))
 	id := h.defaultID("python")
@@ -108,7 +108,7 @@ func testJupyterForkUnsupported(t *testing.T, start func(...func(*server.Config)
 
 // testJupyterBasics: defaults, state across executions, the order of stdout,
 // stderr and the result, and an error that leaves the context working.
-func testJupyterBasics(t *testing.T, start func(...func(*server.Config)) *testHost) {
+func testJupyterBasics(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 	h := start()
 	if ctxs := h.contexts(); len(ctxs) != 1 || ctxs[0].Language != "python" || ctxs[0].Cwd != h.cwd {
 		t.Fatalf("contexts %+v, want one python default in %s (the server has no javascript kernel)", ctxs, h.cwd)
@@ -153,7 +153,7 @@ func testJupyterBasics(t *testing.T, start func(...func(*server.Config)) *testHo
 // message limit (10 MiB) but within the host's body limit (16 MiB) ends in a
 // CodeTooLarge error, in-process and through the plugin alike (the kind must
 // cross the plugin boundary), and the context keeps working.
-func testJupyterTooLarge(t *testing.T, start func(...func(*server.Config)) *testHost) {
+func testJupyterTooLarge(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 	h := start()
 	lines := h.run(map[string]any{"code": "x = '" + strings.Repeat("a", 11<<20) + "'"})
 	e := onlyError(t, lines)
@@ -171,7 +171,7 @@ const onePixelPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mN
 // testJupyterMIME: display_data and the main result carry their MIME bundles
 // to the result lines: HTML, and PNG from matplotlib when the kernel's Python
 // has it, else from IPython.display.Image.
-func testJupyterMIME(t *testing.T, start func(...func(*server.Config)) *testHost) {
+func testJupyterMIME(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 	h := start()
 	code := fmt.Sprintf(`import base64
 from IPython.display import HTML, Image, display
@@ -208,8 +208,8 @@ HTML('<i>main</i>')`, onePixelPNG)
 
 // testJupyterEnvVars: every transporttest.EnvValues value reaches the kernel's
 // os.environ exactly, and is gone (the global value back) afterwards.
-func testJupyterEnvVars(t *testing.T, start func(...func(*server.Config)) *testHost) {
-	h := start(func(c *server.Config) { c.GlobalEnv = map[string]string{"KH_TEST_0": "global 'value'\n"} })
+func testJupyterEnvVars(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+	h := start(func(c *settings.Config) { c.GlobalEnv = map[string]string{"KH_TEST_0": "global 'value'\n"} })
 	env := map[string]string{}
 	for i, v := range transporttest.EnvValues() {
 		env[fmt.Sprintf("KH_TEST_%d", i)] = v
@@ -240,7 +240,7 @@ func testJupyterEnvVars(t *testing.T, start func(...func(*server.Config)) *testH
 
 // testJupyterCwd: a context's cwd (quotes, $(…), non-ASCII) is where its code
 // runs; a missing cwd is a 400 that names it and leaves no context.
-func testJupyterCwd(t *testing.T, start func(...func(*server.Config)) *testHost) {
+func testJupyterCwd(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 	h := start()
 	dir := filepath.Join(t.TempDir(), `it's a "dir" $(x) ü 中文`)
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -251,7 +251,7 @@ func testJupyterCwd(t *testing.T, start func(...func(*server.Config)) *testHost)
 
 // testJupyterLifecycle: create, list, restart (state gone, listing kept),
 // delete (404 everywhere), and the other context is unaffected.
-func testJupyterLifecycle(t *testing.T, start func(...func(*server.Config)) *testHost) {
+func testJupyterLifecycle(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 	h := start()
 	defaults := h.contexts()
 	a, b := h.createContext(`{}`), h.createContext(`{"language":"python"}`)
@@ -281,7 +281,7 @@ func testJupyterLifecycle(t *testing.T, start func(...func(*server.Config)) *tes
 
 // testJupyterInterrupt: POST /interrupt ends running code with
 // KeyboardInterrupt at once, and the context keeps its state.
-func testJupyterInterrupt(t *testing.T, start func(...func(*server.Config)) *testHost) {
+func testJupyterInterrupt(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 	h := start()
 	id := h.defaultID("python")
 	noError(t, h.run(map[string]any{"code": "kept = 7"}))
@@ -294,7 +294,9 @@ func testJupyterInterrupt(t *testing.T, start func(...func(*server.Config)) *tes
 		t.Fatalf("interrupt: %d %q", status, body)
 	}
 	rest := s.rest()
-	if took := time.Since(began); took > 2*time.Second {
+	// The cell sleeps 60 s: ending within 15 s is ending by the interrupt,
+	// with room for a loaded machine.
+	if took := time.Since(began); took > 15*time.Second {
 		t.Fatalf("the interrupted execution ended %s after the interrupt", took)
 	}
 	if e := onlyError(t, rest); e.str("name") != "KeyboardInterrupt" {
@@ -335,7 +337,7 @@ func runHello(t *testing.T, h *testHost, within time.Duration) (lines []line, do
 
 // The upstream bug, end to end, with the default interrupt policy: the next
 // request on the context completes within 2 s of the disconnect.
-func testJupyterDisconnectInterrupts(t *testing.T, start func(...func(*server.Config)) *testHost) {
+func testJupyterDisconnectInterrupts(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 	h := start()
 	gone := disconnectAfter(t, h, "import time; time.sleep(30)", time.Second)
 	lines, done := runHello(t, h, 10*time.Second)
@@ -350,8 +352,8 @@ func testJupyterDisconnectInterrupts(t *testing.T, start func(...func(*server.Co
 
 // With the continue policy the abandoned code runs to its end, and the next
 // request completes right after it: not before, and never hanging.
-func testJupyterDisconnectContinues(t *testing.T, start func(...func(*server.Config)) *testHost) {
-	h := start(func(c *server.Config) { c.DisconnectPolicy = engine.DisconnectContinue })
+func testJupyterDisconnectContinues(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+	h := start(func(c *settings.Config) { c.DisconnectPolicy = engine.DisconnectContinue })
 	const sleep = 5 * time.Second
 	sent := time.Now()
 	gone := disconnectAfter(t, h, "import time; time.sleep(5)", time.Second)
@@ -372,7 +374,7 @@ func testJupyterDisconnectContinues(t *testing.T, start func(...func(*server.Con
 // testJupyterOverlap: request A (env var SECRET) runs while request B (no env
 // vars) is queued on the same context, 50 times; in every other round A ends
 // with an error. B never sees SECRET and A's error never aborts B.
-func testJupyterOverlap(t *testing.T, start func(...func(*server.Config)) *testHost) {
+func testJupyterOverlap(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 	h := start()
 	id := h.defaultID("python")
 	flag := filepath.Join(t.TempDir(), "go-on")

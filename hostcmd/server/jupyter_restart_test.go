@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
@@ -28,7 +28,7 @@ func TestJupyterRestartTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log testkit.SyncBuffer
-	h := startHost(t, jupyterViaPlugin(srv), func(c *server.Config) {
+	h := startHost(t, jupyterViaPlugin(srv), func(c *settings.Config) {
 		c.SetTransportSetting("jupyter-kernel-names", `{"python": "python-slow-restart"}`)
 		c.SetTransportSetting("jupyter-restart-timeout", restartTimeout.String())
 		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
@@ -63,7 +64,7 @@ func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
 	srv := jupytertest.Shared(t)
 	gateway := testkit.FreeAddr(t) // nothing listens there yet
 	var log testkit.SyncBuffer
-	cfg := server.Config{
+	cfg := settings.Config{
 		Addr:              testkit.FreeAddr(t),
 		DefaultCwd:        t.TempDir(),
 		Logger:            slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -134,7 +135,7 @@ func TestJupyterKernelDeathLoggedAndCounted(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
 	var log testkit.SyncBuffer
-	h := startHost(t, jupyterInProcess(t, srv), func(c *server.Config) {
+	h := startHost(t, jupyterInProcess(t, srv), func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
 	if out := stdout(h.run(map[string]any{"code": "x = 1\nprint(x)"})); out != "1\n" {
@@ -202,7 +203,7 @@ func TestJupyterStartGivenUpAtStartupLeavesNoKernel(t *testing.T) {
 		_, _ = io.Copy(w, resp.Body)
 	}))
 	t.Cleanup(gateway.Close)
-	cfg := server.Config{Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := settings.Config{Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	jupyterViaPlugin(srv)(&cfg)
 	cfg.SetTransportSetting("jupyter-url", gateway.URL+"/")
 	cfg.SetTransportSetting("jupyter-start-timeout", "3s")

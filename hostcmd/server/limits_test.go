@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -27,7 +27,7 @@ func TestMaxContexts(t *testing.T) {
 	if _, err := exec.LookPath("node"); err == nil {
 		defaults = 2
 	}
-	h := startHost(t, func(c *server.Config) { c.MaxContexts = defaults + 1 })
+	h := startHost(t, func(c *settings.Config) { c.MaxContexts = defaults + 1 })
 	extra := h.createContext(`{}`)
 	status, body := h.do("POST", "/contexts", `{}`)
 	if status != http.StatusTooManyRequests || !strings.Contains(body, "delete one first") {
@@ -70,7 +70,7 @@ func TestExecutionTimeoutPerRequest(t *testing.T) {
 // timeout overrides it either way.
 func TestExecutionTimeoutHostDefault(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *server.Config) { c.ExecutionTimeout = 500 * time.Millisecond })
+	h := startHost(t, func(c *settings.Config) { c.ExecutionTimeout = 500 * time.Millisecond })
 	if e := onlyError(t, h.run(map[string]any{"code": "import time; time.sleep(60)"})); e.str("name") != "ExecutionTimeout" {
 		t.Fatalf("error line %v, want ExecutionTimeout", e)
 	}
@@ -123,7 +123,7 @@ func closedWithin(t *testing.T, c net.Conn, d time.Duration) string {
 // the host serves others.
 func TestSlowClientsAreCut(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.ReadHeaderTimeout = 300 * time.Millisecond
 		c.ReadTimeout = 600 * time.Millisecond
 	})
@@ -181,7 +181,7 @@ func firstLine(s string) string {
 // runs longer than it is not cut.
 func TestReadTimeoutDoesNotCutStreams(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *server.Config) { c.ReadTimeout = 300 * time.Millisecond })
+	h := startHost(t, func(c *settings.Config) { c.ReadTimeout = 300 * time.Millisecond })
 	lines := h.run(map[string]any{"code": "import time\nprint('a', flush=True)\ntime.sleep(1.2)\nprint('b')"})
 	noError(t, lines)
 	if got := stdout(lines); got != "a\nb\n" {
@@ -205,7 +205,7 @@ func tokenRequest(t *testing.T, h *testHost, method, path, body string, headers 
 func TestAccessTokenEveryRoute(t *testing.T) {
 	t.Parallel()
 	const token = "s3cret-host-token"
-	h := startHost(t, func(c *server.Config) { c.AccessToken = token; c.AllowedOrigins = []string{"http://a.test"} })
+	h := startHost(t, func(c *settings.Config) { c.AccessToken = token; c.AllowedOrigins = []string{"http://a.test"} })
 	good := map[string]string{"Authorization": "Bearer " + token}
 	for _, tc := range []struct {
 		name    string
@@ -265,7 +265,7 @@ func TestAccessTokenEveryRoute(t *testing.T) {
 func TestAccessTokenExecuteScope(t *testing.T) {
 	t.Parallel()
 	const token = "envd-token"
-	h := startHost(t, func(c *server.Config) { c.AccessToken = token; c.AccessTokenScope = server.ScopeExecute })
+	h := startHost(t, func(c *settings.Config) { c.AccessToken = token; c.AccessTokenScope = settings.ScopeExecute })
 	if status, _ := tokenRequest(t, h, "POST", "/contexts", "", nil); status != 200 {
 		t.Fatalf("POST /contexts without a token in scope execute: %d, want 200", status)
 	}
@@ -304,7 +304,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		globSecret = "globalsecret-5d0e2"
 	)
 	var logs testkit.SyncBuffer
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.AccessToken = token
 		c.GlobalEnv = map[string]string{"KH_GLOBAL": globSecret}
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -380,22 +380,22 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 
 func TestLoadLimits(t *testing.T) {
 	t.Parallel()
-	c, err := server.Load("kernelhost", nil, env(nil), io.Discard)
+	c, err := settings.Load("kernelhost", nil, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxContexts != server.DefaultMaxContexts || c.ExecutionTimeout != 0 || c.ReadHeaderTimeout != 10*time.Second ||
+	if c.MaxContexts != settings.DefaultMaxContexts || c.ExecutionTimeout != 0 || c.ReadHeaderTimeout != 10*time.Second ||
 		c.ReadTimeout != 60*time.Second || c.IdleTimeout != 640*time.Second || c.AccessToken != "" || c.AccessTokenScope != "all" {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if fmt.Sprint(c.AllowedHosts) != "[*.e2b.app *.e2b.dev]" || len(c.AllowedOrigins) != 0 {
 		t.Fatalf("default allowed hosts %q, origins %q", c.AllowedHosts, c.AllowedOrigins)
 	}
-	c, err = server.Load("kernelhost", []string{"-allowed-origins", " https://a.test, http://b.test:3000 "}, env(map[string]string{"KERNELHOST_ALLOWED_HOSTS": "kh.test,*.s.test"}), io.Discard)
+	c, err = settings.Load("kernelhost", []string{"-allowed-origins", " https://a.test, http://b.test:3000 "}, env(map[string]string{"KERNELHOST_ALLOWED_HOSTS": "kh.test,*.s.test"}), io.Discard)
 	if err != nil || fmt.Sprint(c.AllowedHosts) != "[kh.test *.s.test]" || fmt.Sprint(c.AllowedOrigins) != "[https://a.test http://b.test:3000]" {
 		t.Fatalf("allowed hosts %q, origins %q: %v", c.AllowedHosts, c.AllowedOrigins, err)
 	}
-	c, err = server.Load("kernelhost", []string{"-max-contexts", "0", "-execution-timeout", "90s"}, env(map[string]string{
+	c, err = settings.Load("kernelhost", []string{"-max-contexts", "0", "-execution-timeout", "90s"}, env(map[string]string{
 		"KERNELHOST_ACCESS_TOKEN":       "t0k",
 		"KERNELHOST_ACCESS_TOKEN_SCOPE": "execute",
 		"KERNELHOST_READ_TIMEOUT":       "5s",
@@ -404,7 +404,7 @@ func TestLoadLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.MaxContexts >= 0 || c.ExecutionTimeout != 90*time.Second || c.AccessToken != "t0k" || c.AccessTokenScope != "execute" || c.ReadTimeout != 5*time.Second {
-		t.Fatalf("settings not applied (max-contexts 0 must be Config's no-limit, negative): %+v", c)
+		t.Fatalf("settings not applied (max-contexts 0 must be settings.Config's no-limit, negative): %+v", c)
 	}
 	for _, args := range [][]string{
 		{"-max-contexts", "-1"},
@@ -418,7 +418,7 @@ func TestLoadLimits(t *testing.T) {
 		{"-allowed-origins", "app.test"},
 		{"-allowed-origins", "https://app.test/path"},
 	} {
-		_, err := server.Load("kernelhost", args, env(nil), io.Discard)
+		_, err := settings.Load("kernelhost", args, env(nil), io.Discard)
 		if err == nil {
 			t.Errorf("%v: accepted", args)
 		} else if strings.Contains(err.Error(), "padded") {
@@ -447,7 +447,7 @@ func TestUnknownLanguageIs400(t *testing.T) {
 // names the limit, before anything runs; at the limit they are applied.
 func TestEnvVarLimits(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *server.Config) { c.MaxEnvVars = 3; c.MaxEnvBytes = 64 })
+	h := startHost(t, func(c *settings.Config) { c.MaxEnvVars = 3; c.MaxEnvBytes = 64 })
 	body := func(env map[string]string) string {
 		b, err := json.Marshal(map[string]any{"code": "import os\nprint(sorted(k for k in os.environ if k.startswith('KH_')))", "env_vars": env})
 		if err != nil {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"strings"
@@ -12,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kernelhost/kernelhost/hostcmd/mcpserver/mcptest"
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -22,7 +23,7 @@ import (
 
 const mcpToken = "mcp-test-token"
 
-func withToken(c *server.Config) { c.AccessToken = mcpToken }
+func withToken(c *settings.Config) { c.AccessToken = mcpToken }
 
 // headerTransport adds headers (and a Host) to every request of an MCP
 // client, on connections of its own that cut closes.
@@ -103,6 +104,40 @@ func TestMCPOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	mcptest.Tools(t, s, progress)
+	checkToolLanguages(t, s, h.Engine.Transport().Info().Languages)
+}
+
+// checkToolLanguages checks that the tools that take a language, and the
+// server's instructions, name the languages the host's transport runs.
+func checkToolLanguages(t *testing.T, s *mcp.ClientSession, languages []string) {
+	t.Helper()
+	if len(languages) < 3 {
+		t.Fatalf("the transport lists %v: too few to tell a list from a word", languages)
+	}
+	list := strings.Join(languages[:len(languages)-1], ", ") + " or " + languages[len(languages)-1]
+	tools, err := s.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if tool.Name != "run_code" && tool.Name != "create_context" {
+			continue
+		}
+		b, _ := json.Marshal(tool.InputSchema)
+		var schema struct {
+			Properties map[string]struct{ Description string } `json:"properties"`
+		}
+		if err := json.Unmarshal(b, &schema); err != nil {
+			t.Fatal(err)
+		}
+		if d := schema.Properties["language"].Description; !strings.HasSuffix(d, ": "+list) {
+			t.Errorf("%s's language is described as %q, want it to end with the transport's languages, %s", tool.Name, d, list)
+		}
+	}
+	and := strings.Replace(list, " or ", " and ", 1)
+	if in := s.InitializeResult().Instructions; !strings.Contains(in, and) {
+		t.Errorf("the instructions %q do not name the transport's languages, %s", in, and)
+	}
 }
 
 func TestMCPRefusals(t *testing.T) {
@@ -131,7 +166,7 @@ func TestMCPRefusals(t *testing.T) {
 	}
 	// Scope execute, which leaves /contexts open, still guards /mcp: it
 	// runs code.
-	scoped := startHost(t, withToken, func(c *server.Config) { c.AccessTokenScope = server.ScopeExecute })
+	scoped := startHost(t, withToken, func(c *settings.Config) { c.AccessTokenScope = settings.ScopeExecute })
 	if _, _, err := connectMCP(t, scoped, nil, ""); err == nil || !strings.Contains(err.Error(), "Unauthorized") && !strings.Contains(err.Error(), "401") {
 		t.Fatalf("scope execute, no token: %v, want 401", err)
 	}

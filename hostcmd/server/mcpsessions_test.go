@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // Issue 39, finding 5: MCP sessions are bounded by a cap and an idle
@@ -33,7 +34,7 @@ func awaitMCPSessions(t *testing.T, h *testHost, want int) {
 // connects.
 func TestMCPSessionCap(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, withToken, func(c *server.Config) { c.MCPMaxSessions = 2 })
+	h := startHost(t, withToken, func(c *settings.Config) { c.MCPMaxSessions = 2 })
 	auth := map[string]string{"Authorization": "Bearer " + mcpToken}
 	first, _, err := connectMCP(t, h, auth, "")
 	if err != nil {
@@ -105,7 +106,7 @@ func postMCP(t *testing.T, h *testHost, session, message string) (int, string) {
 // finds its connection closed, and the session's place is free.
 func TestMCPSessionIdleExpires(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, withToken, func(c *server.Config) {
+	h := startHost(t, withToken, func(c *settings.Config) {
 		c.MCPMaxSessions = 1
 		// Long enough that a client under load sends initialized after
 		// initialize within it (200 ms failed CI at load 10), short enough

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -140,7 +140,7 @@ func TestMetricsMove(t *testing.T) {
 	// TZ is injected when a request does not set it (a rewrite); a request
 	// that sets it is allowed unchanged.
 	testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
-	h := startHost(t, func(c *server.Config) { c.Policies = mod; c.QueueDepth = 1 })
+	h := startHost(t, func(c *settings.Config) { c.Policies = mod; c.QueueDepth = 1 })
 
 	before := h.scrapeMetrics(t, nil)
 	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {
@@ -276,9 +276,9 @@ func TestMetricsAccessToken(t *testing.T) {
 	for _, tc := range []struct {
 		scope         string
 		withoutStatus int
-	}{{server.ScopeAll, http.StatusUnauthorized}, {server.ScopeExecute, http.StatusOK}} {
+	}{{settings.ScopeAll, http.StatusUnauthorized}, {settings.ScopeExecute, http.StatusOK}} {
 		t.Run(tc.scope, func(t *testing.T) {
-			h := startHost(t, func(c *server.Config) { c.AccessToken = token; c.AccessTokenScope = tc.scope })
+			h := startHost(t, func(c *settings.Config) { c.AccessToken = token; c.AccessTokenScope = tc.scope })
 			if status, _ := tokenRequest(t, h, "GET", "/metrics", "", nil); status != tc.withoutStatus {
 				t.Fatalf("GET /metrics without the token: %d, want %d", status, tc.withoutStatus)
 			}
@@ -292,7 +292,7 @@ func TestMetricsAccessToken(t *testing.T) {
 // Without metrics the route is not there.
 func TestMetricsDisabled(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *server.Config) { c.DisableMetrics = true })
+	h := startHost(t, func(c *settings.Config) { c.DisableMetrics = true })
 	if status, _ := h.do("GET", "/metrics", ""); status != http.StatusNotFound {
 		t.Fatalf("GET /metrics with metrics off: %d, want 404", status)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // Issue 39, finding 3: a cell drove other contexts through the host's own
@@ -32,7 +32,7 @@ except OSError as e:
 `
 	for _, tc := range []struct {
 		name, network string
-		transport     func(*server.Config)
+		transport     func(*settings.Config)
 	}{
 		{"in-process", "", inProcess},
 		{"plugin", "isolated", viaPlugin},
@@ -40,7 +40,7 @@ except OSError as e:
 	} {
 		t.Run(tc.name+"/"+tc.network, func(t *testing.T) {
 			t.Parallel()
-			h := startHost(t, tc.transport, func(c *server.Config) {
+			h := startHost(t, tc.transport, func(c *settings.Config) {
 				if tc.network != "" {
 					c.SetTransportSetting("context-network", tc.network)
 				}

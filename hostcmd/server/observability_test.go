@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -64,7 +64,7 @@ func (h *testHost) requestWithID(t *testing.T, method, path, body, id string) (i
 func TestRequestLogIDs(t *testing.T) {
 	t.Parallel()
 	var logs testkit.SyncBuffer
-	h := startHost(t, viaPlugin, func(c *server.Config) {
+	h := startHost(t, viaPlugin, func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	python := h.defaultID("python")
@@ -138,10 +138,10 @@ func TestRequestLogIDs(t *testing.T) {
 
 	var pluginStarted bool
 	for _, r := range recs {
-		pluginStarted = pluginStarted || r["msg"] == "transport plugin started" && r["plugin"] == server.PluginPrefix+"subprocess"
+		pluginStarted = pluginStarted || r["msg"] == "transport plugin started" && r["plugin"] == settings.PluginPrefix+"subprocess"
 	}
 	if !pluginStarted {
-		t.Errorf("no \"transport plugin started\" line with plugin=%ssubprocess", server.PluginPrefix)
+		t.Errorf("no \"transport plugin started\" line with plugin=%ssubprocess", settings.PluginPrefix)
 	}
 }
 
@@ -163,7 +163,7 @@ func TestPprof(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	t.Run("on", func(t *testing.T) {
-		h := startHost(t, func(c *server.Config) { c.PprofAddr = "127.0.0.1:0" })
+		h := startHost(t, func(c *settings.Config) { c.PprofAddr = "127.0.0.1:0" })
 		if h.PprofAddr() == "" || h.PprofAddr() == h.Addr() {
 			t.Fatalf("pprof address %q (API %s)", h.PprofAddr(), h.Addr())
 		}
@@ -188,7 +188,7 @@ func TestPprof(t *testing.T) {
 	})
 	t.Run("not loopback", func(t *testing.T) {
 		var logs testkit.SyncBuffer
-		startHost(t, func(c *server.Config) {
+		startHost(t, func(c *settings.Config) {
 			c.PprofAddr = "0.0.0.0:0" // bound only; the test sends nothing to it
 			c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		})

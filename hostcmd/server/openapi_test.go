@@ -19,7 +19,8 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/kernelhost/kernelhost/docs"
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/httpapi"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
@@ -30,7 +31,7 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 	t.Parallel()
 	d := loadAPIDoc(t)
 	registered := make(map[string]bool)
-	for _, r := range server.RouteTable() {
+	for _, r := range httpapi.RouteTable() {
 		registered[openAPIPath(r)] = true
 	}
 	documented := make(map[string]bool)
@@ -41,12 +42,12 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 	}
 	for _, r := range slices.Sorted(maps.Keys(registered)) {
 		if !documented[r] {
-			t.Errorf("%s is registered (routes in hostcmd/server/api.go) but not described in docs/openapi.json", r)
+			t.Errorf("%s is registered (routes in hostcmd/httpapi/api.go) but not described in docs/openapi.json", r)
 		}
 	}
 	for _, r := range slices.Sorted(maps.Keys(documented)) {
 		if !registered[r] {
-			t.Errorf("%s is described in docs/openapi.json but not registered (routes in hostcmd/server/api.go)", r)
+			t.Errorf("%s is described in docs/openapi.json but not registered (routes in hostcmd/httpapi/api.go)", r)
 		}
 	}
 }
@@ -64,7 +65,7 @@ func openAPIPath(route string) string {
 func TestOpenAPIMatchesTraffic(t *testing.T) {
 	t.Parallel()
 	const limit = 64 << 10
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.MaxBodyBytes = limit
 		c.Keepalive = 100 * time.Millisecond // so that a short sleep shows keepalive lines
 		c.Policies = denylist                // refuses LD_PRELOAD: a 403
@@ -99,7 +100,7 @@ Rich()`
 		{"env vars", "/execute", `{"code":"import os; os.environ['KH_X']","env_vars":{"KH_X":"v\u00e9"}}`},
 		{"keepalive", "/execute", `{"code":"import time; time.sleep(0.5)"}`},
 		{"execution timeout", "/execute", `{"code":"import time; time.sleep(30)","timeout":0.3}`},
-		{"largest timeout", "/execute", fmt.Sprintf(`{"code":"1","timeout":%.0f}`, server.MaxTimeoutSeconds)},
+		{"largest timeout", "/execute", fmt.Sprintf(`{"code":"1","timeout":%.0f}`, httpapi.MaxTimeoutSeconds)},
 		{"unknown field", "/execute", `{"code":"1","future_field":{"x":[1]}}`},
 	} {
 		t.Run("execute "+tc.name, func(t *testing.T) {
@@ -122,7 +123,7 @@ Rich()`
 		{"env value null", "/execute", `{"code":"1","env_vars":{"A":null}}`, 422},
 		{"negative timeout", "/execute", `{"code":"1","timeout":-1}`, 422},
 		{"timeout not a number", "/execute", `{"code":"1","timeout":"5"}`, 422},
-		{"timeout too large", "/execute", fmt.Sprintf(`{"code":"1","timeout":%.0f}`, server.MaxTimeoutSeconds+1), 422},
+		{"timeout too large", "/execute", fmt.Sprintf(`{"code":"1","timeout":%.0f}`, httpapi.MaxTimeoutSeconds+1), 422},
 		{"context_id and language", "/execute", `{"code":"1","context_id":"x","language":"python"}`, 400},
 		{"invalid env key", "/execute", `{"code":"1","env_vars":{"A-B":"x"}}`, 400},
 		{"policy refuses", "/execute", `{"code":"1","env_vars":{"LD_PRELOAD":"x.so"}}`, 403},
@@ -153,8 +154,9 @@ Rich()`
 		}
 		c.exchange(t, call{"POST", "/contexts/" + ids[0] + "/interrupt", "", nil, 200})
 		c.exchange(t, call{"POST", "/contexts/" + ids[0] + "/restart", "", nil, 200})
-		// A fork: of python, where interpreters are not sandboxed (a
-		// sandbox makes each at its start); never of bash.
+		// A fork: of python, where interpreters are not sandboxed (this
+		// host has no fork template, whose contexts alone can be copied in
+		// a sandbox); never of bash.
 		forked := http.StatusOK
 		if sandboxed, _, _ := h.Engine.Transport().(*subprocess.Transport).Sandboxed(); sandboxed {
 			forked = http.StatusNotImplemented
@@ -222,9 +224,9 @@ func TestOpenAPISecurityMatchesTraffic(t *testing.T) {
 	if _, err := exec.LookPath("node"); err == nil {
 		defaults = 2
 	}
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.AccessToken = token
-		c.AccessTokenScope = server.ScopeAll
+		c.AccessTokenScope = settings.ScopeAll
 		c.MaxContexts = defaults // POST /contexts past the limit: a 429
 	})
 	c := newConformance(t, h, token)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
@@ -98,7 +99,7 @@ func TestMissingPlugin(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := server.Start(ctx, server.Config{
+	_, err := server.Start(ctx, settings.Config{
 		Addr: "127.0.0.1:0", DefaultCwd: dir, PluginDir: dir, TransportName: "nosuch",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -114,7 +115,7 @@ func TestPluginFailsToStart(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, err := server.Start(ctx, server.Config{
+	_, err := server.Start(ctx, settings.Config{
 		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), PluginDir: pluginDir, TransportName: "jupyter",
 		TransportSettings: map[string]string{"jupyter-url": "http://127.0.0.1:1/"},
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -135,12 +136,12 @@ func TestPluginSaysItsKernelsMayRunElsewhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for name, remote := range map[string]bool{"jupyter": true, "subprocess": false} {
-		d, err := pluginhost.Describe(ctx, filepath.Join(pluginDir, server.PluginPrefix+name))
+		d, err := pluginhost.Describe(ctx, filepath.Join(pluginDir, settings.PluginPrefix+name))
 		if err != nil || d.RemoteKernels != remote {
 			t.Errorf("%s plugin: remote kernels %v (%v), want %v", name, d.RemoteKernels, err, remote)
 		}
 	}
-	_, err := server.Start(ctx, server.Config{
+	_, err := server.Start(ctx, settings.Config{
 		Addr: "127.0.0.1:0", DefaultCwd: "relative/dir", PluginDir: pluginDir, TransportName: "jupyter",
 		TransportSettings: map[string]string{"jupyter-url": "http://127.0.0.1:1/"},
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -154,7 +155,7 @@ func TestPluginSaysItsKernelsMayRunElsewhere(t *testing.T) {
 func TestJupyterPlugin(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
-	h := startHost(t, viaPlugin, func(c *server.Config) {
+	h := startHost(t, viaPlugin, func(c *settings.Config) {
 		c.TransportName = "jupyter"
 		c.SetTransportSetting("jupyter-url", srv.URL)
 		c.SetTransportSetting("jupyter-token", srv.Token)

@@ -3,15 +3,12 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/plugins/policy"
 )
 
@@ -51,35 +48,11 @@ func loadPolicies(ctx context.Context, setting string, lookup func(string) (stri
 }
 
 func (p *policies) configs() ([]policy.ModuleConfig, error) {
-	list := p.setting
-	if file, ok := strings.CutPrefix(list, "@"); ok {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("%s: read the policy list: %w", EnvVar("policies"), err)
-		}
-		list = listFile(string(b), filepath.Dir(file))
+	list, err := settings.PolicyList(p.setting)
+	if err != nil {
+		return nil, err
 	}
 	return policy.ParseList(list, p.lookup)
-}
-
-// listFile turns a policy list file into a KERNELHOST_POLICIES value: paths
-// separated by commas or newlines, # comments, relative paths taken from
-// the file's directory.
-func listFile(text, dir string) string {
-	var paths []string
-	for _, l := range strings.Split(text, "\n") {
-		l, _, _ = strings.Cut(l, "#")
-		for _, p := range strings.Split(l, ",") {
-			if p = strings.TrimSpace(p); p == "" {
-				continue
-			}
-			if !filepath.IsAbs(p) {
-				p = filepath.Join(dir, p)
-			}
-			paths = append(paths, p)
-		}
-	}
-	return strings.Join(paths, ",")
 }
 
 func (p *policies) load(ctx context.Context) (*loadedChain, error) {

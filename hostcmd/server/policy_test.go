@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -51,11 +52,11 @@ func envOf(t *testing.T, h *testHost, key string, env map[string]string) string 
 // the code never runs; an injected default is what the code sees.
 func TestPolicyDenylist(t *testing.T) {
 	t.Parallel()
-	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
+	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
 		dir := t.TempDir()
 		mod := copyModule(t, denylist, dir, "denylist.wasm")
 		testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
-		h := start(func(c *server.Config) { c.Policies = mod })
+		h := start(func(c *settings.Config) { c.Policies = mod })
 
 		marker := filepath.Join(t.TempDir(), "ran")
 		status, body := h.execStatus(map[string]any{
@@ -96,7 +97,7 @@ func TestPolicyHostileModule(t *testing.T) {
 	if loopWasm == "" {
 		testkit.Missing(t, watMissing)
 	}
-	h := startHost(t, viaPlugin, func(c *server.Config) { c.Policies = denylist + "," + loopWasm })
+	h := startHost(t, viaPlugin, func(c *settings.Config) { c.Policies = denylist + "," + loopWasm })
 	for i := range 2 {
 		began := time.Now()
 		status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"A": "1"}})
@@ -119,7 +120,7 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 	testkit.WriteFile(t, bad, "not wasm")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := server.Start(ctx, server.Config{
+	_, err := server.Start(ctx, settings.Config{
 		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: denylist + "," + bad,
 		PolicyOptions: policyOptions(),
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -128,7 +129,7 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 		t.Fatalf("error %v, want one naming %s", err, bad)
 	}
 	for _, missing := range []string{"@" + filepath.Join(t.TempDir(), "nolist"), filepath.Join(t.TempDir(), "nofile.wasm")} {
-		_, err = server.Start(ctx, server.Config{
+		_, err = server.Start(ctx, settings.Config{
 			Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: missing,
 			PolicyOptions: policyOptions(),
 			Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -147,7 +148,7 @@ func TestPolicyReload(t *testing.T) {
 	mod := copyModule(t, denylist, dir, "denylist.wasm")
 	list := filepath.Join(dir, "policies.list")
 	testkit.WriteFile(t, list, "# nothing yet\n")
-	h := startHost(t, viaPlugin, func(c *server.Config) { c.Policies = "@" + list })
+	h := startHost(t, viaPlugin, func(c *settings.Config) { c.Policies = "@" + list })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	reload := func(want ...string) {

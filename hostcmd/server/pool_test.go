@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
-
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -24,7 +23,7 @@ func TestPoolThroughPlugin(t *testing.T) {
 	needNode(t)
 	// The pool, not the fork template: with a preload, a python context
 	// comes from the template once it is ready (TestForkContextSandboxedViaPlugin).
-	h := startHost(t, viaPlugin, func(c *server.Config) { c.SetTransportSetting("python-preload", "off") })
+	h := startHost(t, viaPlugin, func(c *settings.Config) { c.SetTransportSetting("python-preload", "off") })
 	for _, lang := range []string{"python", "javascript"} {
 		if rss := h.awaitPool(t, lang); rss < 1<<20 {
 			t.Errorf("%s pool rss %v bytes, want an interpreter's", lang, rss)
@@ -92,12 +91,12 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 	// The contexts' directories are in a workspace every sandbox may write,
 	// where a pooled interpreter may be moved.
 	workspace := t.TempDir()
-	writable := func(c *server.Config) {
+	writable := func(c *settings.Config) {
 		c.SetTransportSetting("sandbox-writable", workspace)
 		c.SetTransportSetting("python-preload", "off")
 	}
 	pooled := startHost(t, viaPlugin, writable)
-	cold := startHost(t, viaPlugin, writable, func(c *server.Config) { c.SetTransportSetting("interpreter-pool", "python=0,javascript=0") })
+	cold := startHost(t, viaPlugin, writable, func(c *settings.Config) { c.SetTransportSetting("interpreter-pool", "python=0,javascript=0") })
 	for _, lang := range []string{"python", "javascript"} {
 		t.Run(lang, func(t *testing.T) {
 			dir := filepath.Join(workspace, lang)

@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
-// pprofServer serves net/http/pprof on its own listener (Config.PprofAddr),
+// pprofServer serves net/http/pprof on its own listener (settings.Config.PprofAddr),
 // never on the API's: the API port may be reachable from outside the
 // sandbox, and profiles show memory contents.
 type pprofServer struct {
@@ -22,7 +24,7 @@ type pprofServer struct {
 func startPprof(addr string, log *slog.Logger) (*pprofServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("pprof: listen on %s (setting %s): %w", addr, EnvVar("pprof-addr"), err)
+		return nil, fmt.Errorf("pprof: listen on %s (setting %s): %w", addr, settings.EnvVar("pprof-addr"), err)
 	}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
 		log.Warn("pprof listens on a non-loopback address: anyone who reaches it can read profiles and memory contents",

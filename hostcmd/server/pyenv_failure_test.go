@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -31,7 +31,7 @@ re.compile = compile
 // transport the driver loads it at start; a Jupyter kernel is sent it.
 func TestBrokenPythonEnvironmentIsReported(t *testing.T) {
 	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython")
-	check := func(t *testing.T, transport func(t *testing.T, site string) func(*server.Config)) {
+	check := func(t *testing.T, transport func(t *testing.T, site string) func(*settings.Config)) {
 		site := t.TempDir()
 		if err := os.WriteFile(filepath.Join(site, "sitecustomize.py"), []byte(brokenRe), 0o600); err != nil {
 			t.Fatal(err)
@@ -39,7 +39,7 @@ func TestBrokenPythonEnvironmentIsReported(t *testing.T) {
 		// Every python from here on, the Jupyter server's kernels included.
 		t.Setenv("PYTHONPATH", site)
 		var logged syncBuffer
-		h := startHost(t, transport(t, site), func(c *server.Config) {
+		h := startHost(t, transport(t, site), func(c *settings.Config) {
 			c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		})
 		const failure = "kernelhost: loading _kernelhost.env failed"
@@ -65,14 +65,14 @@ func TestBrokenPythonEnvironmentIsReported(t *testing.T) {
 		}
 	}
 	t.Run("subprocess", func(t *testing.T) {
-		check(t, func(_ *testing.T, site string) func(*server.Config) {
-			return func(c *server.Config) {
+		check(t, func(_ *testing.T, site string) func(*settings.Config) {
+			return func(c *settings.Config) {
 				// The sandbox's /tmp is its own: it must see site.
 				c.Transport = subprocess.New(subprocess.Options{Python: testkit.DebianPython, Sandbox: subprocess.SandboxOptions{Writable: []string{site}}})
 			}
 		})
 	})
 	t.Run("jupyter", func(t *testing.T) {
-		check(t, func(t *testing.T, _ string) func(*server.Config) { return jupyterInProcess(t, jupytertest.Start(t)) })
+		check(t, func(t *testing.T, _ string) func(*settings.Config) { return jupyterInProcess(t, jupytertest.Start(t)) })
 	})
 }

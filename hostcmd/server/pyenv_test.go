@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -18,7 +19,7 @@ import (
 // view of the same is hostcmd/sdktest/sdk-charts.test.mjs.
 
 // onDebianPython runs the subprocess transport, linked in, on Debian's python3.
-func onDebianPython(c *server.Config) {
+func onDebianPython(c *settings.Config) {
 	c.Transport = subprocess.New(subprocess.Options{Python: testkit.DebianPython})
 }
 
@@ -40,8 +41,8 @@ const lineOverDates = `import datetime
 import matplotlib.pyplot as plt
 days = [datetime.datetime(2024, 3, 1) + datetime.timedelta(days=i) for i in range(5)]
 plt.plot(days, [1.5, 2, 2.5, 3, 3.5], label='load')
-plt.title('Load')
-plt.ylabel('Load (kW)')
+plt.title('settings.Load')
+plt.ylabel('settings.Load (kW)')
 plt.show()`
 
 func testPythonResults(t *testing.T, h *testHost) {
@@ -66,7 +67,7 @@ func testPythonResults(t *testing.T, h *testHost) {
 		t.Helper()
 		el := c["elements"].([]any)[0].(map[string]any)
 		first := el["points"].([]any)[0].([]any)
-		if c["type"] != "line" || c["title"] != "Load" || c["x_scale"] != "datetime" || c["y_unit"] != "kW" || c["x_unit"] != nil ||
+		if c["type"] != "line" || c["title"] != "settings.Load" || c["x_scale"] != "datetime" || c["y_unit"] != "kW" || c["x_unit"] != nil ||
 			el["label"] != "load" || first[0] != "2024-03-01T00:00:00" || first[1] != 1.5 {
 			t.Fatalf("line chart %v", c)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -83,8 +83,8 @@ func BenchmarkReadyContexts(b *testing.B) {
 	})
 }
 
-func readyBenchTransport(mode string, preload []string) func(*server.Config) {
-	return func(c *server.Config) {
+func readyBenchTransport(mode string, preload []string) func(*settings.Config) {
+	return func(c *settings.Config) {
 		c.Transport = subprocess.New(subprocess.Options{
 			Python:    testkit.DebianPython,
 			PoolSizes: map[string]int{"python": 1},

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // open sends a request whose answer is a stream and returns it (status 200
@@ -75,8 +75,8 @@ func gate(t *testing.T) (path string, open func()) {
 // none lost, none repeated (checked by sequence number and by content).
 func TestResumeAfterACutConnection(t *testing.T) {
 	t.Parallel()
-	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
-		h := start(func(c *server.Config) { c.DisconnectPolicy = engine.DisconnectContinue })
+	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+		h := start(func(c *settings.Config) { c.DisconnectPolicy = engine.DisconnectContinue })
 		fifo, openGate := gate(t)
 		code := fmt.Sprintf("for i in range(50): print(i, flush=True)\nopen(%q).read()\nfor i in range(50, 100): print(i, flush=True)", fifo)
 		body, _ := json.Marshal(map[string]any{"code": code})
@@ -158,7 +158,7 @@ func TestExecuteStreamHasNoSeqUnlessAsked(t *testing.T) {
 
 func TestResumeErrors(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *server.Config) { c.ReplayBytes = 4096 })
+	h := startHost(t, func(c *settings.Config) { c.ReplayBytes = 4096 })
 	fifo, openGate := gate(t)
 	// stdout and stderr in turn: separate outputs (a stream's consecutive
 	// prints may arrive as one).

@@ -7,22 +7,17 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/kernelhost/kernelhost/hostcmd/envd"
-	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
+	"github.com/kernelhost/kernelhost/hostcmd/httpapi"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
 // The sandbox API (package envd) is what the official E2B SDKs call on port
 // 49983 for sbx.files.* and sbx.commands.*: served on a listener of its own
-// (Config.SandboxAPIAddr) and, for SDKs pointed at one URL for everything
+// (settings.Config.SandboxAPIAddr) and, for SDKs pointed at one URL for everything
 // (E2B_SANDBOX_URL), under its own paths on the code API's listener too.
 // Both behind the same Host/Origin checks and access token as the code API.
-
-// DefaultSandboxAPIAddr is where the SDKs look for the sandbox API in debug
-// mode (E2B_DEBUG=true: localhost:49983).
-const DefaultSandboxAPIAddr = "127.0.0.1:49983"
 
 // sandboxAPI is the running sandbox API.
 type sandboxAPI struct {
@@ -32,25 +27,14 @@ type sandboxAPI struct {
 	served chan error
 }
 
-// isSandboxAPIPath says whether a request to the code API's listener is the
-// sandbox API's (its paths do not collide with the code API's; /health
-// stays the code API's).
-func isSandboxAPIPath(p string) bool {
-	return p == "/files" || p == "/envs" ||
-		strings.HasPrefix(p, "/filesystem.Filesystem/") || strings.HasPrefix(p, "/process.Process/")
-}
-
 // newSandboxAPI builds the sandbox API with a context's walls: the
 // transport's sandbox settings (the subprocess plugin's -sandbox and
 // -sandbox-writable; their defaults for another transport) and the
 // default cwd as home.
-func newSandboxAPI(cfg Config, home string) (*envd.Server, error) {
-	var specs map[string]pluginhost.SettingSpec
-	if cfg.plugins != nil {
-		specs = cfg.plugins.specs
-	}
+func newSandboxAPI(cfg settings.Config, home string) (*envd.Server, error) {
+	specs := cfg.PluginSpecs()
 	opts := subprocess.SandboxOptions{Mode: cfg.TransportSettings["sandbox"], Writable: []string{home},
-		Hidden: cfg.privatePaths(specs), Network: cfg.TransportSettings["context-network"]}
+		Hidden: cfg.PrivatePaths(specs), Network: cfg.TransportSettings["context-network"]}
 	for _, w := range strings.Split(cfg.TransportSettings["sandbox-writable"], ",") {
 		if w = strings.TrimSpace(w); w != "" {
 			opts.Writable = append(opts.Writable, w)
@@ -65,7 +49,7 @@ func newSandboxAPI(cfg Config, home string) (*envd.Server, error) {
 	case err != nil:
 		// Commands never run unsandboxed unless the operator said so
 		// (-sandbox=off); the files side still serves.
-		ecfg.NoCommands = fmt.Sprintf("commands run only in a sandbox, and there is none here (%v); %s=off runs them without one", err, EnvVar("sandbox"))
+		ecfg.NoCommands = fmt.Sprintf("commands run only in a sandbox, and there is none here (%v); %s=off runs them without one", err, settings.EnvVar("sandbox"))
 		cfg.Logger.Warn("the sandbox API refuses commands: no sandbox here", "why", err)
 	case sb != nil:
 		ecfg.Sandbox = sb
@@ -104,20 +88,20 @@ func commandLimits(settings map[string]string) (*subprocess.CommandLimits, error
 
 // startSandboxAPI builds the sandbox API and, when cfg.SandboxAPIAddr is
 // set, listens on it.
-func (h *Host) startSandboxAPI(cfg Config, home string) error {
+func (h *Host) startSandboxAPI(cfg settings.Config, home string) error {
 	srv, err := newSandboxAPI(cfg, home)
 	if err != nil {
 		return err
 	}
 	h.sandbox = &sandboxAPI{srv: srv, served: make(chan error, 1)}
-	h.api.sandbox = srv
-	if h.api.metrics != nil {
-		h.api.metrics.observeSandboxAPI(srv.Stats())
+	h.api.ServeSandboxAPI(srv)
+	if h.metrics != nil {
+		h.metrics.ObserveSandboxAPI(srv.Stats())
 	}
 	if h.sandbox.ln, err = net.Listen("tcp", cfg.SandboxAPIAddr); err != nil {
-		return fmt.Errorf("sandbox API: listen on %s (setting %s): %w", cfg.SandboxAPIAddr, EnvVar("sandbox-api-addr"), err)
+		return fmt.Errorf("sandbox API: listen on %s (setting %s): %w", cfg.SandboxAPIAddr, settings.EnvVar("sandbox-api-addr"), err)
 	}
-	h.sandbox.http = newHTTPServer(cfg, withRequestLog(h.log, h.api.browser.wrap(h.api.authorize(srv.Handler()))))
+	h.sandbox.http = newHTTPServer(cfg, httpapi.WithRequestLog(h.log, h.api.Guard(srv.Handler())))
 	// An upload takes as long as its bytes take; its headers are still
 	// bounded (ReadHeaderTimeout).
 	h.sandbox.http.ReadTimeout = 0
@@ -138,26 +122,4 @@ func (s *sandboxAPI) close() {
 		_ = s.ln.Close()
 	}
 	s.srv.Close()
-}
-
-const sandboxBytesHelp = "Bytes of files through the sandbox API: uploaded (POST /files) or downloaded (GET /files)."
-
-// observeSandboxAPI counts the sandbox API's commands and file bytes.
-func (m *metrics) observeSandboxAPI(st *envd.Stats) {
-	m.reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "kernelhost_sandbox_commands_total",
-			Help: "Commands the sandbox API started (process.Process Start).",
-		}, func() float64 { return float64(st.Commands.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "kernelhost_sandbox_file_bytes_total",
-			Help:        sandboxBytesHelp,
-			ConstLabels: prometheus.Labels{"direction": "upload"},
-		}, func() float64 { return float64(st.BytesUploaded.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "kernelhost_sandbox_file_bytes_total",
-			Help:        sandboxBytesHelp,
-			ConstLabels: prometheus.Labels{"direction": "download"},
-		}, func() float64 { return float64(st.BytesRead.Load()) }),
-	)
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // TestSandboxAPIServedBesideTheAPI: the sandbox API on its own listener and
@@ -17,7 +17,7 @@ import (
 // context's (one machine, one view); /metrics counts its bytes.
 func TestSandboxAPIServedBesideTheAPI(t *testing.T) {
 	needSandbox(t)
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.SandboxAPIAddr = "127.0.0.1:0"
 		c.AccessToken = "tok"
 	})
@@ -88,10 +88,10 @@ func TestSandboxAPIServedBesideTheAPI(t *testing.T) {
 }
 
 // TestSandboxAPIAddrSetting: `kernelhost serve` listens on 49983 unless told
-// otherwise; "off" turns it off; a Config built in code leaves it off.
+// otherwise; "off" turns it off; a settings.Config built in code leaves it off.
 func TestSandboxAPIAddrSetting(t *testing.T) {
 	for args, want := range map[string]string{
-		"":                           server.DefaultSandboxAPIAddr,
+		"":                           settings.DefaultSandboxAPIAddr,
 		"-sandbox-api-addr=off":      "",
 		"-sandbox-api-addr=[::1]:81": "[::1]:81",
 	} {
@@ -99,9 +99,9 @@ func TestSandboxAPIAddrSetting(t *testing.T) {
 		if args != "" {
 			argv = []string{args}
 		}
-		c, err := server.Load("kernelhost", argv, func(string) string { return "" }, io.Discard)
+		c, err := settings.Load("kernelhost", argv, func(string) string { return "" }, io.Discard)
 		if err != nil || c.SandboxAPIAddr != want {
-			t.Errorf("Load(%q): SandboxAPIAddr %q (%v), want %q", args, c.SandboxAPIAddr, err, want)
+			t.Errorf("settings.Load(%q): SandboxAPIAddr %q (%v), want %q", args, c.SandboxAPIAddr, err, want)
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // The host's secrets never reach user code: not in an interpreter's
@@ -17,8 +17,8 @@ func TestSecretsDoNotReachUserCode(t *testing.T) {
 	const accessToken, jupyterToken = "access-secret-7f3a", "jupyter-secret-9c1b"
 	t.Setenv("KERNELHOST_ACCESS_TOKEN", accessToken) // as systemd's Environment= would pass it
 	t.Setenv("KERNELHOST_JUPYTER_TOKEN", jupyterToken)
-	eachTransport(t, func(t *testing.T, start func(...func(*server.Config)) *testHost) {
-		h := start(func(c *server.Config) { c.SetTransportSetting("jupyter-token", jupyterToken) })
+	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+		h := start(func(c *settings.Config) { c.SetTransportSetting("jupyter-token", jupyterToken) })
 		noSecret := func(what, text string) {
 			t.Helper()
 			for _, secret := range []string{accessToken, jupyterToken} {

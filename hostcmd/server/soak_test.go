@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // soakN is the isolation soak's number of executions (make soak SOAK=n):
@@ -36,7 +36,7 @@ var soakValues = []string{
 func TestIsolationSoak(t *testing.T) {
 	t.Parallel()
 	global := map[string]string{"SK_G1": "global \"one\"\nü", "SK_G2": "global-two"}
-	h := startHost(t, func(c *server.Config) {
+	h := startHost(t, func(c *settings.Config) {
 		c.GlobalEnv = global
 		c.QueueDepth = 64
 	})

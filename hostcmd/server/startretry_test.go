@@ -13,6 +13,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -51,7 +52,7 @@ func health(addr string) (int, string) {
 // without it the first failure ends start-up, as before.
 func TestDefaultStartRetried(t *testing.T) {
 	t.Parallel()
-	cfg := server.Config{
+	cfg := settings.Config{
 		Addr:              testkit.FreeAddr(t),
 		DefaultCwd:        t.TempDir(),
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -45,16 +45,20 @@ type forkSpec struct {
 	Inodes []uint64 `json:"inodes"`
 	Mark   string   `json:"mark"` // the child's frame mark (frames.go)
 	Cwd    string   `json:"cwd,omitempty"`
-	// Seq numbers a request to a sandboxed template (forksandbox.go),
-	// whose answer names it.
+	// Seq numbers a request to a sandboxed template (forksandbox.go) or
+	// context (family.go), whose answer names it.
 	Seq uint64 `json:"seq,omitempty"`
+	// Family asks a sandboxed context for a copy in its sandbox, whose
+	// descriptors come on its control socket (family.go).
+	Family bool `json:"family,omitempty"`
 }
 
-// errSandboxedLiveFork is why POST /contexts/{id}/fork answers 501 while
-// interpreters are sandboxed (docs/RATIONALE.md, "Contexts by fork").
-const errSandboxedLiveFork = "subprocess: a context cannot be copied while interpreters run sandboxed: " +
-	"the copy could not leave its source's PID namespace, so it would end with its source, and could not mount a /proc of its own " +
-	"(new contexts still start from the fork server's preloaded template); run the host with -sandbox=off to copy contexts"
+// errNoFamily is why a sandboxed context that bwrap started (from the
+// warm pool or cold, when the fork template was not ready) cannot be
+// copied (docs/RATIONALE.md, "Contexts by fork").
+const errNoFamily = "subprocess: this context cannot be copied: bwrap started it (the fork template was not ready, or the context's directory is one the template cannot serve), " +
+	"and a copy shares its source's sandbox, whose init, bwrap's, ends with its interpreter; " +
+	"restart the context once the fork template is ready (kernelhost_fork_template_failing is 0) to copy it, or run the host with -sandbox=off"
 
 // errForkRefused wraps what the forking driver answered instead of a pid.
 var errForkRefused = errors.New("fork refused")
@@ -204,10 +208,12 @@ func (p *proc) enterGroups(pid int) (err error) {
 
 // ForkKernel starts a new kernel holding a copy of src's interpreter state
 // (variables, imports, functions, cwd, IPython history; not a running
-// request, which src must not have): src's python interpreter forks
-// (fork.go). src runs on untouched. Only python kernels can be forked; a
-// sandboxed transport forks none (each interpreter's sandbox is made by
-// bwrap at its start, and a fork would share its source's).
+// request, which src must not have; not what src's cells made of the
+// process environment: the copy starts with its context's start
+// environment, drivers/forkserver.py's _reset_env): src's python
+// interpreter forks (fork.go). src runs on untouched. Only python kernels can be forked; in
+// a sandbox only those forked from the fork template, whose copy joins
+// their sandbox's family (family.go).
 func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kernel, error) {
 	k, ok := src.(*Kernel)
 	if !ok {
@@ -215,9 +221,6 @@ func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kerne
 	}
 	if k.lang.name != "python" {
 		return nil, &core.Error{Kind: core.KindUnsupported, Msg: fmt.Sprintf("subprocess: a %s context cannot be forked: only python contexts can", k.lang.name)}
-	}
-	if t.sandbox != nil {
-		return nil, &core.Error{Kind: core.KindUnsupported, Msg: errSandboxedLiveFork}
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -237,7 +240,16 @@ func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kerne
 		msgs:     make(chan core.Message, 1024),
 		quit:     make(chan struct{}),
 	}
-	p, err := forkProc(ctx, k.p, k.procSpec, "", nk.msgs)
+	var p *proc
+	var err error
+	switch {
+	case t.sandbox == nil:
+		p, err = forkProc(ctx, k.p, k.procSpec, "", nk.msgs)
+	case k.p.family == nil:
+		return nil, &core.Error{Kind: core.KindUnsupported, Msg: errNoFamily}
+	default:
+		p, err = forkInFamily(ctx, k.p, k.procSpec, nk.msgs)
+	}
 	if errors.Is(err, errForkRefused) {
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: "subprocess: " + err.Error(), Err: err}
 	}

@@ -357,23 +357,29 @@ func readOnlyLib(t *testing.T, mode forkMode) string {
 	return lib
 }
 
-// With the sandbox on, a live context cannot be copied (its copy would be
-// in its source's PID namespace and end with it; docs/RATIONALE.md):
-// ForkKernel says so, naming the sandbox.
+// With the sandbox on, a context bwrap started (no fork template: cold or
+// from the warm pool) cannot be copied: a copy shares its source's sandbox
+// (family.go), and bwrap's init ends with its interpreter. ForkKernel
+// says so, naming bwrap and the fork template; the context runs on.
 func TestNoLiveForkWhenSandboxed(t *testing.T) {
 	needSandbox(t)
 	tr := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOn}})
 	t.Cleanup(func() { _ = tr.Close() })
 	k := startIn(t, tr, "python", t.TempDir())
+	stdoutOf(t, k, "x = 41")
 	_, err := tr.ForkKernel(context.Background(), k)
 	var ce *core.Error
-	if !errors.As(err, &ce) || ce.Kind != core.KindUnsupported || !strings.Contains(err.Error(), "sandboxed") {
-		t.Fatalf("ForkKernel of a sandboxed context: %v, want an unsupported error that names the sandbox", err)
+	if !errors.As(err, &ce) || ce.Kind != core.KindUnsupported || !strings.Contains(err.Error(), "bwrap started it") || !strings.Contains(err.Error(), "fork template") {
+		t.Fatalf("ForkKernel of a context bwrap started: %v, want an unsupported error that names bwrap and the fork template", err)
+	}
+	if got := stdoutOf(t, k, "print(x + 1)"); got != "42\n" {
+		t.Fatalf("the context after the refused fork: %q", got)
 	}
 }
 
 // ForkKernel copies a live context: variables, imports, functions, cwd and
-// IPython history;
+// IPython history, not the process environment its cells changed (the copy
+// has a new context's);
 // afterwards each goes its own way (a write in one is not seen in the
 // other), and the source runs on. A busy source and a bash context are
 // refused with errors that say why.
@@ -389,10 +395,14 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 	if got := tt.Exec(t, src, setup, false).Stream("stdout"); got != "set\n" {
 		t.Fatalf("setup: %q", got)
 	}
+	if got := stdoutOf(t, src, dirtyEnv); got != "dirty\n" {
+		t.Fatalf("env change: %q", got)
+	}
 	// The IPython shell, once a cell made it, keeps the inputs (In).
 	tt.Exec(t, src, "get_ipython()", false)
 	tt.Exec(t, src, "'kh-history-mark'", false)
 	fk := liveFork(t, tr, src)
+	mustHaveStartEnv(t, tr, dir, src, fk, sub)
 	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
 	defer cancel()
 	if parentOf(fk.Pid()) != os.Getpid() {
@@ -585,4 +595,36 @@ func liveFork(t *testing.T, tr *Transport, src *Kernel) *Kernel {
 	fk := ck.(*Kernel)
 	t.Cleanup(func() { fk.Shutdown(context.Background()) })
 	return fk
+}
+
+// dirtyEnv is a cell that changes its context's environment: a variable
+// added, one of the start environment removed and one changed.
+const dirtyEnv = "import os\nos.environ['MINE'] = 'x'\nos.environ.pop('HOME')\nos.environ['PATH'] = '/nowhere'\nprint('dirty')"
+
+// envProbe prints the process environment (the C one, which child
+// processes get), less PWD, and PWD apart.
+const envProbe = "import os, json, ctypes\nenv = {}\nfor kv in ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), 'environ'):\n" +
+	"    if kv is None: break\n" +
+	"    k, _, v = kv.decode().partition('=')\n" +
+	"    env[k] = v\n" +
+	"print(json.dumps(sorted((k, v) for k, v in env.items() if k != 'PWD'), separators=(',', ':')), env.get('PWD'), os.environ == env)"
+
+// mustHaveStartEnv fails unless cp's process environment is a new
+// context's in dir (HOME and PATH included, none of src's dirtyEnv), with
+// PWD naming cwd, while src keeps what dirtyEnv did.
+func mustHaveStartEnv(t *testing.T, tr *Transport, dir string, src, cp *Kernel, cwd string) {
+	t.Helper()
+	nk := startIn(t, tr, "python", dir)
+	fresh := stdoutOf(t, nk, envProbe)
+	tt.ShutdownAndDrain(t, nk) // the caller counts its processes
+	want, _, _ := strings.Cut(fresh, " ")
+	if !strings.Contains(want, `["HOME",`) || !strings.Contains(want, `["PATH",`) {
+		t.Fatalf("a new context's environment lacks HOME or PATH: %s", fresh)
+	}
+	if got := stdoutOf(t, cp, envProbe); got != want+" "+cwd+" True\n" {
+		t.Fatalf("the copy's environment:\n%s\nwant a new context's, PWD %s:\n%s", got, cwd, fresh)
+	}
+	if got := stdoutOf(t, src, "import os\nprint(os.environ.get('MINE'), 'HOME' in os.environ, os.environ['PATH'])"); got != "x False /nowhere\n" {
+		t.Fatalf("the source's environment after the fork: %q, want what its cell made of it", got)
+	}
 }

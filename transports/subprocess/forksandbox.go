@@ -31,8 +31,10 @@ import (
 //
 //   - The template's pipes to the host cannot be opened from inside its
 //     sandbox (no /proc/<host pid>), so the context's pipes, the pipe its
-//     namespace's init writes the exit status to, and a handshake socket
-//     go with the request over the template's control socket (SCM_RIGHTS).
+//     namespace's init writes the exit status to, a handshake socket, its
+//     init's family socket and its own control socket (for its live copies:
+//     family.go) go with the request over the template's control socket
+//     (SCM_RIGHTS).
 //   - The context is not this process's child (it is nested in the
 //     template's PID namespace), so its pids come from the credentials the
 //     kernel attaches to what it says on the handshake socket, translated
@@ -74,12 +76,10 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 		deadline = d
 	}
 	p := newProc(spec, out)
-	var toChild []*os.File // the child's ends, in the order forkserver.py takes them
+	files, mark, err := p.openCopyFiles() // its pipes, status pipe, handshake, control socket
+	defer files.close()
 	started := false
 	defer func() {
-		for _, f := range toChild {
-			f.Close()
-		}
 		if !started {
 			p.closeFiles()
 			if p.status != nil {
@@ -87,45 +87,32 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 			}
 		}
 	}()
-	childEnds, err := p.openPipes()
-	toChild = append(toChild, childEnds...)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
-	fr, env, err := newFrameReader()
+	fam, famChild, err := openFamily()
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
-	p.streams[0].reader = fr
-	statusR, statusW, err := pipe()
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	toChild = append(toChild, os.NewFile(uintptr(statusW), "child-status"))
-	if p.status, err = pollable(statusR, "status"); err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	hs, hsChild, err := newHandshake()
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	defer hs.Close()
-	toChild = append(toChild, hsChild)
-
-	seq := forkSeq.Add(1)
-	req := forkRequest{Fork: forkSpec{Seq: seq, Mark: strings.TrimPrefix(env, frameMarkEnv+"="), Cwd: cwd}}
+	defer func() {
+		if !started {
+			fam.ctl.Close()
+		}
+	}()
+	// In the order forkserver.py takes them: pipes, status, handshake,
+	// family socket, control socket.
+	c := files.toChild
+	toChild := []*os.File{c[0], c[1], c[2], c[3], files.statusW, c[4], famChild, c[5]}
+	req := forkRequest{Fork: forkSpec{Seq: forkSeq.Add(1), Mark: mark, Cwd: cwd}}
 	mu.Lock()
 	err = askSandboxedFork(tmpl, req, toChild, deadline)
 	mu.Unlock()
+	files.sent()
+	famChild.Close()
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
-	for _, f := range toChild {
-		f.Close() // the child has its own now
-	}
-	toChild = nil
-
-	pidB, pidC, err := p.walls(hs, deadline)
+	pidB, pidC, err := p.walls(files.hs, deadline)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
@@ -133,6 +120,8 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 	p.idsMu.Lock()
 	p.pid, p.pgid, p.nsInit = pidC, pidC, pidB // C leads a session of its own
 	p.idsMu.Unlock()
+	fam.init = pidB
+	p.family = fam
 	started = true
 	if err := p.serve(ctx); err != nil {
 		return nil, err
@@ -194,24 +183,11 @@ func askSandboxedFork(tmpl *proc, req forkRequest, files []*os.File, deadline ti
 	if _, _, err := tmpl.ctl.WriteMsgUnix(line, unix.UnixRights(fds...), nil); err != nil {
 		return fmt.Errorf("send the fork request: %w", errTemplateGone(err))
 	}
-	buf := make([]byte, 4096)
-	for {
-		n, _, _, _, err := tmpl.ctl.ReadMsgUnix(buf, nil)
-		if err != nil || n == 0 {
-			return fmt.Errorf("the template's answer: %w", errTemplateGone(err))
-		}
-		id, answer, _ := strings.Cut(string(buf[:n]), " ")
-		if id != strconv.FormatUint(req.Fork.Seq, 10) {
-			continue // the answer to a request given up on
-		}
-		if why, ok := strings.CutPrefix(answer, "error "); ok {
-			return fmt.Errorf("%w: %s", errForkRefused, why)
-		}
-		if answer != "ok" {
-			return fmt.Errorf("the template answered %q", answer)
-		}
-		return nil
+	err = readForkAnswer(tmpl.ctl, req.Fork.Seq)
+	if errors.Is(err, errNoForkAnswer) {
+		return fmt.Errorf("the template's answer: %w", errTemplateGone(err))
 	}
+	return err
 }
 
 // errTemplateStuck marks a template that did not answer (dead, or stuck):

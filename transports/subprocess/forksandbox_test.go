@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -215,6 +216,19 @@ func TestSandboxedTemplateReplacedKeepsItsContexts(t *testing.T) {
 	}
 }
 
+// awaitCmdline waits (bounded) until pid's command line is want: a child
+// whose exec began has its new one a moment later.
+func awaitCmdline(t *testing.T, pid int, want string) {
+	t.Helper()
+	var got []byte
+	for deadline := time.Now().Add(tt.ExecTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got, _ = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); string(got) == want {
+			return
+		}
+	}
+	t.Fatalf("pid %d runs %q, want %q", pid, got, want)
+}
+
 // retiredTemplates is how many retired python templates MemoryStats counts.
 func retiredTemplates(tr *Transport) int {
 	for _, st := range tr.MemoryStats() {
@@ -243,19 +257,20 @@ func TestForkedSandboxedContextInterruptRestartDelete(t *testing.T) {
 	awaitExit(t, pid, killWait)
 	mustBeForkedFrom(t, k, tmpl)
 	marker := strconv.Itoa(600000 + os.Getpid()%100000)
-	got := stdoutOf(t, k, "import subprocess\np = subprocess.Popen(['sleep', '"+marker+"'], start_new_session=True)\nprint(p.pid > 2)")
-	if got != "True\n" {
-		t.Fatalf("detached child: %q", got)
+	// The cell says which process its sleep is: Popen returns once the
+	// child's exec began, before the kernel gave it its new arguments
+	// (/proc/<pid>/cmdline), so the sleep is found by pid, then awaited.
+	got := stdoutOf(t, k, "import os, subprocess\np = subprocess.Popen(['sleep', '"+marker+"'], start_new_session=True)\nprint(os.readlink('/proc/self/ns/pid'), p.pid)")
+	ns, nsSleeper, _ := strings.Cut(strings.TrimSpace(got), " ")
+	n, err := strconv.Atoi(nsSleeper)
+	if err != nil || n <= 2 {
+		t.Fatalf("detached child: %q, want its pid in the context's namespace (above 2)", got)
 	}
-	sleeper := 0
-	for _, pid := range descendants(tmpl) {
-		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); string(b) == "sleep\x00"+marker+"\x00" {
-			sleeper = pid
-		}
-	}
-	if sleeper == 0 {
+	sleeper := testkit.HostPidIn(t, ns, n)
+	if !slices.Contains(descendants(tmpl), sleeper) {
 		t.Fatal("the detached sleep is not among the template's descendants")
 	}
+	awaitCmdline(t, sleeper, "sleep\x00"+marker+"\x00")
 	tt.ShutdownAndDrain(t, k)
 	awaitExit(t, sleeper, killWait)
 	if got := stdoutOf(t, neighbour, "print(6 * 7)"); got != "42\n" {

@@ -40,9 +40,10 @@ type proc struct {
 	// req is the request it runs.
 	req running
 	cmd *exec.Cmd
-	// ctl is a sandboxed fork template's control socket (fd 5 in it):
-	// fork requests and the descriptors of the new context go there, with
-	// SCM_RIGHTS (fork.go); nil for other interpreters.
+	// ctl is a sandboxed fork template's or forked context's control
+	// socket (fd 5 in it): the descriptors of a new context or copy go
+	// there, with SCM_RIGHTS (forksandbox.go, family.go); nil for other
+	// interpreters.
 	ctl *net.UnixConn
 	// status is, for a context forked in a sandbox, the read end of the
 	// pipe its namespace's init writes the interpreter's wait status to
@@ -51,6 +52,9 @@ type proc struct {
 	// waitDone closes. nil for other interpreters.
 	status     *os.File
 	exitStatus *syscall.WaitStatus
+	// family is, for a context forked in a sandbox, the sandbox it shares
+	// with its live copies (family.go); nil for other interpreters.
+	family *family
 	// net is the user-mode network stack of its namespace (network.go),
 	// ended with it.
 	net netAttach
@@ -381,6 +385,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 func (p *proc) wait() {
 	if p.status != nil {
 		p.readExitStatus()
+		p.family.leave()
 	} else {
 		_ = p.cmd.Wait()
 	}

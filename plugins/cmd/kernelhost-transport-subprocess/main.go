@@ -96,6 +96,26 @@ func (w withGauges) Gauges() []transportplugin.Gauge {
 			gauges = append(gauges, transportplugin.Gauge{Name: "kernelhost_interpreter_memory_bytes", Help: "Memory of the subprocess transport's interpreters, per language and role, summed: rss counts shared pages in full, pss shares them out among the processes that map them, uss counts only pages of their own (contexts forked from a template share its pages).", Labels: labels(kind), Value: float64(v)})
 		}
 	}
+	return append(gauges, w.familyGauges()...)
+}
+
+// familyGauges are the per-context limits, which each member of a family
+// has, and each family's members, memory and total memory limit.
+func (w withGauges) familyGauges() []transportplugin.Gauge {
+	lim := w.ContextLimits()
+	var gauges []transportplugin.Gauge
+	for resource, v := range map[string]int64{"memory_bytes": lim.MemoryBytes, "pids": int64(lim.Pids), "cpu_weight": int64(lim.CPUWeight)} {
+		gauges = append(gauges, transportplugin.Gauge{Name: "kernelhost_context_limit", Help: "The limit each context's interpreter has (context-memory, context-pids, context-cpu-weight; 0: none), in a cgroup of its own: each member of a family too.", Labels: map[string]string{"resource": resource}, Value: float64(v)})
+	}
+	for _, st := range w.FamilyStats() {
+		fam := map[string]string{"language": st.Language, "family": st.Family}
+		gauges = append(gauges,
+			transportplugin.Gauge{Name: "kernelhost_family_members", Help: "Contexts in each family (a context and its copies, which share one sandbox; families that had a copy).", Labels: fam, Value: float64(st.Members)},
+			transportplugin.Gauge{Name: "kernelhost_family_memory_limit_bytes", Help: "The memory a family may take in all: each member's context-memory, summed (0: no limit).", Labels: fam, Value: float64(st.MemoryLimit)})
+		for kind, v := range map[string]int64{"rss": st.RSS, "pss": st.PSS, "uss": st.USS} {
+			gauges = append(gauges, transportplugin.Gauge{Name: "kernelhost_family_memory_bytes", Help: "Memory of a family's interpreters and its sandbox's init, summed as kernelhost_interpreter_memory_bytes sums (pss: what they take together).", Labels: map[string]string{"language": st.Language, "family": st.Family, "kind": kind}, Value: float64(v)})
+		}
+	}
 	return gauges
 }
 

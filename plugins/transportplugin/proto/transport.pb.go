@@ -202,7 +202,7 @@ func (ErrorKind) EnumDescriptor() ([]byte, []int) {
 type ConfigureRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The settings, by name: for kernelhost's own plugins their rows of the
-	// host's settings table (hostcmd/server/settings.go, docs/operating.md).
+	// host's settings table (hostcmd/settings/settings.go, docs/operating.md).
 	Settings      map[string]*SettingValue `protobuf:"bytes,1,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1317,11 +1317,16 @@ func (x *KernelFrame) GetEnd() bool {
 // (and the client gets the same status code or error name) as it would with
 // the transport linked in.
 type CallResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Code          Code                   `protobuf:"varint,2,opt,name=code,proto3,enum=kernelhost.transport.v2.Code" json:"code,omitempty"`
-	Error         []byte                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	Kind          ErrorKind              `protobuf:"varint,4,opt,name=kind,proto3,enum=kernelhost.transport.v2.ErrorKind" json:"kind,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Code  Code                   `protobuf:"varint,2,opt,name=code,proto3,enum=kernelhost.transport.v2.Code" json:"code,omitempty"`
+	Error []byte                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Kind  ErrorKind              `protobuf:"varint,4,opt,name=kind,proto3,enum=kernelhost.transport.v2.ErrorKind" json:"kind,omitempty"`
+	// Set on the result of a start, fork or restart: the family the kernel's
+	// interpreter belongs to from then on (core.FamilyKernel: the kernels
+	// that share its sandbox), "" for none. Unset on other results, and by
+	// plugins whose kernels report none.
+	Family        *string `protobuf:"bytes,5,opt,name=family,proto3,oneof" json:"family,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1382,6 +1387,13 @@ func (x *CallResult) GetKind() ErrorKind {
 		return x.Kind
 	}
 	return ErrorKind_KIND_NONE
+}
+
+func (x *CallResult) GetFamily() string {
+	if x != nil && x.Family != nil {
+		return *x.Family
+	}
+	return ""
 }
 
 // Message is core.Message. Only the fields of its type are set.
@@ -1599,13 +1611,15 @@ const file_transport_proto_rawDesc = "" +
 	"\vKernelFrame\x12<\n" +
 	"\bmessages\x18\x01 \x03(\v2 .kernelhost.transport.v2.MessageR\bmessages\x12=\n" +
 	"\aresults\x18\x02 \x03(\v2#.kernelhost.transport.v2.CallResultR\aresults\x12\x10\n" +
-	"\x03end\x18\x03 \x01(\bR\x03end\"\x9d\x01\n" +
+	"\x03end\x18\x03 \x01(\bR\x03end\"\xc5\x01\n" +
 	"\n" +
 	"CallResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x1d.kernelhost.transport.v2.CodeR\x04code\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\fR\x05error\x126\n" +
-	"\x04kind\x18\x04 \x01(\x0e2\".kernelhost.transport.v2.ErrorKindR\x04kind\"\xb0\x03\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\".kernelhost.transport.v2.ErrorKindR\x04kind\x12\x1b\n" +
+	"\x06family\x18\x05 \x01(\tH\x00R\x06family\x88\x01\x01B\t\n" +
+	"\a_family\"\xb0\x03\n" +
 	"\aMessage\x12\x1b\n" +
 	"\tparent_id\x18\x01 \x01(\tR\bparentId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1c\n" +
@@ -1744,6 +1758,7 @@ func file_transport_proto_init() {
 		(*KernelCall_Cancel)(nil),
 		(*KernelCall_Fork)(nil),
 	}
+	file_transport_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -133,6 +133,9 @@ def _fork_context(spec, template):
     """Serve a fork request: the child becomes a context and never returns
     here; the parent writes the child's pid (or why not) to the host's ack
     pipe. A request the host gave up on is dropped."""
+    if spec.get("family"):
+        _fork_in_family(spec)
+        return
     host = spec["host"]
     try:
         ack = _open_host_fd(host, spec["ack"], spec["inodes"][-1], os.O_WRONLY)
@@ -192,9 +195,9 @@ def _libc():
 
 
 def _serve_as_context(spec, template):
-    """The child's own state (its output, frame mark, SIGINT pipe, cwd, numpy
-    draws), then serve requests as any driver."""
-    global _FRAME_MARK, _hold_err, _sigint_r, _sigint_w, _main_thread
+    """The child's own state (its output, frame mark, SIGINT pipe, cwd,
+    environment, numpy draws), then serve requests as any driver."""
+    global _FRAME_MARK, _hold_err, _sigint_r, _sigint_w, _main_thread, _start_env
     _hold_err = True
     try:
         _stdout.reconfigure(line_buffering=False)  # undo _after_fork_in_child: the output thread flushes again
@@ -213,9 +216,38 @@ def _serve_as_context(spec, template):
         os.chdir(cwd)
         os.environ["PWD"] = cwd
         _import("importlib").invalidate_caches()
+    if template:
+        _start_env = dict(os.environ)  # what its copies start with
+    else:
+        _reset_env()
     if template and "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()  # else every context draws the template's numbers
     _main()
+
+
+# A context's start environment: its interpreter's, less the driver's own
+# variables (_take_env); a template's context's: the template's, taken when
+# it forked the context. A live copy of a context starts with it, as a new
+# context does, not with what its source's cells made of os.environ (issue
+# 43); the engine then applies the global env vars to the copy as to any
+# new context. _start_environ is os.environ as the driver found it: a cell
+# may have rebound the name.
+_start_environ = os.environ
+
+
+def _reset_env():
+    """The copy's environment: its context's start environment, PWD naming
+    the cwd it kept, as a context started there has it."""
+    env = _start_environ
+    for key in [k for k in env if k not in _start_env]:
+        del env[key]
+    for key, value in _start_env.items():
+        if env.get(key) != value:
+            env[key] = value
+    try:
+        env["PWD"] = os.getcwd()
+    except OSError:
+        env.pop("PWD", None)  # its directory was removed
 
 
 # Forks of a sandboxed template (forkserver.go; docs/RATIONALE.md, "Contexts
@@ -236,12 +268,14 @@ def _serve_as_context(spec, template):
 #     namespace, mounts the context's own /tmp, /dev and /proc (with
 #     bwrap's read-only covers), sets the template's namespace's limit of
 #     user namespaces to 0 and forks C; it drops every capability and
-#     waits: when C ends, it writes C's wait status to the status pipe and
-#     exits, which ends all that is left in the namespace (bwrap's init
-#     does the same). The template reaps it.
-#   C, pid 2, the interpreter: a session of its own, says "c", drops every
-#     capability (the bounding set included) and sets no_new_privs, takes
-#     the import path a cold start has (user site included) and serves.
+#     becomes its family's init (_family_init): when C ends, it writes C's
+#     wait status to the status pipe, and once C and every live copy of it
+#     ended, it exits, which ends all that is left in the namespace (bwrap's
+#     init does the same when its interpreter ends). The template reaps it.
+#   C, pid 2, the interpreter: a session of its own, its control socket to
+#     the host on fd 5 (its copies' descriptors come there), says "c", drops
+#     every capability (the bounding set included) and sets no_new_privs,
+#     takes the import path a cold start has (user site included) and serves.
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWCGROUP = 0x02000000
@@ -395,8 +429,8 @@ def _fork_sandboxed(ctl, spec, fds):
     socket = _import("socket")
     _reap()
     why = _stale() or _shadow
-    if why is None and len(fds) != 6:
-        why = "want 6 descriptors, got %d" % len(fds)
+    if why is None and len(fds) != 8:
+        why = "want 8 descriptors, got %d" % len(fds)
     pid = -1
     if why is None:
         try:
@@ -406,10 +440,10 @@ def _fork_sandboxed(ctl, spec, fds):
     if pid == 0:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         ctl.close()
-        *pipes, status, sock_fd = fds
+        *pipes, status, sock_fd, family, ctl_fd = fds
         sock = socket.socket(fileno=sock_fd)
         try:
-            _sandboxed_child(sock, status, pipes)
+            _sandboxed_child(sock, status, pipes, family, ctl_fd)
         except BaseException as exc:
             try:
                 sock.send(("error %s" % exc).encode()[:4000])
@@ -427,9 +461,10 @@ def _fork_sandboxed(ctl, spec, fds):
         pass
 
 
-def _sandboxed_child(sock, status, pipes):
+def _sandboxed_child(sock, status, pipes, family, ctl):
     """B, then C (see above); returns in C only. The context's pipes become
-    its fds 1-4 in C: until then B writes the template's."""
+    its fds 1-4 in C, and its control socket to the host (its live forks'
+    descriptors come there) fd 5: until then B writes the template's."""
     sock.send(b"b")
     if sock.recv(16) != b"go":
         os._exit(1)  # the host gave up
@@ -444,8 +479,11 @@ def _sandboxed_child(sock, status, pipes):
     c = _clone_context(0)
     if c == 0:
         os.close(status)
+        os.close(family)
         os.setsid()  # C's own session and group: SIGINT goes to it, not to B
         _take_pipes(pipes)
+        os.dup2(ctl, _CTL_FD, inheritable=False)
+        os.close(ctl)
         sock.send(b"c")
         sock.close()
         _drop_caps()
@@ -455,18 +493,156 @@ def _sandboxed_child(sock, status, pipes):
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    os.closerange(3, status)
-    os.closerange(status + 1, 1 << 20)
+    for fd in [int(n) for n in os.listdir("/proc/self/fd")]:
+        if fd > 2 and fd not in (status, family):
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the directory listing's own
     _drop_caps()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _family_init(c, status, family)
+
+
+# A family (issue 43; ../family.go): a context forked from the template and
+# its live copies share B, their namespaces' init. A copy is cloned by a
+# member's interpreter with CLONE_PARENT, so it is B's child too; B reaps
+# every member and writes each one's wait status to that member's status
+# pipe, and exits (which ends the namespaces) only once it has no child
+# left. The host sends B each new member's status pipe on the family socket,
+# with the member's pid in B's namespace.
+
+_FAMILY_KEEP = 64  # statuses of children B was not told of yet that it keeps
+
+
+def _family_init(first, status, family_fd):
+    select, socket = _import("select"), _import("socket")
+    members = {first: status}  # pid -> its status pipe
+    unclaimed = {}  # pid -> status of a child that ended before its pipe came (or an orphan)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    family = socket.socket(fileno=family_fd)
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    poller.register(family, select.POLLIN)
+    while True:
+        _reap_members(members, unclaimed)
+        for fd, _ in poller.poll():
+            if fd == wake_r:
+                try:
+                    os.read(wake_r, 4096)
+                except BlockingIOError:
+                    pass
+                continue
+            try:
+                msg, fds, _, _ = socket.recv_fds(family, 64, 1)
+            except OSError:
+                msg, fds = b"", []
+            if not msg:
+                poller.unregister(family)  # the host is gone: the members still end here
+                continue
+            if len(fds) != 1 or not msg.strip().isdigit():
+                for f in fds:
+                    os.close(f)
+                continue
+            pid = int(msg)
+            if pid in unclaimed:
+                _write_status(fds[0], unclaimed.pop(pid))
+            else:
+                members[pid] = fds[0]
+
+
+def _reap_members(members, unclaimed):
+    """Reap B's ended children; exit once none is left."""
     while True:
         try:
-            pid, st = os.waitpid(-1, 0)
+            pid, st = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            os._exit(1)
-        if pid == c:
-            os.write(status, b"%d\n" % st)
             os._exit(0)
+        if pid == 0:
+            return
+        fd = members.pop(pid, None)
+        if fd is not None:
+            _write_status(fd, st)
+            continue
+        unclaimed[pid] = st
+        if len(unclaimed) > _FAMILY_KEEP:
+            del unclaimed[next(iter(unclaimed))]
+
+
+def _write_status(fd, st):
+    try:
+        os.write(fd, b"%d\n" % st)
+    except OSError:
+        pass  # the host stopped reading
+    os.close(fd)
+
+
+def _fork_in_family(spec):
+    """A live fork of a sandboxed context (C): its copy's descriptors came on
+    the control socket (fd 5) with the request's number; the copy, cloned
+    with CLONE_PARENT, is B's child, a member of C's family. Answers
+    "<seq> ok" or "<seq> error <why>" there; a request the host gave up on
+    is dropped."""
+    socket = _import("socket")
+    ctl = _fork_cache.get("ctl")
+    if ctl is None:
+        ctl = _fork_cache["ctl"] = socket.socket(fileno=_CTL_FD)
+    ctl.settimeout(_FAMILY_FDS_WAIT)
+    seq = str(spec.get("seq", 0)).encode()
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 64, 8)
+        except OSError:
+            return  # none came: the host gave up
+        if msg == seq:
+            break
+        for fd in fds:
+            os.close(fd)
+        if not msg:
+            return
+    why, pid = None, -1
+    if len(fds) != 6:
+        why = "want 6 descriptors, got %d" % len(fds)
+    else:
+        try:
+            pid = _clone_context()
+        except Exception as exc:
+            why = str(exc) or type(exc).__name__
+    if pid == 0:
+        _become_member(spec, fds)
+        raise SystemExit(0)  # as _fork_context's child
+    for fd in fds:
+        os.close(fd)
+    try:
+        ctl.sendall(b"%s %s" % (seq, b"ok" if why is None else ("error " + why).encode()))
+    except OSError:
+        pass
+
+
+_FAMILY_FDS_WAIT = 30  # seconds: forkAckWait, the host's bound
+
+
+def _become_member(spec, fds):
+    """The copy: its own session, pipes and control socket; it says "c" on
+    the handshake socket (the host reads its pid there) and waits until the
+    host moved it into its cgroup and told its family's init of it."""
+    socket = _import("socket")
+    *pipes, hs_fd, ctl = fds
+    try:
+        sock = socket.socket(fileno=hs_fd)
+        os.setsid()
+        _take_pipes(pipes)
+        os.dup2(ctl, _CTL_FD, inheritable=False)
+        os.close(ctl)
+        sock.send(b"c")
+        if sock.recv(16) != b"go":
+            os._exit(1)
+        sock.close()
+    except BaseException:
+        os._exit(1)
+    _serve_as_context(spec, False)
 
 
 def _restore_cold_path():
@@ -526,7 +702,7 @@ def _serve_sandboxed_forks():
     _stop_blas_threads()
     _emit({"type": "kh_ready"})
     while True:
-        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
+        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 16)
         if not msg:
             for fd in fds:
                 os.close(fd)
@@ -614,7 +790,9 @@ def _serve_forks():
             _fork_context(req["fork"], True)
 
 
-if _take_env("KH_FORK_TEMPLATE") is not None:
+_is_template = _take_env("KH_FORK_TEMPLATE") is not None
+_start_env = dict(os.environ)  # a template's contexts take theirs in _serve_as_context
+if _is_template:
     _serve_sandboxed_forks() if _SANDBOXED else _serve_forks()
 else:
     _main()

@@ -163,9 +163,23 @@ type remoteKernel struct {
 	mu      sync.Mutex
 	waiting map[uint64]chan *pb.CallResult // calls waiting for their result
 	ended   error                          // why the stream ended; set by the pump
+
+	family atomic.Pointer[string] // the last start, fork or restart result's (FamilyKernel)
 }
 
-var _ core.Kernel = (*remoteKernel)(nil)
+var (
+	_ core.Kernel       = (*remoteKernel)(nil)
+	_ core.FamilyKernel = (*remoteKernel)(nil)
+)
+
+// Family implements core.FamilyKernel: what the plugin said with the
+// kernel's last start, fork or restart.
+func (k *remoteKernel) Family() string {
+	if f := k.family.Load(); f != nil {
+		return *f
+	}
+	return ""
+}
 
 // kernelClientStream is the host's end of a kernel stream: a gRPC Kernel
 // stream or a kernel socket connection. Recv returns io.EOF when the plugin
@@ -220,6 +234,9 @@ func (k *remoteKernel) pump() {
 			}
 		}
 		for _, r := range f.Results {
+			if r.Family != nil {
+				k.family.Store(r.Family)
+			}
 			k.mu.Lock()
 			ch := k.waiting[r.Id]
 			delete(k.waiting, r.Id)

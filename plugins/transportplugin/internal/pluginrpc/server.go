@@ -230,11 +230,22 @@ func (s *server) kernel(stream kernelStream) error {
 			cancel()
 		}
 	}()
-	if err := stream.Send(&pb.KernelFrame{Results: []*pb.CallResult{{Id: first.Id}}}); err != nil {
+	if err := stream.Send(&pb.KernelFrame{Results: []*pb.CallResult{{Id: first.Id, Family: familyOf(k)}}}); err != nil {
 		return err
 	}
 	go ss.receive(s)
 	return ss.send()
+}
+
+// familyOf is k's family for a start, fork or restart result; nil when k
+// reports none (not a core.FamilyKernel).
+func familyOf(k core.Kernel) *string {
+	fk, ok := k.(core.FamilyKernel)
+	if !ok {
+		return nil
+	}
+	f := fk.Family()
+	return &f
 }
 
 // fork copies the running kernel the host named source (core.Forker).
@@ -347,8 +358,12 @@ func (ss *session) receive(s *server) {
 			delete(ss.cancels, c.Id)
 			ss.mu.Unlock()
 			cancel()
+			r := result(c.Id, err)
+			if _, ok := c.Call.(*pb.KernelCall_Restart); ok {
+				r.Family = familyOf(ss.k)
+			}
 			select {
-			case ss.results <- callResult{pb: result(c.Id, err), shutdown: shutdown}:
+			case ss.results <- callResult{pb: r, shutdown: shutdown}:
 			case <-ss.done:
 			}
 		}()

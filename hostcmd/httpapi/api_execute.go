@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // shutdownWriteGrace is what a stream's client gets to take the stream's
@@ -30,7 +31,7 @@ type writeGuard struct {
 	stop    func() bool
 }
 
-func (a *api) writeDeadline(rc *http.ResponseController) *writeGuard {
+func (a *API) writeDeadline(rc *http.ResponseController) *writeGuard {
 	g := &writeGuard{rc: rc, timeout: a.writeTimeout}
 	g.stop = context.AfterFunc(a.closing, func() {
 		g.mu.Lock()
@@ -63,15 +64,16 @@ type executeRequest struct {
 	Timeout *float64 `json:"timeout"`
 }
 
-// maxTimeoutSeconds keeps a timeout inside time.Duration (about 292 years).
-const maxTimeoutSeconds = float64(math.MaxInt64/int64(time.Second)) - 1
+// MaxTimeoutSeconds is the largest "timeout" an /execute body may give:
+// it keeps a timeout inside time.Duration (about 292 years).
+const MaxTimeoutSeconds = float64(math.MaxInt64/int64(time.Second)) - 1
 
 // minTimeoutSeconds is the shortest timeout taken: a smaller positive one
 // (1e-12) would round to a zero Duration, which means "none", the opposite
 // of what was asked; and no execution finishes in less anyway.
 const minTimeoutSeconds = 0.001
 
-func (a *api) execute(w http.ResponseWriter, r *http.Request) {
+func (a *API) execute(w http.ResponseWriter, r *http.Request) {
 	req, ok := a.parseExecute(w, r)
 	if !ok {
 		return
@@ -103,7 +105,7 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 
 // parseExecute reads and checks an /execute request; when it is not one it
 // answers (415, 413, 422) and ok is false.
-func (a *api) parseExecute(w http.ResponseWriter, r *http.Request) (_ engine.ExecRequest, ok bool) {
+func (a *API) parseExecute(w http.ResponseWriter, r *http.Request) (_ engine.ExecRequest, ok bool) {
 	if !requireJSON(w, r) {
 		a.metrics.invalid()
 		return engine.ExecRequest{}, false
@@ -141,8 +143,8 @@ func decodeExecute(body []byte) (_ engine.ExecRequest, problem string) {
 	}
 	var timeout time.Duration
 	if req.Timeout != nil {
-		if t := *req.Timeout; t != 0 && (t < minTimeoutSeconds || t > maxTimeoutSeconds) {
-			return engine.ExecRequest{}, fmt.Sprintf(`"timeout" must be 0 (the host's) or a number of seconds from %g to %.0f`, minTimeoutSeconds, maxTimeoutSeconds)
+		if t := *req.Timeout; t != 0 && (t < minTimeoutSeconds || t > MaxTimeoutSeconds) {
+			return engine.ExecRequest{}, fmt.Sprintf(`"timeout" must be 0 (the host's) or a number of seconds from %g to %.0f`, minTimeoutSeconds, MaxTimeoutSeconds)
 		}
 		timeout = time.Duration(*req.Timeout * float64(time.Second))
 	}
@@ -156,7 +158,7 @@ func decodeExecute(body []byte) (_ engine.ExecRequest, problem string) {
 }
 
 // invalidExecute answers 422 to an /execute body the engine never sees.
-func (a *api) invalidExecute(w http.ResponseWriter, msg string) {
+func (a *API) invalidExecute(w http.ResponseWriter, msg string) {
 	a.metrics.invalid()
 	writeText(w, http.StatusUnprocessableEntity, msg)
 }
@@ -170,7 +172,7 @@ func (a *api) invalidExecute(w http.ResponseWriter, msg string) {
 //
 // It returns when the stream ended, the client left, or (takenOver true)
 // another stream attached to the execution.
-func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, []engine.Output) ([]engine.Output, error), withSeq bool) (takenOver bool) {
+func (a *API) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, []engine.Output) ([]engine.Output, error), withSeq bool) (takenOver bool) {
 	rc, deadline, ok := a.openStream(w)
 	defer deadline.stop()
 	if !ok {
@@ -207,7 +209,7 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, next func(context.C
 
 // openStream sends the headers of an NDJSON stream at once; ok is false if
 // the client is gone.
-func (a *api) openStream(w http.ResponseWriter) (_ *http.ResponseController, _ *writeGuard, ok bool) {
+func (a *API) openStream(w http.ResponseWriter) (_ *http.ResponseController, _ *writeGuard, ok bool) {
 	h := w.Header()
 	h.Set("Content-Type", "application/x-ndjson")
 	h.Set("Cache-Control", "no-cache")
@@ -233,7 +235,7 @@ func streamTail(line []byte, err error, appendLine func([]byte, engine.Output) [
 		// Cut to release what was buffered for this client: the execution
 		// goes on, to be re-attached (as after a take-over).
 		line = appendLine(line, engine.Output{Type: engine.OutError, ErrName: errNameTooSlow,
-			ErrValue: fmt.Sprintf("This client read slower than the kernel wrote and the host's buffer for slow clients is full (setting %s): this stream ends here; the execution goes on, re-attach with GET /executions/{id}/stream?after=<the last seq read>", EnvVar("max-buffered-bytes"))})
+			ErrValue: fmt.Sprintf("This client read slower than the kernel wrote and the host's buffer for slow clients is full (setting %s): this stream ends here; the execution goes on, re-attach with GET /executions/{id}/stream?after=<the last seq read>", settings.EnvVar("max-buffered-bytes"))})
 		return appendLine(line, engine.Output{Type: engine.OutEndOfExecution}), true, true
 	case errors.Is(err, engine.ErrDetached):
 		// Another client re-attached: this stream ends here, on purpose, so
@@ -257,7 +259,7 @@ func streamTail(line []byte, err error, appendLine func([]byte, engine.Output) [
 // returns, where a flush would send them alone and the end in a second
 // write, which the client waits for too (one write and one wake-up of the
 // client fewer per execution).
-func (a *api) writeLines(w http.ResponseWriter, rc *http.ResponseController, deadline *writeGuard, line []byte, flush bool) bool {
+func (a *API) writeLines(w http.ResponseWriter, rc *http.ResponseController, deadline *writeGuard, line []byte, flush bool) bool {
 	if len(line) == 0 {
 		return true
 	}
@@ -268,7 +270,7 @@ func (a *api) writeLines(w http.ResponseWriter, rc *http.ResponseController, dea
 }
 
 // requestMetadata is what env-var policies see of the request: the id that
-// withRequestLog gave it (the same one as in the logs and the response).
+// WithRequestLog gave it (the same one as in the logs and the response).
 func requestMetadata(r *http.Request) map[string]string {
 	return map[string]string{"request_id": requestIDOf(r.Context()), "remote_addr": r.RemoteAddr}
 }

@@ -1,4 +1,4 @@
-package server_test
+package settings_test
 
 import (
 	"io"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // writeConfig writes a config file and returns its path.
@@ -41,7 +41,7 @@ keepalive = "7s"
 		want want
 	}{
 		"defaults without a file": {
-			want: want{"/home/user", 32, server.DefaultKeepalive},
+			want: want{"/home/user", 32, settings.DefaultKeepalive},
 		},
 		"file over defaults": {
 			args: []string{"-config", file},
@@ -73,7 +73,7 @@ keepalive = "7s"
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c, err := server.Load("kernelhost serve", tc.args, env(tc.env), io.Discard)
+			c, err := settings.Load("kernelhost serve", tc.args, env(tc.env), io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := writeConfig(t, tc.text)
-			_, err := server.Load("kernelhost serve", append([]string{"-config", path}, tc.args...), env(nil), io.Discard)
+			_, err := settings.Load("kernelhost serve", append([]string{"-config", path}, tc.args...), env(nil), io.Discard)
 			prefix := "config file " + path
 			if tc.want == "" {
 				prefix = "max-body-bytes must be positive"
@@ -123,7 +123,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	t.Run("unreadable file", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "none.toml")
-		_, err := server.Load("kernelhost serve", nil, env(map[string]string{"KERNELHOST_CONFIG": missing}), io.Discard)
+		_, err := settings.Load("kernelhost serve", nil, env(map[string]string{"KERNELHOST_CONFIG": missing}), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), missing) {
 			t.Fatalf("error %v, want one naming %s", err, missing)
 		}
@@ -135,7 +135,7 @@ func TestConfigErrors(t *testing.T) {
 // so the host is pointed at the plugins as an installed kernelhost finds them.
 func TestDeployConfigLoads(t *testing.T) {
 	t.Parallel()
-	_, err := server.Load("kernelhost serve", []string{"-config", "../../deploy/kernelhost.toml", "-plugin-dir", pluginDir}, env(nil), io.Discard)
+	_, err := settings.Load("kernelhost serve", []string{"-config", "../../deploy/kernelhost.toml", "-plugin-dir", pluginDir}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,19 +147,19 @@ func TestPluginDirFor(t *testing.T) {
 	exe := filepath.Join(prefix, "bin", "kernelhost")
 	beside := filepath.Join(prefix, "bin", "plugins")
 	installed := filepath.Join(prefix, "lib", "kernelhost", "plugins")
-	if got := server.PluginDirFor(exe); got != beside {
+	if got := settings.PluginDirFor(exe); got != beside {
 		t.Fatalf("neither exists: %s, want %s (where make puts them)", got, beside)
 	}
 	if err := os.MkdirAll(installed, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got := server.PluginDirFor(exe); got != installed {
+	if got := settings.PluginDirFor(exe); got != installed {
 		t.Fatalf("installed layout: %s, want %s", got, installed)
 	}
 	if err := os.MkdirAll(beside, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got := server.PluginDirFor(exe); got != beside {
+	if got := settings.PluginDirFor(exe); got != beside {
 		t.Fatalf("both: %s, want %s (next to the executable first)", got, beside)
 	}
 }

@@ -1,4 +1,10 @@
-package server
+// Package httpapi is the host's HTTP API: the E2B code-interpreter routes
+// (docs/api-contract.md, docs/openapi.json), /metrics, the MCP tools over
+// streamable HTTP on /mcp, and what stands in front of them all (the Host
+// and Origin checks, the access token, request ids in the log, the 503s
+// while the host starts). It serves an engine; package server assembles
+// the host around it.
+package httpapi
 
 import (
 	"context"
@@ -16,19 +22,20 @@ import (
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/docs"
 	"github.com/kernelhost/kernelhost/hostcmd/envd"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
-// api serves the code-interpreter HTTP API (docs/api-contract.md) on an engine.
-type api struct {
+// API serves the code-interpreter HTTP API (docs/api-contract.md) on an engine.
+type API struct {
 	engine       *engine.Engine
 	log          *slog.Logger
 	maxBodyBytes int64
 	keepalive    time.Duration
 	ready        atomic.Bool  // the default contexts exist
 	starting     atomic.Value // string: what start-up is doing, for /health
-	token        []byte       // Config.AccessToken; empty: no check
-	tokenScope   string       // ScopeAll or ScopeExecute
-	metrics      *metrics     // nil: no /metrics (Config.DisableMetrics)
+	token        []byte       // settings.Config.AccessToken; empty: no check
+	tokenScope   string       // settings.ScopeAll or settings.ScopeExecute
+	metrics      *Metrics     // nil: no /metrics (settings.Config.DisableMetrics)
 	browser      *browserGuard
 	mcp          *mcpEndpoint  // /mcp
 	sandbox      *envd.Server  // the sandbox API's paths; nil: off
@@ -38,54 +45,108 @@ type api struct {
 	beginShutdown context.CancelFunc
 }
 
+// New is the HTTP API over e, as cfg sets it up. met may be nil: no
+// /metrics.
+func New(cfg settings.Config, e *engine.Engine, met *Metrics) *API {
+	a := &API{engine: e, log: cfg.Logger, maxBodyBytes: cfg.MaxBodyBytes, keepalive: cfg.Keepalive,
+		token: []byte(cfg.AccessToken), tokenScope: cfg.AccessTokenScope, metrics: met,
+		browser: newBrowserGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.Logger), writeTimeout: cfg.WriteTimeout}
+	a.closing, a.beginShutdown = context.WithCancel(context.Background())
+	a.mcp = newMCPEndpoint(cfg, e, met)
+	return a
+}
+
+// SetReady says whether the default contexts exist: /health answers 200
+// only then.
+func (a *API) SetReady(ready bool) { a.ready.Store(ready) }
+
+// BeginShutdown tells the streams in flight that the host is shutting
+// down, and /health that it is not ready.
+func (a *API) BeginShutdown() {
+	a.ready.Store(false)
+	a.beginShutdown()
+}
+
+// CloseMCP ends the MCP sessions open on /mcp.
+func (a *API) CloseMCP() { a.mcp.close() }
+
+// MCPSessions counts the sessions open on /mcp.
+func (a *API) MCPSessions() int {
+	n := 0
+	for range a.mcp.server.Sessions() {
+		n++
+	}
+	return n
+}
+
+// ServeSandboxAPI serves srv's paths (the sandbox API) beside the API's on
+// the API's listener.
+func (a *API) ServeSandboxAPI(srv *envd.Server) { a.sandbox = srv }
+
+// Guard puts next behind the API's Host and Origin checks and access
+// token, for the sandbox API's own listener.
+func (a *API) Guard(next http.Handler) http.Handler {
+	return a.browser.wrap(a.authorize(next))
+}
+
+// RouteTable lists the routes the API serves, as "METHOD /pattern": what
+// docs/openapi.json must describe.
+func RouteTable() []string {
+	out := make([]string, len(routes))
+	for i, rt := range routes {
+		out[i] = rt.method + " " + rt.pattern
+	}
+	return out
+}
+
 // route is one entry of the API's route table: an HTTP method, a ServeMux
 // path pattern ({id} is a path parameter) and the handler.
 type route struct {
 	method, pattern string
-	handle          func(*api, http.ResponseWriter, *http.Request)
+	handle          func(*API, http.ResponseWriter, *http.Request)
 }
 
 // routes is every route the API serves, the one list that handler registers
 // and that docs/openapi.json describes (a test holds the two equal both ways).
 var routes = []route{
-	{"GET", "/health", (*api).health},
-	{"POST", "/execute", (*api).execute},
-	{"GET", "/contexts", (*api).listContexts},
-	{"POST", "/contexts", (*api).createContext},
-	{"DELETE", "/contexts/{id}", (*api).deleteContext},
-	{"POST", "/contexts/{id}/restart", (*api).restartContext},
-	{"POST", "/contexts/{id}/interrupt", (*api).interruptContext},
-	{"POST", "/contexts/{id}/fork", (*api).forkContext},
-	{"GET", "/executions/{id}", (*api).executionState},
-	{"GET", "/executions/{id}/stream", (*api).resumeExecution},
-	{"GET", "/metrics", (*api).serveMetrics},
-	{"GET", "/openapi.json", (*api).openAPI},
-	{"POST", "/mcp", (*api).serveMCP},
-	{"GET", "/mcp", (*api).serveMCP},
-	{"DELETE", "/mcp", (*api).serveMCP},
+	{"GET", "/health", (*API).health},
+	{"POST", "/execute", (*API).execute},
+	{"GET", "/contexts", (*API).listContexts},
+	{"POST", "/contexts", (*API).createContext},
+	{"DELETE", "/contexts/{id}", (*API).deleteContext},
+	{"POST", "/contexts/{id}/restart", (*API).restartContext},
+	{"POST", "/contexts/{id}/interrupt", (*API).interruptContext},
+	{"POST", "/contexts/{id}/fork", (*API).forkContext},
+	{"GET", "/executions/{id}", (*API).executionState},
+	{"GET", "/executions/{id}/stream", (*API).resumeExecution},
+	{"GET", "/metrics", (*API).serveMetrics},
+	{"GET", "/openapi.json", (*API).openAPI},
+	{"POST", "/mcp", (*API).serveMCP},
+	{"GET", "/mcp", (*API).serveMCP},
+	{"DELETE", "/mcp", (*API).serveMCP},
 }
 
-// handler returns the API's routes behind the Host and Origin checks
+// Handler returns the API's routes behind the Host and Origin checks
 // (browser.go) and the access token.
-func (a *api) handler() http.Handler {
+func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range routes {
 		mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) {
 			rt.handle(a, w, r)
 		})
 	}
-	return withRequestLog(a.log, a.browser.wrap(a.authorize(a.withSandboxAPI(jsonRouteErrors(mux)))))
+	return WithRequestLog(a.log, a.browser.wrap(a.authorize(a.withSandboxAPI(jsonRouteErrors(mux)))))
 }
 
 // withSandboxAPI serves the sandbox API's paths (sandboxapi.go) when it is
 // on, next's otherwise.
-func (a *api) withSandboxAPI(next http.Handler) http.Handler {
+func (a *API) withSandboxAPI(next http.Handler) http.Handler {
 	if a.sandbox == nil {
 		return next
 	}
 	sandbox := a.sandbox.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isSandboxAPIPath(r.URL.Path) {
+		if IsSandboxAPIPath(r.URL.Path) {
 			sandbox.ServeHTTP(w, r)
 			return
 		}
@@ -145,7 +206,7 @@ type routeError struct {
 	Detail string `json:"detail"`
 }
 
-func (a *api) health(w http.ResponseWriter, r *http.Request) {
+func (a *API) health(w http.ResponseWriter, r *http.Request) {
 	if !a.ready.Load() {
 		msg := "Starting: the default contexts are not ready yet"
 		if what, ok := a.starting.Load().(string); ok {
@@ -157,13 +218,13 @@ func (a *api) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, "OK")
 }
 
-// setStarting says what start-up is doing, for /health until ready.
-func (a *api) setStarting(what string) { a.starting.Store(what) }
+// SetStarting says what start-up is doing, for /health until ready.
+func (a *API) SetStarting(what string) { a.starting.Store(what) }
 
 // openAPI serves the API description (docs/openapi.json, embedded). It is
 // not secret, but it follows the token's scope like every route but /health:
 // with scope "all" nothing but the readiness probe answers without the token.
-func (a *api) openAPI(w http.ResponseWriter, r *http.Request) {
+func (a *API) openAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.WriteString(w, docs.OpenAPI())
@@ -172,16 +233,16 @@ func (a *api) openAPI(w http.ResponseWriter, r *http.Request) {
 // readBody reads the whole body up to the configured limit; past it the
 // answer is 413, past the server's ReadTimeout 408. (net/http lifts the read
 // deadline once the body is read, so it never cuts the response stream.)
-func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+func (a *API) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBodyBytes))
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			writeText(w, http.StatusRequestTimeout, fmt.Sprintf("Request body not received in time (setting %s)", EnvVar("read-timeout")))
+			writeText(w, http.StatusRequestTimeout, fmt.Sprintf("Request body not received in time (setting %s)", settings.EnvVar("read-timeout")))
 			return nil, false
 		}
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeText(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes (setting %s)", a.maxBodyBytes, EnvVar("max-body-bytes")))
+			writeText(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes (setting %s)", a.maxBodyBytes, settings.EnvVar("max-body-bytes")))
 			return nil, false
 		}
 		writeText(w, http.StatusBadRequest, "Failed to read the request body: "+err.Error())
@@ -214,7 +275,7 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
+func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(err)
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client left while we worked for it: nobody to answer

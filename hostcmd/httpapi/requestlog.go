@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"context"
@@ -81,11 +81,11 @@ func saneRequestID(id string) bool {
 	return true
 }
 
-// withRequestLog gives every request an id (the client's X-Request-Id when
+// WithRequestLog gives every request an id (the client's X-Request-Id when
 // sane, else a new UUID), echoes it in the response, puts it in the
 // request's context for the log lines written while serving it, and logs
 // one line per request once it is served.
-func withRequestLog(log *slog.Logger, next http.Handler) http.Handler {
+func WithRequestLog(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
 		id := r.Header.Get(requestIDHeader)
@@ -138,17 +138,17 @@ func (w *statusWriter) status() int {
 	return w.code
 }
 
-// requestIDHandler adds request_id, context_id and execution_id, as far as
+// RequestIDHandler adds request_id, context_id and execution_id, as far as
 // they are known, to every record logged with a request's context (the
 // slog ...Context methods). Records logged without one pass unchanged. An
 // id the logger or the record already carries (the engine's context loggers
 // carry context_id) is not added twice.
-type requestIDHandler struct {
+type RequestIDHandler struct {
 	slog.Handler
 	hasContextID, hasExecutionID bool // added by WithAttrs
 }
 
-func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
+func (h RequestIDHandler) Handle(ctx context.Context, r slog.Record) error {
 	if ids := idsOf(ctx); ids != nil {
 		ids.mu.Lock()
 		contextID, executionID := ids.context, ids.execution
@@ -171,8 +171,8 @@ func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
 	return h.Handler.Handle(ctx, r)
 }
 
-func (h requestIDHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	out := requestIDHandler{Handler: h.Handler.WithAttrs(attrs), hasContextID: h.hasContextID, hasExecutionID: h.hasExecutionID}
+func (h RequestIDHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	out := RequestIDHandler{Handler: h.Handler.WithAttrs(attrs), hasContextID: h.hasContextID, hasExecutionID: h.hasExecutionID}
 	for _, a := range attrs {
 		out.hasContextID = out.hasContextID || a.Key == "context_id"
 		out.hasExecutionID = out.hasExecutionID || a.Key == "execution_id"
@@ -182,8 +182,8 @@ func (h requestIDHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 // WithGroup: ids added under a group would read group.request_id; the ones
 // added later keep that, which is what slog does for every attribute.
-func (h requestIDHandler) WithGroup(name string) slog.Handler {
-	return requestIDHandler{Handler: h.Handler.WithGroup(name), hasContextID: h.hasContextID, hasExecutionID: h.hasExecutionID}
+func (h RequestIDHandler) WithGroup(name string) slog.Handler {
+	return RequestIDHandler{Handler: h.Handler.WithGroup(name), hasContextID: h.hasContextID, hasExecutionID: h.hasExecutionID}
 }
 
 func hasAttr(r slog.Record, key string) bool {

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"crypto/subtle"
@@ -6,11 +6,12 @@ import (
 	"strings"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // authorize requires the access token, when one is configured, on every
 // route but /health (readiness probes carry no credentials), or with
-// ScopeExecute only on the execution routes: /execute, /executions/...
+// settings.ScopeExecute only on the execution routes: /execute, /executions/...
 // (an execution's output and its live stream are as private as the code
 // that made them) and /mcp (which runs code). CORS preflights never carry credentials and are answered
 // by cors before this. The comparison takes constant time.
@@ -21,7 +22,7 @@ import (
 // so a host whose token is the sandbox's envd token and whose scope is
 // execute serves the SDKs unchanged. The sandbox API's paths are treated
 // as /execute is (sandboxapi.go).
-func (a *api) authorize(next http.Handler) http.Handler {
+func (a *API) authorize(next http.Handler) http.Handler {
 	if len(a.token) == 0 {
 		return next
 	}
@@ -31,7 +32,7 @@ func (a *api) authorize(next http.Handler) http.Handler {
 		// and as X-Access-Token too, the header its SDK calls send.
 		isExecute := r.URL.Path == "/execute" || a.isSandboxAPI(r.URL.Path)
 		isExecution := isExecute || strings.HasPrefix(r.URL.Path, "/executions/") || r.URL.Path == "/mcp"
-		if r.URL.Path == "/health" || (a.tokenScope == ScopeExecute && !isExecution) {
+		if r.URL.Path == "/health" || (a.tokenScope == settings.ScopeExecute && !isExecution) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -43,19 +44,19 @@ func (a *api) authorize(next http.Handler) http.Handler {
 		// The log names the route, never the presented value.
 		a.log.InfoContext(r.Context(), "request refused: missing or wrong access token", "method", r.Method, "path", core.Clip(r.URL.Path), "remote_addr", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="kernelhost"`)
-		writeText(w, http.StatusUnauthorized, "Unauthorized: send the host's access token as \"Authorization: Bearer <token>\" (setting "+EnvVar("access-token")+")")
+		writeText(w, http.StatusUnauthorized, "Unauthorized: send the host's access token as \"Authorization: Bearer <token>\" (setting "+settings.EnvVar("access-token")+")")
 	})
 }
 
 // isSandboxAPI says whether a path is the sandbox API's (on its own
 // listener or the code API's), when the sandbox API is on.
-func (a *api) isSandboxAPI(p string) bool {
-	return a.sandbox != nil && isSandboxAPIPath(p)
+func (a *API) isSandboxAPI(p string) bool {
+	return a.sandbox != nil && IsSandboxAPIPath(p)
 }
 
 // tokenMatches compares in constant time (for equal lengths; the length of
 // the token is not a secret worth a timing-safe comparison of lengths).
-func (a *api) tokenMatches(got string) bool {
+func (a *API) tokenMatches(got string) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), a.token) == 1
 }
 
@@ -67,4 +68,12 @@ func bearer(h string) string {
 		return ""
 	}
 	return strings.TrimSpace(cred)
+}
+
+// IsSandboxAPIPath says whether a request to the code API's listener is the
+// sandbox API's (its paths do not collide with the code API's; /health
+// stays the code API's).
+func IsSandboxAPIPath(p string) bool {
+	return p == "/files" || p == "/envs" ||
+		strings.HasPrefix(p, "/filesystem.Filesystem/") || strings.HasPrefix(p, "/process.Process/")
 }

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // What a web page may do with the host, as Jupyter Server decides it
@@ -31,11 +32,6 @@ import (
 // The SDKs outside a browser send no Origin, and Host localhost:49999
 // (E2B_DEBUG), 127.0.0.1:PORT (E2B_SANDBOX_URL) or 49999-<sandbox>.e2b.app
 // through E2B's proxy: all allowed by default.
-
-// defaultAllowedHosts are the host names allowed besides loopback ones: the
-// names of E2B's sandboxes (49999-<sandbox id>.e2b.app, .e2b.dev before),
-// which E2B's proxy passes on and whose DNS no page controls.
-var defaultAllowedHosts = []string{"*.e2b.app", "*.e2b.dev"}
 
 // browserGuard applies the Host and Origin checks and answers CORS.
 type browserGuard struct {
@@ -73,7 +69,7 @@ func (g *browserGuard) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !g.hostAllowed(r.Host) {
 			g.log.InfoContext(r.Context(), "request refused: Host not allowed", "host", core.Clip(r.Host), "path", core.Clip(r.URL.Path), "remote_addr", r.RemoteAddr)
-			writeText(w, http.StatusForbidden, fmt.Sprintf("Forbidden: Host %s is neither a loopback name or address nor allowed (setting %s)", core.Quote(r.Host), EnvVar("allowed-hosts")))
+			writeText(w, http.StatusForbidden, fmt.Sprintf("Forbidden: Host %s is neither a loopback name or address nor allowed (setting %s)", core.Quote(r.Host), settings.EnvVar("allowed-hosts")))
 			return
 		}
 		origin := r.Header.Get("Origin")
@@ -87,7 +83,7 @@ func (g *browserGuard) wrap(next http.Handler) http.Handler {
 				return
 			}
 			g.log.InfoContext(r.Context(), "request refused: cross-origin", "origin", core.Clip(origin), "path", core.Clip(r.URL.Path), "remote_addr", r.RemoteAddr)
-			writeText(w, http.StatusForbidden, fmt.Sprintf("Forbidden: cross-origin request from %s (setting %s lists the origins allowed)", core.Quote(origin), EnvVar("allowed-origins")))
+			writeText(w, http.StatusForbidden, fmt.Sprintf("Forbidden: cross-origin request from %s (setting %s lists the origins allowed)", core.Quote(origin), settings.EnvVar("allowed-origins")))
 			return
 		}
 		h := w.Header()
@@ -172,45 +168,4 @@ func requireJSON(w http.ResponseWriter, r *http.Request) bool {
 	}
 	writeText(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Unsupported Content-Type %s: send the JSON body with Content-Type: application/json", core.Quote(ct)))
 	return false
-}
-
-// parseList splits a comma-separated setting, dropping blanks.
-func parseList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// checkAllowedHosts accepts "*", names ("kh.internal"), "*.suffix" and IP
-// addresses, without ports or schemes.
-func checkAllowedHosts(hosts []string) error {
-	for _, h := range hosts {
-		name := strings.TrimPrefix(h, "*.")
-		if h == "*" || net.ParseIP(name) != nil {
-			continue
-		}
-		if name == "" || strings.ContainsAny(name, "/:*@ ") {
-			return fmt.Errorf("%s: %q is not a host name (want a name such as kh.example.com, *.example.com, an IP address or *; no port or scheme)", EnvVar("allowed-hosts"), h)
-		}
-	}
-	return nil
-}
-
-// checkAllowedOrigins accepts "*" and origins: http or https, a host, an
-// optional port, nothing else.
-func checkAllowedOrigins(origins []string) error {
-	for _, o := range origins {
-		if o == "*" {
-			continue
-		}
-		u, err := url.Parse(strings.TrimSuffix(o, "/"))
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
-			return fmt.Errorf("%s: %q is not an origin (want scheme://host[:port], such as https://app.example.com, or *)", EnvVar("allowed-origins"), o)
-		}
-	}
-	return nil
 }

@@ -1,10 +1,10 @@
-package server_test
+package settings_test
 
 import (
 	"io"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // BenchmarkLoad is the cost of asking the transport plugins for their
@@ -18,7 +18,7 @@ func BenchmarkLoad(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			vars := env(map[string]string{"KERNELHOST_PLUGIN_DIR": bc.dir})
 			for b.Loop() {
-				if _, err := server.Load("kernelhost", nil, vars, io.Discard); err != nil {
+				if _, err := settings.Load("kernelhost", nil, vars, io.Discard); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"net/http"
 )
 
-func (a *api) listContexts(w http.ResponseWriter, r *http.Request) {
+func (a *API) listContexts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, a.engine.Contexts())
 }
 
@@ -16,7 +16,7 @@ type createContextRequest struct {
 	Cwd      *string `json:"cwd"`
 }
 
-func (a *api) createContext(w http.ResponseWriter, r *http.Request) {
+func (a *API) createContext(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.readBody(w, r)
 	if !ok {
 		return
@@ -40,17 +40,17 @@ func (a *api) createContext(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, info)
 }
 
-func (a *api) deleteContext(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteContext(w http.ResponseWriter, r *http.Request) {
 	a.control(w, r, a.engine.Delete)
 }
 
-func (a *api) restartContext(w http.ResponseWriter, r *http.Request) {
+func (a *API) restartContext(w http.ResponseWriter, r *http.Request) {
 	a.control(w, r, a.engine.Restart)
 }
 
 // forkContext answers a new context holding a copy of the context's state
 // (engine.Fork).
-func (a *api) forkContext(w http.ResponseWriter, r *http.Request) {
+func (a *API) forkContext(w http.ResponseWriter, r *http.Request) {
 	setContextID(r.Context(), r.PathValue("id"))
 	info, err := a.engine.Fork(r.Context(), r.PathValue("id"))
 	if err != nil {
@@ -60,13 +60,13 @@ func (a *api) forkContext(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, info)
 }
 
-func (a *api) interruptContext(w http.ResponseWriter, r *http.Request) {
+func (a *API) interruptContext(w http.ResponseWriter, r *http.Request) {
 	a.control(w, r, a.engine.Interrupt)
 }
 
 // control runs a bodiless operation on the context named in the path. The
 // SDKs send Content-Type: application/json with an empty body: ignored.
-func (a *api) control(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error) {
+func (a *API) control(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error) {
 	setContextID(r.Context(), r.PathValue("id"))
 	if err := op(r.Context(), r.PathValue("id")); err != nil {
 		a.writeError(w, r, err)

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ func wantSeq(r *http.Request) bool {
 	return v
 }
 
-func (a *api) executionState(w http.ResponseWriter, r *http.Request) {
+func (a *API) executionState(w http.ResponseWriter, r *http.Request) {
 	x, err := a.engine.Execution(r.PathValue("id"))
 	if err != nil {
 		a.writeError(w, r, err)
@@ -44,7 +44,7 @@ func (a *api) executionState(w http.ResponseWriter, r *http.Request) {
 // resumeExecution attaches a new stream to an execution, from the output
 // after ?after= (default 0: from the first). The stream attached before, if
 // any, ends with a StreamDetached error line.
-func (a *api) resumeExecution(w http.ResponseWriter, r *http.Request) {
+func (a *API) resumeExecution(w http.ResponseWriter, r *http.Request) {
 	var after uint64
 	if v := r.URL.Query().Get("after"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)

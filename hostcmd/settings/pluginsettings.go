@@ -1,4 +1,4 @@
-package server
+package settings
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,14 @@ import (
 // variables, config file keys and -help (Load), checks the values against
 // the descriptions, and passes each plugin the ones it declares
 // (launchTransport). docs/RATIONALE.md weighs asking the plugins.
+
+// PluginPrefix starts the file name of every transport plugin.
+const PluginPrefix = "kernelhost-transport-"
+
+// PluginPath is the executable of the transport plugin called name in dir.
+func PluginPath(dir, name string) string {
+	return filepath.Join(dir, PluginPrefix+name)
+}
 
 // describeTimeout bounds one plugin's -describe run: a Go binary answers in
 // milliseconds; one that hangs must not hold -help or a start-up.
@@ -57,7 +66,7 @@ func describePlugins(dir string) *pluginCatalog {
 			continue
 		}
 		wg.Go(func() {
-			d, err := readDescription(pluginPath(dir, name))
+			d, err := ReadDescription(PluginPath(dir, name))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -72,7 +81,7 @@ func describePlugins(dir string) *pluginCatalog {
 }
 
 // readDescription is the description of the plugin at path.
-func readDescription(path string) (pluginhost.Description, error) {
+func ReadDescription(path string) (pluginhost.Description, error) {
 	if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return pluginhost.Description{}, errors.New("not an executable file")
 	}
@@ -301,12 +310,12 @@ func orList(words []string) string {
 	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
-// settingsFor are the settings the plugin described by d receives from cfg,
+// ForPlugin are the settings the plugin described by d receives from cfg,
 // typed: those of cfg.TransportSettings it declares (a file setting read
 // into the one it holds), checked against d, and the host's settings it
 // takes. Settings it declares and cfg leaves unset keep the plugin's
 // defaults.
-func settingsFor(d pluginhost.Description, cfg Config) (map[string]any, error) {
+func ForPlugin(d pluginhost.Description, cfg Config) (map[string]any, error) {
 	specs := map[string]pluginhost.SettingSpec{}
 	values := map[string]string{}
 	for _, s := range d.Settings {
@@ -342,7 +351,7 @@ func settingsFor(d pluginhost.Description, cfg Config) (map[string]any, error) {
 // takes it (specs are the plugin's settings).
 func hostSetting(cfg Config, name string, specs map[string]pluginhost.SettingSpec) (string, error) {
 	if name == hiddenPathsSetting {
-		return strings.Join(cfg.privatePaths(specs), "\n"), nil
+		return strings.Join(cfg.PrivatePaths(specs), "\n"), nil
 	}
 	for _, s := range settingsTable {
 		if s.flagName() == name {
@@ -350,40 +359,6 @@ func hostSetting(cfg Config, name string, specs map[string]pluginhost.SettingSpe
 		}
 	}
 	return "", fmt.Errorf("the transport plugin takes the host's setting %s, which the host does not have", name)
-}
-
-// kernelBounds raises the host's bounds above the transport's own bounds on
-// kernel starts and restarts (the settings its description marks as such,
-// the jupyter plugin's timeouts), so that a slow start or restart the
-// settings allow is not cut short by a fixed bound of the host (60 s the
-// engine's, 120 s the plugin's). values are the plugin's settings as
-// settingsFor makes them; a bound not among them has its default.
-func kernelBounds(d pluginhost.Description, values map[string]any) hostBounds {
-	var start, restart time.Duration
-	for _, s := range d.Settings {
-		if s.KernelBound == "" {
-			continue
-		}
-		v, ok := values[s.Name].(time.Duration)
-		if !ok {
-			v, _ = time.ParseDuration(s.Default)
-		}
-		switch s.KernelBound {
-		case pluginhost.BoundStart:
-			start += v
-		case pluginhost.BoundRestart:
-			restart += v
-		}
-	}
-	if start == 0 && restart == 0 {
-		return hostBounds{}
-	}
-	engineStart := max(time.Minute, start+boundsMargin, restart+boundsMargin)
-	return hostBounds{
-		engineStart: engineStart,
-		pluginStart: engineStart + boundsMargin,
-		pluginCall:  max(time.Minute, restart+boundsMargin),
-	}
 }
 
 // preScan finds the value of the host's setting name (plugin-dir) before
@@ -490,6 +465,28 @@ func (c *Config) SetTransportSetting(name, value string) {
 	c.TransportSettings[name] = value
 }
 
+// KeepTransportDescription reads the description of the transport plugin
+// c names, unless Load did, so that TransportDescription answers from it
+// for all who need it before the launch.
+func (c *Config) KeepTransportDescription() {
+	c.plugins = c.plugins.withDescription(c.PluginDir, c.TransportName)
+}
+
+// TransportDescription is what the transport plugin c names says of its
+// settings.
+func (c Config) TransportDescription() (pluginhost.Description, error) {
+	return c.plugins.description(c.PluginDir, c.TransportName)
+}
+
+// PluginSpecs are the settings the transport plugins declared, by name, as
+// Load registered them; nil for a Config made in code.
+func (c Config) PluginSpecs() map[string]pluginhost.SettingSpec {
+	if c.plugins == nil {
+		return nil
+	}
+	return c.plugins.specs
+}
+
 // description is the description of the plugin name in dir: the one cat
 // has, when cat (which may be nil) holds that directory's, else the
 // plugin's answer now.
@@ -503,7 +500,7 @@ func (cat *pluginCatalog) withDescription(dir, name string) *pluginCatalog {
 			return cat
 		}
 	}
-	d, err := readDescription(pluginPath(dir, name))
+	d, err := ReadDescription(PluginPath(dir, name))
 	if err != nil {
 		return cat
 	}
@@ -516,5 +513,51 @@ func (cat *pluginCatalog) description(dir, name string) (pluginhost.Description,
 			return d, nil
 		}
 	}
-	return readDescription(pluginPath(dir, name))
+	return ReadDescription(PluginPath(dir, name))
+}
+
+// boundsMargin is what the host's bounds on a kernel start or restart leave
+// beyond the transport's own, for the steps around them (the cwd snippet
+// after a start, the plugin call itself).
+const boundsMargin = 30 * time.Second
+
+// KernelBounds are the host's bounds on kernel starts and restarts: the
+// engine's (engine.Config.StartTimeout) and the plugin calls'. Zero: their
+// defaults.
+type KernelBounds struct {
+	EngineStart, PluginStart, PluginCall time.Duration
+}
+
+// BoundsOf raises the host's bounds above the transport's own bounds on
+// kernel starts and restarts (the settings its description marks as such,
+// the jupyter plugin's timeouts), so that a slow start or restart the
+// settings allow is not cut short by a fixed bound of the host (60 s the
+// engine's, 120 s the plugin's). values are the plugin's settings as
+// settings.ForPlugin makes them; a bound not among them has its default.
+func BoundsOf(d pluginhost.Description, values map[string]any) KernelBounds {
+	var start, restart time.Duration
+	for _, s := range d.Settings {
+		if s.KernelBound == "" {
+			continue
+		}
+		v, ok := values[s.Name].(time.Duration)
+		if !ok {
+			v, _ = time.ParseDuration(s.Default)
+		}
+		switch s.KernelBound {
+		case pluginhost.BoundStart:
+			start += v
+		case pluginhost.BoundRestart:
+			restart += v
+		}
+	}
+	if start == 0 && restart == 0 {
+		return KernelBounds{}
+	}
+	EngineStart := max(time.Minute, start+boundsMargin, restart+boundsMargin)
+	return KernelBounds{
+		EngineStart: EngineStart,
+		PluginStart: EngineStart + boundsMargin,
+		PluginCall:  max(time.Minute, restart+boundsMargin),
+	}
 }

@@ -1,4 +1,12 @@
-package server
+// Package settings is the host's configuration: Config, and Load, which
+// reads it from flags, KERNELHOST_* environment variables and a TOML file.
+// It owns the table of the host's settings (each one's name, default, help,
+// check and field), the settings the transport plugins declare (asked of
+// each plugin with -describe and merged in), -help, which of them a plugin
+// receives (ForPlugin) and the host's bounds that follow from them
+// (BoundsOf), and the host's private files (PrivatePaths).
+// docs/operating.md's table is checked against it.
+package settings
 
 import (
 	"cmp"
@@ -173,6 +181,10 @@ const (
 	// vanished peer, or one that stopped reading).
 	DefaultWriteTimeout = 30 * time.Second
 )
+
+// DefaultSandboxAPIAddr is where the SDKs look for the sandbox API in debug
+// mode (E2B_DEBUG=true: localhost:49983).
+const DefaultSandboxAPIAddr = "127.0.0.1:49983"
 
 // Access token scopes.
 const (
@@ -371,7 +383,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	if err := c.readTokenFiles(); err != nil {
 		return Config{}, err
 	}
-	if err := c.validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
 	if c.GlobalEnv, err = loadGlobalEnv(c.envFile, c.envInline); err != nil {
@@ -401,7 +413,7 @@ func (c *Config) readTokenFiles() error {
 }
 
 // withDefaults gives every setting c leaves zero its default (settingsTable).
-func withDefaults(c Config) Config {
+func WithDefaults(c Config) Config {
 	for _, s := range settingsTable {
 		s.setDefault(&c)
 	}
@@ -412,7 +424,7 @@ func withDefaults(c Config) Config {
 }
 
 // validate checks every setting (settingsTable).
-func (c *Config) validate() error {
+func (c *Config) Validate() error {
 	for _, s := range settingsTable {
 		if err := s.validate(c); err != nil {
 			return err

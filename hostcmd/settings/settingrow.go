@@ -1,10 +1,12 @@
-package server
+package settings
 
 import (
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -227,6 +229,52 @@ func checkAccessToken(token string) error {
 func checkTokenScope(scope string) error {
 	if scope != ScopeAll && scope != ScopeExecute {
 		return fmt.Errorf("%q: want %s or %s", scope, ScopeAll, ScopeExecute)
+	}
+	return nil
+}
+
+// defaultAllowedHosts are the host names allowed besides loopback ones: the
+// names of E2B's sandboxes (49999-<sandbox id>.e2b.app, .e2b.dev before),
+// which E2B's proxy passes on and whose DNS no page controls.
+var defaultAllowedHosts = []string{"*.e2b.app", "*.e2b.dev"}
+
+// parseList splits a comma-separated setting, dropping blanks.
+func parseList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// checkAllowedHosts accepts "*", names ("kh.internal"), "*.suffix" and IP
+// addresses, without ports or schemes.
+func checkAllowedHosts(hosts []string) error {
+	for _, h := range hosts {
+		name := strings.TrimPrefix(h, "*.")
+		if h == "*" || net.ParseIP(name) != nil {
+			continue
+		}
+		if name == "" || strings.ContainsAny(name, "/:*@ ") {
+			return fmt.Errorf("%s: %q is not a host name (want a name such as kh.example.com, *.example.com, an IP address or *; no port or scheme)", EnvVar("allowed-hosts"), h)
+		}
+	}
+	return nil
+}
+
+// checkAllowedOrigins accepts "*" and origins: http or https, a host, an
+// optional port, nothing else.
+func checkAllowedOrigins(origins []string) error {
+	for _, o := range origins {
+		if o == "*" {
+			continue
+		}
+		u, err := url.Parse(strings.TrimSuffix(o, "/"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
+			return fmt.Errorf("%s: %q is not an origin (want scheme://host[:port], such as https://app.example.com, or *)", EnvVar("allowed-origins"), o)
+		}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/envd"
 	"github.com/kernelhost/kernelhost/plugins/transportplugin/pluginhost"
 )
 
@@ -38,7 +39,7 @@ const (
 // metrics are the host's Prometheus metrics (docs/operating.md lists them),
 // in a registry of their own so that several hosts in one process (tests)
 // do not collide. It is the engine's engine.Observer.
-type metrics struct {
+type Metrics struct {
 	reg *prometheus.Registry
 
 	executions      *prometheus.CounterVec
@@ -53,7 +54,7 @@ type metrics struct {
 	kernelsReplaced *prometheus.CounterVec
 }
 
-var _ engine.Observer = (*metrics)(nil)
+var _ engine.Observer = (*Metrics)(nil)
 
 // Buckets in seconds. Executions run from a millisecond (1+1) to hours;
 // queue waits are an execution's run at most; policies take microseconds
@@ -64,8 +65,8 @@ var (
 )
 
 // newMetrics registers every metric. liveContexts is read at each scrape.
-func newMetrics(liveContexts func() int) *metrics {
-	m := &metrics{
+func NewMetrics(liveContexts func() int) *Metrics {
+	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kernelhost_executions_total",
@@ -133,8 +134,8 @@ func newMetrics(liveContexts func() int) *metrics {
 
 // handler serves the registry in the Prometheus text format.
 // serveMetrics is GET /metrics: the Prometheus text format, or the unknown
-// route's 404 when metrics are off (Config.DisableMetrics).
-func (a *api) serveMetrics(w http.ResponseWriter, r *http.Request) {
+// route's 404 when metrics are off (settings.Config.DisableMetrics).
+func (a *API) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if a.metrics == nil {
 		writeRouteError(w, http.StatusNotFound)
 		return
@@ -145,7 +146,7 @@ func (a *api) serveMetrics(w http.ResponseWriter, r *http.Request) {
 // QueueDepth keeps a series only while executions wait: an empty queue
 // has none (read absent as 0). That bounds the series to the contexts with
 // a backlog.
-func (m *metrics) QueueDepth(contextID string, depth int) {
+func (m *Metrics) QueueDepth(contextID string, depth int) {
 	if depth == 0 {
 		m.queueDepth.DeleteLabelValues(contextID)
 		return
@@ -153,11 +154,11 @@ func (m *metrics) QueueDepth(contextID string, depth int) {
 	m.queueDepth.WithLabelValues(contextID).Set(float64(depth))
 }
 
-func (m *metrics) ExecutionStarted(contextID string, waited time.Duration) {
+func (m *Metrics) ExecutionStarted(contextID string, waited time.Duration) {
 	m.queueWait.WithLabelValues(contextID).Observe(waited.Seconds())
 }
 
-func (m *metrics) ExecutionFinished(_ string, outcome engine.Outcome, ran time.Duration) {
+func (m *Metrics) ExecutionFinished(_ string, outcome engine.Outcome, ran time.Duration) {
 	m.executions.WithLabelValues(string(outcome)).Inc()
 	if ran > 0 {
 		m.execDuration.Observe(ran.Seconds())
@@ -166,19 +167,19 @@ func (m *metrics) ExecutionFinished(_ string, outcome engine.Outcome, ran time.D
 
 // ContextRemoved drops the context's series: context ids are not reused,
 // and series of dead contexts would grow without bound.
-func (m *metrics) ContextRemoved(contextID string) {
+func (m *Metrics) ContextRemoved(contextID string) {
 	m.queueDepth.DeleteLabelValues(contextID)
 	m.queueWait.DeleteLabelValues(contextID)
 }
 
-func (m *metrics) MessagesLost(_ string, n int) { m.messagesLost.Add(float64(n)) }
+func (m *Metrics) MessagesLost(_ string, n int) { m.messagesLost.Add(float64(n)) }
 
-func (m *metrics) KernelReplaced(_, reason string) { m.kernelsReplaced.WithLabelValues(reason).Inc() }
+func (m *Metrics) KernelReplaced(_, reason string) { m.kernelsReplaced.WithLabelValues(reason).Inc() }
 
-// The methods the API calls do nothing on a nil *metrics (metrics off).
+// The methods the API calls do nothing on a nil *Metrics (metrics off).
 
 // refused counts an /execute that was refused before it was queued.
-func (m *metrics) refused(err error) {
+func (m *Metrics) refused(err error) {
 	if m == nil {
 		return
 	}
@@ -196,31 +197,31 @@ func (m *metrics) refused(err error) {
 
 // invalid counts an /execute whose body the host refused before the engine
 // saw it (malformed JSON, too large, not received in time).
-func (m *metrics) invalid() {
+func (m *Metrics) invalid() {
 	if m == nil {
 		return
 	}
 	m.executions.WithLabelValues(outcomeInvalid).Inc()
 }
 
-func (m *metrics) streamed(n int) {
+func (m *Metrics) streamed(n int) {
 	if m == nil {
 		return
 	}
 	m.streamedBytes.Add(float64(n))
 }
 
-func (m *metrics) pluginRestarted() { m.pluginRestarts.Inc() }
+func (m *Metrics) PluginRestarted() { m.pluginRestarts.Inc() }
 
-// observePolicy wraps the host's env-var policy with the decision counter
+// ObservePolicy wraps the host's env-var policy with the decision counter
 // and the latency histogram.
-func (m *metrics) observePolicy(p engine.EnvPolicy) engine.EnvPolicy {
+func (m *Metrics) ObservePolicy(p engine.EnvPolicy) engine.EnvPolicy {
 	return &observedPolicy{next: p, m: m}
 }
 
 type observedPolicy struct {
 	next engine.EnvPolicy
-	m    *metrics
+	m    *Metrics
 }
 
 func (p *observedPolicy) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
@@ -286,9 +287,31 @@ func (g transportGauges) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// observeTransport adds the transport's own gauges, if it reports any.
-func (m *metrics) observeTransport(t core.Transport, log *slog.Logger) {
+// ObserveTransport adds the transport's own gauges, if it reports any.
+func (m *Metrics) ObserveTransport(t core.Transport, log *slog.Logger) {
 	if src, ok := t.(gaugeSource); ok {
 		m.reg.MustRegister(transportGauges{src: src, log: log})
 	}
+}
+
+const sandboxBytesHelp = "Bytes of files through the sandbox API: uploaded (POST /files) or downloaded (GET /files)."
+
+// ObserveSandboxAPI counts the sandbox API's commands and file bytes.
+func (m *Metrics) ObserveSandboxAPI(st *envd.Stats) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "kernelhost_sandbox_commands_total",
+			Help: "Commands the sandbox API started (process.Process Start).",
+		}, func() float64 { return float64(st.Commands.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "kernelhost_sandbox_file_bytes_total",
+			Help:        sandboxBytesHelp,
+			ConstLabels: prometheus.Labels{"direction": "upload"},
+		}, func() float64 { return float64(st.BytesUploaded.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "kernelhost_sandbox_file_bytes_total",
+			Help:        sandboxBytesHelp,
+			ConstLabels: prometheus.Labels{"direction": "download"},
+		}, func() float64 { return float64(st.BytesRead.Load()) }),
+	)
 }

@@ -1,7 +1,8 @@
-package server
+package settings
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,7 +24,7 @@ const hiddenPathsSetting = "host-private-paths"
 // kernelhost's own (/etc/kernelhost, where the shipped unit keeps its
 // EnvironmentFile of secrets). specs are the plugin's settings. Relative
 // paths are made absolute; the plugin leaves out those that do not exist.
-func (c Config) privatePaths(specs map[string]pluginhost.SettingSpec) []string {
+func (c Config) PrivatePaths(specs map[string]pluginhost.SettingSpec) []string {
 	paths := []string{c.accessTokenFile, c.configFile, c.envFile}
 	if c.configFile != "" && filepath.Base(filepath.Dir(c.configFile)) == "kernelhost" {
 		paths = append(paths, filepath.Dir(c.configFile))
@@ -63,8 +64,7 @@ func policyFiles(setting string) []string {
 	var out []string
 	if file, ok := strings.CutPrefix(setting, "@"); ok {
 		out = append(out, file)
-		b, _ := os.ReadFile(file) // unreadable: the policies' load says why
-		setting = listFile(string(b), filepath.Dir(file))
+		setting, _ = PolicyList(setting) // unreadable: the policies' load says why
 	}
 	// Without a variable of its own, each module's config is a file.
 	modules, _ := policy.ParseList(setting, func(string) (string, bool) { return "", false })
@@ -72,4 +72,38 @@ func policyFiles(setting string) []string {
 		out = append(out, m.ConfigFile)
 	}
 	return out
+}
+
+// PolicyList is the -policies setting as a list of modules separated by
+// commas: setting itself, or for "@FILE" what FILE lists.
+func PolicyList(setting string) (string, error) {
+	file, ok := strings.CutPrefix(setting, "@")
+	if !ok {
+		return setting, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: read the policy list: %w", EnvVar("policies"), err)
+	}
+	return listFile(string(b), filepath.Dir(file)), nil
+}
+
+// listFile turns a policy list file into a KERNELHOST_POLICIES value: paths
+// separated by commas or newlines, # comments, relative paths taken from
+// the file's directory.
+func listFile(text, dir string) string {
+	var paths []string
+	for _, l := range strings.Split(text, "\n") {
+		l, _, _ = strings.Cut(l, "#")
+		for _, p := range strings.Split(l, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(dir, p)
+			}
+			paths = append(paths, p)
+		}
+	}
+	return strings.Join(paths, ",")
 }

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/hostcmd/internal/buildinfo"
 	"github.com/kernelhost/kernelhost/hostcmd/mcpserver"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // /mcp: the MCP tool set (package mcpserver) over MCP's streamable HTTP
@@ -51,7 +52,7 @@ type mcpEndpoint struct {
 	opening int
 }
 
-func newMCPServer(e *engine.Engine, met *metrics, log *slog.Logger) *mcp.Server {
+func NewMCPServer(e *engine.Engine, met *Metrics, log *slog.Logger) *mcp.Server {
 	opts := mcpserver.Options{Engine: e, Logger: log, Version: buildinfo.Version()}
 	if met != nil {
 		opts.Refused = met.refused
@@ -59,8 +60,8 @@ func newMCPServer(e *engine.Engine, met *metrics, log *slog.Logger) *mcp.Server 
 	return mcpserver.New(opts)
 }
 
-func newMCPEndpoint(cfg Config, e *engine.Engine, met *metrics) *mcpEndpoint {
-	s := newMCPServer(e, met, cfg.Logger)
+func newMCPEndpoint(cfg settings.Config, e *engine.Engine, met *Metrics) *mcpEndpoint {
+	s := NewMCPServer(e, met, cfg.Logger)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{
 		Logger:              cfg.Logger,
 		SessionTimeout:      cfg.MCPSessionIdle,
@@ -83,7 +84,7 @@ func newMCPEndpoint(cfg Config, e *engine.Engine, met *metrics) *mcpEndpoint {
 // the client would have with notifications/cancelled: the engine takes it
 // as the client leaving (the disconnect policy: the running code is
 // interrupted, the context and the session stay).
-func (a *api) serveMCP(w http.ResponseWriter, r *http.Request) {
+func (a *API) serveMCP(w http.ResponseWriter, r *http.Request) {
 	session := r.Header.Get(mcpSessionIDHeader)
 	if r.Method != http.MethodPost {
 		a.mcp.handler.ServeHTTP(w, r)
@@ -116,7 +117,7 @@ func (m *mcpEndpoint) serveNewSession(w http.ResponseWriter, r *http.Request, bo
 		return
 	}
 	if !m.admit() {
-		log.Info("MCP session refused: the cap is reached", "max_sessions", m.maxSessions, "setting", EnvVar("mcp-max-sessions"))
+		log.Info("MCP session refused: the cap is reached", "max_sessions", m.maxSessions, "setting", settings.EnvVar("mcp-max-sessions"))
 		m.refuseSession(w, id)
 		return
 	}
@@ -155,7 +156,7 @@ func (m *mcpEndpoint) admit() bool {
 // names the cap, its setting and what frees a place.
 func (m *mcpEndpoint) refuseSession(w http.ResponseWriter, id json.RawMessage) {
 	msg := fmt.Sprintf("too many open MCP sessions: the host allows %d (setting %s); end one (DELETE /mcp with its %s) or wait until one has been idle for %s (setting %s)",
-		m.maxSessions, EnvVar("mcp-max-sessions"), mcpSessionIDHeader, m.idle, EnvVar("mcp-session-idle"))
+		m.maxSessions, settings.EnvVar("mcp-max-sessions"), mcpSessionIDHeader, m.idle, settings.EnvVar("mcp-session-idle"))
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
 		"error": map[string]any{"code": mcpSessionsFull, "message": msg}})
 	w.Header().Set("Content-Type", "application/json")

@@ -1,4 +1,4 @@
-package server_test
+package settings_test
 
 import (
 	"bufio"
@@ -10,16 +10,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // docs/operating.md's settings table names every setting of the table in
-// hostcmd/server/settings.go and of the transport plugins (their
+// hostcmd/settings/settings.go and of the transport plugins (their
 // settings.go), each once, with its variable and its default: the test
 // fails when one of them drifts from the other.
 func TestOperatingDocSettings(t *testing.T) {
 	t.Parallel()
-	defaults, err := server.SettingDefaults(pluginDir)
+	defaults, err := settings.SettingDefaults(pluginDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +57,9 @@ func TestOperatingDocSettings(t *testing.T) {
 			if i == 0 {
 				first = v
 			} else if i < len(flags) {
-				v = expandVar(first, v, server.EnvVar(flags[i]))
+				v = expandVar(first, v, settings.EnvVar(flags[i]))
 			}
-			if i >= len(flags) || v != server.EnvVar(flags[i]) {
+			if i >= len(flags) || v != settings.EnvVar(flags[i]) {
 				t.Errorf("operating.md: %q: variable %s does not go with the flags %v", cells[0], v, flags)
 			}
 		}

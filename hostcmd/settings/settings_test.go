@@ -1,4 +1,4 @@
-package server_test
+package settings_test
 
 import (
 	"io"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
-	"github.com/kernelhost/kernelhost/hostcmd/server"
+	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 func env(m map[string]string) func(string) string {
@@ -20,7 +20,7 @@ func env(m map[string]string) func(string) string {
 
 func TestLoadDefaults(t *testing.T) {
 	t.Parallel()
-	c, err := server.Load("kernelhost", nil, env(nil), io.Discard)
+	c, err := settings.Load("kernelhost", nil, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestLoadDefaults(t *testing.T) {
 	// A plugin's settings left unset keep the plugin's defaults: the host
 	// passes none of them, only the host's settings the plugin takes.
 	c.PluginDir = pluginDir
-	got, engineStart, _, _, err := server.PluginSettings(c)
+	got, engineStart, _, _, err := settings.PluginSettings(c)
 	if err != nil || !reflect.DeepEqual(got, map[string]any{"default-cwd": "/home/user", "host-private-paths": ""}) || engineStart != 0 {
 		t.Fatalf("the subprocess plugin gets %v (%v), engine start bound %v", got, err, engineStart)
 	}
@@ -63,12 +63,12 @@ func TestPrivatePathsReachThePlugin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := server.Load("kernelhost", []string{"-access-token-file", token, "-config", config, "-env-file", envFile, "-policies", "@" + list, "-jupyter-token-file", jupyterToken},
+	c, err := settings.Load("kernelhost", []string{"-access-token-file", token, "-config", config, "-env-file", envFile, "-policies", "@" + list, "-jupyter-token-file", jupyterToken},
 		env(map[string]string{"KERNELHOST_PLUGIN_DIR": pluginDir}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _, _, _, err := server.PluginSettings(c)
+	got, _, _, _, err := settings.PluginSettings(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestLoadTransportAndPolicies(t *testing.T) {
 		"KERNELHOST_POLICY_CONFIG_DENYLIST":  "{}",
 		"KERNELHOST_POLICY_CONFIG_UNSET_ONE": "",
 	}
-	c, err := server.Load("kernelhost", []string{"-jupyter-token", "flag", "-jupyter-start-timeout", "5m"}, env(vars), io.Discard)
+	c, err := settings.Load("kernelhost", []string{"-jupyter-token", "flag", "-jupyter-start-timeout", "5m"}, env(vars), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestLoadTransportAndPolicies(t *testing.T) {
 	}
 	// The plugin gets its settings, typed, and the host's bounds on its
 	// kernel starts follow its start and connect timeouts: 5m + 2m + 30s.
-	got, engineStart, pluginStart, pluginCall, err := server.PluginSettings(c)
+	got, engineStart, pluginStart, pluginCall, err := settings.PluginSettings(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +141,10 @@ func TestLoadTransportAndPolicies(t *testing.T) {
 	// host reads), but not both ways.
 	delete(vars, "KERNELHOST_JUPYTER_TOKEN")
 	vars["KERNELHOST_JUPYTER_TOKEN_FILE"] = tokenFile
-	if c, err = server.Load("kernelhost", nil, env(vars), io.Discard); err != nil || c.TransportSettings["jupyter-token"] != "from-file" {
+	if c, err = settings.Load("kernelhost", nil, env(vars), io.Discard); err != nil || c.TransportSettings["jupyter-token"] != "from-file" {
 		t.Fatalf("token file: %q %v", c.TransportSettings["jupyter-token"], err)
 	}
-	if _, err = server.Load("kernelhost", []string{"-jupyter-token", "flag"}, env(vars), io.Discard); err == nil || !strings.Contains(err.Error(), "jupyter-token and jupyter-token-file are both set") {
+	if _, err = settings.Load("kernelhost", []string{"-jupyter-token", "flag"}, env(vars), io.Discard); err == nil || !strings.Contains(err.Error(), "jupyter-token and jupyter-token-file are both set") {
 		t.Fatalf("token both ways: %v", err)
 	}
 }
@@ -166,7 +166,7 @@ func TestLoadEnvAndFlags(t *testing.T) {
 		"KERNELHOST_LOG_FORMAT":        "json",
 		"KERNELHOST_PPROF_ADDR":        "127.0.0.1:6060",
 	}
-	c, err := server.Load("kernelhost", []string{"-addr", "127.0.0.1:2"}, env(vars), io.Discard)
+	c, err := settings.Load("kernelhost", []string{"-addr", "127.0.0.1:2"}, env(vars), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestLoadErrors(t *testing.T) {
 				tc.env = map[string]string{}
 			}
 			tc.env["KERNELHOST_PLUGIN_DIR"] = pluginDir
-			_, err := server.Load("kernelhost", tc.args, env(tc.env), io.Discard)
+			_, err := settings.Load("kernelhost", tc.args, env(tc.env), io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}
@@ -225,7 +225,7 @@ func TestLoadErrors(t *testing.T) {
 
 func TestEnvVarName(t *testing.T) {
 	t.Parallel()
-	if got := server.EnvVar("default-cwd"); got != "KERNELHOST_DEFAULT_CWD" {
+	if got := settings.EnvVar("default-cwd"); got != "KERNELHOST_DEFAULT_CWD" {
 		t.Fatal(got)
 	}
 }
@@ -238,7 +238,7 @@ func TestPluginSettingsInTheConfigFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("plugin-dir = \""+pluginDir+"\"\njupyter-start-timeout = \"3m\"\ncontext-pids = 5\nkernel-cgroups = false\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := server.Load("kernelhost", []string{"-config", file, "-context-pids", "6"}, env(nil), io.Discard)
+	c, err := settings.Load("kernelhost", []string{"-config", file, "-context-pids", "6"}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestPluginSettingsInTheConfigFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("plugin-dir = \""+pluginDir+"\"\ncontext-pids = \"5\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := server.Load("kernelhost", []string{"-config", file}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "context-pids: want an integer") {
+	if _, err := settings.Load("kernelhost", []string{"-config", file}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "context-pids: want an integer") {
 		t.Fatalf("a string for an int: %v", err)
 	}
 }
@@ -258,7 +258,7 @@ func TestPluginSettingsInTheConfigFile(t *testing.T) {
 func TestPluginSettingsWithoutThePlugin(t *testing.T) {
 	t.Parallel()
 	empty := t.TempDir()
-	_, err := server.Load("kernelhost", []string{"-plugin-dir", empty, "-jupyter-url", "http://gw/"}, env(nil), io.Discard)
+	_, err := settings.Load("kernelhost", []string{"-plugin-dir", empty, "-jupyter-url", "http://gw/"}, env(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "not defined: -jupyter-url") || !strings.Contains(err.Error(), "has no kernelhost-transport-* executables") {
 		t.Fatalf("error %v", err)
 	}
@@ -267,7 +267,7 @@ func TestPluginSettingsWithoutThePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	var help strings.Builder
-	if _, err := server.Load("kernelhost", []string{"-help"}, env(map[string]string{"KERNELHOST_PLUGIN_DIR": empty}), &help); err == nil {
+	if _, err := settings.Load("kernelhost", []string{"-help"}, env(map[string]string{"KERNELHOST_PLUGIN_DIR": empty}), &help); err == nil {
 		t.Fatal("-help: no ErrHelp")
 	}
 	if !strings.Contains(help.String(), "  -queue-depth int") || !strings.Contains(help.String(), "broken: describe "+broken+": exit status 3 (not a kernelhost transport plugin, or one built before plugins described their settings); it said: no transport here") {

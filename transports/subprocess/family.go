@@ -1,0 +1,473 @@
+package subprocess
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kernelhost/kernelhost/core"
+)
+
+// Families (issue 43; docs/RATIONALE.md, "Contexts by fork"): a context
+// forked from the sandboxed template and its live copies share one
+// sandbox, the namespaces of its init B. A copy is a clone of a member's
+// interpreter made with CLONE_PARENT, so it is B's child: B reaps every
+// member, writes each one's wait status to that member's status pipe, and
+// ends (and the namespaces with it) once the last member ended
+// (drivers/forkserver.py, _family_init). The host's part is here:
+//
+//   - Each member has its own cgroup and limits; killing a member kills its
+//     cgroup, not B. So at the family's first copy B leaves its first
+//     member's cgroups for one of its own (apart), and the family's network
+//     stack (pasta, attached to B's namespace) becomes the family's.
+//   - The copy's descriptors travel over its source's control socket
+//     (SCM_RIGHTS, fd 5 in the interpreter), which every member gets at its
+//     start: a sandboxed interpreter cannot open the host's /proc/<pid>/fd.
+//     The copy says "c" on a handshake socket (its pid comes with the
+//     credentials), is moved into its cgroup, B is sent its status pipe, and
+//     only then is it told to go on.
+
+var _ core.FamilyKernel = (*Kernel)(nil)
+
+// familySeq numbers families: a family's id is stable while it lives.
+var familySeq atomic.Uint64
+
+// family is the host's record of one shared sandbox.
+type family struct {
+	id   string
+	init int           // B, in this process's PID namespace
+	ctl  *net.UnixConn // the host's end of B's family socket
+
+	mu      sync.Mutex
+	members int
+	apart   bool      // B is in a cgroup of its own: a member's end leaves it running
+	cg      *cgroup   // B's own cgroup, once apart; nil where no process remains
+	stack   *netStack // the family's network stack, once apart
+	ended   bool
+}
+
+// openFamily makes B's family socket: the host keeps one end (in the
+// returned family), the other goes to B.
+func openFamily() (*family, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("family socket: %w", err)
+	}
+	host := os.NewFile(uintptr(fds[0]), "family")
+	defer host.Close()
+	conn, err := net.FileConn(host)
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("family socket: %w", err)
+	}
+	f := &family{id: "f" + strconv.FormatUint(familySeq.Add(1), 10), ctl: conn.(*net.UnixConn), members: 1}
+	return f, os.NewFile(uintptr(fds[1]), "family-child"), nil
+}
+
+// ID is the family's id, for GET /contexts.
+func (f *family) ID() string {
+	if f == nil {
+		return ""
+	}
+	return f.id
+}
+
+// isApart says whether B lives apart from the members' cgroups: a
+// member's kill then spares B.
+func (f *family) isApart() bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.apart
+}
+
+// join counts a copy of src in before it is made: B moves apart at the
+// first one. An error when the family cannot take a member (no cgroups to
+// kill one member with, or it ended).
+func (f *family) join(src *proc) error {
+	// src's cgroups are read first, not under f.mu: killAll holds cgMu
+	// and then asks isApart.
+	src.cgMu.Lock()
+	inCgroup, lim := src.inCgroup, src.lim
+	src.cgMu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended {
+		return errors.New("the context's sandbox ended")
+	}
+	if !f.apart {
+		if !inCgroup {
+			return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
+		}
+		if err := f.moveApart(src, lim); err != nil {
+			return err
+		}
+	}
+	f.members++
+	return nil
+}
+
+// moveApart moves B out of src's cgroups into one of its own, and takes
+// src's network stack as the family's. Called with mu held.
+func (f *family) moveApart(src *proc, lim *limitGroups) error {
+	cg, err := newCgroup()
+	if err != nil {
+		return err
+	}
+	if cg == nil {
+		return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
+	}
+	cg.started()
+	pid := []byte(strconv.Itoa(f.init))
+	if err := os.WriteFile(filepath.Join(cg.dir, "cgroup.procs"), pid, 0); err != nil {
+		_ = cg.kill(0)
+		return fmt.Errorf("move the context's sandbox init into %s: %w", cg.dir, err)
+	}
+	if lim != nil {
+		for _, g := range lim.v1 {
+			// Best effort: what ends a member is its v2 cgroup. B left in
+			// src's v1 groups only counts its few pages there, and keeps
+			// them from being removed (limitGroups.remove gives up).
+			_ = os.WriteFile(filepath.Join(g.base, "cgroup.procs"), pid, 0)
+		}
+	}
+	src.net.mu.Lock()
+	f.stack, src.net.stack = src.net.stack, nil
+	src.net.mu.Unlock()
+	f.cg, f.apart = cg, true
+	return nil
+}
+
+// errNoFamilyCgroups is why a sandboxed context cannot be copied where
+// interpreters get no cgroups of their own.
+const errNoFamilyCgroups = "subprocess: a sandboxed context can be copied only where each interpreter gets a cgroup of its own " +
+	"(a copy shares its source's sandbox, and a cgroup is how one member is ended without the others): " +
+	"run the host with a writable cgroup v2 (root, or systemd's Delegate=yes), or with -sandbox=off"
+
+// leave counts a member out (it ended, or its copy failed); the last one
+// ends the family: B, if it did not exit by itself, its cgroup and the
+// network stack.
+func (f *family) leave() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.members--
+	last := f.members == 0 && !f.ended
+	if last {
+		f.ended = true
+	}
+	cg, stack := f.cg, f.stack
+	f.mu.Unlock()
+	if !last {
+		return
+	}
+	f.ctl.Close()
+	stack.stop()
+	if cg != nil {
+		_ = cg.kill(killWait)
+	}
+}
+
+// tell sends B the status pipe of a new member, whose pid is pid in this
+// process's namespace.
+func (f *family) tell(pid int, status *os.File, deadline time.Time) error {
+	inner := nsPid(pid)
+	if inner <= 0 {
+		return fmt.Errorf("the copy (pid %d) has no pid in its namespace", pid)
+	}
+	_ = f.ctl.SetWriteDeadline(deadline)
+	defer f.ctl.SetWriteDeadline(time.Time{})
+	if _, _, err := f.ctl.WriteMsgUnix([]byte(strconv.Itoa(inner)), unix.UnixRights(int(status.Fd())), nil); err != nil {
+		return fmt.Errorf("tell the sandbox's init of the copy: %w", err)
+	}
+	return nil
+}
+
+// copyFiles are the host's and the copy's ends of what a copy is made
+// with: the copy's pipes, handshake and control socket go to it; its
+// status pipe's write end to B.
+type copyFiles struct {
+	toChild []*os.File
+	statusW *os.File
+	hs      *handshake
+}
+
+// sent closes the host's copies of what went to the child (and to B): the
+// child's end then is the only one, whose close the host sees.
+func (c *copyFiles) sent() {
+	for _, f := range c.toChild {
+		f.Close()
+	}
+	c.toChild = nil
+	if c.statusW != nil {
+		c.statusW.Close()
+		c.statusW = nil
+	}
+}
+
+func (c *copyFiles) close() {
+	c.sent()
+	if c.hs != nil {
+		c.hs.Close()
+	}
+}
+
+// openCopyFiles makes p's pipes, status pipe, handshake and control
+// socket, and sets p's frame reader; it returns the mark for the request.
+func (p *proc) openCopyFiles() (c *copyFiles, mark string, err error) {
+	c = &copyFiles{}
+	childEnds, err := p.openPipes()
+	c.toChild = append(c.toChild, childEnds...)
+	if err != nil {
+		return c, "", err
+	}
+	fr, env, err := newFrameReader()
+	if err != nil {
+		return c, "", err
+	}
+	p.streams[0].reader = fr
+	statusR, statusW, err := pipe()
+	if err != nil {
+		return c, "", err
+	}
+	c.statusW = os.NewFile(uintptr(statusW), "member-status")
+	if p.status, err = pollable(statusR, "status"); err != nil {
+		return c, "", err
+	}
+	hs, hsChild, err := newHandshake()
+	if err != nil {
+		return c, "", err
+	}
+	c.hs = hs
+	c.toChild = append(c.toChild, hsChild)
+	ctlChild, err := p.openControl()
+	if err != nil {
+		return c, "", err
+	}
+	c.toChild = append(c.toChild, ctlChild)
+	return c, strings.TrimPrefix(env, frameMarkEnv+"="), nil
+}
+
+// forkInFamily makes a new interpreter for spec, whose messages go to out,
+// as a copy of src's in src's sandbox (a member of its family). The
+// caller makes sure src runs no request and nothing else is written to
+// its fd 3 meanwhile.
+func forkInFamily(ctx context.Context, src *proc, spec procSpec, out chan<- core.Message) (_ *proc, err error) {
+	f := src.family
+	deadline := time.Now().Add(forkAckWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := f.join(src); err != nil {
+		return nil, err
+	}
+	p := newProc(spec, out)
+	files, mark, err := p.openCopyFiles()
+	defer files.close()
+	started := false
+	defer func() {
+		if !started {
+			p.closeFiles()
+			if p.status != nil {
+				p.status.Close()
+			}
+			f.leave()
+		}
+	}()
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	seq := forkSeq.Add(1)
+	if err := askFamilyFork(src, forkSpec{Seq: seq, Mark: mark, Family: true}, files.toChild, deadline); err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	for _, c := range files.toChild {
+		c.Close() // the copy has its own now
+	}
+	files.toChild = nil
+	pid, err := p.admit(f, files, deadline)
+	files.sent() // B has the status pipe's write end now, or the copy ended
+	if err != nil {
+		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	}
+	p.cmd = &exec.Cmd{Path: src.cmd.Path, Args: src.cmd.Args}
+	p.idsMu.Lock()
+	p.pid, p.pgid, p.nsInit = pid, pid, f.init // the copy leads a session of its own
+	p.idsMu.Unlock()
+	p.family = f
+	started = true
+	if err := p.serve(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// admit follows the copy's handshake: it says "c" (its pid), is moved
+// into its cgroup and limits, B is given its status pipe, and it is told
+// to go on. On failure the copy is ended (it is in its own cgroup, or
+// still in its source's, where it exits once the handshake closes).
+func (p *proc) admit(f *family, files *copyFiles, deadline time.Time) (int, error) {
+	_ = files.hs.SetDeadline(deadline)
+	pid, err := files.hs.next('c')
+	if err == nil {
+		err = p.enterGroups(pid)
+	}
+	if err == nil {
+		err = f.tell(pid, files.statusW, deadline)
+	}
+	if err == nil {
+		_, err = files.hs.Write([]byte("go"))
+	}
+	if err != nil {
+		p.cgMu.Lock()
+		if p.cg != nil && p.cg.kill(killWait) == nil {
+			p.cg = nil
+		}
+		p.cgMu.Unlock()
+		p.lim.remove(killWait)
+		return 0, err
+	}
+	return pid, nil
+}
+
+// askFamilyFork sends the copy's descriptors on src's control socket, then
+// the request on its fd 3, and reads the answer on the control socket.
+func askFamilyFork(src *proc, spec forkSpec, files []*os.File, deadline time.Time) error {
+	if src.ctl == nil {
+		return errors.New("the context has no control socket")
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	seq := []byte(strconv.FormatUint(spec.Seq, 10))
+	_ = src.ctl.SetDeadline(deadline)
+	defer src.ctl.SetDeadline(time.Time{})
+	if _, _, err := src.ctl.WriteMsgUnix(seq, unix.UnixRights(fds...), nil); err != nil {
+		return fmt.Errorf("send the copy's descriptors: %w", err)
+	}
+	line, err := json.Marshal(forkRequest{Fork: spec})
+	if err != nil {
+		return err
+	}
+	_ = src.reqW.SetWriteDeadline(deadline)
+	_, err = src.reqW.Write(append(line, '\n'))
+	_ = src.reqW.SetWriteDeadline(time.Time{})
+	if err != nil {
+		return fmt.Errorf("send the fork request: %w", err)
+	}
+	return readForkAnswer(src.ctl, spec.Seq)
+}
+
+// errNoForkAnswer marks a forking interpreter that did not answer (it
+// died, or is stuck).
+var errNoForkAnswer = errors.New("the forking interpreter did not answer")
+
+// readForkAnswer reads "<seq> ok" or "<seq> error <why>" from conn,
+// skipping the answers to requests given up on (conn's deadline bounds it).
+func readForkAnswer(conn *net.UnixConn, seq uint64) error {
+	buf := make([]byte, 4096)
+	for {
+		n, _, _, _, err := conn.ReadMsgUnix(buf, nil)
+		if err != nil || n == 0 {
+			if err == nil {
+				err = io.EOF
+			}
+			return fmt.Errorf("%w: %v", errNoForkAnswer, err)
+		}
+		id, answer, _ := strings.Cut(string(buf[:n]), " ")
+		if id != strconv.FormatUint(seq, 10) {
+			continue
+		}
+		if why, ok := strings.CutPrefix(answer, "error "); ok {
+			return fmt.Errorf("%w: %s", errForkRefused, why)
+		}
+		if answer != "ok" {
+			return fmt.Errorf("the forking interpreter answered %q", answer)
+		}
+		return nil
+	}
+}
+
+// Family implements core.FamilyKernel: the id of the family the kernel's
+// interpreter belongs to (the contexts that share its sandbox: itself and
+// its live copies); "" when it has none (not sandboxed, or started by
+// bwrap). It reads the current interpreter without mu, which a restart
+// holds for seconds.
+func (k *Kernel) Family() string {
+	if p := k.live.Load(); p != nil {
+		return p.family.ID()
+	}
+	return ""
+}
+
+// FamilyStat is one family of contexts that share a sandbox (one that had
+// a copy: a context alone in its sandbox is a context), for metrics.
+type FamilyStat struct {
+	Language, Family string
+	Members          int
+	// Memory sums the members' interpreters and the family's init (PSS:
+	// what they take together; they share their source's pages).
+	Memory
+	// MemoryLimit is what the family may take in all, 0: no limit. Each
+	// member has the per-context limit (-context-memory) of its own, so
+	// the family's is that times its members.
+	MemoryLimit int64
+}
+
+// FamilyStats reports the live families that had a copy, sorted by id.
+func (t *Transport) FamilyStats() []FamilyStat {
+	by := map[*family]*FamilyStat{}
+	t.live.Range(func(key, _ any) bool {
+		k := key.(*Kernel)
+		p := k.live.Load()
+		if p == nil || p.isGone() || !p.family.isApart() {
+			return true
+		}
+		st := by[p.family]
+		if st == nil {
+			st = &FamilyStat{Language: k.lang.name, Family: p.family.id}
+			st.add(ProcessMemory(p.family.init))
+			by[p.family] = st
+		}
+		pid, _, _ := p.ids()
+		st.Members++
+		st.add(ProcessMemory(pid))
+		return true
+	})
+	out := make([]FamilyStat, 0, len(by))
+	for _, st := range by {
+		if t.limits != nil {
+			st.MemoryLimit = t.limits.lim.MemoryBytes * int64(st.Members)
+		}
+		out = append(out, *st)
+	}
+	slices.SortFunc(out, func(a, b FamilyStat) int { return strings.Compare(a.Family, b.Family) })
+	return out
+}
+
+// ContextLimits are the limits each context's interpreter has (each
+// member of a family too), for metrics.
+func (t *Transport) ContextLimits() Limits {
+	if t.limits == nil {
+		return Limits{}
+	}
+	return t.limits.lim
+}
