@@ -94,6 +94,7 @@ type forkServer struct {
 	warned  bool          // failed was told to warn
 	ended   []*proc       // sandboxed templates told to stop, which exit once their contexts ended
 	start   chan struct{} // closed when the template's start under way ended; nil: none under way
+	first   chan struct{} // closed when the first template start ended, ready or failed
 	closed  bool
 	ctx     context.Context
 	stop    context.CancelFunc
@@ -122,6 +123,9 @@ func (fs *forkServer) startTemplate() {
 	}
 	done := make(chan struct{})
 	fs.start = done
+	if fs.first == nil {
+		fs.first = done
+	}
 	fs.wg.Add(1)
 	go func() {
 		defer fs.wg.Done()
@@ -157,6 +161,29 @@ func (fs *forkServer) startTemplate() {
 			go fs.changed() // not under mu: it asks for the template
 		}
 	}()
+}
+
+// awaitFirstTemplate waits, bounded by ctx, until the first template start
+// ended. The contexts a host makes as it starts (its default python
+// context, the first client's) are then forks of the template, with the
+// preloaded modules, and can be copied into their family; a cold start
+// made meanwhile would be neither, for its whole life. A later template,
+// after a package changed, is not waited for: contexts start from the pool
+// or cold meanwhile.
+func (fs *forkServer) awaitFirstTemplate(ctx context.Context) {
+	if fs == nil {
+		return
+	}
+	fs.mu.Lock()
+	first := fs.first
+	fs.mu.Unlock()
+	if first == nil {
+		return // closed before its first start
+	}
+	select {
+	case <-first:
+	case <-ctx.Done():
+	}
 }
 
 // onChange makes changed be told when the template changed; nil does

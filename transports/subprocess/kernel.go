@@ -171,6 +171,7 @@ func (k *Kernel) Restart(ctx context.Context) error {
 // the kernel's cwd (moved there: see pool.go), else forks one from the
 // fork server's template, and otherwise starts one.
 func (k *Kernel) startInterpreter(ctx context.Context) (*proc, error) {
+	k.forks.awaitFirstTemplate(ctx)
 	if k.pool.serves(k.lang, k.cwd) {
 		if p := k.pool.take(ctx, k.msgs, k.cwd); p != nil {
 			return p, nil
