@@ -274,7 +274,7 @@ func TestBinary(t *testing.T) {
 	if testkit.Alive(pluginPID) {
 		t.Fatalf("the plugin (pid %d) outlived the host", pluginPID)
 	}
-	testkit.AwaitGone(t, "the python interpreter after the host stopped", 5*time.Second, pyPID)
+	testkit.AwaitGone(t, "the python interpreter after the host stopped", 30*time.Second, pyPID)
 }
 
 // Under systemd (NOTIFY_SOCKET set, as for a Type=notify unit) the host
@@ -371,7 +371,7 @@ func TestBinarySignalDuringStartUp(t *testing.T) {
 	if !strings.Contains(p.log(), "stopped during start-up") || strings.Contains(p.log(), `"level":"ERROR"`) {
 		t.Errorf("log after SIGTERM during start-up:\n%s", p.log())
 	}
-	testkit.AwaitGone(t, "the starting interpreter after the host stopped", 5*time.Second, sleeper)
+	testkit.AwaitGone(t, "the starting interpreter after the host stopped", 30*time.Second, sleeper)
 }
 
 // findProcess is the pid of a live process whose command line contains

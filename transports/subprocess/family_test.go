@@ -248,5 +248,24 @@ func TestFamilyNetworkOutlivesItsSource(t *testing.T) {
 		t.Fatalf("the family's pasta ended with the source: %v", err)
 	}
 	tt.ShutdownAndDrain(t, cp)
-	testkit.AwaitGone(t, "the family's pasta after its last member's delete", 10*time.Second, stacks...)
+	testkit.AwaitGone(t, "the family's pasta after its last member's delete", 30*time.Second, stacks...)
 }
+
+// The first python context of a transport whose template is still
+// importing the data stack (a host's default context, made as it starts)
+// waits for the template and is forked from it: it has the preloaded
+// modules and can be copied into its family, which a cold start made
+// meanwhile never could.
+func TestFirstContextIsForkedFromTheTemplate(t *testing.T) {
+	tr, dir := sandboxedForkTransport(t, DefaultPreload())
+	k := startIn(t, tr, "python", dir) // at once: the template is not ready yet
+	mustBeForkedFrom(t, k, readyTemplate(t, tr))
+	if got := stdoutOf(t, k, "import sys\nprint('pandas' in sys.modules)"); got != "True\n" {
+		t.Fatalf("the first context has not the preloaded modules: %q", got)
+	}
+	cp := liveFork(t, tr, k)
+	if cp.Family() == "" || cp.Family() != k.Family() {
+		t.Fatalf("the copy's family %q, its source's %q: want the same", cp.Family(), k.Family())
+	}
+}
+

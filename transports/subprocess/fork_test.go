@@ -22,15 +22,48 @@ import (
 // where it does not).
 var forkModes = []string{SandboxOff, SandboxAuto}
 
-// forEachForkMode runs test as a subtest for each of forkModes.
-func forEachForkMode(t *testing.T, test func(t *testing.T, mode string)) {
-	for _, mode := range forkModes {
-		t.Run("sandbox="+mode, func(t *testing.T) {
-			if mode != SandboxOff {
-				needSandbox(t)
-			}
-			test(t, mode)
-		})
+// forkMode is how a fork server test's transport runs: sandboxed as
+// sandbox says, and, when ready, with a python pool of readySize whose
+// contexts are forked ahead of need (pool.go), which the test's contexts
+// are taken from (startForked).
+type forkMode struct {
+	sandbox string
+	ready   bool
+}
+
+const readySize = 2
+
+func (m forkMode) String() string {
+	if m.ready {
+		return "sandbox=" + m.sandbox + ",ready"
+	}
+	return "sandbox=" + m.sandbox
+}
+
+// forEachForkMode runs test as a subtest for each of forkModes, each
+// context forked when it is asked for.
+func forEachForkMode(t *testing.T, test func(t *testing.T, mode forkMode)) {
+	forEachMode(t, []bool{false}, test)
+}
+
+// forEachReadyMode runs test as forEachForkMode does, and again with each
+// context taken ready from the pool: the guarantees of a fork made when
+// asked for hold for one made ahead of need.
+func forEachReadyMode(t *testing.T, test func(t *testing.T, mode forkMode)) {
+	forEachMode(t, []bool{false, true}, test)
+}
+
+func forEachMode(t *testing.T, ready []bool, test func(t *testing.T, mode forkMode)) {
+	for _, sandbox := range forkModes {
+		for _, r := range ready {
+			mode := forkMode{sandbox: sandbox, ready: r}
+			t.Run(mode.String(), func(t *testing.T) {
+				if sandbox != SandboxOff {
+					needSandbox(t)
+				}
+				test(t, mode)
+			})
+		}
 	}
 }
 
@@ -38,16 +71,66 @@ func forEachForkMode(t *testing.T, test func(t *testing.T, mode string)) {
 // sandboxed as mode says, whose fork server preloads preload and serves
 // kernels in the directory it returns (writable in a sandbox, as are
 // writable); closed with the test.
-func forkTransport(t *testing.T, mode string, preload []string, env []string, writable ...string) (*Transport, string) {
+func forkTransport(t *testing.T, mode forkMode, preload []string, env []string, writable ...string) (*Transport, string) {
 	t.Helper()
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, Env: env, Sandbox: SandboxOptions{Mode: mode, Writable: append([]string{dir}, writable...)}})
+	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, PoolSizes: mode.poolSizes(), Env: env, Sandbox: SandboxOptions{Mode: mode.sandbox, Writable: append([]string{dir}, writable...)}})
 	t.Cleanup(func() { _ = tr.Close() })
-	if on, why, _ := tr.Sandboxed(); on != (mode != SandboxOff) {
-		t.Fatalf("sandbox %s: sandboxed %v (%s)", mode, on, why)
+	if on, why, _ := tr.Sandboxed(); on != (mode.sandbox != SandboxOff) {
+		t.Fatalf("%s: sandboxed %v (%s)", mode, on, why)
 	}
 	return tr, dir
+}
+
+func (m forkMode) poolSizes() map[string]int {
+	if !m.ready {
+		return nil
+	}
+	return map[string]int{"python": readySize}
+}
+
+// startForked starts a python kernel in cwd: in a ready mode, once the
+// pool is full of the current template's forks, and it must be one of
+// them.
+func startForked(t *testing.T, tr *Transport, mode forkMode, cwd string) *Kernel {
+	t.Helper()
+	if !mode.ready {
+		return startIn(t, tr, "python", cwd)
+	}
+	pids := awaitReadyForks(t, tr)
+	k := startIn(t, tr, "python", cwd)
+	if !slices.Contains(pids, k.Pid()) {
+		t.Fatalf("the kernel (pid %d) is not one of the pool's ready forks %v", k.Pid(), pids)
+	}
+	return k
+}
+
+// awaitReadyForks waits (bounded) until python's pool holds readySize
+// contexts forked from the current template, and returns their pids.
+func awaitReadyForks(t *testing.T, tr *Transport) []int {
+	t.Helper()
+	pl := tr.pools["python"]
+	deadline := time.Now().Add(2 * tt.StartTimeout)
+	for {
+		tmpl := pl.forks.current()
+		var pids []int
+		pl.mu.Lock()
+		for _, s := range pl.slots {
+			if isClosed(s.done) && s.p != nil && !s.p.isGone() && tmpl != nil && s.tmpl == tmpl {
+				pid, _, _ := s.p.ids()
+				pids = append(pids, pid)
+			}
+		}
+		pl.mu.Unlock()
+		if len(pids) == readySize {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool holds %d ready forks of the current template after %v, want %d", len(pids), 2*tt.StartTimeout, readySize)
+		}
+		time.Sleep(10 * time.Millisecond) // the pool's fills are not awaitable from here
+	}
 }
 
 // mustBeForkedFrom fails unless k's interpreter was forked from template
@@ -101,7 +184,7 @@ func TestForkServerContextIsAChildWithModulesLoaded(t *testing.T) {
 	forEachForkMode(t, testForkServerContextIsAChildWithModulesLoaded)
 }
 
-func testForkServerContextIsAChildWithModulesLoaded(t *testing.T, mode string) {
+func testForkServerContextIsAChildWithModulesLoaded(t *testing.T, mode forkMode) {
 	tr, dir := forkTransport(t, mode, DefaultPreload(), nil)
 	tmpl := readyTemplate(t, tr)
 	k := startIn(t, tr, "python", dir)
@@ -156,17 +239,17 @@ func syscall0(pid int) error {
 // another (the warm pool's guarantees, pool.go).
 func TestForkedContextsHaveNoStateOfAnother(t *testing.T) {
 	t.Parallel()
-	forEachForkMode(t, testForkedContextsHaveNoStateOfAnother)
+	forEachReadyMode(t, testForkedContextsHaveNoStateOfAnother)
 }
 
-func testForkedContextsHaveNoStateOfAnother(t *testing.T, mode string) {
+func testForkedContextsHaveNoStateOfAnother(t *testing.T, mode forkMode) {
 	tr, dir := forkTransport(t, mode, DefaultPreload(), nil)
 	readyTemplate(t, tr)
 	elsewhere := filepath.Join(dir, "elsewhere") // writable in a sandbox, as a context's cwd must be
 	if err := os.Mkdir(elsewhere, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := startIn(t, tr, "python", dir)
+	a := startForked(t, tr, mode, dir)
 	dirty := "import os, threading, time, numpy\nkh_global = 1\nos.environ['KH_FORK_ENV'] = 'a'\nos.chdir(" + strconv.Quote(elsewhere) + ")\n" +
 		"threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\nkh_fd = os.open('/dev/null', os.O_RDONLY)\nos.set_inheritable(kh_fd, True)\nprint(kh_fd, numpy.random.random())"
 	e := tt.Exec(t, a, dirty, false)
@@ -174,7 +257,7 @@ func testForkedContextsHaveNoStateOfAnother(t *testing.T, mode string) {
 		t.Fatalf("A:%s", e)
 	}
 	aOut := strings.Fields(e.Stream("stdout"))
-	b := startIn(t, tr, "python", dir)
+	b := startForked(t, tr, mode, dir)
 	probe := "import os, threading, numpy\nprint('kh_global' in globals(), os.environ.get('KH_FORK_ENV'), os.getcwd(), threading.active_count(), len(os.listdir('/proc/self/task')))\n" +
 		"print(os.path.exists('/proc/self/fd/" + aOut[0] + "'), numpy.random.random())"
 	got := strings.Split(tt.Exec(t, b, probe, false).Stream("stdout"), "\n")
@@ -201,7 +284,7 @@ func TestForkedNumpyMatmulEqualsFresh(t *testing.T) {
 	forEachForkMode(t, testForkedNumpyMatmulEqualsFresh)
 }
 
-func testForkedNumpyMatmulEqualsFresh(t *testing.T, mode string) {
+func testForkedNumpyMatmulEqualsFresh(t *testing.T, mode forkMode) {
 	tr, dir := forkTransport(t, mode, DefaultPreload(), nil)
 	readyTemplate(t, tr)
 	code := "import numpy as np\na = np.random.default_rng(7).random((400, 400))\nprint(repr(float((a @ a @ a).sum())), repr(float(np.linalg.inv(a + 400 * np.eye(400)).sum())))"
@@ -210,7 +293,7 @@ func testForkedNumpyMatmulEqualsFresh(t *testing.T, mode string) {
 		t.Fatalf("the context is not a fork of the template that preloaded numpy: %q", got)
 	}
 	got := tt.Exec(t, forked, code, false)
-	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: mode}})
+	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: mode.sandbox}})
 	t.Cleanup(func() { _ = cold.Close() })
 	fresh := startIn(t, cold, "python", dir)
 	want := tt.Exec(t, fresh, code, false)
@@ -224,10 +307,10 @@ func testForkedNumpyMatmulEqualsFresh(t *testing.T, mode string) {
 // fork and is replaced.
 func TestUpgradedPackageIsSeenByTheNextContext(t *testing.T) {
 	t.Parallel()
-	forEachForkMode(t, testUpgradedPackageIsSeenByTheNextContext)
+	forEachReadyMode(t, testUpgradedPackageIsSeenByTheNextContext)
 }
 
-func testUpgradedPackageIsSeenByTheNextContext(t *testing.T, mode string) {
+func testUpgradedPackageIsSeenByTheNextContext(t *testing.T, mode forkMode) {
 	lib := readOnlyLib(t, mode)
 	write := func(version string) {
 		pkg := filepath.Join(lib, "khpkg")
@@ -243,7 +326,7 @@ func testUpgradedPackageIsSeenByTheNextContext(t *testing.T, mode string) {
 	tr, dir := forkTransport(t, mode, []string{"khpkg"}, []string{"PYTHONPATH=" + lib})
 	tmpl := readyTemplate(t, tr)
 	probe := "import sys\nprint('khpkg' in sys.modules)\nimport khpkg\nprint(khpkg.VERSION)"
-	if got := tt.Exec(t, startIn(t, tr, "python", dir), probe, false).Stream("stdout"); got != "True\n1\n" {
+	if got := tt.Exec(t, startForked(t, tr, mode, dir), probe, false).Stream("stdout"); got != "True\n1\n" {
 		t.Fatalf("first context: %q", got)
 	}
 	write("2")
@@ -253,7 +336,7 @@ func testUpgradedPackageIsSeenByTheNextContext(t *testing.T, mode string) {
 	if next := readyTemplate(t, tr); next == tmpl {
 		t.Fatalf("the stale template (pid %d) still serves", tmpl)
 	}
-	if got := tt.Exec(t, startIn(t, tr, "python", dir), probe, false).Stream("stdout"); got != "True\n2\n" {
+	if got := tt.Exec(t, startForked(t, tr, mode, dir), probe, false).Stream("stdout"); got != "True\n2\n" {
 		t.Fatalf("from the new template: %q", got)
 	}
 }
@@ -261,9 +344,9 @@ func testUpgradedPackageIsSeenByTheNextContext(t *testing.T, mode string) {
 // readOnlyLib is a directory for a test's python package that an
 // interpreter sandboxed as mode says sees, read-only (as the system's
 // site-packages): the sandbox's own /tmp hides the host's.
-func readOnlyLib(t *testing.T, mode string) string {
+func readOnlyLib(t *testing.T, mode forkMode) string {
 	t.Helper()
-	if mode == SandboxOff {
+	if mode.sandbox == SandboxOff {
 		return t.TempDir()
 	}
 	lib, err := os.MkdirTemp("/var/tmp", "kh-fork-lib-")
@@ -302,7 +385,7 @@ func TestNoLiveForkWhenSandboxed(t *testing.T) {
 // refused with errors that say why.
 func TestForkKernelCopiesALiveContext(t *testing.T) {
 	t.Parallel()
-	tr, dir := forkTransport(t, SandboxOff, nil, nil)
+	tr, dir := forkTransport(t, forkMode{sandbox: SandboxOff}, nil, nil)
 	sub := filepath.Join(dir, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
@@ -366,17 +449,17 @@ func TestForkKernelCopiesALiveContext(t *testing.T) {
 // same interpreter prints.
 func TestForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T) {
 	t.Parallel()
-	forEachForkMode(t, testForkedKernelInAnotherCwdIsAsIfStartedThere)
+	forEachReadyMode(t, testForkedKernelInAnotherCwdIsAsIfStartedThere)
 }
 
-func testForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T, mode string) {
+func testForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T, mode forkMode) {
 	other := t.TempDir()
 	tr, _ := forkTransport(t, mode, []string{"json"}, nil, other)
 	tmpl := readyTemplate(t, tr)
 	testkit.CwdFixture(t, other)
-	k := startIn(t, tr, "python", other)
+	k := startForked(t, tr, mode, other)
 	mustBeForkedFrom(t, k, tmpl)
-	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: mode, Writable: []string{other}}})
+	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: mode.sandbox, Writable: []string{other}}})
 	defer cold.Close()
 	c := startIn(t, cold, "python", other)
 	if err := os.WriteFile(filepath.Join(other, "khlate.py"), []byte("V = 'late'\n"), 0o644); err != nil {
@@ -400,12 +483,12 @@ func testForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T, mode string) {
 // neighbour, forked from the same template, keeps its state.
 func TestForkedContextHasItsLimits(t *testing.T) {
 	t.Parallel()
-	forEachForkMode(t, testForkedContextHasItsLimits)
+	forEachReadyMode(t, testForkedContextHasItsLimits)
 }
 
-func testForkedContextHasItsLimits(t *testing.T, mode string) {
+func testForkedContextHasItsLimits(t *testing.T, mode forkMode) {
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"wave"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: mode, Writable: []string{dir}}})
+	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"wave"}, PoolCwd: dir, PoolSizes: mode.poolSizes(), Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: mode.sandbox, Writable: []string{dir}}})
 	if err := tr.Limited(); err != nil {
 		tr.Close()
 		testkit.Missingf(t, "no cgroup controller for the limits here: %v", err)
@@ -419,6 +502,9 @@ func testForkedContextHasItsLimits(t *testing.T, mode string) {
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if mode.ready {
+		awaitReadyForks(t, tr) // both are taken from the pool: it is full
+	}
 	hog, err := e.CreateContext(ctx, "python", "")
 	if err != nil {
 		t.Fatal(err)
@@ -474,7 +560,7 @@ func TestForkedContextForksTwice(t *testing.T) {
 			if mode != SandboxOff {
 				needSandbox(t)
 			}
-			tr, dir := forkTransport(t, mode, []string{"json"}, nil)
+			tr, dir := forkTransport(t, forkMode{sandbox: mode}, []string{"json"}, nil)
 			tmpl := readyTemplate(t, tr)
 			k := startIn(t, tr, "python", dir)
 			mustBeForkedFrom(t, k, tmpl)

@@ -54,10 +54,18 @@ func TestForkServerRunsSandboxed(t *testing.T) {
 // read-only, the workspace writable, nothing of the host's environment.
 func TestForkedContextHasTheSandboxWalls(t *testing.T) {
 	t.Setenv("KERNELHOST_ACCESS_TOKEN", "host-secret-28")
-	tr, dir := sandboxedForkTransport(t, []string{"json"})
+	for _, ready := range []bool{false, true} {
+		mode := forkMode{sandbox: SandboxAuto, ready: ready}
+		t.Run(mode.String(), func(t *testing.T) { testForkedContextHasTheSandboxWalls(t, mode) })
+	}
+}
+
+func testForkedContextHasTheSandboxWalls(t *testing.T, mode forkMode) {
+	needSandbox(t)
+	tr, dir := forkTransport(t, mode, []string{"json"}, nil)
 	tmpl := readyTemplate(t, tr)
-	a := startIn(t, tr, "python", dir)
-	b := startIn(t, tr, "python", dir)
+	a := startForked(t, tr, mode, dir)
+	b := startForked(t, tr, mode, dir)
 	for _, k := range []*Kernel{a, b} {
 		mustBeForkedFrom(t, k, tmpl)
 	}
@@ -165,7 +173,7 @@ func awaitExit(t *testing.T, pid int, within time.Duration) {
 func TestSandboxedTemplateReplacedKeepsItsContexts(t *testing.T) {
 	needSandbox(t)
 	userBase := t.TempDir()
-	tr, dir := forkTransport(t, SandboxAuto, []string{"six"}, []string{"PYTHONUSERBASE=" + userBase}, userBase)
+	tr, dir := forkTransport(t, forkMode{sandbox: SandboxAuto}, []string{"six"}, []string{"PYTHONUSERBASE=" + userBase}, userBase)
 	old := readyTemplate(t, tr)
 	probe := "import sys\nprint('six' in sys.modules)\nimport six\nprint(getattr(six, 'KH', 'system'))"
 	first := startIn(t, tr, "python", dir)
@@ -236,7 +244,7 @@ func retiredTemplates(tr *Transport) int {
 // new one, and its deletion ends everything it started, a process in a
 // session of its own included, and no other context.
 func TestForkedSandboxedContextInterruptRestartDelete(t *testing.T) {
-	tr, dir := forkTransport(t, SandboxAuto, []string{"wave"}, nil)
+	tr, dir := forkTransport(t, forkMode{sandbox: SandboxAuto}, []string{"wave"}, nil)
 	tmpl := readyTemplate(t, tr)
 	k := startIn(t, tr, "python", dir)
 	neighbour := startIn(t, tr, "python", dir)

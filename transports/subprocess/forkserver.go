@@ -87,16 +87,18 @@ type forkServer struct {
 	// the template cannot start (Options.Warn).
 	warn func(msg string, args ...any)
 
-	mu     sync.Mutex
-	tmpl   *proc         // the ready template; nil while none is
-	failed string        // why the last template start failed; "" when it did not
-	warned bool          // failed was told to warn
-	ended  []*proc       // sandboxed templates told to stop, which exit once their contexts ended
-	start  chan struct{} // closed when the template's start under way ended; nil: none under way
-	closed bool
-	ctx    context.Context
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	changed func()        // told when the template changed (a new one is ready, or one retired): the pool's refresh
+	tmpl    *proc         // the ready template; nil while none is
+	failed  string        // why the last template start failed; "" when it did not
+	warned  bool          // failed was told to warn
+	ended   []*proc       // sandboxed templates told to stop, which exit once their contexts ended
+	start   chan struct{} // closed when the template's start under way ended; nil: none under way
+	first   chan struct{} // closed when the first template start ended, ready or failed
+	closed  bool
+	ctx     context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 func newForkServer(lang, cwd string, spec func() (procSpec, error), warn func(string, ...any)) *forkServer {
@@ -121,6 +123,9 @@ func (fs *forkServer) startTemplate() {
 	}
 	done := make(chan struct{})
 	fs.start = done
+	if fs.first == nil {
+		fs.first = done
+	}
 	fs.wg.Add(1)
 	go func() {
 		defer fs.wg.Done()
@@ -152,7 +157,58 @@ func (fs *forkServer) startTemplate() {
 			return
 		}
 		fs.tmpl = p
+		if fs.changed != nil {
+			go fs.changed() // not under mu: it asks for the template
+		}
 	}()
+}
+
+// awaitFirstTemplate waits, bounded by ctx, until the first template start
+// ended. The contexts a host makes as it starts (its default python
+// context, the first client's) are then forks of the template, with the
+// preloaded modules, and can be copied into their family; a cold start
+// made meanwhile would be neither, for its whole life. A later template,
+// after a package changed, is not waited for: contexts start from the pool
+// or cold meanwhile.
+func (fs *forkServer) awaitFirstTemplate(ctx context.Context) {
+	if fs == nil {
+		return
+	}
+	fs.mu.Lock()
+	first := fs.first
+	fs.mu.Unlock()
+	if first == nil {
+		return // closed before its first start
+	}
+	select {
+	case <-first:
+	case <-ctx.Done():
+	}
+}
+
+// onChange makes changed be told when the template changed; nil does
+// nothing.
+func (fs *forkServer) onChange(changed func()) {
+	if fs == nil {
+		return
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.changed = changed
+}
+
+// current is the ready template, without starting one; nil when there is
+// none (or no fork server).
+func (fs *forkServer) current() *proc {
+	if fs == nil {
+		return nil
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.tmpl != nil && fs.tmpl.isGone() {
+		return nil
+	}
+	return fs.tmpl
 }
 
 // template returns the ready template; nil (and a start under way) when
@@ -178,9 +234,13 @@ func (fs *forkServer) retire(p *proc) {
 	if current {
 		fs.tmpl = nil
 	}
+	changed := fs.changed
 	fs.mu.Unlock()
 	if current {
 		fs.end(p)
+		if changed != nil {
+			changed() // its ready contexts are discarded
+		}
 	}
 	fs.startTemplate()
 }
@@ -206,26 +266,26 @@ func (fs *forkServer) end(p *proc) {
 	fs.ended = append(fs.ended, p)
 }
 
-// fork makes a kernel's interpreter, in cwd, as a child of the template;
-// nil when it cannot (no template ready, a kernel without a cwd where the
-// template has one, a stale template, a failed fork): the caller starts
-// one as it would without a fork server.
-func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec procSpec, cwd string) *proc {
+// fork makes a kernel's interpreter, in cwd, as a child of the template,
+// which it returns too; nil when it cannot (no template ready, a kernel
+// without a cwd where the template has one, a stale template, a failed
+// fork): the caller starts one as it would without a fork server.
+func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec procSpec, cwd string) (_, tmpl *proc) {
 	if fs == nil {
-		return nil
+		return nil, nil
 	}
 	dir := ""
 	if cleanCwd(cwd) != fs.cwd {
 		if dir = pwdOf(cwd); dir == "" {
-			return nil // the host's own directory and PWD: see pool.moveTo
+			return nil, nil // the host's own directory and PWD: see pool.moveTo
 		}
 	}
 	if !spec.sandbox.reaches(fs.cwd, cwd) {
-		return nil // as for the pool: the template's sandbox shows the directory read-only
+		return nil, nil // as for the pool: the template's sandbox shows the directory read-only
 	}
-	tmpl := fs.template()
+	tmpl = fs.template()
 	if tmpl == nil {
-		return nil
+		return nil, nil
 	}
 	var p *proc
 	var err error
@@ -241,9 +301,9 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 		if (errors.Is(err, errForkRefused) && !shadowed) || errors.Is(err, errTemplateStuck) || tmpl.isGone() {
 			fs.retire(tmpl)
 		}
-		return nil
+		return nil, nil
 	}
-	return p
+	return p, tmpl
 }
 
 // close ends the template and waits for a start under way, and (bounded)

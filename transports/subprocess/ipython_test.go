@@ -275,11 +275,45 @@ func TestIPythonDisplayFormatter(t *testing.T) {
 	if n := len(e.OfType(core.MsgDisplayData)) + len(e.OfType(core.MsgExecuteResult)); n != 2 {
 		t.Fatalf("%d outputs, want a display and a result:%s", n, e)
 	}
-	// One registered for a builtin scalar applies too.
+	// One registered for a builtin scalar applies too, after a scalar
+	// was formatted without it (the shell keeps the printers' dicts).
+	if r := execOK(t, k, "6").OfType(core.MsgExecuteResult); len(r) != 1 || r[0].Data["text/html"] != nil {
+		t.Fatalf("6 before any int formatter: %+v", r)
+	}
 	execOK(t, k, "get_ipython().display_formatter.formatters['text/html'].for_type(int, lambda i: '<i>%d</i>' % i)")
 	var html string
 	if r := execOK(t, k, "7").OfType(core.MsgExecuteResult); len(r) != 1 || json.Unmarshal(r[0].Data["text/html"], &html) != nil || html != "<i>7</i>" {
 		t.Fatalf("int formatter not applied: %+v", r)
+	}
+	// So does one in a printers dict given anew, or in a formatter added.
+	execOK(t, k, "get_ipython().display_formatter.formatters['text/markdown'].type_printers = {float: lambda f: 'md'}")
+	var md string
+	if r := execOK(t, k, "1.5").OfType(core.MsgExecuteResult); len(r) != 1 || json.Unmarshal(r[0].Data["text/markdown"], &md) != nil || md != "md" {
+		t.Fatalf("a float formatter in a new dict not applied: %+v", r)
+	}
+	add := "from IPython.core.formatters import BaseFormatter\nclass Text(BaseFormatter):\n    format_type = 'text/x-kh'\n" +
+		"f = Text(parent=get_ipython().display_formatter)\nf.for_type(complex, lambda c: 'kh')\nget_ipython().display_formatter.formatters['text/x-kh'] = f"
+	execOK(t, k, add)
+	var kh string
+	if r := execOK(t, k, "1j").OfType(core.MsgExecuteResult); len(r) != 1 || json.Unmarshal(r[0].Data["text/x-kh"], &kh) != nil || kh != "kh" {
+		t.Fatalf("a formatter added not applied: %+v", r)
+	}
+}
+
+// The shell's execution count is the cell's (the driver's, which each
+// reply carries), as are Out, _N and _iN; %reset does not change it.
+func TestIPythonExecutionCount(t *testing.T) {
+	t.Parallel()
+	k := startPython(t, needIPython(t))
+	execOK(t, k, "get_ipython()")
+	execOK(t, k, "40 + 2")
+	e := execOK(t, k, "print(get_ipython().execution_count, Out[2], _2, _i2)")
+	if got := e.Stream("stdout"); got != "3 42 42 40 + 2\n" || e.Reply().ExecutionCount != 3 {
+		t.Fatalf("count, Out[2], _2, _i2: %q, reply count %d", got, e.Reply().ExecutionCount)
+	}
+	execOK(t, k, "%reset -f")
+	if got := results(execOK(t, k, "get_ipython().execution_count")); len(got) != 1 || got[0] != "5" {
+		t.Fatalf("after %%reset: %q", got)
 	}
 }
 

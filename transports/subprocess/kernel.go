@@ -168,15 +168,17 @@ func (k *Kernel) Restart(ctx context.Context) error {
 }
 
 // startInterpreter takes a ready interpreter from the pool when it serves
-// the kernel's cwd (moved there: see pool.go), and otherwise starts one.
+// the kernel's cwd (moved there: see pool.go), else forks one from the
+// fork server's template, and otherwise starts one.
 func (k *Kernel) startInterpreter(ctx context.Context) (*proc, error) {
-	if p := k.forks.fork(ctx, k.msgs, k.procSpec, k.cwd); p != nil {
-		return p, nil
-	}
+	k.forks.awaitFirstTemplate(ctx)
 	if k.pool.serves(k.lang, k.cwd) {
 		if p := k.pool.take(ctx, k.msgs, k.cwd); p != nil {
 			return p, nil
 		}
+	}
+	if p, _ := k.forks.fork(ctx, k.msgs, k.procSpec, k.cwd); p != nil {
+		return p, nil
 	}
 	return startProc(ctx, k.procSpec, k.msgs)
 }

@@ -184,7 +184,7 @@ func TestNetworkStackEndsWithContext(t *testing.T) {
 			if err := k.Shutdown(ctx); err != nil {
 				t.Fatal(err)
 			}
-			testkit.AwaitGone(t, "the context's pasta after its shutdown", 10*time.Second, stacks...)
+			testkit.AwaitGone(t, "the context's pasta after its shutdown", 30*time.Second, stacks...)
 		})
 	}
 }

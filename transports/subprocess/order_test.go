@@ -359,12 +359,12 @@ func otherThreadSwitches(t *testing.T, pid int) map[string]int {
 // its timer was open).
 func TestForkedPythonPrintArrivesDuringSleep(t *testing.T) {
 	t.Parallel()
-	forEachForkMode(t, func(t *testing.T, mode string) {
+	forEachForkMode(t, func(t *testing.T, mode forkMode) {
 		tr, dir := forkTransport(t, mode, []string{"json"}, nil)
 		tmpl := readyTemplate(t, tr)
 		k := startIn(t, tr, "python", dir)
 		mustBeForkedFrom(t, k, tmpl)
-		if mode != SandboxOff {
+		if mode.sandbox != SandboxOff {
 			printedWhileRunning(t, k, "import time\nprint('start')\ntime.sleep(120)")
 			return // no live fork of a sandboxed context
 		}

@@ -2,6 +2,7 @@ package subprocess
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,6 +50,20 @@ import (
 //     drain it and the rest start cold; it refills in the background.
 //   - One that dies while it waits is dropped and replaced; one that is dead
 //     when taken is dropped and the kernel starts cold. Close kills them all.
+//
+// With a fork server (python's, forkserver.go) the pool holds contexts made
+// ahead of need: while the template is ready each slot is filled by a fork
+// of it, made in the pool's cwd (its own pipes, cgroup, limits and, when
+// sandboxed, its walls, network namespace and pasta included), and by a
+// cold start while there is none. A slot is handed out only if it came
+// from the template that is current now (a cold one once a template is
+// ready, or a fork of a template since retired, is discarded and
+// replaced: refresh), and a forked one only after its driver said, on
+// the hand-out's cwd record, that nothing its template preloaded changed
+// on disk since (pip install -U: the template is retired). When no forked
+// slot is ready, take gives up at once and the kernel is forked afresh:
+// a burst larger than the pool degrades to the fork path, not to a cold
+// start.
 
 // maxPoolSize bounds a language's pool: each is an idle interpreter.
 const maxPoolSize = 64
@@ -89,6 +104,8 @@ type pool struct {
 	// sandbox is its interpreters' (nil: none), which limits where they
 	// may be moved (serves).
 	sandbox *sandbox
+	// forks fills its slots by fork while a template is ready (nil: none).
+	forks *forkServer
 
 	mu     sync.Mutex
 	slots  []*poolSlot // oldest first: ready ones and those still starting
@@ -102,13 +119,15 @@ type pool struct {
 type poolSlot struct {
 	done  chan struct{} // closed when the start ended; p and err are set then
 	p     *proc
+	tmpl  *proc // the template p was forked from; nil: started cold
 	err   error
 	taken chan struct{} // closed when a kernel took it (ends the watcher)
 }
 
-func newPool(lang string, size int, cwd string, spec func() (procSpec, error)) *pool {
-	pl := &pool{lang: lang, size: size, cwd: cwd, spec: spec}
+func newPool(lang string, size int, cwd string, spec func() (procSpec, error), sb *sandbox, forks *forkServer) *pool {
+	pl := &pool{lang: lang, size: size, cwd: cwd, spec: spec, sandbox: sb, forks: forks}
 	pl.ctx, pl.stop = context.WithCancel(context.Background())
+	forks.onChange(pl.refresh)
 	pl.refill()
 	return pl
 }
@@ -133,10 +152,11 @@ func cleanCwd(cwd string) string {
 	return filepath.Clean(cwd)
 }
 
-// take hands out a pooled interpreter whose messages go to out, in cwd: a ready one, else
-// one still starting (waited for within ctx). nil when there is none or it
-// failed, or could not enter cwd: the caller starts one cold. Either way the
-// pool refills in the background.
+// take hands out a pooled interpreter whose messages go to out, in cwd: a
+// ready one, else one still starting (waited for within ctx) unless a fork
+// template is ready (a fresh fork is then no further from ready). nil when
+// there is none or it failed, or could not enter cwd: the caller forks or
+// starts one. Either way the pool refills in the background.
 func (pl *pool) take(ctx context.Context, out chan<- core.Message, cwd string) *proc {
 	defer pl.refill()
 	dir, move, ok := pl.moveTo(cwd)
@@ -144,7 +164,8 @@ func (pl *pool) take(ctx context.Context, out chan<- core.Message, cwd string) *
 		return nil
 	}
 	for {
-		s := pl.claim()
+		tmpl := pl.forks.current()
+		s := pl.claim(tmpl != nil)
 		if s == nil {
 			return nil
 		}
@@ -158,11 +179,19 @@ func (pl *pool) take(ctx context.Context, out chan<- core.Message, cwd string) *
 		if s.err != nil {
 			return nil // the pool's starts fail: a cold start says why
 		}
-		if move {
+		if s.tmpl != tmpl {
+			pl.discard(s.p) // a cold one, or a fork of a retired template
+			continue
+		}
+		if move || s.tmpl != nil {
 			if err := s.p.enterCwd(ctx, dir); err != nil {
 				// Gone, or it died (a cold start says why it cannot start
-				// there): it is not handed out.
-				s.p.kill()
+				// there), or what its template preloaded changed: it is
+				// not handed out.
+				pl.discard(s.p)
+				if refused := (*cwdRefused)(nil); errors.As(err, &refused) && strings.HasPrefix(refused.why, staleMark) {
+					pl.forks.retire(s.tmpl)
+				}
 				return nil
 			}
 		}
@@ -173,8 +202,12 @@ func (pl *pool) take(ctx context.Context, out chan<- core.Message, cwd string) *
 	}
 }
 
+// staleMark starts the driver's answer when what a template preloaded
+// changed on disk since (forkserver.py's _stale).
+const staleMark = "stale: "
+
 // moveTo says whether a pooled interpreter must be moved to serve a kernel
-// in cwd, and into which directory: cwd made absolute (the interpreter's
+// in cwd, and into which directory ("": it stays): cwd made absolute (the interpreter's
 // own cwd is the pool's, not the host's, to resolve a relative one), the
 // same path a cold start's PWD gets (pwdOf). ok is false when the kernel
 // starts cold instead: a kernel without a cwd (the host's directory) from a
@@ -190,15 +223,15 @@ func (pl *pool) moveTo(cwd string) (dir string, move, ok bool) {
 	return dir, true, true
 }
 
-// claim takes the first ready slot out of the pool, else the oldest one still
-// starting; nil when the pool is empty.
-func (pl *pool) claim() *poolSlot {
+// claim takes the first ready slot out of the pool, else (unless
+// readyOnly) the oldest one still starting; nil when there is none.
+func (pl *pool) claim(readyOnly bool) *poolSlot {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	if len(pl.slots) == 0 {
+	i := slices.IndexFunc(pl.slots, func(s *poolSlot) bool { return isClosed(s.done) })
+	if i < 0 && (readyOnly || len(pl.slots) == 0) {
 		return nil
 	}
-	i := slices.IndexFunc(pl.slots, func(s *poolSlot) bool { return isClosed(s.done) })
 	if i < 0 {
 		i = 0
 	}
@@ -214,6 +247,49 @@ func isClosed(c chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// discard kills an interpreter taken out of the pool, in the background:
+// a kill waits for the process, which the kernel that took the slot need
+// not.
+func (pl *pool) discard(p *proc) {
+	pl.mu.Lock()
+	closed := pl.closed
+	if !closed {
+		pl.wg.Add(1) // under mu: before close's Wait
+	}
+	pl.mu.Unlock()
+	if closed {
+		p.kill()
+		return
+	}
+	go func() {
+		defer pl.wg.Done()
+		p.kill()
+	}()
+}
+
+// refresh discards the ready slots that did not come from the current
+// template (started cold before it was ready, or forked from one since
+// retired) and refills: the fork server calls it when its template
+// changed.
+func (pl *pool) refresh() {
+	tmpl := pl.forks.current()
+	pl.mu.Lock()
+	var stale []*poolSlot
+	pl.slots = slices.DeleteFunc(pl.slots, func(s *poolSlot) bool {
+		if isClosed(s.done) && s.err == nil && s.tmpl != tmpl {
+			stale = append(stale, s)
+			return true
+		}
+		return false
+	})
+	pl.mu.Unlock()
+	for _, s := range stale {
+		close(s.taken) // ends its watcher
+		pl.discard(s.p)
+	}
+	pl.refill()
 }
 
 // discardWhenStarted kills a claimed interpreter once its start ends.
@@ -240,17 +316,26 @@ func (pl *pool) refill() {
 	}
 }
 
-// fill starts the interpreter of slot s, then watches it while it waits.
+// fill starts the interpreter of slot s (a fork of the template when one
+// is ready), then watches it while it waits.
 func (pl *pool) fill(s *poolSlot) {
 	defer pl.wg.Done()
+	was := pl.forks.current()
 	spec, err := pl.spec()
 	if err == nil {
 		ctx, cancel := context.WithTimeout(pl.ctx, poolStartTimeout)
-		s.p, err = startProc(ctx, spec, nil)
+		if s.p, s.tmpl = pl.forks.fork(ctx, nil, spec, pl.cwd); s.p == nil {
+			s.p, err = startProc(ctx, spec, nil)
+		}
 		cancel()
 	}
 	s.err = err
 	close(s.done)
+	if now := pl.forks.current(); err == nil && s.tmpl != now && now != was {
+		// The template changed while this one started (it became ready
+		// during a cold start): the refresh the change made missed it.
+		pl.refresh()
+	}
 	if err != nil {
 		// Not refilled until the next take: a start that fails (a broken
 		// interpreter) is not retried in a loop; the kernel that takes

@@ -147,7 +147,7 @@ func TestRestartTakesAPooledInterpreter(t *testing.T) {
 	if e := tt.Exec(t, k, "print('x' in globals())", false); e.Stream("stdout") != "False\n" {
 		t.Errorf("after restart:%s", e)
 	}
-	testkit.AwaitGone(t, "the old interpreter after restart", 5*time.Second, first)
+	testkit.AwaitGone(t, "the old interpreter after restart", 30*time.Second, first)
 }
 
 // A bash kernel in another cwd starts cold, in its cwd (bash's driver is
@@ -223,7 +223,7 @@ func TestDeadPooledInterpreterIsNotHandedOut(t *testing.T) {
 	if e := tt.Exec(t, k, "print(1+1)", false); e.Stream("stdout") != "2\n" {
 		t.Errorf("%s", e)
 	}
-	testkit.AwaitGone(t, "the dead pooled interpreter", 5*time.Second, pid)
+	testkit.AwaitGone(t, "the dead pooled interpreter", 30*time.Second, pid)
 }
 
 // Many kernels at once drain the pool; those that find it empty start
@@ -287,7 +287,7 @@ func TestCloseKillsPooledInterpreters(t *testing.T) {
 			if err := tr.Close(); err != nil {
 				t.Fatal(err)
 			}
-			testkit.AwaitGone(t, "the pooled interpreters after Close", 10*time.Second, a, b)
+			testkit.AwaitGone(t, "the pooled interpreters after Close", 30*time.Second, a, b)
 			for _, cg := range cgroups {
 				if _, err := os.Stat(cg); !os.IsNotExist(err) {
 					t.Errorf("cgroup %s is left after Close (%v)", cg, err)

@@ -130,7 +130,7 @@ func TestPooledRestartInRemovedCwdFailsAsCold(t *testing.T) {
 		}
 		errs[pooled] = strings.ReplaceAll(err.Error(), dir, "<dir>")
 		if pooled {
-			testkit.AwaitGone(t, "the pooled interpreter that could not enter the directory", 5*time.Second, pid)
+			testkit.AwaitGone(t, "the pooled interpreter that could not enter the directory", 30*time.Second, pid)
 		}
 	}
 	if errs[true] != errs[false] {

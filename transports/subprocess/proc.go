@@ -427,7 +427,7 @@ func (p *proc) enterCwd(ctx context.Context, dir string) error {
 	select {
 	case why := <-p.cwdAck:
 		if why != "" {
-			return fmt.Errorf("enter %q: %s", dir, why)
+			return &cwdRefused{dir: dir, why: why}
 		}
 		return nil
 	case <-p.pumpDone:
@@ -436,6 +436,13 @@ func (p *proc) enterCwd(ctx context.Context, dir string) error {
 		return ctx.Err()
 	}
 }
+
+// cwdRefused is the driver's answer to a hand-out's cwd record when it
+// did not enter dir, or (a context forked ahead of need) what its
+// template preloaded changed on disk since: why starts with staleMark.
+type cwdRefused struct{ dir, why string }
+
+func (e *cwdRefused) Error() string { return fmt.Sprintf("enter %q: %s", e.dir, e.why) }
 
 // closeFiles closes the parent's ends; the pump and the readers are done
 // with them (or never ran).

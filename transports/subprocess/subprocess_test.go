@@ -153,7 +153,7 @@ func TestShutdownKillsProcessGroup(t *testing.T) {
 		t.Fatalf("leader %d or child %d not running", leader, child)
 	}
 	tt.ShutdownAndDrain(t, k)
-	testkit.AwaitGone(t, "the group after shutdown", 5*time.Second, leader, child)
+	testkit.AwaitGone(t, "the group after shutdown", 30*time.Second, leader, child)
 }
 
 func TestRestartKillsProcessGroup(t *testing.T) {
@@ -170,7 +170,7 @@ func TestRestartKillsProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	tt.WaitStatus(t, k, core.StateRestarting, "", tt.StartTimeout)
-	testkit.AwaitGone(t, "the old group after restart", 5*time.Second, old, child)
+	testkit.AwaitGone(t, "the old group after restart", 30*time.Second, old, child)
 	if k.Pid() == old {
 		t.Errorf("same pid after restart")
 	}

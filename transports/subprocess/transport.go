@@ -31,7 +31,9 @@ type Options struct {
 	Env []string
 	// PoolSizes is how many ready interpreters each language keeps (see
 	// pool.go, ParsePoolSizes); nil or 0: none, every
-	// kernel starts its interpreter cold. Close kills them.
+	// kernel starts its interpreter cold (or by fork). With a fork server
+	// (Preload) python's are contexts forked ahead of need. Close kills
+	// them.
 	PoolSizes map[string]int
 	// PoolCwd is where pooled interpreters start. The host passes its
 	// default cwd. "" is this process's directory. A python, javascript or
@@ -114,12 +116,11 @@ func New(opts Options) *Transport {
 		t.add(def, def.interpreter(opts))
 	}
 	if t.limitsErr == nil {
+		t.startForkServer(opts.Preload, cleanCwd(opts.PoolCwd), opts.Warn) // fork hook (issue 28)
 		t.startPools(opts.PoolSizes, cleanCwd(opts.PoolCwd))
 	} else {
+		t.forks = map[string]*forkServer{}
 		t.startPools(nil, "")
-	}
-	if t.limitsErr == nil {
-		t.startForkServer(opts.Preload, cleanCwd(opts.PoolCwd), opts.Warn) // fork hook (issue 28)
 	}
 	if t.cgroups {
 		go removeOrphanCgroups()
@@ -134,8 +135,7 @@ func (t *Transport) startPools(sizes map[string]int, cwd string) {
 		if _, ok := t.langs[name]; !ok || size <= 0 {
 			continue
 		}
-		t.pools[name] = newPool(name, size, cwd, func() (procSpec, error) { return t.spec(name, cwd) })
-		t.pools[name].sandbox = t.sandbox
+		t.pools[name] = newPool(name, size, cwd, func() (procSpec, error) { return t.spec(name, cwd) }, t.sandbox, t.forks[name])
 	}
 }
 

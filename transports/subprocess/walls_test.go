@@ -109,7 +109,7 @@ func TestSandboxKernelKnobsReadOnly(t *testing.T) {
 func TestKernelKnobsReadOnlyAfterTemplateReplaced(t *testing.T) {
 	needSandbox(t)
 	userBase := t.TempDir()
-	tr, dir := forkTransport(t, SandboxOn, []string{"six"}, []string{"PYTHONUSERBASE=" + userBase}, userBase)
+	tr, dir := forkTransport(t, forkMode{sandbox: SandboxOn}, []string{"six"}, []string{"PYTHONUSERBASE=" + userBase}, userBase)
 	testkit.WriteFile(t, filepath.Join(dir, "knobs.sh"), knobProbe)
 	old := readyTemplate(t, tr)
 	k := startIn(t, tr, "python", dir)

@@ -534,6 +534,10 @@ class _NoShell:
     def bundle(value):
         return {"text/plain": repr(value)}
 
+    @staticmethod
+    def post_execute_quiet():
+        return True
+
 
 _sh = _NoShell
 
@@ -678,8 +682,7 @@ def _run(code, filename, silent):
         # What IPython's run_cell does around the code that matters here:
         # In/_i and the ';' check read the history, and pre_execute and
         # post_execute (see _execute) are the events extensions hook into.
-        shell.execution_count = _count
-        shell.history_manager.store_inputs(_count, source, code)
+        shell.history_manager.store_inputs(_count, source, code)  # its execution_count is _count (_kernelhost.shell)
         quiet = quiet and shell.displayhook.quiet()
         shell.events.trigger("pre_execute")
     expr = None
@@ -814,8 +817,19 @@ def _run_helper(code):
 # cold start; invalidate_caches drops what import's finders know of
 # directories (a FileFinder keeps a directory's listing until its mtime
 # changes: a module written in the same tick as the listing would not be
-# found).
+# found). A context forked from a template ahead of need gets the record
+# at every hand-out ("" for dir: it stays where it is) and is handed out
+# only if nothing its template preloaded changed on disk since
+# (forkserver.py's _stale, which python.go appends here; a driver that is
+# no template's fork watches nothing).
 def _enter_cwd(path):
+    why = _stale()
+    if why is not None:
+        _emit({"type": "kh_cwd", "evalue": why})
+        return
+    if not path:
+        _emit({"type": "kh_cwd"})
+        return
     try:
         os.chdir(path)
     except (OSError, TypeError, ValueError) as exc:
@@ -896,10 +910,10 @@ def _execute(req):
             if value is not None and not silent:
                 result = {"type": "execute_result", "parent_id": msg_id, "execution_count": _count, "data": _sh.bundle(value)}
                 _remember_result(value)
-                if post_execute:
+                if post_execute and not _sh.post_execute_quiet():
                     _emit(result)
                 else:
-                    closing.append(result)
+                    closing.append(result)  # with the reply: one write
             if post_execute:
                 post_execute = False
                 _sh.obj.events.trigger("post_execute")

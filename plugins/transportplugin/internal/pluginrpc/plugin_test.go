@@ -564,10 +564,10 @@ func TestKillNineMidExecution(t *testing.T) {
 		t.Fatalf("Execute on lost kernel: %v", err)
 	}
 	// Its interpreter died with it (Pdeathsig on bash).
-	waitGone(t, "bash of the killed plugin", bashFD, 10*time.Second)
+	waitGone(t, "bash of the killed plugin", bashFD, 30*time.Second)
 
 	// The supervisor brings the plugin back; a new kernel works.
-	waitGone(t, "killed plugin", oldFD, 10*time.Second)
+	waitGone(t, "killed plugin", oldFD, 30*time.Second)
 	if err := s.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -594,7 +594,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, "plugin", pluginFD, time.Second) // Close waits for it
-	waitGone(t, "bash kernel", bashFD, 5*time.Second)
+	waitGone(t, "bash kernel", bashFD, 30*time.Second)
 	// A kernel still open when its plugin is closed is lost: at most a
 	// kernel-wide dead status, then its channel is closed.
 	for m := range k.Messages() {
@@ -619,7 +619,7 @@ func TestStartWhileRestartingIsUnavailable(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, "killed plugin", fd, 10*time.Second)
+	waitGone(t, "killed plugin", fd, 30*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err := s.StartKernel(ctx, core.KernelSpec{Language: "bash", Cwd: t.TempDir()})
@@ -656,8 +656,8 @@ func TestHostSIGKILLLeavesNoPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	host.Wait()
-	waitGone(t, "plugin of the SIGKILLed host", pluginFD, 10*time.Second)
-	waitGone(t, "bash of the SIGKILLed host's plugin", bashFD, 10*time.Second)
+	waitGone(t, "plugin of the SIGKILLed host", pluginFD, 30*time.Second)
+	waitGone(t, "bash of the SIGKILLed host's plugin", bashFD, 30*time.Second)
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,98 @@
+package subprocess
+
+import (
+	"context"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/internal/testkit"
+	tt "github.com/kernelhost/kernelhost/transports/transporttest"
+)
+
+// Contexts forked ahead of need (pool.go with a fork server): the
+// guarantees of a fork made when asked for are the fork tests' ready
+// modes (forEachReadyMode); these are the pool's own.
+
+// forEachReadyOnly runs test in each of forkModes with a pool of ready
+// forks.
+func forEachReadyOnly(t *testing.T, test func(t *testing.T, mode forkMode)) {
+	for _, sandbox := range forkModes {
+		mode := forkMode{sandbox: sandbox, ready: true}
+		t.Run(mode.String(), func(t *testing.T) {
+			if sandbox != SandboxOff {
+				needSandbox(t)
+			}
+			test(t, mode)
+		})
+	}
+}
+
+// A ready context that dies while it waits is dropped and replaced by
+// another fork of the template, which a kernel then gets.
+func TestReadyContextKilledWhileIdleIsReplaced(t *testing.T) {
+	t.Parallel()
+	forEachReadyOnly(t, func(t *testing.T, mode forkMode) {
+		tr, dir := forkTransport(t, mode, []string{"wave"}, nil)
+		tmpl := readyTemplate(t, tr)
+		before := awaitReadyForks(t, tr)
+		if err := syscall.Kill(before[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testkit.AwaitGone(t, "the killed ready context", tt.StartTimeout, before[0])
+		// Until the pool saw the death, the dead one may still be
+		// counted: its replacement is a pid not seen before.
+		deadline := time.Now().Add(tt.StartTimeout)
+		for slices.Contains(awaitReadyForks(t, tr), before[0]) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the killed ready context (pid %d) is still counted ready after %v", before[0], tt.StartTimeout)
+			}
+			time.Sleep(10 * time.Millisecond) // the pool's watcher is not awaitable from here
+		}
+		k := startForked(t, tr, mode, dir)
+		mustBeForkedFrom(t, k, tmpl)
+		if got := stdoutOf(t, k, "import sys\nprint('wave' in sys.modules, 1+1)"); got != "True 2\n" {
+			t.Errorf("the replacement prints %q", got)
+		}
+	})
+}
+
+// More contexts at once than the pool holds: those past the pool are
+// forked when asked for, not started cold; every one has the preloaded
+// module.
+func TestReadyPoolDrainedByABurstForks(t *testing.T) {
+	t.Parallel()
+	forEachReadyOnly(t, func(t *testing.T, mode forkMode) {
+		tr, dir := forkTransport(t, mode, []string{"wave"}, nil)
+		tmpl := readyTemplate(t, tr)
+		ready := awaitReadyForks(t, tr)
+		ks := make([]*Kernel, readySize+3)
+		if err := testkit.Concurrently(len(ks), func(i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+			defer cancel()
+			k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: dir})
+			if err == nil {
+				ks[i] = k.(*Kernel)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		fromPool := 0
+		for _, k := range ks {
+			t.Cleanup(func() { k.Shutdown(context.Background()) })
+			mustBeForkedFrom(t, k, tmpl)
+			if slices.Contains(ready, k.Pid()) {
+				fromPool++
+			}
+			if got := stdoutOf(t, k, "import sys\nprint('wave' in sys.modules)"); got != "True\n" {
+				t.Errorf("kernel %d prints %q: not forked from the template", k.Pid(), got)
+			}
+		}
+		if fromPool != readySize {
+			t.Errorf("%d of %d kernels came from the pool of %d ready forks", fromPool, len(ks), readySize)
+		}
+	})
+}
