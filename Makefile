@@ -257,7 +257,8 @@ SLOW_TEST_PACKAGES := ./transports/jupyter/ ./transports/subprocess/ ./hostcmd/s
 # kernels and servers of their own, most of the time asleep (a timeout
 # played out, a kernel starting), so four run at a time per package binary
 # rather than go test's default of GOMAXPROCS, two here: the slow binaries
-# then take 6 min instead of 8 on two cores, every test passing.
+# took 6 min instead of 8 on two cores, every test passing (docs/benchmarks.md,
+# CI time).
 # Tests that need their test binary to themselves (the fault suite, whose
 # leak checks see the whole binary, and the flood, whose bystander has a
 # latency bound) are not parallel: go test runs them first, alone, and the
