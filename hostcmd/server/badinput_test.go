@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
@@ -18,10 +19,10 @@ import (
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	const limit = 64 << 10
-	h := startHost(t, func(c *settings.Config) { c.MaxBodyBytes = limit })
-	other := h.createContext(`{}`)
-	noError(t, h.run(map[string]any{"code": "kept = 'state'", "context_id": other.ID}))
-	before := h.contexts()
+	h := hosttest.Start(t, func(c *settings.Config) { c.MaxBodyBytes = limit })
+	other := h.CreateContext(`{}`)
+	hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 'state'", "context_id": other.ID}))
+	before := h.Contexts()
 
 	for _, tc := range []struct {
 		name, method, path, body string
@@ -55,17 +56,17 @@ func TestBadInput(t *testing.T) {
 		{"restart unknown", "POST", "/contexts/nope/restart", "", 404, "Context nope not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := h.do(tc.method, tc.path, tc.body)
+			status, body := h.Do(tc.method, tc.path, tc.body)
 			if status != tc.status || !strings.Contains(body, tc.contains) {
 				t.Fatalf("%d %q, want %d containing %q", status, body, tc.status, tc.contains)
 			}
 		})
 	}
 
-	if got := mainResult(t, h.run(map[string]any{"code": "kept", "context_id": other.ID})); got != "state" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept", "context_id": other.ID})); got != "state" {
 		t.Fatalf("the other context lost its state: %q", got)
 	}
-	if after := h.contexts(); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := h.Contexts(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("bad requests changed the contexts: %+v, was %+v", after, before)
 	}
 }
@@ -75,25 +76,25 @@ func TestBadInput(t *testing.T) {
 // and (a browser build, from an allowed origin) CORS preflights.
 func TestLenientInput(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *settings.Config) { c.AllowedOrigins = []string{"http://example.test"} })
+	h := hosttest.Start(t, func(c *settings.Config) { c.AllowedOrigins = []string{"http://example.test"} })
 	for _, body := range []string{
 		`{"code":"1+1","context_id":"","language":""}`,
 		`{"code":"1+1","context_id":null,"language":null,"env_vars":null}`,
 		`{"code":"1+1","unknown_field":[1,2]}`,
 		`{"code":"1+1","language":" PYTHON "}`,
 	} {
-		status, text := h.do("POST", "/execute?source=ci", body)
+		status, text := h.Do("POST", "/execute?source=ci", body)
 		if status != 200 {
 			t.Fatalf("%s: %d %s", body, status, text)
 		}
-		if got := mainResult(t, parseStream(t, []byte(text))); got != "2" {
+		if got := hosttest.MainResult(t, hosttest.ParseStream(t, []byte(text))); got != "2" {
 			t.Fatalf("%s: result %q", body, got)
 		}
 	}
-	if status, body := h.do("GET", "/contexts?source=ci", ""); status != 200 || !strings.HasPrefix(body, "[") {
+	if status, body := h.Do("GET", "/contexts?source=ci", ""); status != 200 || !strings.HasPrefix(body, "[") {
 		t.Fatalf("GET /contexts with a JSON content type: %d %q", status, body)
 	}
-	if status, _ := h.do("POST", "/contexts", ""); status != 200 {
+	if status, _ := h.Do("POST", "/contexts", ""); status != 200 {
 		t.Fatalf("POST /contexts with an empty body: %d", status)
 	}
 
@@ -101,7 +102,7 @@ func TestLenientInput(t *testing.T) {
 	req.Header.Set("Origin", "http://example.test")
 	req.Header.Set("Access-Control-Request-Method", "POST")
 	req.Header.Set("Access-Control-Request-Headers", "content-type,e2b-sandbox-id")
-	resp, err := h.client.Do(req)
+	resp, err := h.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestLenientInput(t *testing.T) {
 func TestClientStringsAreClipped(t *testing.T) {
 	t.Parallel()
 	var logs testkit.SyncBuffer
-	h := startHost(t, func(c *settings.Config) {
+	h := hosttest.Start(t, func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	const forged = "\nlevel=ERROR msg=forged"
@@ -143,13 +144,13 @@ func TestClientStringsAreClipped(t *testing.T) {
 		{"after", "GET", "/executions/x/stream?after=" + pathLong, "", 422},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := h.do(tc.method, tc.path, tc.body)
+			status, body := h.Do(tc.method, tc.path, tc.body)
 			if status != tc.status || len(body) > 1024 || strings.Contains(body, forged) || !strings.Contains(body, `"x\n`) {
 				t.Fatalf("%d, %d bytes %.300q, want %d, under 1 KiB, the string quoted", status, len(body), body, tc.status)
 			}
 		})
 	}
-	noError(t, h.run(map[string]any{"code": "1"}))
+	hosttest.NoError(t, h.Run(map[string]any{"code": "1"}))
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if len(l) > 4096 || strings.HasPrefix(l, "level=ERROR msg=forged") {
 			t.Errorf("log line of %d bytes: %.300q", len(l), l)

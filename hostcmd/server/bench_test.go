@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -25,10 +26,10 @@ import (
 // machine state. It reports the medians of both and their difference: what
 // the host adds. ns/op is the time of one pair.
 func BenchmarkRoundTrip(b *testing.B) {
-	h := startHost(b)
+	h := hosttest.Start(b)
 	tr := subprocess.New(subprocess.Options{Python: "python3", Node: "node", Bash: "bash"})
 	ctx := context.Background()
-	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: h.cwd})
+	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: h.Cwd()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 
 	body := []byte(`{"code":"1+1"}`)
 	hostOnce := func() {
-		resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+		resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -88,8 +89,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 // (settings.Config.DisableMetrics). It reports both medians and their difference.
 func BenchmarkRoundTripMetrics(b *testing.B) {
 	compareRoundTrips(b,
-		"metrics", startHost(b),
-		"no-metrics", startHost(b, func(c *settings.Config) { c.DisableMetrics = true }))
+		"metrics", hosttest.Start(b),
+		"no-metrics", hosttest.Start(b, func(c *settings.Config) { c.DisableMetrics = true }))
 }
 
 // BenchmarkRoundTripPlugin measures what the plugin boundary adds to an
@@ -98,21 +99,21 @@ func BenchmarkRoundTripMetrics(b *testing.B) {
 // one with the same transport linked in. It reports both medians and their
 // difference.
 func BenchmarkRoundTripPlugin(b *testing.B) {
-	compareRoundTrips(b, "plugin", startHost(b, viaPlugin), "in-process", startHost(b, inProcess))
+	compareRoundTrips(b, "plugin", hosttest.Start(b, hosttest.ViaPlugin), "in-process", hosttest.Start(b, hosttest.InProcess))
 }
 
 // compareRoundTrips runs `1+1` over HTTP on hosts a and c, alternating the
 // two in one loop so both see the same machine state, and reports the
 // median of each (NAME-p50-ns) and a's minus c's (added-p50-ns). ns/op is
 // one pair.
-func compareRoundTrips(b *testing.B, aName string, a *testHost, cName string, c *testHost) {
+func compareRoundTrips(b *testing.B, aName string, a *hosttest.Host, cName string, c *hosttest.Host) {
 	body := []byte(`{"code":"1+1"}`)
 	compareRuns(b, aName, func() { postExpect(b, a, body, `"text":"2"`) }, cName, func() { postExpect(b, c, body, `"text":"2"`) })
 }
 
 // postExpect runs body's /execute on h and fails unless the stream holds want.
-func postExpect(b *testing.B, h *testHost, body []byte, want string) {
-	resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+func postExpect(b *testing.B, h *hosttest.Host, body []byte, want string) {
+	resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func compareRuns(b *testing.B, aName string, a func(), cName string, c func()) {
 // a typed cell against the same cell written in javascript. typescript's
 // extra is the host's esbuild transform and the source map sent along.
 func BenchmarkRoundTripTypeScript(b *testing.B) {
-	h := startHost(b)
+	h := hosttest.Start(b)
 	for _, c := range []struct{ name, ts, js, want string }{
 		{"1+1", "1+1", "1+1", `"text":"2"`},
 		{"typed-cell",
@@ -161,7 +162,7 @@ func BenchmarkStream200kLines(b *testing.B) {
 	const n = 200_000
 	code := "for i in range(" + strconv.Itoa(n) + "):\n    print(i)"
 	b.Run("host", func(b *testing.B) {
-		h := startHost(b)
+		h := hosttest.Start(b)
 		body, _ := json.Marshal(map[string]string{"code": code})
 		b.ResetTimer()
 		start := time.Now()
@@ -219,16 +220,16 @@ func BenchmarkPoolCost(b *testing.B) {
 	pooled := func(c *settings.Config) {
 		c.Transport = subprocess.New(subprocess.Options{PoolSizes: map[string]int{"python": 1, "javascript": 1}, PoolCwd: c.DefaultCwd})
 	}
-	closePool := func(h *testHost) {
+	closePool := func(h *hosttest.Host) {
 		b.Cleanup(func() { _ = h.Engine.Transport().(*subprocess.Transport).Close() })
 	}
 	b.Run("RoundTrip", func(b *testing.B) {
-		a, c := startHost(b, pooled), startHost(b, inProcess)
+		a, c := hosttest.Start(b, pooled), hosttest.Start(b, hosttest.InProcess)
 		closePool(a)
 		compareRoundTrips(b, "pool", a, "no-pool", c)
 	})
 	b.Run("Concurrent8x50", func(b *testing.B) {
-		a, c := startHost(b, pooled), startHost(b, inProcess)
+		a, c := hosttest.Start(b, pooled), hosttest.Start(b, hosttest.InProcess)
 		closePool(a)
 		compareRuns(b, "pool", concurrentRuns(b, a, 8, 50), "no-pool", concurrentRuns(b, c, 8, 50))
 	})
@@ -236,10 +237,10 @@ func BenchmarkPoolCost(b *testing.B) {
 
 // concurrentRuns creates n contexts on h and returns a run of m sequential
 // `1+1` on each of them at once.
-func concurrentRuns(b *testing.B, h *testHost, n, m int) func() {
+func concurrentRuns(b *testing.B, h *hosttest.Host, n, m int) func() {
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = h.createContext(`{"language":"python"}`).ID
+		ids[i] = h.CreateContext(`{"language":"python"}`).ID
 	}
 	return func() {
 		var wg sync.WaitGroup
@@ -249,7 +250,7 @@ func concurrentRuns(b *testing.B, h *testHost, n, m int) func() {
 				defer wg.Done()
 				body := []byte(`{"code":"1+1","context_id":"` + id + `"}`)
 				for range m {
-					resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+					resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
 					if err != nil {
 						b.Error(err)
 						return

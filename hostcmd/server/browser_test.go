@@ -5,14 +5,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
 // browserRequest sends one request with the given headers (Host among
 // them) and returns the status, the response headers and the body.
-func browserRequest(t *testing.T, h *testHost, method, path, body string, headers map[string]string) (int, http.Header, string) {
+func browserRequest(t *testing.T, h *hosttest.Host, method, path, body string, headers map[string]string) (int, http.Header, string) {
 	t.Helper()
-	status, hdr, text := h.doWith(method, path, body, headers)
+	status, hdr, text := h.DoWith(method, path, body, headers)
 	return status, hdr, text
 }
 
@@ -24,7 +25,7 @@ func browserRequest(t *testing.T, h *testHost, method, path, body string, header
 // or an allowed name is refused, and /execute wants application/json.
 func TestBrowserDriveByIsRefused(t *testing.T) {
 	t.Parallel()
-	h := startHost(t)
+	h := hosttest.Start(t)
 	const code = `{"code":"1+1"}`
 
 	t.Run("content type", func(t *testing.T) {
@@ -37,7 +38,7 @@ func TestBrowserDriveByIsRefused(t *testing.T) {
 		// What the official SDKs send, and its spelling variants.
 		for _, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON"} {
 			status, _, body := browserRequest(t, h, "POST", "/execute", code, map[string]string{"Content-Type": ct})
-			if status != 200 || mainResult(t, parseStream(t, []byte(body))) != "2" {
+			if status != 200 || hosttest.MainResult(t, hosttest.ParseStream(t, []byte(body))) != "2" {
 				t.Errorf("Content-Type %q: %d %q, want 200", ct, status, body)
 			}
 		}
@@ -90,7 +91,7 @@ func TestBrowserDriveByIsRefused(t *testing.T) {
 // origin gets CORS (its own origin echoed, never credentials), "*" any.
 func TestBrowserAllowedOriginsAndHosts(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *settings.Config) {
+	h := hosttest.Start(t, func(c *settings.Config) {
 		c.AllowedOrigins = []string{"http://app.test:3000"}
 		c.AllowedHosts = []string{"kh.internal", "*.sandboxes.test"}
 	})
@@ -118,7 +119,7 @@ func TestBrowserAllowedOriginsAndHosts(t *testing.T) {
 		}
 	}
 
-	any := startHost(t, func(c *settings.Config) { c.AllowedOrigins = []string{"*"}; c.AllowedHosts = []string{"*"} })
+	any := hosttest.Start(t, func(c *settings.Config) { c.AllowedOrigins = []string{"*"}; c.AllowedHosts = []string{"*"} })
 	status, hdr, _ = browserRequest(t, any, "GET", "/contexts", "", map[string]string{"Origin": "http://anywhere.test", "Host": "anywhere.test"})
 	if status != 200 || hdr.Get("Access-Control-Allow-Origin") != "*" {
 		t.Fatalf(`allowed origins and hosts "*": %d %v`, status, hdr)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -22,10 +23,10 @@ import (
 // the machine's load, so two builds compare in it where their p50s, taken
 // minutes apart on shared cores, drown in noise (docs/benchmarks.md).
 func BenchmarkRoundTripCPU(b *testing.B) {
-	h := startHost(b)
+	h := hosttest.Start(b)
 	body := []byte(`{"code":"1+1"}`)
 	once := func() {
-		resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+		resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -41,8 +42,8 @@ var floorPython = sync.OnceValue(func() string {
 	return p
 })
 
-func startFloorHost(b *testing.B) *testHost {
-	return startHost(b, func(c *settings.Config) {
+func startFloorHost(b *testing.B) *hosttest.Host {
+	return hosttest.Start(b, func(c *settings.Config) {
 		c.Transport = subprocess.New(subprocess.Options{Python: floorPython(), Node: "node"})
 	})
 }
@@ -98,8 +99,8 @@ func BenchmarkFloorPrints(b *testing.B) {
 
 // postCountLines posts an execution and counts the stdout lines the client
 // decodes; it fails unless the stream ends with end_of_execution.
-func postCountLines(b *testing.B, h *testHost, body []byte) int {
-	resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+func postCountLines(b *testing.B, h *hosttest.Host, body []byte) int {
+	resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func BenchmarkFloorContextStart(b *testing.B) {
 
 func floorContextStart(b *testing.B, pooled, ownCwd bool) {
 	var tr *subprocess.Transport
-	h := startHost(b, func(c *settings.Config) {
+	h := hosttest.Start(b, func(c *settings.Config) {
 		opts := subprocess.Options{Python: floorPython(), Node: "node"}
 		if pooled {
 			opts.PoolSizes, opts.PoolCwd = map[string]int{"python": 1}, c.DefaultCwd
@@ -173,7 +174,7 @@ func floorContextStart(b *testing.B, pooled, ownCwd bool) {
 			awaitPoolReady(b, tr)
 		}
 		t0 := time.Now()
-		status, text := h.do("POST", "/contexts", body)
+		status, text := h.Do("POST", "/contexts", body)
 		d := time.Since(t0)
 		if status != 200 && status != 201 {
 			b.Fatalf("POST /contexts: %d %s", status, text)
@@ -184,7 +185,7 @@ func floorContextStart(b *testing.B, pooled, ownCwd bool) {
 		if err := json.Unmarshal([]byte(text), &c); err != nil || c.ID == "" {
 			b.Fatalf("POST /contexts: %q: %v", text, err)
 		}
-		if status, text := h.do("DELETE", "/contexts/"+c.ID, ""); status >= 300 {
+		if status, text := h.Do("DELETE", "/contexts/"+c.ID, ""); status >= 300 {
 			b.Fatalf("DELETE /contexts: %d %s", status, text)
 		}
 		return d
@@ -241,9 +242,9 @@ func BenchmarkFloorIdleRSS(b *testing.B) {
 
 // idleContextRSS creates a context, runs 1+1 in it, and returns the RSS of
 // the interpreter it started: the one child of this process that is new.
-func idleContextRSS(b *testing.B, h *testHost, lang string) int64 {
+func idleContextRSS(b *testing.B, h *hosttest.Host, lang string) int64 {
 	before := childPIDs()
-	status, text := h.do("POST", "/contexts", fmt.Sprintf(`{"language":%q}`, lang))
+	status, text := h.Do("POST", "/contexts", fmt.Sprintf(`{"language":%q}`, lang))
 	if status >= 300 {
 		b.Fatalf("POST /contexts: %d %s", status, text)
 	}
@@ -251,9 +252,9 @@ func idleContextRSS(b *testing.B, h *testHost, lang string) int64 {
 		ID string `json:"id"`
 	}
 	_ = json.Unmarshal([]byte(text), &c)
-	defer h.do("DELETE", "/contexts/"+c.ID, "")
+	defer h.Do("DELETE", "/contexts/"+c.ID, "")
 	body, _ := json.Marshal(map[string]string{"code": "1+1", "context_id": c.ID})
-	resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+	resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -38,7 +39,7 @@ func BenchmarkForkServer(b *testing.B) {
 	for _, mode := range []string{subprocess.SandboxAuto, subprocess.SandboxOff} {
 		b.Run("sandbox="+mode, func(b *testing.B) {
 			if mode != subprocess.SandboxOff {
-				needSandbox(b)
+				hosttest.NeedSandbox(b)
 			}
 			benchmarkForkServer(b, mode)
 		})
@@ -57,9 +58,9 @@ func benchmarkForkServer(b *testing.B, mode string) {
 			})
 		}
 	}
-	hosts := func(b *testing.B) (fork, pool *testHost) {
-		fork, pool = startHost(b, withTransport(subprocess.DefaultPreload())), startHost(b, withTransport(nil))
-		for _, h := range []*testHost{fork, pool} {
+	hosts := func(b *testing.B) (fork, pool *hosttest.Host) {
+		fork, pool = hosttest.Start(b, withTransport(subprocess.DefaultPreload())), hosttest.Start(b, withTransport(nil))
+		for _, h := range []*hosttest.Host{fork, pool} {
 			tr := h.Engine.Transport().(*subprocess.Transport)
 			b.Cleanup(func() { _ = tr.Close() })
 		}
@@ -68,13 +69,13 @@ func benchmarkForkServer(b *testing.B, mode string) {
 	}
 	b.Run("ChartFromFreshContext", func(b *testing.B) {
 		fork, pool := hosts(b)
-		chart := func(h *testHost) func() time.Duration {
+		chart := func(h *hosttest.Host) func() time.Duration {
 			return func() time.Duration {
 				t0 := time.Now()
-				id := h.createContext(`{"language":"python"}`).ID
+				id := h.CreateContext(`{"language":"python"}`).ID
 				postExpect(b, h, executeIn(id, chartCell), `"png"`)
 				d := time.Since(t0)
-				h.do("DELETE", "/contexts/"+id, "")
+				h.Do("DELETE", "/contexts/"+id, "")
 				return d
 			}
 		}
@@ -83,31 +84,31 @@ func benchmarkForkServer(b *testing.B, mode string) {
 	})
 	b.Run("RoundTrip", func(b *testing.B) {
 		fork, pool := hosts(b)
-		a, c := executeIn(fork.createContext(`{"language":"python"}`).ID, "1+1"), executeIn(pool.createContext(`{"language":"python"}`).ID, "1+1")
+		a, c := executeIn(fork.CreateContext(`{"language":"python"}`).ID, "1+1"), executeIn(pool.CreateContext(`{"language":"python"}`).ID, "1+1")
 		compareRuns(b, "fork", func() { postExpect(b, fork, a, `"text":"2"`) }, "pool", func() { postExpect(b, pool, c, `"text":"2"`) })
 	})
 	b.Run("RoundTripSameImports", func(b *testing.B) {
 		fork, pool := hosts(b)
-		pooled := pool.createContext(`{"language":"python"}`).ID
+		pooled := pool.CreateContext(`{"language":"python"}`).ID
 		postExpect(b, pool, executeIn(pooled, "import "+strings.Join(subprocess.DefaultPreload(), ", ")), `"end_of_execution"`)
-		a, c := executeIn(fork.createContext(`{"language":"python"}`).ID, "1+1"), executeIn(pooled, "1+1")
+		a, c := executeIn(fork.CreateContext(`{"language":"python"}`).ID, "1+1"), executeIn(pooled, "1+1")
 		compareRuns(b, "fork", func() { postExpect(b, fork, a, `"text":"2"`) }, "pool-imported", func() { postExpect(b, pool, c, `"text":"2"`) })
 	})
 	b.Run("Create20", func(b *testing.B) {
 		fork, pool := hosts(b)
-		create := func(h *testHost) func() time.Duration {
+		create := func(h *hosttest.Host) func() time.Duration {
 			return func() time.Duration {
 				ids := make([]string, 20)
 				t0 := time.Now()
 				if err := testkit.Concurrently(len(ids), func(i int) error {
-					ids[i] = h.createContext(`{"language":"python"}`).ID
+					ids[i] = h.CreateContext(`{"language":"python"}`).ID
 					return expect(h, executeIn(ids[i], "1+1"), `"text":"2"`)
 				}); err != nil {
 					b.Fatal(err)
 				}
 				d := time.Since(t0)
 				for _, id := range ids {
-					h.do("DELETE", "/contexts/"+id, "")
+					h.Do("DELETE", "/contexts/"+id, "")
 				}
 				return d
 			}
@@ -120,7 +121,7 @@ func benchmarkForkServer(b *testing.B, mode string) {
 			fork, pool := hosts(b)
 			for _, side := range []struct {
 				name string
-				h    *testHost
+				h    *hosttest.Host
 			}{{"fork", fork}, {"pool", pool}} {
 				pss, rss := memoryPerContext(b, side.h, 30)
 				b.ReportMetric(pss, side.name+"-PSS-MiB/context")
@@ -141,8 +142,8 @@ func executeIn(id, code string) []byte {
 }
 
 // expect is postExpect returning an error, for goroutines.
-func expect(h *testHost, body []byte, want string) error {
-	resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+func expect(h *hosttest.Host, body []byte, want string) error {
+	resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -156,7 +157,7 @@ func expect(h *testHost, body []byte, want string) error {
 
 // awaitForkTemplate waits (bounded) until h's fork server has its template
 // ready: a context created then is a fork.
-func awaitForkTemplate(b *testing.B, h *testHost) {
+func awaitForkTemplate(b *testing.B, h *hosttest.Host) {
 	tr := h.Engine.Transport().(*subprocess.Transport)
 	deadline := time.Now().Add(3 * time.Minute)
 	for !tr.ForkServerReady("python") {
@@ -170,22 +171,22 @@ func awaitForkTemplate(b *testing.B, h *testHost) {
 // memoryPerContext creates n python contexts on h that import pandas and
 // pyplot, and returns how much the PSS and RSS of h's python interpreters
 // (its contexts', pool's and fork template's) grew per context, in MiB.
-func memoryPerContext(b *testing.B, h *testHost, n int) (pss, rss float64) {
+func memoryPerContext(b *testing.B, h *hosttest.Host, n int) (pss, rss float64) {
 	pss0, rss0 := interpretersMemory(h)
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = h.createContext(`{"language":"python"}`).ID
+		ids[i] = h.CreateContext(`{"language":"python"}`).ID
 		postExpect(b, h, executeIn(ids[i], "import pandas, matplotlib.pyplot\nprint('ok')"), `ok`)
 	}
 	pss1, rss1 := interpretersMemory(h)
 	for _, id := range ids {
-		h.do("DELETE", "/contexts/"+id, "")
+		h.Do("DELETE", "/contexts/"+id, "")
 	}
 	return float64(pss1-pss0) / float64(n) / (1 << 20), float64(rss1-rss0) / float64(n) / (1 << 20)
 }
 
 // interpretersMemory sums the PSS and RSS of h's python interpreters.
-func interpretersMemory(h *testHost) (pss, rss int64) {
+func interpretersMemory(h *hosttest.Host) (pss, rss int64) {
 	for _, st := range h.Engine.Transport().(*subprocess.Transport).MemoryStats() {
 		if st.Language == "python" {
 			pss += st.PSS

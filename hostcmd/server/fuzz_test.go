@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
@@ -41,7 +42,7 @@ func FuzzExecuteRequest(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	h := startHost(f, func(c *settings.Config) {
+	h := hosttest.Start(f, func(c *settings.Config) {
 		c.ExecutionTimeout = 2 * time.Second
 		c.MaxBodyBytes = 64 << 10
 	})
@@ -53,7 +54,7 @@ func FuzzExecuteRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := h.client.Do(req)
+		resp, err := h.Client().Do(req)
 		if err != nil {
 			t.Fatalf("POST /execute: %v", err)
 		}
@@ -64,7 +65,7 @@ func FuzzExecuteRequest(f *testing.F) {
 		}
 		switch {
 		case resp.StatusCode == 200:
-			parseStream(t, text)
+			hosttest.ParseStream(t, text)
 		case resp.StatusCode >= 400 && resp.StatusCode < 500:
 			if len(text) == 0 {
 				t.Fatalf("%d with an empty body for %q", resp.StatusCode, body)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
@@ -69,15 +70,15 @@ var goldenCases = []struct {
 // and review the diff: it is the change a client sees.
 func TestNDJSONGolden(t *testing.T) {
 	t.Parallel()
-	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+	hosttest.EachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 		testNDJSONGolden(t, start())
 	})
 }
 
-func testNDJSONGolden(t *testing.T, h *testHost) {
+func testNDJSONGolden(t *testing.T, h *hosttest.Host) {
 	for _, tc := range goldenCases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := h.createContext(`{"language":"` + tc.language + `"}`)
+			ctx := h.CreateContext(`{"language":"` + tc.language + `"}`)
 			var got []byte
 			for _, req := range tc.requests {
 				req["context_id"] = ctx.ID
@@ -85,11 +86,11 @@ func testNDJSONGolden(t *testing.T, h *testHost) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				status, text := h.do("POST", "/execute", string(body))
+				status, text := h.Do("POST", "/execute", string(body))
 				if status != 200 {
 					t.Fatalf("POST /execute %s: %d %s", body, status, text)
 				}
-				parseStream(t, []byte(text)) // the framing rules hold before normalising
+				hosttest.ParseStream(t, []byte(text)) // the framing rules hold before normalising
 				got = append(got, normaliseStream(t, []byte(text))...)
 			}
 			path := filepath.Join("testdata", "ndjson", tc.name+".ndjson")

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
@@ -27,41 +28,41 @@ func TestMaxContexts(t *testing.T) {
 	if _, err := exec.LookPath("node"); err == nil {
 		defaults = 2
 	}
-	h := startHost(t, func(c *settings.Config) { c.MaxContexts = defaults + 1 })
-	extra := h.createContext(`{}`)
-	status, body := h.do("POST", "/contexts", `{}`)
+	h := hosttest.Start(t, func(c *settings.Config) { c.MaxContexts = defaults + 1 })
+	extra := h.CreateContext(`{}`)
+	status, body := h.Do("POST", "/contexts", `{}`)
 	if status != http.StatusTooManyRequests || !strings.Contains(body, "delete one first") {
 		t.Fatalf("context past the limit: %d %q, want 429 saying to delete one", status, body)
 	}
-	if len(h.contexts()) != defaults+1 {
-		t.Fatalf("contexts after the refusal: %+v", h.contexts())
+	if len(h.Contexts()) != defaults+1 {
+		t.Fatalf("contexts after the refusal: %+v", h.Contexts())
 	}
-	if status, body := h.do("DELETE", "/contexts/"+extra.ID, ""); status != 200 {
+	if status, body := h.Do("DELETE", "/contexts/"+extra.ID, ""); status != 200 {
 		t.Fatalf("delete: %d %s", status, body)
 	}
-	h.createContext(`{}`)
+	h.CreateContext(`{}`)
 }
 
 // The "timeout" field of /execute (seconds) ends a run that takes longer
 // with an ExecutionTimeout error line, and the context works afterwards.
 func TestExecutionTimeoutPerRequest(t *testing.T) {
 	t.Parallel()
-	h := startHost(t)
-	noError(t, h.run(map[string]any{"code": "kept = 7"}))
+	h := hosttest.Start(t)
+	hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 7"}))
 	began := time.Now()
-	lines := h.run(map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "timeout": 0.5})
+	lines := h.Run(map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "timeout": 0.5})
 	took := time.Since(began)
-	if e := onlyError(t, lines); e.str("name") != "ExecutionTimeout" {
+	if e := hosttest.OnlyError(t, lines); e.Str("name") != "ExecutionTimeout" {
 		t.Fatalf("error line %v, want ExecutionTimeout", e)
 	}
-	if stdout(lines) != "started\n" {
-		t.Fatalf("output before the timeout lost: %q", stdout(lines))
+	if hosttest.Stdout(lines) != "started\n" {
+		t.Fatalf("output before the timeout lost: %q", hosttest.Stdout(lines))
 	}
 	if took > 10*time.Second {
 		t.Fatalf("a 0.5 s timeout ended the stream after %s", took)
 	}
 	// The interrupt stopped the sleep; the state is kept (no restart needed).
-	if got := mainResult(t, h.run(map[string]any{"code": "kept"})); got != "7" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept"})); got != "7" {
 		t.Fatalf("state after the timeout: %q", got)
 	}
 }
@@ -70,20 +71,20 @@ func TestExecutionTimeoutPerRequest(t *testing.T) {
 // timeout overrides it either way.
 func TestExecutionTimeoutHostDefault(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *settings.Config) { c.ExecutionTimeout = 500 * time.Millisecond })
-	if e := onlyError(t, h.run(map[string]any{"code": "import time; time.sleep(60)"})); e.str("name") != "ExecutionTimeout" {
+	h := hosttest.Start(t, func(c *settings.Config) { c.ExecutionTimeout = 500 * time.Millisecond })
+	if e := hosttest.OnlyError(t, h.Run(map[string]any{"code": "import time; time.sleep(60)"})); e.Str("name") != "ExecutionTimeout" {
 		t.Fatalf("error line %v, want ExecutionTimeout", e)
 	}
-	lines := h.run(map[string]any{"code": "import time; time.sleep(1.5); print('done')", "timeout": 30})
-	noError(t, lines)
-	if stdout(lines) != "done\n" {
+	lines := h.Run(map[string]any{"code": "import time; time.sleep(1.5); print('done')", "timeout": 30})
+	hosttest.NoError(t, lines)
+	if hosttest.Stdout(lines) != "done\n" {
 		t.Fatalf("a longer per-request timeout was not honoured: %v", lines)
 	}
 }
 
 func TestExecutionTimeoutInvalid(t *testing.T) {
 	t.Parallel()
-	h := startHost(t)
+	h := hosttest.Start(t)
 	for _, body := range []string{
 		`{"code":"1","timeout":-1}`,
 		`{"code":"1","timeout":"5"}`,
@@ -95,12 +96,12 @@ func TestExecutionTimeoutInvalid(t *testing.T) {
 		`{"code":"1","timeout":1e-12}`,
 		`{"code":"1","timeout":0.0009}`,
 	} {
-		status, text := h.do("POST", "/execute", body)
+		status, text := h.Do("POST", "/execute", body)
 		if status != http.StatusUnprocessableEntity || !strings.Contains(text, "timeout") {
 			t.Errorf("%s: %d %q, want 422 naming timeout", body, status, text)
 		}
 	}
-	if got := mainResult(t, h.run(map[string]any{"code": "1+1", "timeout": 0})); got != "2" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "1+1", "timeout": 0})); got != "2" {
 		t.Fatalf(`"timeout": 0 (the host's): %q`, got)
 	}
 }
@@ -123,7 +124,7 @@ func closedWithin(t *testing.T, c net.Conn, d time.Duration) string {
 // the host serves others.
 func TestSlowClientsAreCut(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *settings.Config) {
+	h := hosttest.Start(t, func(c *settings.Config) {
 		c.ReadHeaderTimeout = 300 * time.Millisecond
 		c.ReadTimeout = 600 * time.Millisecond
 	})
@@ -165,7 +166,7 @@ func TestSlowClientsAreCut(t *testing.T) {
 			if tc.name == "body" && !strings.HasPrefix(got, "HTTP/1.1 408") {
 				t.Fatalf("a trickled body got %q, want 408", firstLine(got))
 			}
-			if status, _ := h.do("GET", "/health", ""); status != 200 {
+			if status, _ := h.Do("GET", "/health", ""); status != 200 {
 				t.Fatalf("health: %d", status)
 			}
 		})
@@ -181,31 +182,31 @@ func firstLine(s string) string {
 // runs longer than it is not cut.
 func TestReadTimeoutDoesNotCutStreams(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *settings.Config) { c.ReadTimeout = 300 * time.Millisecond })
-	lines := h.run(map[string]any{"code": "import time\nprint('a', flush=True)\ntime.sleep(1.2)\nprint('b')"})
-	noError(t, lines)
-	if got := stdout(lines); got != "a\nb\n" {
+	h := hosttest.Start(t, func(c *settings.Config) { c.ReadTimeout = 300 * time.Millisecond })
+	lines := h.Run(map[string]any{"code": "import time\nprint('a', flush=True)\ntime.sleep(1.2)\nprint('b')"})
+	hosttest.NoError(t, lines)
+	if got := hosttest.Stdout(lines); got != "a\nb\n" {
 		t.Fatalf("stream longer than the read timeout: %q", got)
 	}
 	// The same for a restart, which takes a while and has no body.
-	id := h.defaultID("python")
-	noError(t, h.run(map[string]any{"code": "import time; time.sleep(0.5)"}))
-	if status, body := h.do("POST", "/contexts/"+id+"/restart", ""); status != 200 {
+	id := h.DefaultID("python")
+	hosttest.NoError(t, h.Run(map[string]any{"code": "import time; time.sleep(0.5)"}))
+	if status, body := h.Do("POST", "/contexts/"+id+"/restart", ""); status != 200 {
 		t.Fatalf("restart: %d %s", status, body)
 	}
 }
 
 // tokenRequest sends a request with the given headers and returns the status.
-func tokenRequest(t *testing.T, h *testHost, method, path, body string, headers map[string]string) (int, string) {
+func tokenRequest(t *testing.T, h *hosttest.Host, method, path, body string, headers map[string]string) (int, string) {
 	t.Helper()
-	status, _, text := h.doWith(method, path, body, headers)
+	status, _, text := h.DoWith(method, path, body, headers)
 	return status, text
 }
 
 func TestAccessTokenEveryRoute(t *testing.T) {
 	t.Parallel()
 	const token = "s3cret-host-token"
-	h := startHost(t, func(c *settings.Config) { c.AccessToken = token; c.AllowedOrigins = []string{"http://a.test"} })
+	h := hosttest.Start(t, func(c *settings.Config) { c.AccessToken = token; c.AllowedOrigins = []string{"http://a.test"} })
 	good := map[string]string{"Authorization": "Bearer " + token}
 	for _, tc := range []struct {
 		name    string
@@ -242,7 +243,7 @@ func TestAccessTokenEveryRoute(t *testing.T) {
 	// /execute: bearer, or X-Access-Token (what the SDKs send there).
 	for _, hd := range []map[string]string{good, {"X-Access-Token": token}} {
 		status, body := tokenRequest(t, h, "POST", "/execute", `{"code":"1+1"}`, hd)
-		if status != 200 || mainResult(t, parseStream(t, []byte(body))) != "2" {
+		if status != 200 || hosttest.MainResult(t, hosttest.ParseStream(t, []byte(body))) != "2" {
 			t.Fatalf("/execute with %v: %d %q", hd, status, body)
 		}
 	}
@@ -265,15 +266,15 @@ func TestAccessTokenEveryRoute(t *testing.T) {
 func TestAccessTokenExecuteScope(t *testing.T) {
 	t.Parallel()
 	const token = "envd-token"
-	h := startHost(t, func(c *settings.Config) { c.AccessToken = token; c.AccessTokenScope = settings.ScopeExecute })
+	h := hosttest.Start(t, func(c *settings.Config) { c.AccessToken = token; c.AccessTokenScope = settings.ScopeExecute })
 	if status, _ := tokenRequest(t, h, "POST", "/contexts", "", nil); status != 200 {
 		t.Fatalf("POST /contexts without a token in scope execute: %d, want 200", status)
 	}
 	if status, _ := tokenRequest(t, h, "POST", "/execute", `{"code":"1"}`, nil); status != 401 {
 		t.Fatalf("/execute without a token: %d, want 401", status)
 	}
-	status, hdr, body := h.doWith("POST", "/execute", `{"code":"1+1"}`, map[string]string{"X-Access-Token": token})
-	if status != 200 || mainResult(t, parseStream(t, []byte(body))) != "2" {
+	status, hdr, body := h.DoWith("POST", "/execute", `{"code":"1+1"}`, map[string]string{"X-Access-Token": token})
+	if status != 200 || hosttest.MainResult(t, hosttest.ParseStream(t, []byte(body))) != "2" {
 		t.Fatalf("/execute with X-Access-Token: %d %q", status, body)
 	}
 	// Execution data is behind the token too: whoever learns an id must not
@@ -304,7 +305,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		globSecret = "globalsecret-5d0e2"
 	)
 	var logs testkit.SyncBuffer
-	h := startHost(t, func(c *settings.Config) {
+	h := hosttest.Start(t, func(c *settings.Config) {
 		c.AccessToken = token
 		c.GlobalEnv = map[string]string{"KH_GLOBAL": globSecret}
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -338,7 +339,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	}
 	// A restart re-applies the global env (the value must not be logged).
 	status, list := tokenRequest(t, h, "GET", "/contexts", "", auth)
-	var ctxs []contextInfo
+	var ctxs []hosttest.ContextInfo
 	if err := json.Unmarshal([]byte(list), &ctxs); status != 200 || err != nil || len(ctxs) == 0 {
 		t.Fatalf("GET /contexts: %d %q %v", status, list, err)
 	}
@@ -380,7 +381,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 
 func TestLoadLimits(t *testing.T) {
 	t.Parallel()
-	c, err := settings.Load("kernelhost", nil, env(nil), io.Discard)
+	c, err := settings.Load("kernelhost", nil, hosttest.Env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,11 +392,11 @@ func TestLoadLimits(t *testing.T) {
 	if fmt.Sprint(c.AllowedHosts) != "[*.e2b.app *.e2b.dev]" || len(c.AllowedOrigins) != 0 {
 		t.Fatalf("default allowed hosts %q, origins %q", c.AllowedHosts, c.AllowedOrigins)
 	}
-	c, err = settings.Load("kernelhost", []string{"-allowed-origins", " https://a.test, http://b.test:3000 "}, env(map[string]string{"KERNELHOST_ALLOWED_HOSTS": "kh.test,*.s.test"}), io.Discard)
+	c, err = settings.Load("kernelhost", []string{"-allowed-origins", " https://a.test, http://b.test:3000 "}, hosttest.Env(map[string]string{"KERNELHOST_ALLOWED_HOSTS": "kh.test,*.s.test"}), io.Discard)
 	if err != nil || fmt.Sprint(c.AllowedHosts) != "[kh.test *.s.test]" || fmt.Sprint(c.AllowedOrigins) != "[https://a.test http://b.test:3000]" {
 		t.Fatalf("allowed hosts %q, origins %q: %v", c.AllowedHosts, c.AllowedOrigins, err)
 	}
-	c, err = settings.Load("kernelhost", []string{"-max-contexts", "0", "-execution-timeout", "90s"}, env(map[string]string{
+	c, err = settings.Load("kernelhost", []string{"-max-contexts", "0", "-execution-timeout", "90s"}, hosttest.Env(map[string]string{
 		"KERNELHOST_ACCESS_TOKEN":       "t0k",
 		"KERNELHOST_ACCESS_TOKEN_SCOPE": "execute",
 		"KERNELHOST_READ_TIMEOUT":       "5s",
@@ -418,7 +419,7 @@ func TestLoadLimits(t *testing.T) {
 		{"-allowed-origins", "app.test"},
 		{"-allowed-origins", "https://app.test/path"},
 	} {
-		_, err := settings.Load("kernelhost", args, env(nil), io.Discard)
+		_, err := settings.Load("kernelhost", args, hosttest.Env(nil), io.Discard)
 		if err == nil {
 			t.Errorf("%v: accepted", args)
 		} else if strings.Contains(err.Error(), "padded") {
@@ -431,14 +432,14 @@ func TestLoadLimits(t *testing.T) {
 // the languages there are), not a 500, on /execute and POST /contexts.
 func TestUnknownLanguageIs400(t *testing.T) {
 	t.Parallel()
-	h := startHost(t)
+	h := hosttest.Start(t)
 	for _, r := range [][2]string{{"/execute", `{"code":"1","language":"cobol"}`}, {"/contexts", `{"language":"cobol"}`}} {
-		status, body := h.do("POST", r[0], r[1])
+		status, body := h.Do("POST", r[0], r[1])
 		if status != http.StatusBadRequest || !strings.Contains(body, `unknown language "cobol"`) || !strings.Contains(body, "python") {
 			t.Errorf("POST %s %s: %d %q, want 400 naming the language and those there are", r[0], r[1], status, body)
 		}
 	}
-	if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "1+1"})); got != "2" {
 		t.Fatalf("after the refusals: %q", got)
 	}
 }
@@ -447,7 +448,7 @@ func TestUnknownLanguageIs400(t *testing.T) {
 // names the limit, before anything runs; at the limit they are applied.
 func TestEnvVarLimits(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *settings.Config) { c.MaxEnvVars = 3; c.MaxEnvBytes = 64 })
+	h := hosttest.Start(t, func(c *settings.Config) { c.MaxEnvVars = 3; c.MaxEnvBytes = 64 })
 	body := func(env map[string]string) string {
 		b, err := json.Marshal(map[string]any{"code": "import os\nprint(sorted(k for k in os.environ if k.startswith('KH_')))", "env_vars": env})
 		if err != nil {
@@ -462,14 +463,14 @@ func TestEnvVarLimits(t *testing.T) {
 		"count": {map[string]string{"KH_A": "1", "KH_B": "2", "KH_C": "3", "KH_D": "4"}, "env_vars has 4 entries; this host accepts at most 3 per execution"},
 		"bytes": {map[string]string{"KH_A": strings.Repeat("x", 61)}, "env_vars take 65 bytes (names and values); this host accepts at most 64 per execution"},
 	} {
-		status, got := h.do("POST", "/execute", body(tc.env))
+		status, got := h.Do("POST", "/execute", body(tc.env))
 		if status != http.StatusBadRequest || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %d %q, want 400 with %q", name, status, got, tc.want)
 		}
 	}
-	lines := h.run(map[string]any{"code": "import os\nprint(sorted(k for k in os.environ if k.startswith('KH_')))", "env_vars": map[string]string{"KH_A": strings.Repeat("x", 52), "KH_B": "", "KH_C": ""}})
-	noError(t, lines)
-	if got := stdout(lines); got != "['KH_A', 'KH_B', 'KH_C']\n" {
+	lines := h.Run(map[string]any{"code": "import os\nprint(sorted(k for k in os.environ if k.startswith('KH_')))", "env_vars": map[string]string{"KH_A": strings.Repeat("x", 52), "KH_B": "", "KH_C": ""}})
+	hosttest.NoError(t, lines)
+	if got := hosttest.Stdout(lines); got != "['KH_A', 'KH_B', 'KH_C']\n" {
 		t.Errorf("at the limit: stdout %q", got)
 	}
 }

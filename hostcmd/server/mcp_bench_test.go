@@ -7,6 +7,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/mcpserver/mcptest"
 )
 
@@ -17,7 +18,7 @@ import (
 // loop. It reports both medians and their difference (added-p50-ns); ns/op
 // is one pair.
 func BenchmarkRoundTripMCP(b *testing.B) {
-	h := startHost(b)
+	h := hosttest.Start(b)
 	s, _, err := connectMCP(b, h, nil, "")
 	if err != nil {
 		b.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/mcpserver/mcptest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
@@ -72,12 +73,12 @@ func (ht *headerTransport) cut() {
 }
 
 // connectMCP opens a session of a mcptest client on h's /mcp with headers.
-func connectMCP(t testing.TB, h *testHost, headers map[string]string, host string) (*mcp.ClientSession, <-chan string, error) {
+func connectMCP(t testing.TB, h *hosttest.Host, headers map[string]string, host string) (*mcp.ClientSession, <-chan string, error) {
 	s, progress, _, err := connectMCPVia(t, h, newHeaderTransport(headers, host))
 	return s, progress, err
 }
 
-func connectMCPVia(t testing.TB, h *testHost, ht *headerTransport) (*mcp.ClientSession, <-chan string, *headerTransport, error) {
+func connectMCPVia(t testing.TB, h *hosttest.Host, ht *headerTransport) (*mcp.ClientSession, <-chan string, *headerTransport, error) {
 	t.Helper()
 	client, progress := mcptest.NewClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -98,7 +99,7 @@ func TestMCPOverHTTP(t *testing.T) {
 	testkit.NeedPythonModules(t, testkit.DebianPython, "matplotlib")
 	testkit.NeedCommand(t, "node", "nodejs")
 	testkit.NeedCommand(t, "Rscript", "r-base-core")
-	h := startHost(t, onDebianPython, withToken)
+	h := hosttest.Start(t, hosttest.OnDebianPython, withToken)
 	s, progress, err := connectMCP(t, h, map[string]string{"Authorization": "Bearer " + mcpToken}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func checkToolLanguages(t *testing.T, s *mcp.ClientSession, languages []string) 
 
 func TestMCPRefusals(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, withToken)
+	h := hosttest.Start(t, withToken)
 	for name, c := range map[string]struct {
 		headers map[string]string
 		host    string
@@ -166,7 +167,7 @@ func TestMCPRefusals(t *testing.T) {
 	}
 	// Scope execute, which leaves /contexts open, still guards /mcp: it
 	// runs code.
-	scoped := startHost(t, withToken, func(c *settings.Config) { c.AccessTokenScope = settings.ScopeExecute })
+	scoped := hosttest.Start(t, withToken, func(c *settings.Config) { c.AccessTokenScope = settings.ScopeExecute })
 	if _, _, err := connectMCP(t, scoped, nil, ""); err == nil || !strings.Contains(err.Error(), "Unauthorized") && !strings.Contains(err.Error(), "401") {
 		t.Fatalf("scope execute, no token: %v, want 401", err)
 	}
@@ -177,7 +178,7 @@ func TestMCPRefusals(t *testing.T) {
 // client with its state.
 func TestMCPClientLeavesMidRun(t *testing.T) {
 	t.Parallel()
-	h := startHost(t)
+	h := hosttest.Start(t)
 	first, progress, conns, err := connectMCPVia(t, h, newHeaderTransport(nil, ""))
 	if err != nil {
 		t.Fatal(err)

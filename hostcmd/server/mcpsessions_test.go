@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
@@ -17,7 +18,7 @@ import (
 // expiry, each a setting.
 
 // awaitMCPSessions waits (bounded) until h has want open MCP sessions.
-func awaitMCPSessions(t *testing.T, h *testHost, want int) {
+func awaitMCPSessions(t *testing.T, h *hosttest.Host, want int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for server.MCPSessions(h.Host) != want {
@@ -34,7 +35,7 @@ func awaitMCPSessions(t *testing.T, h *testHost, want int) {
 // connects.
 func TestMCPSessionCap(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, withToken, func(c *settings.Config) { c.MCPMaxSessions = 2 })
+	h := hosttest.Start(t, withToken, func(c *settings.Config) { c.MCPMaxSessions = 2 })
 	auth := map[string]string{"Authorization": "Bearer " + mcpToken}
 	first, _, err := connectMCP(t, h, auth, "")
 	if err != nil {
@@ -70,14 +71,14 @@ func TestMCPSessionCap(t *testing.T) {
 
 // postInitialize sends an initialize request (id 7) to h's /mcp as a
 // client would and returns the answer's status and body.
-func postInitialize(t *testing.T, h *testHost) (int, string) {
+func postInitialize(t *testing.T, h *hosttest.Host) (int, string) {
 	t.Helper()
 	return postMCP(t, h, "", `{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
 }
 
 // postMCP posts message to h's /mcp in session (none: "") as a client
 // would and returns the answer's status and body.
-func postMCP(t *testing.T, h *testHost, session, message string) (int, string) {
+func postMCP(t *testing.T, h *hosttest.Host, session, message string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest("POST", h.URL()+"/mcp", strings.NewReader(message))
 	if err != nil {
@@ -89,7 +90,7 @@ func postMCP(t *testing.T, h *testHost, session, message string) (int, string) {
 	req.Header.Set("Authorization", "Bearer "+mcpToken)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := h.client.Do(req)
+	resp, err := h.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func postMCP(t *testing.T, h *testHost, session, message string) (int, string) {
 // finds its connection closed, and the session's place is free.
 func TestMCPSessionIdleExpires(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, withToken, func(c *settings.Config) {
+	h := hosttest.Start(t, withToken, func(c *settings.Config) {
 		c.MCPMaxSessions = 1
 		// Long enough that a client under load sends initialized after
 		// initialize within it (200 ms failed CI at load 10), short enough

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
@@ -46,13 +47,13 @@ func withRequestID(recs []map[string]any, id string) []map[string]any {
 
 // requestWithID sends one request with an X-Request-Id (none when id is
 // "") and returns the status and the id the host answered with.
-func (h *testHost) requestWithID(t *testing.T, method, path, body, id string) (int, string) {
+func requestWithID(h *hosttest.Host, t *testing.T, method, path, body, id string) (int, string) {
 	t.Helper()
 	var headers map[string]string
 	if id != "" {
 		headers = map[string]string{"X-Request-Id": id}
 	}
-	status, header, _ := h.doWith(method, path, body, headers)
+	status, header, _ := h.DoWith(method, path, body, headers)
 	return status, header.Get("X-Request-Id")
 }
 
@@ -64,17 +65,17 @@ func (h *testHost) requestWithID(t *testing.T, method, path, body, id string) (i
 func TestRequestLogIDs(t *testing.T) {
 	t.Parallel()
 	var logs testkit.SyncBuffer
-	h := startHost(t, viaPlugin, func(c *settings.Config) {
+	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	python := h.defaultID("python")
+	python := h.DefaultID("python")
 
 	const clientID = "client-req-42"
-	status, echoed := h.requestWithID(t, "POST", "/execute", `{"code":"print('hi')"}`, clientID)
+	status, echoed := requestWithID(h, t, "POST", "/execute", `{"code":"print('hi')"}`, clientID)
 	if status != 200 || echoed != clientID {
 		t.Fatalf("POST /execute with X-Request-Id %q: %d, echoed %q", clientID, status, echoed)
 	}
-	status, generated := h.requestWithID(t, "POST", "/execute", `{"code":"1","context_id":"nope"}`, "")
+	status, generated := requestWithID(h, t, "POST", "/execute", `{"code":"1","context_id":"nope"}`, "")
 	if status != http.StatusNotFound {
 		t.Fatalf("unknown context: %d, want 404", status)
 	}
@@ -82,20 +83,20 @@ func TestRequestLogIDs(t *testing.T) {
 		t.Fatalf("generated request id %q is not a UUID: %v", generated, err)
 	}
 	for _, bad := range []string{"has space", strings.Repeat("x", 129), "caf\u00e9", "tab\tbed"} {
-		if _, got := h.requestWithID(t, "GET", "/health", "", bad); got == bad || uuid.Validate(got) != nil {
+		if _, got := requestWithID(h, t, "GET", "/health", "", bad); got == bad || uuid.Validate(got) != nil {
 			t.Errorf("X-Request-Id %q: answered %q, want a generated UUID instead", bad, got)
 		}
 	}
-	if _, got := h.requestWithID(t, "GET", "/health", "", strings.Repeat("y", 128)); got != strings.Repeat("y", 128) {
+	if _, got := requestWithID(h, t, "GET", "/health", "", strings.Repeat("y", 128)); got != strings.Repeat("y", 128) {
 		t.Errorf("a 128-character id was replaced by %q", got)
 	}
 
 	const createID = "client-create-7"
-	if status, _ := h.requestWithID(t, "POST", "/contexts", `{}`, createID); status != 200 {
+	if status, _ := requestWithID(h, t, "POST", "/contexts", `{}`, createID); status != 200 {
 		t.Fatalf("POST /contexts: %d", status)
 	}
 	const timeoutID = "client-timeout-8"
-	if status, _ := h.requestWithID(t, "POST", "/execute", `{"code":"import time; time.sleep(30)","timeout":0.2}`, timeoutID); status != 200 {
+	if status, _ := requestWithID(h, t, "POST", "/execute", `{"code":"import time; time.sleep(30)","timeout":0.2}`, timeoutID); status != 200 {
 		t.Fatalf("POST /execute with a timeout: %d", status)
 	}
 
@@ -163,7 +164,7 @@ func TestPprof(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	t.Run("on", func(t *testing.T) {
-		h := startHost(t, func(c *settings.Config) { c.PprofAddr = "127.0.0.1:0" })
+		h := hosttest.Start(t, func(c *settings.Config) { c.PprofAddr = "127.0.0.1:0" })
 		if h.PprofAddr() == "" || h.PprofAddr() == h.Addr() {
 			t.Fatalf("pprof address %q (API %s)", h.PprofAddr(), h.Addr())
 		}
@@ -178,7 +179,7 @@ func TestPprof(t *testing.T) {
 		}
 	})
 	t.Run("off", func(t *testing.T) {
-		h := startHost(t)
+		h := hosttest.Start(t)
 		if h.PprofAddr() != "" {
 			t.Fatalf("pprof listening at %s though not configured", h.PprofAddr())
 		}
@@ -188,7 +189,7 @@ func TestPprof(t *testing.T) {
 	})
 	t.Run("not loopback", func(t *testing.T) {
 		var logs testkit.SyncBuffer
-		startHost(t, func(c *settings.Config) {
+		hosttest.Start(t, func(c *settings.Config) {
 			c.PprofAddr = "0.0.0.0:0" // bound only; the test sends nothing to it
 			c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		})

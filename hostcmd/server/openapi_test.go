@@ -20,6 +20,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/docs"
 	"github.com/kernelhost/kernelhost/hostcmd/httpapi"
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
@@ -65,10 +66,10 @@ func openAPIPath(route string) string {
 func TestOpenAPIMatchesTraffic(t *testing.T) {
 	t.Parallel()
 	const limit = 64 << 10
-	h := startHost(t, func(c *settings.Config) {
+	h := hosttest.Start(t, func(c *settings.Config) {
 		c.MaxBodyBytes = limit
 		c.Keepalive = 100 * time.Millisecond // so that a short sleep shows keepalive lines
-		c.Policies = denylist                // refuses LD_PRELOAD: a 403
+		c.Policies = hosttest.Denylist(t)    // refuses LD_PRELOAD: a 403
 	})
 	c := newConformance(t, h, "")
 
@@ -224,7 +225,7 @@ func TestOpenAPISecurityMatchesTraffic(t *testing.T) {
 	if _, err := exec.LookPath("node"); err == nil {
 		defaults = 2
 	}
-	h := startHost(t, func(c *settings.Config) {
+	h := hosttest.Start(t, func(c *settings.Config) {
 		c.AccessToken = token
 		c.AccessTokenScope = settings.ScopeAll
 		c.MaxContexts = defaults // POST /contexts past the limit: a 429
@@ -306,14 +307,14 @@ type call struct {
 // against the document, recording what the traffic covered.
 type conformance struct {
 	*apiDoc
-	h       *testHost
+	h       *hosttest.Host
 	token   string                    // the host's access token; "" for none
 	seen    map[string]bool           // stream line types validated
 	reached map[string]map[string]int // documented "METHOD /path" -> status -> count
 	header  http.Header               // the last exchange's response header
 }
 
-func newConformance(t testing.TB, h *testHost, token string) *conformance {
+func newConformance(t testing.TB, h *hosttest.Host, token string) *conformance {
 	return &conformance{apiDoc: loadAPIDoc(t), h: h, token: token, seen: map[string]bool{}, reached: map[string]map[string]int{}}
 }
 
@@ -333,7 +334,7 @@ func (c *conformance) newRequest(t testing.TB, ctx context.Context, tc call) *ht
 // send makes the request and reads the whole response.
 func (c *conformance) send(t testing.TB, ctx context.Context, tc call) (*http.Response, []byte) {
 	t.Helper()
-	resp, err := c.h.client.Do(c.newRequest(t, ctx, tc))
+	resp, err := c.h.Client().Do(c.newRequest(t, ctx, tc))
 	if err != nil {
 		t.Fatalf("%s %s: %v", tc.method, tc.path, err)
 	}
@@ -355,7 +356,7 @@ func (c *conformance) send(t testing.TB, ctx context.Context, tc call) (*http.Re
 //     its shape or credentials (422, 415, 401), and accepts every other.
 //
 // It returns the body and, for a stream, its lines.
-func (c *conformance) exchange(t testing.TB, tc call) ([]byte, []line) {
+func (c *conformance) exchange(t testing.TB, tc call) ([]byte, []hosttest.Line) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -382,7 +383,7 @@ func (c *conformance) exchange(t testing.TB, tc call) ([]byte, []line) {
 }
 
 // exchangeJSON is exchange for a JSON object answer, decoded.
-func (c *conformance) exchangeJSON(t testing.TB, tc call) ([]byte, []line, map[string]any) {
+func (c *conformance) exchangeJSON(t testing.TB, tc call) ([]byte, []hosttest.Line, map[string]any) {
 	t.Helper()
 	body, lines := c.exchange(t, tc)
 	var v map[string]any
@@ -436,7 +437,7 @@ func (c *conformance) authenticate(_ context.Context, in *openapi3filter.Authent
 // checkResponse validates the response against the document; a stream's
 // body is validated line by line against the documented line schema. It
 // returns the stream's lines.
-func (c *conformance) checkResponse(t testing.TB, in *openapi3filter.RequestValidationInput, resp *http.Response, body []byte) []line {
+func (c *conformance) checkResponse(t testing.TB, in *openapi3filter.RequestValidationInput, resp *http.Response, body []byte) []hosttest.Line {
 	t.Helper()
 	what := fmt.Sprintf("%s %s: %d response", in.Request.Method, in.Request.URL.Path, resp.StatusCode)
 	out := &openapi3filter.ResponseValidationInput{
@@ -464,12 +465,12 @@ func (c *conformance) checkResponse(t testing.TB, in *openapi3filter.RequestVali
 	if stream == nil {
 		return nil
 	}
-	lines := parseStream(t, body)
+	lines := hosttest.ParseStream(t, body)
 	for i, l := range lines {
 		if err := stream.Schema.Value.VisitJSON(map[string]any(l), openapi3.VisitAsResponse()); err != nil {
 			t.Errorf("%s: line %d %v does not match docs/openapi.json: %v", what, i, l, err)
 		}
-		c.seen[l.typ()] = true
+		c.seen[l.Type()] = true
 	}
 	return lines
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
@@ -19,16 +20,16 @@ import (
 )
 
 // interpreterPID asks the default python context for its process id.
-func interpreterPID(t *testing.T, h *testHost) int {
+func interpreterPID(t *testing.T, h *hosttest.Host) int {
 	t.Helper()
-	return testkit.HostPidOfProbe(t, stdout(h.run(map[string]any{"code": testkit.SelfPidProbe("python")})))
+	return testkit.HostPidOfProbe(t, hosttest.Stdout(h.Run(map[string]any{"code": testkit.SelfPidProbe("python")})))
 }
 
 // Shutdown stops the plugin process and the interpreters it ran: nothing is
 // left behind.
 func TestPluginStoppedOnShutdown(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, viaPlugin)
+	h := hosttest.Start(t, hosttest.ViaPlugin)
 	plugin := h.PluginPID()
 	if plugin == 0 || plugin == os.Getpid() || !testkit.Alive(plugin) {
 		t.Fatalf("plugin pid %d: want a live process of its own", plugin)
@@ -54,41 +55,41 @@ func TestPluginStoppedOnShutdown(t *testing.T) {
 // the same context runs on a restarted plugin.
 func TestPluginKilledMidExecution(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, viaPlugin)
-	id := h.defaultID("python")
-	noError(t, h.run(map[string]any{"code": "x = 1"}))
+	h := hosttest.Start(t, hosttest.ViaPlugin)
+	id := h.DefaultID("python")
+	hosttest.NoError(t, h.Run(map[string]any{"code": "x = 1"}))
 	plugin := h.PluginPID()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", "context_id": id})
-	s.until("stdout")
+	s := h.Start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", "context_id": id})
+	s.Until("stdout")
 	if err := syscall.Kill(plugin, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	rest := s.rest()
+	rest := s.Rest()
 	if took := time.Since(began); took > 10*time.Second {
 		t.Fatalf("the stream ended %s after the plugin died", took)
 	}
-	e := onlyError(t, rest)
-	if !strings.Contains(e.str("value"), "died") {
+	e := hosttest.OnlyError(t, rest)
+	if !strings.Contains(e.Str("value"), "died") {
 		t.Fatalf("error line %v, want one saying the kernel died", e)
 	}
 
-	if status, body := h.do("GET", "/health", ""); status != 200 {
+	if status, body := h.Do("GET", "/health", ""); status != 200 {
 		t.Fatalf("health after the plugin died: %d %s", status, body)
 	}
-	lines := h.run(map[string]any{"code": "1+1", "context_id": id})
-	noError(t, lines)
-	if got := mainResult(t, lines); got != "2" {
+	lines := h.Run(map[string]any{"code": "1+1", "context_id": id})
+	hosttest.NoError(t, lines)
+	if got := hosttest.MainResult(t, lines); got != "2" {
 		t.Fatalf("next execution on the context: %q, want 2", got)
 	}
 	if now := h.PluginPID(); now == plugin || now == 0 {
 		t.Fatalf("plugin pid %d after the restart, was %d", now, plugin)
 	}
 	// Other languages' contexts come back too.
-	if got := stdout(h.run(map[string]any{"code": "echo ok", "language": "bash"})); got != "ok\n" {
+	if got := hosttest.Stdout(h.Run(map[string]any{"code": "echo ok", "language": "bash"})); got != "ok\n" {
 		t.Fatalf("bash after the restart: %q", got)
 	}
 }
@@ -116,7 +117,7 @@ func TestPluginFailsToStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_, err := server.Start(ctx, settings.Config{
-		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), PluginDir: pluginDir, TransportName: "jupyter",
+		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), PluginDir: hosttest.PluginDir(), TransportName: "jupyter",
 		TransportSettings: map[string]string{"jupyter-url": "http://127.0.0.1:1/"},
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -136,13 +137,13 @@ func TestPluginSaysItsKernelsMayRunElsewhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for name, remote := range map[string]bool{"jupyter": true, "subprocess": false} {
-		d, err := pluginhost.Describe(ctx, filepath.Join(pluginDir, settings.PluginPrefix+name))
+		d, err := pluginhost.Describe(ctx, filepath.Join(hosttest.PluginDir(), settings.PluginPrefix+name))
 		if err != nil || d.RemoteKernels != remote {
 			t.Errorf("%s plugin: remote kernels %v (%v), want %v", name, d.RemoteKernels, err, remote)
 		}
 	}
 	_, err := server.Start(ctx, settings.Config{
-		Addr: "127.0.0.1:0", DefaultCwd: "relative/dir", PluginDir: pluginDir, TransportName: "jupyter",
+		Addr: "127.0.0.1:0", DefaultCwd: "relative/dir", PluginDir: hosttest.PluginDir(), TransportName: "jupyter",
 		TransportSettings: map[string]string{"jupyter-url": "http://127.0.0.1:1/"},
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -155,21 +156,21 @@ func TestPluginSaysItsKernelsMayRunElsewhere(t *testing.T) {
 func TestJupyterPlugin(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
-	h := startHost(t, viaPlugin, func(c *settings.Config) {
+	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) {
 		c.TransportName = "jupyter"
 		c.SetTransportSetting("jupyter-url", srv.URL)
 		c.SetTransportSetting("jupyter-token", srv.Token)
 	})
-	noError(t, h.run(map[string]any{"code": "x = 41"}))
-	lines := h.run(map[string]any{"code": "print('hi', flush=True)\nx + 1", "env_vars": map[string]string{"KH_J": "v"}})
-	noError(t, lines)
-	if got := mainResult(t, lines); got != "42" {
+	hosttest.NoError(t, h.Run(map[string]any{"code": "x = 41"}))
+	lines := h.Run(map[string]any{"code": "print('hi', flush=True)\nx + 1", "env_vars": map[string]string{"KH_J": "v"}})
+	hosttest.NoError(t, lines)
+	if got := hosttest.MainResult(t, lines); got != "42" {
 		t.Fatalf("x + 1 = %q", got)
 	}
-	if got := stdout(lines); got != "hi\n" {
+	if got := hosttest.Stdout(lines); got != "hi\n" {
 		t.Fatalf("stdout %q", got)
 	}
-	if got := stdout(h.run(map[string]any{"code": "import os; print(os.environ.get('KH_J'))"})); got != "None\n" {
+	if got := hosttest.Stdout(h.Run(map[string]any{"code": "import os; print(os.environ.get('KH_J'))"})); got != "None\n" {
 		t.Fatalf("per-request env var left in the kernel: %q", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
@@ -34,32 +35,31 @@ func copyModule(t *testing.T, src, dir, name string) string {
 }
 
 // execStatus sends an execution and returns the status and the whole body.
-func (h *testHost) execStatus(req map[string]any) (int, string) {
-	h.t.Helper()
+func execStatus(h *hosttest.Host, req map[string]any) (int, string) {
 	b, _ := json.Marshal(req)
-	return h.do("POST", "/execute", string(b))
+	return h.Do("POST", "/execute", string(b))
 }
 
 // envOf runs code printing the env var key (or <unset>) and returns it.
-func envOf(t *testing.T, h *testHost, key string, env map[string]string) string {
+func envOf(t *testing.T, h *hosttest.Host, key string, env map[string]string) string {
 	t.Helper()
-	lines := h.run(map[string]any{"code": fmt.Sprintf("import os; print(os.environ.get(%q, '<unset>'))", key), "env_vars": env})
-	noError(t, lines)
-	return strings.TrimSuffix(stdout(lines), "\n")
+	lines := h.Run(map[string]any{"code": fmt.Sprintf("import os; print(os.environ.get(%q, '<unset>'))", key), "env_vars": env})
+	hosttest.NoError(t, lines)
+	return strings.TrimSuffix(hosttest.Stdout(lines), "\n")
 }
 
 // The example denylist policy over HTTP: a refused key is a 403 naming it and
 // the code never runs; an injected default is what the code sees.
 func TestPolicyDenylist(t *testing.T) {
 	t.Parallel()
-	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+	hosttest.EachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 		dir := t.TempDir()
-		mod := copyModule(t, denylist, dir, "denylist.wasm")
+		mod := copyModule(t, hosttest.Denylist(t), dir, "denylist.wasm")
 		testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"defaults":{"TZ":"UTC"}}`)
 		h := start(func(c *settings.Config) { c.Policies = mod })
 
 		marker := filepath.Join(t.TempDir(), "ran")
-		status, body := h.execStatus(map[string]any{
+		status, body := execStatus(h, map[string]any{
 			"code":     fmt.Sprintf("open(%q, 'w').close()", marker),
 			"env_vars": map[string]string{"LD_PRELOAD": "/tmp/evil.so", "APP_OK": "1"},
 		})
@@ -94,20 +94,18 @@ func TestPolicyDenylist(t *testing.T) {
 // 403 naming the module, within its deadline; the others keep working.
 func TestPolicyHostileModule(t *testing.T) {
 	t.Parallel()
-	if loopWasm == "" {
-		testkit.Missing(t, watMissing)
-	}
-	h := startHost(t, viaPlugin, func(c *settings.Config) { c.Policies = denylist + "," + loopWasm })
+	loop := hosttest.LoopWasm(t)
+	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) { c.Policies = hosttest.Denylist(t) + "," + loop })
 	for i := range 2 {
 		began := time.Now()
-		status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"A": "1"}})
+		status, body := execStatus(h, map[string]any{"code": "1", "env_vars": map[string]string{"A": "1"}})
 		if status != http.StatusForbidden || !strings.Contains(body, "policy loop") || !strings.Contains(body, "deadline") {
 			t.Fatalf("call %d: %d %q, want 403 naming the loop module and its deadline", i, status, body)
 		}
 		if took := time.Since(began); took > 5*time.Second {
 			t.Fatalf("call %d took %s; the module's deadline is 1s", i, took)
 		}
-		if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
+		if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "1+1"})); got != "2" {
 			t.Fatalf("an execution without env vars after the hostile call: %q", got)
 		}
 	}
@@ -121,8 +119,8 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := server.Start(ctx, settings.Config{
-		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: denylist + "," + bad,
-		PolicyOptions: policyOptions(),
+		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: hosttest.Denylist(t) + "," + bad,
+		PolicyOptions: hosttest.PolicyOptions(),
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err == nil || !strings.Contains(err.Error(), bad) {
@@ -131,7 +129,7 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 	for _, missing := range []string{"@" + filepath.Join(t.TempDir(), "nolist"), filepath.Join(t.TempDir(), "nofile.wasm")} {
 		_, err = server.Start(ctx, settings.Config{
 			Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: missing,
-			PolicyOptions: policyOptions(),
+			PolicyOptions: hosttest.PolicyOptions(),
 			Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if name := strings.TrimPrefix(missing, "@"); err == nil || !strings.Contains(err.Error(), name) {
@@ -145,10 +143,10 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 func TestPolicyReload(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	mod := copyModule(t, denylist, dir, "denylist.wasm")
+	mod := copyModule(t, hosttest.Denylist(t), dir, "denylist.wasm")
 	list := filepath.Join(dir, "policies.list")
 	testkit.WriteFile(t, list, "# nothing yet\n")
-	h := startHost(t, viaPlugin, func(c *settings.Config) { c.Policies = "@" + list })
+	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) { c.Policies = "@" + list })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	reload := func(want ...string) {
@@ -159,29 +157,29 @@ func TestPolicyReload(t *testing.T) {
 		}
 	}
 	preload := map[string]any{"code": "1", "env_vars": map[string]string{"LD_PRELOAD": "x"}}
-	if status, body := h.execStatus(preload); status != 200 {
+	if status, body := execStatus(h, preload); status != 200 {
 		t.Fatalf("with an empty list: %d %q", status, body)
 	}
 
 	testkit.WriteFile(t, list, "denylist.wasm # relative to the list file\n")
 	reload("denylist")
-	if status, body := h.execStatus(preload); status != http.StatusForbidden {
+	if status, body := execStatus(h, preload); status != http.StatusForbidden {
 		t.Fatalf("after adding denylist: %d %q, want 403", status, body)
 	}
 
 	// a changed config, same list: reloaded in place
 	testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"deny":["SECRET"],"deny_prefixes":[]}`)
 	reload("denylist")
-	if status, body := h.execStatus(preload); status != 200 {
+	if status, body := execStatus(h, preload); status != 200 {
 		t.Fatalf("after the config allowed LD_PRELOAD: %d %q", status, body)
 	}
-	if status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden || !strings.Contains(body, "SECRET") {
+	if status, body := execStatus(h, map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden || !strings.Contains(body, "SECRET") {
 		t.Fatalf("SECRET after the config change: %d %q, want 403", status, body)
 	}
 
 	// a broken config or module: the error names it, the old set serves on
 	testkit.WriteFile(t, filepath.Join(dir, "denylist.config"), `{"deny":`)
-	if status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden {
+	if status, body := execStatus(h, map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden {
 		t.Fatalf("before reloading a bad config: %d %q", status, body)
 	}
 	bad := filepath.Join(dir, "broken.wasm")
@@ -190,15 +188,15 @@ func TestPolicyReload(t *testing.T) {
 	if _, err := h.ReloadPolicies(ctx); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("reload with a broken module: %v, want an error naming %s", err, bad)
 	}
-	if status, body := h.execStatus(map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden || !strings.Contains(body, "SECRET") {
+	if status, body := execStatus(h, map[string]any{"code": "1", "env_vars": map[string]string{"SECRET": "x"}}); status != http.StatusForbidden || !strings.Contains(body, "SECRET") {
 		t.Fatalf("after a failed reload: %d %q, want the old set's 403", status, body)
 	}
-	if got := mainResult(t, h.run(map[string]any{"code": "1+1"})); got != "2" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "1+1"})); got != "2" {
 		t.Fatalf("after a failed reload: %q", got)
 	}
 	testkit.WriteFile(t, list, "")
 	reload()
-	if status, body := h.execStatus(preload); status != 200 {
+	if status, body := execStatus(h, preload); status != 200 {
 		t.Fatalf("after emptying the list: %d %q", status, body)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -30,11 +31,11 @@ import (
 //     the p50 and p99 of one execution, per host.
 func BenchmarkReadyContexts(b *testing.B) {
 	testkit.NeedPythonModules(b, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
-	needSandbox(b)
-	hosts := func(b *testing.B) (sandboxed, bare *testHost) {
-		sandboxed = startHost(b, readyBenchTransport(subprocess.SandboxAuto, subprocess.DefaultPreload()))
-		bare = startHost(b, readyBenchTransport(subprocess.SandboxOff, nil))
-		for _, h := range []*testHost{sandboxed, bare} {
+	hosttest.NeedSandbox(b)
+	hosts := func(b *testing.B) (sandboxed, bare *hosttest.Host) {
+		sandboxed = hosttest.Start(b, readyBenchTransport(subprocess.SandboxAuto, subprocess.DefaultPreload()))
+		bare = hosttest.Start(b, readyBenchTransport(subprocess.SandboxOff, nil))
+		for _, h := range []*hosttest.Host{sandboxed, bare} {
 			tr := h.Engine.Transport().(*subprocess.Transport)
 			b.Cleanup(func() { _ = tr.Close() })
 		}
@@ -54,7 +55,7 @@ func BenchmarkReadyContexts(b *testing.B) {
 	})
 	b.Run("RoundTrip", func(b *testing.B) {
 		sandboxed, bare := hosts(b)
-		a, c := executeIn(sandboxed.createContext(`{"language":"python"}`).ID, "1+1"), executeIn(bare.createContext(`{"language":"python"}`).ID, "1+1")
+		a, c := executeIn(sandboxed.CreateContext(`{"language":"python"}`).ID, "1+1"), executeIn(bare.CreateContext(`{"language":"python"}`).ID, "1+1")
 		compareRuns(b, "sandboxed", func() { postExpect(b, sandboxed, a, `"text":"2"`) }, "bare", func() { postExpect(b, bare, c, `"text":"2"`) })
 	})
 	b.Run("Concurrent8x50", func(b *testing.B) {
@@ -96,35 +97,35 @@ func readyBenchTransport(mode string, preload []string) func(*settings.Config) {
 }
 
 // createOne times one POST /contexts on h once its pool is full.
-func createOne(b *testing.B, h *testHost) func() time.Duration {
+func createOne(b *testing.B, h *hosttest.Host) func() time.Duration {
 	tr := h.Engine.Transport().(*subprocess.Transport)
 	return func() time.Duration {
 		awaitPoolReady(b, tr)
 		t0 := time.Now()
-		id := h.createContext(`{"language":"python"}`).ID
+		id := h.CreateContext(`{"language":"python"}`).ID
 		d := time.Since(t0)
-		h.do("DELETE", "/contexts/"+id, "")
+		h.Do("DELETE", "/contexts/"+id, "")
 		return d
 	}
 }
 
 // createMany times n POST /contexts at once on h, once its pool is full,
 // until the last answered.
-func createMany(b *testing.B, h *testHost, n int) func() time.Duration {
+func createMany(b *testing.B, h *hosttest.Host, n int) func() time.Duration {
 	tr := h.Engine.Transport().(*subprocess.Transport)
 	return func() time.Duration {
 		awaitPoolReady(b, tr)
 		ids := make([]string, n)
 		t0 := time.Now()
 		if err := testkit.Concurrently(n, func(i int) error {
-			ids[i] = h.createContext(`{"language":"python"}`).ID
+			ids[i] = h.CreateContext(`{"language":"python"}`).ID
 			return nil
 		}); err != nil {
 			b.Fatal(err)
 		}
 		d := time.Since(t0)
 		for _, id := range ids {
-			h.do("DELETE", "/contexts/"+id, "")
+			h.Do("DELETE", "/contexts/"+id, "")
 		}
 		return d
 	}
@@ -133,10 +134,10 @@ func createMany(b *testing.B, h *testHost, n int) func() time.Duration {
 // timedConcurrentRuns creates n contexts on h and returns a run of m
 // sequential `1+1` on each of them at once, which returns how long the run
 // took and each execution's time.
-func timedConcurrentRuns(b *testing.B, h *testHost, n, m int) func() (time.Duration, []time.Duration) {
+func timedConcurrentRuns(b *testing.B, h *hosttest.Host, n, m int) func() (time.Duration, []time.Duration) {
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = h.createContext(`{"language":"python"}`).ID
+		ids[i] = h.CreateContext(`{"language":"python"}`).ID
 	}
 	return func() (time.Duration, []time.Duration) {
 		var mu sync.Mutex
@@ -147,7 +148,7 @@ func timedConcurrentRuns(b *testing.B, h *testHost, n, m int) func() (time.Durat
 			mine := make([]time.Duration, 0, m)
 			for range m {
 				s := time.Now()
-				resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+				resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
 				if err != nil {
 					return err
 				}

@@ -1,11 +1,9 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,34 +13,11 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
-// open sends a request whose answer is a stream and returns it (status 200
-// required) with the response's X-Execution-Id.
-func (h *testHost) open(ctx context.Context, method, path, body string) (*stream, string) {
-	h.t.Helper()
-	r, err := http.NewRequestWithContext(ctx, method, h.URL()+path, strings.NewReader(body))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	r.Header.Set("Content-Type", "application/json")
-	resp, err := h.client.Do(r)
-	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		h.t.Fatalf("%s %s: status %d: %s", method, path, resp.StatusCode, b)
-	}
-	h.t.Cleanup(func() { resp.Body.Close() })
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	return &stream{t: h.t, resp: resp, sc: sc}, resp.Header.Get("X-Execution-Id")
-}
-
-func (l line) seq() uint64 { f, _ := l["seq"].(float64); return uint64(f) }
+func seq(l hosttest.Line) uint64 { f, _ := l["seq"].(float64); return uint64(f) }
 
 // gate is a FIFO the test's Python code blocks on until the test opens it.
 func gate(t *testing.T) (path string, open func()) {
@@ -75,7 +50,7 @@ func gate(t *testing.T) (path string, open func()) {
 // none lost, none repeated (checked by sequence number and by content).
 func TestResumeAfterACutConnection(t *testing.T) {
 	t.Parallel()
-	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+	hosttest.EachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 		h := start(func(c *settings.Config) { c.DisconnectPolicy = engine.DisconnectContinue })
 		fifo, openGate := gate(t)
 		code := fmt.Sprintf("for i in range(50): print(i, flush=True)\nopen(%q).read()\nfor i in range(50, 100): print(i, flush=True)", fifo)
@@ -83,44 +58,44 @@ func TestResumeAfterACutConnection(t *testing.T) {
 
 		cutCtx, cut := context.WithCancel(context.Background())
 		defer cut()
-		first, id := h.open(cutCtx, "POST", "/execute?seq=true", string(body))
+		first, id := h.Open(cutCtx, "POST", "/execute?seq=true", string(body))
 		if id == "" {
 			t.Fatal("no X-Execution-Id on the /execute response")
 		}
 		// Read the first half (the driver may batch prints into fewer
 		// lines), then forget the last line read, as if it was lost in transit.
-		var got []line
+		var got []hosttest.Line
 		var firstHalf strings.Builder
 		for !strings.HasSuffix(firstHalf.String(), "49\n") {
-			l := first.next()
+			l := first.Next()
 			if l == nil {
 				t.Fatal("stream ended early")
 			}
-			if l.typ() != "keepalive" {
+			if l.Type() != "keepalive" {
 				got = append(got, l)
-				firstHalf.WriteString(l.str("text"))
+				firstHalf.WriteString(l.Str("text"))
 			}
 		}
 		got = got[:len(got)-1]
 		cut() // whatever the host wrote after that is lost with the connection
 
-		resumed, rid := h.open(context.Background(), "GET", fmt.Sprintf("/executions/%s/stream?after=%d", id, got[len(got)-1].seq()), "")
+		resumed, rid := h.Open(context.Background(), "GET", fmt.Sprintf("/executions/%s/stream?after=%d", id, seq(got[len(got)-1])), "")
 		if rid != id {
 			t.Fatalf("X-Execution-Id of the resumed stream = %q, want %q", rid, id)
 		}
 		openGate() // the second half is written while the resumed stream reads
-		for l := resumed.next(); l != nil; l = resumed.next() {
-			if l.typ() != "keepalive" {
+		for l := resumed.Next(); l != nil; l = resumed.Next() {
+			if l.Type() != "keepalive" {
 				got = append(got, l)
 			}
 		}
 		var out strings.Builder
 		for i, l := range got {
-			if l.seq() != uint64(i+1) {
-				t.Fatalf("line %d has seq %d: lost or repeated around it (%v)", i+1, l.seq(), l)
+			if seq(l) != uint64(i+1) {
+				t.Fatalf("line %d has seq %d: lost or repeated around it (%v)", i+1, seq(l), l)
 			}
-			if l.typ() == "stdout" {
-				out.WriteString(l.str("text"))
+			if l.Type() == "stdout" {
+				out.WriteString(l.Str("text"))
 			}
 		}
 		var want strings.Builder
@@ -130,11 +105,11 @@ func TestResumeAfterACutConnection(t *testing.T) {
 		if out.String() != want.String() {
 			t.Fatalf("stdout over both streams:\n%q\nwant\n%q", out.String(), want.String())
 		}
-		if last := got[len(got)-1]; last.typ() != "end_of_execution" {
+		if last := got[len(got)-1]; last.Type() != "end_of_execution" {
 			t.Fatalf("last line %v, want end_of_execution", last)
 		}
 
-		status, text := h.do("GET", "/executions/"+id, "")
+		status, text := h.Do("GET", "/executions/"+id, "")
 		var st engine.ExecutionState
 		if err := json.Unmarshal([]byte(text), &st); status != http.StatusOK || err != nil {
 			t.Fatalf("GET /executions/%s: %d %s (%v)", id, status, text, err)
@@ -148,8 +123,8 @@ func TestResumeAfterACutConnection(t *testing.T) {
 // The SDKs' stream is unchanged: no seq field unless asked for.
 func TestExecuteStreamHasNoSeqUnlessAsked(t *testing.T) {
 	t.Parallel()
-	h := startHost(t)
-	for _, l := range h.run(map[string]any{"code": "print(1)\n2"}) {
+	h := hosttest.Start(t)
+	for _, l := range h.Run(map[string]any{"code": "print(1)\n2"}) {
 		if _, ok := l["seq"]; ok {
 			t.Fatalf("line with a seq field on a plain /execute stream: %v", l)
 		}
@@ -158,14 +133,14 @@ func TestExecuteStreamHasNoSeqUnlessAsked(t *testing.T) {
 
 func TestResumeErrors(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, func(c *settings.Config) { c.ReplayBytes = 4096 })
+	h := hosttest.Start(t, func(c *settings.Config) { c.ReplayBytes = 4096 })
 	fifo, openGate := gate(t)
 	// stdout and stderr in turn: separate outputs (a stream's consecutive
 	// prints may arrive as one).
 	code := fmt.Sprintf("import sys\nfor i in range(500): print(i, flush=True); print(i, file=sys.stderr, flush=True)\nopen(%q).read()", fifo)
 	body, _ := json.Marshal(map[string]any{"code": code})
-	first, id := h.open(context.Background(), "POST", "/execute", string(body))
-	for l := first.until("stderr"); l.str("text") != "499\n"; l = first.until("stderr") {
+	first, id := h.Open(context.Background(), "POST", "/execute", string(body))
+	for l := first.Until("stderr"); l.Str("text") != "499\n"; l = first.Until("stderr") {
 	} // all written: the code waits at the gate
 
 	for _, c := range []struct {
@@ -179,7 +154,7 @@ func TestResumeErrors(t *testing.T) {
 		{"/executions/" + id + "/stream?after=x", 422, "Invalid after"},
 		{"/executions/" + id + "/stream?after=100000", 400, "past the last output"},
 	} {
-		if status, text := h.do("GET", c.path, ""); status != c.status || !strings.Contains(text, c.detail) {
+		if status, text := h.Do("GET", c.path, ""); status != c.status || !strings.Contains(text, c.detail) {
 			t.Errorf("GET %s: %d %q, want %d with %q", c.path, status, text, c.status, c.detail)
 		}
 	}
@@ -187,28 +162,28 @@ func TestResumeErrors(t *testing.T) {
 	// A second stream takes over; the first ends with a StreamDetached error.
 	// (The first stream's handler keeps reading, so only the newest 4 KiB of
 	// what it read are still there: start from the oldest kept.)
-	_, text := h.do("GET", "/executions/"+id, "")
+	_, text := h.Do("GET", "/executions/"+id, "")
 	var st engine.ExecutionState
 	if err := json.Unmarshal([]byte(text), &st); err != nil || st.Status != engine.StatusRunning || !st.Attached || st.FirstSeq < 2 {
 		t.Fatalf("state of a running execution read by its client: %s (%v)", text, err)
 	}
-	second, _ := h.open(context.Background(), "GET", fmt.Sprintf("/executions/%s/stream?after=%d", id, st.FirstSeq-1), "")
-	if l := second.next(); l.seq() != st.FirstSeq {
+	second, _ := h.Open(context.Background(), "GET", fmt.Sprintf("/executions/%s/stream?after=%d", id, st.FirstSeq-1), "")
+	if l := second.Next(); seq(l) != st.FirstSeq {
 		t.Fatalf("first line from after=%d: %v", st.FirstSeq-1, l)
 	}
-	if l := first.until("error"); l.str("name") != "StreamDetached" {
+	if l := first.Until("error"); l.Str("name") != "StreamDetached" {
 		t.Fatalf("taken-over stream: %v", l)
 	}
-	if l := first.next(); l.typ() != "end_of_execution" {
+	if l := first.Next(); l.Type() != "end_of_execution" {
 		t.Fatalf("after StreamDetached: %v", l)
 	}
-	second.resp.Body.Close()
+	second.Close()
 	openGate()
 
 	// Once nobody is attached only the newest 4 KiB are kept: the start is gone.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		status, text := h.do("GET", "/executions/"+id+"/stream?after=0", "")
+		status, text := h.Do("GET", "/executions/"+id+"/stream?after=0", "")
 		if status == http.StatusGone {
 			if !strings.Contains(text, "no longer buffered") {
 				t.Fatalf("410 body %q", text)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
@@ -16,8 +17,8 @@ import (
 // X-Access-Token, or as Bearer) and Host check; its files are the default
 // context's (one machine, one view); /metrics counts its bytes.
 func TestSandboxAPIServedBesideTheAPI(t *testing.T) {
-	needSandbox(t)
-	h := startHost(t, func(c *settings.Config) {
+	hosttest.NeedSandbox(t)
+	h := hosttest.Start(t, func(c *settings.Config) {
 		c.SandboxAPIAddr = "127.0.0.1:0"
 		c.AccessToken = "tok"
 	})
@@ -35,7 +36,7 @@ func TestSandboxAPIServedBesideTheAPI(t *testing.T) {
 			}
 			req.Header.Set(k, v)
 		}
-		resp, err := h.client.Do(req)
+		resp, err := h.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,12 +68,12 @@ func TestSandboxAPIServedBesideTheAPI(t *testing.T) {
 	if code, body := send("POST", sandboxURL+"/files?path=data.csv", "a,b\n1,2\n", xToken); code != 200 {
 		t.Fatalf("upload: %d %s", code, body)
 	}
-	if b, err := os.ReadFile(filepath.Join(h.cwd, "data.csv")); err != nil || string(b) != "a,b\n1,2\n" {
+	if b, err := os.ReadFile(filepath.Join(h.Cwd(), "data.csv")); err != nil || string(b) != "a,b\n1,2\n" {
 		t.Fatalf("the upload is not in the default cwd: %q %v", b, err)
 	}
 	bearer := map[string]string{"Authorization": "Bearer tok", "Content-Type": "application/json"}
 	_, out := send("POST", h.URL()+"/execute", `{"code": "print(open('data.csv').read().count(','))"}`, bearer)
-	if got := stdout(parseStream(t, []byte(out))); got != "2\n" {
+	if got := hosttest.Stdout(hosttest.ParseStream(t, []byte(out))); got != "2\n" {
 		t.Errorf("the default context reads %q, want 2", got)
 	}
 	send("POST", h.URL()+"/execute", `{"code": "open('out.txt', 'w').write('from python')"}`, bearer)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
@@ -23,7 +24,7 @@ func floodCode(mb int, tail string) string {
 // stalledClient sends an /execute request on a raw connection, reads the
 // response headers only (for the execution id) and then never reads again:
 // a client that stopped reading, with its connection open.
-func stalledClient(t *testing.T, h *testHost, code string) (id string, conn net.Conn) {
+func stalledClient(t *testing.T, h *hosttest.Host, code string) (id string, conn net.Conn) {
 	t.Helper()
 	conn, err := net.Dial("tcp", h.Addr())
 	if err != nil {
@@ -47,9 +48,9 @@ func stalledClient(t *testing.T, h *testHost, code string) (id string, conn net.
 }
 
 // executionState is GET /executions/{id}.
-func executionState(t *testing.T, h *testHost, id string) engine.ExecutionState {
+func executionState(t *testing.T, h *hosttest.Host, id string) engine.ExecutionState {
 	t.Helper()
-	status, text := h.do("GET", "/executions/"+id, "")
+	status, text := h.Do("GET", "/executions/"+id, "")
 	var st engine.ExecutionState
 	if err := json.Unmarshal([]byte(text), &st); status != 200 || err != nil {
 		t.Fatalf("GET /executions/%s: %d %s", id, status, text)
@@ -72,18 +73,18 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 
 // resumeToEnd re-attaches to the execution from its oldest kept output and
 // reads to the end: the execution stayed resumable.
-func resumeToEnd(t *testing.T, h *testHost, id string) {
+func resumeToEnd(t *testing.T, h *hosttest.Host, id string) {
 	t.Helper()
 	st := executionState(t, h, id)
-	s, rid := h.open(context.Background(), "GET", fmt.Sprintf("/executions/%s/stream?after=%d", id, st.FirstSeq-1), "")
+	s, rid := h.Open(context.Background(), "GET", fmt.Sprintf("/executions/%s/stream?after=%d", id, st.FirstSeq-1), "")
 	if rid != id {
 		t.Fatalf("re-attached to %q, want %q", rid, id)
 	}
-	var last line
-	for l := s.next(); l != nil; l = s.next() {
+	var last hosttest.Line
+	for l := s.Next(); l != nil; l = s.Next() {
 		last = l
 	}
-	if last.typ() != "end_of_execution" {
+	if last.Type() != "end_of_execution" {
 		t.Fatalf("the re-attached stream ended with %v", last)
 	}
 }
@@ -95,7 +96,7 @@ func TestSlowClientsAreCutAndReleased(t *testing.T) {
 	t.Parallel()
 	t.Run("write timeout", func(t *testing.T) {
 		t.Parallel()
-		h := startHost(t, func(c *settings.Config) {
+		h := hosttest.Start(t, func(c *settings.Config) {
 			c.WriteTimeout = 300 * time.Millisecond
 			c.Keepalive = 100 * time.Millisecond
 		})
@@ -105,13 +106,13 @@ func TestSlowClientsAreCutAndReleased(t *testing.T) {
 		t.Logf("stalled client cut %s after the start (write timeout 300 ms)", took.Round(time.Millisecond))
 		waitFor(t, 60*time.Second, "the execution finished", func() bool { return executionState(t, h, id).Status == engine.StatusFinished })
 		resumeToEnd(t, h, id)
-		noError(t, h.run(map[string]any{"code": "1"}))
+		hosttest.NoError(t, h.Run(map[string]any{"code": "1"}))
 	})
 
 	t.Run("buffer bound", func(t *testing.T) {
 		t.Parallel()
 		const bound = 4 << 20
-		h := startHost(t, func(c *settings.Config) { c.MaxBufferedBytes = bound; c.WriteTimeout = time.Minute })
+		h := hosttest.Start(t, func(c *settings.Config) { c.MaxBufferedBytes = bound; c.WriteTimeout = time.Minute })
 		gate, open := gate(t)
 		id, _ := stalledClient(t, h, floodCode(30, fmt.Sprintf("open(%q).read()", gate)))
 		var peak int64
@@ -139,7 +140,7 @@ func TestSlowClientsAreCutAndReleased(t *testing.T) {
 
 	t.Run("shutdown", func(t *testing.T) {
 		t.Parallel()
-		h := startHost(t) // the default write timeout, 30 s
+		h := hosttest.Start(t) // the default write timeout, 30 s
 		stalledClient(t, h, floodCode(20, "import time\ntime.sleep(3600)"))
 		waitFor(t, 30*time.Second, "the stalled stream's buffer grew", func() bool { return h.Engine.BufferedBytes() > 1<<20 })
 		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)

@@ -12,7 +12,7 @@ import (
 // -describe, at once) against Load on a directory without plugins (the
 // host's own settings only). docs/RATIONALE.md quotes it.
 //
-//	go test -run '^$' -bench Load -count 5 ./hostcmd/server/
+//	go test -run '^$' -bench Load -count 5 ./hostcmd/settings/
 func BenchmarkLoad(b *testing.B) {
 	for _, bc := range []struct{ name, dir string }{{"plugins", pluginDir}, {"no-plugins", b.TempDir()}} {
 		b.Run(bc.name, func(b *testing.B) {

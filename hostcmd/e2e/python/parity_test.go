@@ -1,24 +1,26 @@
-package server_test
+package python_test
 
 import (
 	"encoding/base64"
 	"strings"
 	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 )
 
 // testUpstreamParity checks, over HTTP, the figures whose results the E2B
 // upstream gives differently from kernelhost's first rules (issue 25's
 // table): one subtest per row, each the smallest cell that shows it. It runs
 // from TestPythonResults, on the subprocess transport and on Jupyter.
-func testUpstreamParity(t *testing.T, h *testHost) {
+func testUpstreamParity(t *testing.T, h *hosttest.Host) {
 	// results runs code and returns its result lines, each with a png.
-	results := func(t *testing.T, code string) []line {
+	results := func(t *testing.T, code string) []hosttest.Line {
 		t.Helper()
-		lines := h.run(map[string]any{"code": code})
-		noError(t, lines)
-		rs := ofType(lines, "result")
+		lines := h.Run(map[string]any{"code": code})
+		hosttest.NoError(t, lines)
+		rs := hosttest.OfType(lines, "result")
 		for _, r := range rs {
-			if png, err := base64.StdEncoding.DecodeString(r.str("png")); err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+			if png, err := base64.StdEncoding.DecodeString(r.Str("png")); err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 				t.Fatalf("result without a png (%v): %v", err, r)
 			}
 		}
@@ -107,11 +109,11 @@ func testUpstreamParity(t *testing.T, h *testHost) {
 // sys.stdout.buffer writes bytes (after a flush, in order with the prints).
 func TestPythonProcessAsAScript(t *testing.T) {
 	t.Parallel()
-	h := startHost(t)
-	lines := h.run(map[string]any{"code": "import argparse, sys\np = argparse.ArgumentParser()\np.add_argument('--n', default=3)\n" +
+	h := hosttest.Start(t)
+	lines := h.Run(map[string]any{"code": "import argparse, sys\np = argparse.ArgumentParser()\np.add_argument('--n', default=3)\n" +
 		"print(sys.argv, p.parse_args().n)\nsys.stdout.flush()\nsys.stdout.buffer.write(b'bytes\\n')\nprint('after')"})
-	noError(t, lines)
-	if got := stdout(lines); got != "['-c'] 3\nbytes\nafter\n" {
+	hosttest.NoError(t, lines)
+	if got := hosttest.Stdout(lines); got != "['-c'] 3\nbytes\nafter\n" {
 		t.Fatalf("stdout %q, want argv ['-c'], the default 3, then the bytes and the print in order", got)
 	}
 }

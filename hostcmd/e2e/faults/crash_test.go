@@ -1,4 +1,4 @@
-package server_test
+package faults_test
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
 
@@ -21,7 +22,7 @@ import (
 // It allows 3 s: CI runs it beside three other test binaries on two cores
 // (1.4 s seen), and a dump is slower by far.
 func TestFaultInterpreterCrashesNatively(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "matplotlib", "pandas")
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &lim); err != nil {
@@ -34,25 +35,25 @@ func TestFaultInterpreterCrashesNatively(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_CORE, &saved) })
 
-	h := startHost(t, onDebianPython)
+	h := hosttest.Start(t, hosttest.OnDebianPython)
 	for _, crash := range []string{"import ctypes; ctypes.string_at(0)", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"} {
 		// A kernel of the size a plotting session has (the first execution
 		// after a crash also starts the new kernel: not timed).
-		noError(t, h.run(map[string]any{"code": "import ctypes, os, signal, pandas, matplotlib.pyplot"}))
+		hosttest.NoError(t, h.Run(map[string]any{"code": "import ctypes, os, signal, pandas, matplotlib.pyplot"}))
 		began := time.Now()
-		lines := h.run(map[string]any{"code": crash})
+		lines := h.Run(map[string]any{"code": crash})
 		took := time.Since(began)
-		e := onlyError(t, lines)
-		figure(t, "%q: stream ended %s after the request with %s: %q", crash, took.Round(time.Millisecond), e.str("name"), e.str("value"))
-		v := e.str("value")
-		if e.str("name") != "KernelDied" || !strings.Contains(v, "python interpreter (pid ") ||
+		e := hosttest.OnlyError(t, lines)
+		hosttest.Figure(t, "%q: stream ended %s after the request with %s: %q", crash, took.Round(time.Millisecond), e.Str("name"), e.Str("value"))
+		v := e.Str("value")
+		if e.Str("name") != "KernelDied" || !strings.Contains(v, "python interpreter (pid ") ||
 			!strings.Contains(v, "killed by signal 11 (segmentation fault)") || !strings.Contains(v, "replaced by a new one") {
 			t.Fatalf("error line %v, want KernelDied saying the python interpreter was killed by signal 11 and is replaced", e)
 		}
 		if took > 3*time.Second {
 			t.Fatalf("the crash was reported %s after the request, want within 3s", took)
 		}
-		cores, _ := filepath.Glob(filepath.Join(h.cwd, "core*"))
+		cores, _ := filepath.Glob(filepath.Join(h.Cwd(), "core*"))
 		if len(cores) > 0 {
 			for _, c := range cores {
 				_ = os.Remove(c)
@@ -60,7 +61,7 @@ func TestFaultInterpreterCrashesNatively(t *testing.T) {
 			t.Fatalf("the crash left a core dump: %v", cores)
 		}
 	}
-	if got := stdout(h.run(map[string]any{"code": "print(1 + 1)"})); !strings.HasSuffix(got, "2\n") {
+	if got := hosttest.Stdout(h.Run(map[string]any{"code": "print(1 + 1)"})); !strings.HasSuffix(got, "2\n") {
 		t.Fatalf("after the crashes the context runs cells again: stdout %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package server_test
+package jupyter_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
@@ -27,7 +28,7 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 	base := t.TempDir()
 	// launcher: mkdir $1, rm -rf $2, then the kernel (its cwd: the server's root).
 	const launcher = `mkdir -p -- "$1" && rm -rf -- "$2" && exec /usr/bin/python3 -m ipykernel_launcher -f "$3"`
-	start := func(t *testing.T, spec, defaultCwd, workspace string, mkdir, rmdir string) (*testHost, *testkit.SyncBuffer) {
+	start := func(t *testing.T, spec, defaultCwd, workspace string, mkdir, rmdir string) (*hosttest.Host, *testkit.SyncBuffer) {
 		t.Helper()
 		if err := srv.AddKernelSpec(spec, "python", []string{"/bin/sh", "-c", launcher, "sh", mkdir, rmdir, "{connection_file}"}); err != nil {
 			t.Fatal(err)
@@ -40,15 +41,15 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 		}
 		t.Cleanup(tr.Close)
 		var log testkit.SyncBuffer
-		h := startHost(t, func(c *settings.Config) {
+		h := hosttest.Start(t, func(c *settings.Config) {
 			c.Transport, c.TransportName = tr, "jupyter"
 			c.DefaultCwd, c.Workspace = defaultCwd, workspace
 			c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		})
 		return h, &log
 	}
-	kernelCwd := func(h *testHost) string {
-		return strings.TrimSuffix(stdout(h.run(map[string]any{"code": "import os; print(os.getcwd())"})), "\n")
+	kernelCwd := func(h *hosttest.Host) string {
+		return strings.TrimSuffix(hosttest.Stdout(h.Run(map[string]any{"code": "import os; print(os.getcwd())"})), "\n")
 	}
 
 	t.Run("OnlyWhereTheKernelRuns", func(t *testing.T) {
@@ -57,7 +58,7 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 		dir := filepath.Join(base, `kernel's "side" $(x) ü`)
 		workspace := filepath.Join(base, "workspace-1")
 		h, log := start(t, "python-kernel-side", dir, workspace, dir, workspace)
-		if ctxs := h.contexts(); len(ctxs) != 1 || ctxs[0].Cwd != dir {
+		if ctxs := h.Contexts(); len(ctxs) != 1 || ctxs[0].Cwd != dir {
 			t.Fatalf("contexts %+v, want the python default in %s", ctxs, dir)
 		}
 		if got := kernelCwd(h); got != dir {
@@ -76,7 +77,7 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 		// The kernel stays in its own cwd (the server's root dir), and the
 		// context says so.
 		got := kernelCwd(h)
-		if ctxs := h.contexts(); len(ctxs) != 1 || ctxs[0].Cwd != got || got == nowhere || got == workspace {
+		if ctxs := h.Contexts(); len(ctxs) != 1 || ctxs[0].Cwd != got || got == nowhere || got == workspace {
 			t.Fatalf("contexts %+v, kernel in %q: want the python default in the kernel's own cwd", ctxs, got)
 		}
 		if _, err := os.Stat(nowhere); err == nil {
@@ -87,7 +88,7 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 		}
 		// Every context finds the same: one WARN, not one per context.
 		for range 2 {
-			if code, body := h.do("POST", "/contexts", `{"language":"python"}`); code != 200 {
+			if code, body := h.Do("POST", "/contexts", `{"language":"python"}`); code != 200 {
 				t.Fatalf("POST /contexts: %d %s", code, body)
 			}
 		}
@@ -95,7 +96,7 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 			t.Errorf("%d WARNs about the default cwd for 3 contexts, want 1:\n%s", n, log.String())
 		}
 		// A cwd the client asks for is never replaced: a clear 400.
-		code, body := h.do("POST", "/contexts", `{"language":"python","cwd":"`+nowhere+`"}`)
+		code, body := h.Do("POST", "/contexts", `{"language":"python","cwd":"`+nowhere+`"}`)
 		if code != 400 || !strings.Contains(body, nowhere) {
 			t.Fatalf("POST /contexts with a missing cwd: %d %s, want 400 naming it", code, body)
 		}

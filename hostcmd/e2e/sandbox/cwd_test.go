@@ -1,4 +1,4 @@
-package server_test
+package sandbox_test
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 )
 
 // Issue 39, finding 3b, through the API and the plugin: a context created
@@ -15,8 +17,8 @@ import (
 // covers pooled and forked starts, restarts and symlinks).
 func TestContextCwdOutsideTheWritablePathsIsReadOnly(t *testing.T) {
 	t.Parallel()
-	needSandbox(t)
-	h := startHost(t, viaPlugin)
+	hosttest.NeedSandbox(t)
+	h := hosttest.Start(t, hosttest.ViaPlugin)
 	probe := "kh-api-cwd-probe-" + strconv.Itoa(os.Getpid())
 	t.Cleanup(func() { os.Remove(filepath.Join("/etc", probe)) })
 	code := `import errno, os
@@ -29,14 +31,14 @@ print(r, os.getcwd(), os.path.exists('passwd'))`
 	for _, tc := range []struct{ cwd, want string }{
 		{"/etc", "EROFS /etc True\n"},
 		{"/../../etc", "EROFS /etc True\n"},
-		{h.cwd, "wrote " + h.cwd + " False\n"},
+		{h.Cwd(), "wrote " + h.Cwd() + " False\n"},
 	} {
 		body, _ := json.Marshal(map[string]string{"language": "python", "cwd": tc.cwd})
-		c := h.createContext(string(body))
+		c := h.CreateContext(string(body))
 		if c.Cwd != tc.cwd {
 			t.Errorf("created in %q, want %q", c.Cwd, tc.cwd)
 		}
-		if got := stdout(h.run(map[string]any{"code": code, "context_id": c.ID})); got != tc.want {
+		if got := hosttest.Stdout(h.Run(map[string]any{"code": code, "context_id": c.ID})); got != tc.want {
 			t.Errorf("cwd %s: %q, want %q", tc.cwd, got, tc.want)
 		}
 		if _, err := os.Stat(filepath.Join("/etc", probe)); err == nil {

@@ -1,4 +1,4 @@
-package server_test
+package sandbox_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -26,7 +27,7 @@ func unsandboxed(c *settings.Config) {
 // as the kernelhost binary does, without a sandbox (Debian's python, no
 // fork server: contexts are forked from their own interpreters).
 func unsandboxedViaPlugin(c *settings.Config) {
-	viaPlugin(c)
+	hosttest.ViaPlugin(c)
 	c.SetTransportSetting("sandbox", "off")
 	c.SetTransportSetting("python", testkit.DebianPython)
 	c.SetTransportSetting("python-preload", "off")
@@ -53,7 +54,7 @@ func TestForkContext(t *testing.T) {
 		set  func(*settings.Config)
 	}{{"in-process", unsandboxed}, {"plugin", unsandboxedViaPlugin}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := startHost(t, mode.set, withForkGlobal)
+			h := hosttest.Start(t, mode.set, withForkGlobal)
 			if tr, ok := h.Engine.Transport().(*subprocess.Transport); ok {
 				t.Cleanup(func() { _ = tr.Close() })
 			}
@@ -62,19 +63,19 @@ func TestForkContext(t *testing.T) {
 	}
 }
 
-func testForkContext(t *testing.T, h *testHost) {
-	sub := filepath.Join(h.cwd, "sub")
+func testForkContext(t *testing.T, h *hosttest.Host) {
+	sub := filepath.Join(h.Cwd(), "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	src := h.createContext(`{"language":"python"}`).ID
-	home := stdout(h.run(map[string]any{"context_id": src, "code": "import os\nprint(os.environ['HOME'], os.environ['KH_FORK_GLOBAL'])"}))
+	src := h.CreateContext(`{"language":"python"}`).ID
+	home := hosttest.Stdout(h.Run(map[string]any{"context_id": src, "code": "import os\nprint(os.environ['HOME'], os.environ['KH_FORK_GLOBAL'])"}))
 	if !strings.HasSuffix(home, " g\n") {
 		t.Fatalf("a new context's HOME and global env var: %q", home)
 	}
-	h.run(map[string]any{"context_id": src, "code": "import os, json\nx = 41\ndef f(): return x + 1\nos.chdir('sub')\n" +
+	h.Run(map[string]any{"context_id": src, "code": "import os, json\nx = 41\ndef f(): return x + 1\nos.chdir('sub')\n" +
 		"os.environ['MINE'] = 'x'\nos.environ.pop('HOME')\nos.environ['KH_FORK_GLOBAL'] = 'changed'", "env_vars": map[string]string{"KH_REQUEST_ONLY": "1"}})
-	status, text := h.do("POST", "/contexts/"+src+"/fork", "")
+	status, text := h.Do("POST", "/contexts/"+src+"/fork", "")
 	if status != http.StatusOK {
 		t.Fatalf("fork: %d %s", status, text)
 	}
@@ -83,14 +84,14 @@ func testForkContext(t *testing.T, h *testHost) {
 		t.Fatalf("fork answered %+v", fork)
 	}
 	probe := "print(f(), json.dumps(x), os.getcwd(), os.environ.get('KH_REQUEST_ONLY'))"
-	if got := stdout(h.run(map[string]any{"context_id": fork.ID, "code": probe + "\nx = 1"})); got != "42 41 "+sub+" None\n" {
+	if got := hosttest.Stdout(h.Run(map[string]any{"context_id": fork.ID, "code": probe + "\nx = 1"})); got != "42 41 "+sub+" None\n" {
 		t.Fatalf("fork sees %q", got)
 	}
 	env := "print(os.environ.get('MINE'), os.environ.get('HOME'), os.environ.get('KH_FORK_GLOBAL'))"
-	if got := stdout(h.run(map[string]any{"context_id": fork.ID, "code": env})); got != "None "+home {
+	if got := hosttest.Stdout(h.Run(map[string]any{"context_id": fork.ID, "code": env})); got != "None "+home {
 		t.Fatalf("the fork's MINE, HOME and global env var: %q, want a new context's (None %s)", got, strings.TrimSuffix(home, "\n"))
 	}
-	if got := stdout(h.run(map[string]any{"context_id": src, "code": "print(f())\n" + env})); got != "42\nx None changed\n" {
+	if got := hosttest.Stdout(h.Run(map[string]any{"context_id": src, "code": "print(f())\n" + env})); got != "42\nx None changed\n" {
 		t.Fatalf("source after the fork's write: %q, want what its cells left", got)
 	}
 
@@ -101,24 +102,24 @@ func testForkContext(t *testing.T, h *testHost) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		h.run(map[string]any{"context_id": src, "code": "import time\nopen(" + strconv.Quote(started) + ", 'w').close()\ntime.sleep(1)\ny = 5",
+		h.Run(map[string]any{"context_id": src, "code": "import time\nopen(" + strconv.Quote(started) + ", 'w').close()\ntime.sleep(1)\ny = 5",
 			"env_vars": map[string]string{"KH_BUSY_ONLY": "1"}})
 	}()
 	awaitFile(t, started)
-	status, text = h.do("POST", "/contexts/"+src+"/fork", "")
+	status, text = h.Do("POST", "/contexts/"+src+"/fork", "")
 	wg.Wait()
 	if status != http.StatusOK {
 		t.Fatalf("fork of a busy context: %d %s", status, text)
 	}
-	if got := stdout(h.run(map[string]any{"context_id": decodeContext(t, text).ID, "code": "print(y, os.environ.get('KH_BUSY_ONLY'))"})); got != "5 None\n" {
+	if got := hosttest.Stdout(h.Run(map[string]any{"context_id": decodeContext(t, text).ID, "code": "print(y, os.environ.get('KH_BUSY_ONLY'))"})); got != "5 None\n" {
 		t.Fatalf("the fork made while a cell ran sees %q, want y = 5 that the cell left and none of its env vars", got)
 	}
 
-	if status, text := h.do("POST", "/contexts/nope/fork", ""); status != http.StatusNotFound {
+	if status, text := h.Do("POST", "/contexts/nope/fork", ""); status != http.StatusNotFound {
 		t.Fatalf("fork of an unknown context: %d %s", status, text)
 	}
-	bash := h.createContext(`{"language":"bash"}`).ID
-	if status, text := h.do("POST", "/contexts/"+bash+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "bash") {
+	bash := h.CreateContext(`{"language":"bash"}`).ID
+	if status, text := h.Do("POST", "/contexts/"+bash+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "bash") {
 		t.Fatalf("fork of a bash context: %d %s, want 501 naming bash", status, text)
 	}
 }
@@ -132,55 +133,55 @@ func testForkContext(t *testing.T, h *testHost) {
 // deleted source.
 func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	t.Parallel()
-	needSandbox(t)
+	hosttest.NeedSandbox(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
-	h := startHost(t, viaPlugin, withForkGlobal, func(c *settings.Config) {
+	h := hosttest.Start(t, hosttest.ViaPlugin, withForkGlobal, func(c *settings.Config) {
 		c.SetTransportSetting("sandbox", "on")
 		c.SetTransportSetting("python", testkit.DebianPython)
 	})
 	deadline := time.Now().Add(3 * time.Minute)
-	for h.scrapeMetrics(t, nil).metric("kernelhost_interpreters", "language", "python", "role", "fork-template") == nil {
+	for hosttest.Metrics(t, h, nil).Metric("kernelhost_interpreters", "language", "python", "role", "fork-template") == nil {
 		if time.Now().After(deadline) {
 			t.Fatal("no fork template in /metrics after 3 minutes")
 		}
 		time.Sleep(50 * time.Millisecond) // the template's preload is not awaitable from here
 	}
-	if m := h.scrapeMetrics(t, nil).metric("kernelhost_fork_template_failing", "language", "python"); m == nil || m.GetGauge().GetValue() != 0 {
+	if m := hosttest.Metrics(t, h, nil).Metric("kernelhost_fork_template_failing", "language", "python"); m == nil || m.GetGauge().GetValue() != 0 {
 		t.Errorf("kernelhost_fork_template_failing with a template running: %v, want 0", m)
 	}
-	src := h.createContext(`{"language":"python"}`).ID
-	if got := stdout(h.run(map[string]any{"context_id": src, "code": "import sys, os\nx = 41\nprint('pandas' in sys.modules, os.getpid())"})); got != "True 2\n" {
+	src := h.CreateContext(`{"language":"python"}`).ID
+	if got := hosttest.Stdout(h.Run(map[string]any{"context_id": src, "code": "import sys, os\nx = 41\nprint('pandas' in sys.modules, os.getpid())"})); got != "True 2\n" {
 		t.Fatalf("a new context under the sandbox: %q, want one forked from the template (pandas loaded), pid 2 in its sandbox", got)
 	}
-	status, text := h.do("POST", "/contexts/"+src+"/fork", "")
+	status, text := h.Do("POST", "/contexts/"+src+"/fork", "")
 	if status != http.StatusOK {
 		t.Fatalf("fork of a sandboxed context: %d %s", status, text)
 	}
 	cp := decodeContext(t, text)
 	families := map[string]string{}
-	for _, c := range h.contexts() {
+	for _, c := range h.Contexts() {
 		families[c.ID] = c.Family
 	}
 	if families[src] == "" || families[cp.ID] != families[src] || cp.Family != families[src] {
 		t.Fatalf("families in GET /contexts %v and the fork's answer %q: want the source's and the copy's the same", families, cp.Family)
 	}
-	if got := stdout(h.run(map[string]any{"context_id": cp.ID, "code": "print(x + 1, os.getpid() > 2)"})); got != "42 True\n" {
+	if got := hosttest.Stdout(h.Run(map[string]any{"context_id": cp.ID, "code": "print(x + 1, os.getpid() > 2)"})); got != "42 True\n" {
 		t.Fatalf("the copy: %q, want the source's x in another process of its sandbox", got)
 	}
-	m := h.scrapeMetrics(t, nil)
-	if n := m.value(t, "kernelhost_family_members", "language", "python", "family", cp.Family); n != 2 {
+	m := hosttest.Metrics(t, h, nil)
+	if n := m.Value(t, "kernelhost_family_members", "language", "python", "family", cp.Family); n != 2 {
 		t.Errorf("kernelhost_family_members of the family: %v, want 2", n)
 	}
-	if pss := m.value(t, "kernelhost_family_memory_bytes", "language", "python", "family", cp.Family, "kind", "pss"); pss <= 0 {
+	if pss := m.Value(t, "kernelhost_family_memory_bytes", "language", "python", "family", cp.Family, "kind", "pss"); pss <= 0 {
 		t.Errorf("kernelhost_family_memory_bytes pss of the family: %v", pss)
 	}
-	if m.metric("kernelhost_context_limit", "resource", "memory_bytes") == nil {
+	if m.Metric("kernelhost_context_limit", "resource", "memory_bytes") == nil {
 		t.Error("no kernelhost_context_limit in /metrics")
 	}
-	if status, text := h.do("DELETE", "/contexts/"+src, ""); status != http.StatusOK {
+	if status, text := h.Do("DELETE", "/contexts/"+src, ""); status != http.StatusOK {
 		t.Fatalf("delete the source: %d %s", status, text)
 	}
-	if got := stdout(h.run(map[string]any{"context_id": cp.ID, "code": "print(x)"})); got != "41\n" {
+	if got := hosttest.Stdout(h.Run(map[string]any{"context_id": cp.ID, "code": "print(x)"})); got != "41\n" {
 		t.Fatalf("the copy after its source's delete: %q", got)
 	}
 	testForkContext(t, h)
@@ -191,14 +192,14 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 // most its RSS.
 func TestInterpreterMemoryMetrics(t *testing.T) {
 	t.Parallel()
-	h := startHost(t, viaPlugin)
-	h.run(map[string]any{"code": "1"}) // the default python context's interpreter is there
-	s := h.scrapeMetrics(t, nil)
-	if n := s.value(t, "kernelhost_interpreters", "language", "python", "role", "context"); n < 1 {
+	h := hosttest.Start(t, hosttest.ViaPlugin)
+	h.Run(map[string]any{"code": "1"}) // the default python context's interpreter is there
+	s := hosttest.Metrics(t, h, nil)
+	if n := s.Value(t, "kernelhost_interpreters", "language", "python", "role", "context"); n < 1 {
 		t.Fatalf("%v python context interpreters", n)
 	}
 	kind := func(k string) float64 {
-		return s.value(t, "kernelhost_interpreter_memory_bytes", "language", "python", "role", "context", "kind", k)
+		return s.Value(t, "kernelhost_interpreter_memory_bytes", "language", "python", "role", "context", "kind", k)
 	}
 	rss, pss, uss := kind("rss"), kind("pss"), kind("uss")
 	if pss <= 0 || uss <= 0 || pss > rss || uss > pss {
@@ -206,9 +207,9 @@ func TestInterpreterMemoryMetrics(t *testing.T) {
 	}
 }
 
-func decodeContext(t *testing.T, text string) contextInfo {
+func decodeContext(t *testing.T, text string) hosttest.ContextInfo {
 	t.Helper()
-	var c contextInfo
+	var c hosttest.ContextInfo
 	if err := json.Unmarshal([]byte(text), &c); err != nil {
 		t.Fatalf("%v: %s", err, text)
 	}

@@ -1,4 +1,4 @@
-package server_test
+package sandbox_test
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
@@ -17,7 +18,7 @@ func TestSecretsDoNotReachUserCode(t *testing.T) {
 	const accessToken, jupyterToken = "access-secret-7f3a", "jupyter-secret-9c1b"
 	t.Setenv("KERNELHOST_ACCESS_TOKEN", accessToken) // as systemd's Environment= would pass it
 	t.Setenv("KERNELHOST_JUPYTER_TOKEN", jupyterToken)
-	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+	hosttest.EachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 		h := start(func(c *settings.Config) { c.SetTransportSetting("jupyter-token", jupyterToken) })
 		noSecret := func(what, text string) {
 			t.Helper()
@@ -36,11 +37,11 @@ func TestSecretsDoNotReachUserCode(t *testing.T) {
 				}
 			}
 		}
-		lines := h.run(map[string]any{"language": "python", "code": "import os, json\n" +
+		lines := h.Run(map[string]any{"language": "python", "code": "import os, json\n" +
 			"print(json.dumps(dict(os.environ)))\n" +
 			"print(json.dumps(open('/proc/%d/environ' % os.getppid(), 'rb').read().decode('utf-8', 'replace')))"})
-		noError(t, lines)
-		out := strings.SplitN(stdout(lines), "\n", 2)
+		hosttest.NoError(t, lines)
+		out := strings.SplitN(hosttest.Stdout(lines), "\n", 2)
 		var env map[string]string
 		if err := json.Unmarshal([]byte(out[0]), &env); err != nil || len(env) == 0 {
 			t.Fatalf("python's environment: %v %q", err, out[0])
@@ -51,13 +52,13 @@ func TestSecretsDoNotReachUserCode(t *testing.T) {
 			// environment): no secret, the host's public certificate.
 			noSecret("the plugin's /proc/<pid>/environ", out[1])
 		}
-		lines = h.run(map[string]any{"language": "bash", "code": "env"})
-		noError(t, lines)
-		check("bash's env", stdout(lines))
+		lines = h.Run(map[string]any{"language": "bash", "code": "env"})
+		hosttest.NoError(t, lines)
+		check("bash's env", hosttest.Stdout(lines))
 		if _, err := exec.LookPath("node"); err == nil {
-			lines = h.run(map[string]any{"language": "javascript", "code": "console.log(JSON.stringify(process.env))"})
-			noError(t, lines)
-			check("node's process.env", stdout(lines))
+			lines = h.Run(map[string]any{"language": "javascript", "code": "console.log(JSON.stringify(process.env))"})
+			hosttest.NoError(t, lines)
+			check("node's process.env", hosttest.Stdout(lines))
 		}
 	})
 }

@@ -1,11 +1,10 @@
-package server_test
+package faults_test
 
 // Blast radius (issue 22): what one context's cell sends cannot take down
 // the transport plugin that every context shares, nor cost another
 // context its state. Through the real plugin, as kernelhost runs it.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,11 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -25,15 +24,15 @@ import (
 
 // bystander makes a python context holding a variable; check fails the
 // test unless the context still holds it (same interpreter, state kept).
-func bystander(t *testing.T, h *testHost) (id string, check func()) {
+func bystander(t *testing.T, h *hosttest.Host) (id string, check func()) {
 	t.Helper()
-	c := h.createContext(`{"language":"python"}`)
-	noError(t, h.run(map[string]any{"code": "kept = 4242", "context_id": c.ID}))
+	c := h.CreateContext(`{"language":"python"}`)
+	hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 4242", "context_id": c.ID}))
 	return c.ID, func() {
 		t.Helper()
-		lines := h.run(map[string]any{"code": "kept", "context_id": c.ID})
-		noError(t, lines)
-		if got := mainResult(t, lines); got != "4242" {
+		lines := h.Run(map[string]any{"code": "kept", "context_id": c.ID})
+		hosttest.NoError(t, lines)
+		if got := hosttest.MainResult(t, lines); got != "4242" {
 			t.Fatalf("the bystander's variable: %q, want 4242", got)
 		}
 	}
@@ -46,7 +45,7 @@ func bystander(t *testing.T, h *testHost) (id string, check func()) {
 func TestNestingBombKeepsPlugin(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	h := startHost(t, viaPlugin)
+	h := hosttest.Start(t, hosttest.ViaPlugin)
 	_, check := bystander(t, h)
 	plugin := h.PluginPID()
 	bomb := strings.Repeat("[", 1000000) + strings.Repeat("]", 1000000)
@@ -54,29 +53,29 @@ func TestNestingBombKeepsPlugin(t *testing.T) {
 		{"typescript", "let a: number = 1;\n" + bomb},
 		{"javascript", "export const a = 1;\n" + bomb},
 	} {
-		ctx := h.createContext(`{"language":"` + c.language + `"}`)
-		e := onlyError(t, h.run(map[string]any{"code": c.code, "context_id": ctx.ID}))
-		if e.str("name") != "SyntaxError" || !strings.Contains(e.str("value"), "1000 levels") {
+		ctx := h.CreateContext(`{"language":"` + c.language + `"}`)
+		e := hosttest.OnlyError(t, h.Run(map[string]any{"code": c.code, "context_id": ctx.ID}))
+		if e.Str("name") != "SyntaxError" || !strings.Contains(e.Str("value"), "1000 levels") {
 			t.Errorf("%s bomb: error %v, want a SyntaxError naming the limit of 1000 levels", c.language, e)
 		}
-		lines := h.run(map[string]any{"code": "1 + 1", "context_id": ctx.ID})
-		noError(t, lines)
-		if got := mainResult(t, lines); got != "2" {
+		lines := h.Run(map[string]any{"code": "1 + 1", "context_id": ctx.ID})
+		hosttest.NoError(t, lines)
+		if got := hosttest.MainResult(t, lines); got != "2" {
 			t.Errorf("%s: the next cell's 1 + 1 = %q", c.language, got)
 		}
 	}
 	// The word in a comment is not module syntax: node parses the cell
 	// itself, in the context's own process; whatever node says of it, the
 	// plugin is not involved.
-	js := h.createContext(`{"language":"javascript"}`)
-	h.run(map[string]any{"code": "// export later\n" + bomb, "context_id": js.ID})
+	js := h.CreateContext(`{"language":"javascript"}`)
+	h.Run(map[string]any{"code": "// export later\n" + bomb, "context_id": js.ID})
 
 	if now := h.PluginPID(); now != plugin {
 		t.Fatalf("the plugin restarted (pid %d, was %d)", now, plugin)
 	}
 	check()
 	rss, _ := testkit.StatusBytes(plugin, "VmHWM")
-	figure(t, "plugin peak RSS after the bombs: %d MiB", rss>>20)
+	hosttest.Figure(t, "plugin peak RSS after the bombs: %d MiB", rss>>20)
 }
 
 // floodCase is one context writing far past the message cap.
@@ -93,11 +92,11 @@ type floodCase struct {
 //
 // Not a parallel test: the floods are CPU work for the interpreters, the
 // plugin and this race-instrumented host, and the bystander's 2 s bound is
-// on its latency meanwhile. make test runs it in the fault suite's test
-// binary (test-go-faults), where no test is parallel.
+// on its latency meanwhile: go test runs it before this package's parallel
+// tests, and the package's binary beside the others' (test-go-faults).
 func TestFloodKeepsState(t *testing.T) {
 	testkit.NeedCommand(t, "node", "nodejs")
-	h := startHost(t, viaPlugin)
+	h := hosttest.Start(t, hosttest.ViaPlugin)
 	by, check := bystander(t, h)
 	plugin := h.PluginPID()
 	for _, c := range []floodCase{
@@ -106,23 +105,23 @@ func TestFloodKeepsState(t *testing.T) {
 		{"python", "kept = 7", "import sys\nsys.stderr.write('e' * (1 << 28) + '\\n')\n'after'", "kept * 6", "42"},
 		{"javascript", "var kept = 7", "require('fs').writeSync(4, 'n'.repeat(128 << 20)); 'after'", "kept * 6", "42"},
 	} {
-		ctx := h.createContext(`{"language":"` + c.language + `"}`)
-		noError(t, h.run(map[string]any{"code": c.setup, "context_id": ctx.ID}))
+		ctx := h.CreateContext(`{"language":"` + c.language + `"}`)
+		hosttest.NoError(t, h.Run(map[string]any{"code": c.setup, "context_id": ctx.ID}))
 		began := time.Now()
 		// A bound of its own: a loaded machine takes longer than h.run's 30 s.
 		fctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		flood := h.start(fctx, map[string]any{"code": c.flood, "context_id": ctx.ID})
-		flood.sc.Buffer(nil, 64<<20) // a line holds up to the cap's 16 MiB, escaped
-		done := make(chan []line, 1)
+		flood := h.Start(fctx, map[string]any{"code": c.flood, "context_id": ctx.ID})
+		flood.Scanner().Buffer(nil, 64<<20) // a line holds up to the cap's 16 MiB, escaped
+		done := make(chan []hosttest.Line, 1)
 		go func() {
-			var out []line
+			var out []hosttest.Line
 			defer func() { done <- out }() // also when rest fails the test
-			out = flood.rest()
+			out = flood.Rest()
 		}()
 		// Meanwhile the bystander computes: its slowest 1+1 is the figure.
 		var slowest time.Duration
-		var lines []line
+		var lines []hosttest.Line
 	wait:
 		for {
 			select {
@@ -130,7 +129,7 @@ func TestFloodKeepsState(t *testing.T) {
 				break wait
 			default:
 				t0 := time.Now()
-				if got := mainResult(t, h.run(map[string]any{"code": "1+1", "context_id": by})); got != "2" {
+				if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "1+1", "context_id": by})); got != "2" {
 					t.Fatalf("the bystander's 1+1 = %q during the flood", got)
 				}
 				slowest = max(slowest, time.Since(t0))
@@ -140,14 +139,14 @@ func TestFloodKeepsState(t *testing.T) {
 			t.FailNow() // rest said why
 		}
 		took := time.Since(began)
-		figure(t, "%s %.40q: the bystander's slowest 1+1 during the flood: %s", c.language, c.flood, slowest.Round(time.Millisecond))
+		hosttest.Figure(t, "%s %.40q: the bystander's slowest 1+1 during the flood: %s", c.language, c.flood, slowest.Round(time.Millisecond))
 		if slowest > 2*time.Second {
 			t.Errorf("%s %.40q: the bystander's 1+1 took %s during the flood", c.language, c.flood, slowest)
 		}
-		out := stdout(lines)
+		out := hosttest.Stdout(lines)
 		var stderr strings.Builder
-		for _, l := range ofType(lines, "stderr") {
-			stderr.WriteString(l.str("text"))
+		for _, l := range hosttest.OfType(lines, "stderr") {
+			stderr.WriteString(l.Str("text"))
 		}
 		if !strings.Contains(stderr.String(), "of output dropped: over max-message-bytes, 16.0 MiB per message") {
 			t.Errorf("%s %.40q: no notice of the cut on stderr (stdout %d bytes, stderr %d bytes, lines %d)", c.language, c.flood, len(out), stderr.Len(), len(lines))
@@ -155,16 +154,16 @@ func TestFloodKeepsState(t *testing.T) {
 		if len(out)+stderr.Len() > 17<<20 {
 			t.Errorf("%s %.40q: %d bytes of output, want at most the cap", c.language, c.flood, len(out)+stderr.Len())
 		}
-		if errs := ofType(lines, "error"); len(errs) > 0 {
+		if errs := hosttest.OfType(lines, "error"); len(errs) > 0 {
 			t.Errorf("%s %.40q: error %v", c.language, c.flood, errs)
 		}
 		began2 := time.Now()
-		next := h.run(map[string]any{"code": c.check, "context_id": ctx.ID})
-		noError(t, next)
-		if got := mainResult(t, next); got != c.want {
+		next := h.Run(map[string]any{"code": c.check, "context_id": ctx.ID})
+		hosttest.NoError(t, next)
+		if got := hosttest.MainResult(t, next); got != c.want {
 			t.Errorf("%s: after the flood %s = %q, want %q (state lost)", c.language, c.check, got, c.want)
 		}
-		figure(t, "%s %.40q: flood took %s, the next cell %s", c.language, c.flood, took.Round(time.Millisecond), time.Since(began2).Round(time.Millisecond))
+		hosttest.Figure(t, "%s %.40q: flood took %s, the next cell %s", c.language, c.flood, took.Round(time.Millisecond), time.Since(began2).Round(time.Millisecond))
 		if took > 90*time.Second {
 			t.Errorf("%s %.40q: the flood took %s, want under 90 s", c.language, c.flood, took)
 		}
@@ -174,36 +173,18 @@ func TestFloodKeepsState(t *testing.T) {
 	}
 	check()
 	peak, _ := testkit.StatusBytes(plugin, "VmHWM")
-	figure(t, "plugin peak RSS: %d MiB", peak>>20)
+	hosttest.Figure(t, "plugin peak RSS: %d MiB", peak>>20)
 	if peak > 400<<20 {
 		t.Errorf("plugin peak RSS %d MiB, want it bounded by the caps (under 400 MiB)", peak>>20)
 	}
-}
-
-// syncBuffer is a log destination the host's goroutines may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A client string of 4 MiB (a language, a cwd, a context id) comes back
 // clipped in the error and in the log, through the plugin too.
 func TestLongClientStringsClipped(t *testing.T) {
 	t.Parallel()
-	var logged syncBuffer
-	h := startHost(t, viaPlugin, func(c *settings.Config) {
+	var logged testkit.SyncBuffer
+	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	long := strings.Repeat("L", 4<<20)
@@ -215,7 +196,7 @@ func TestLongClientStringsClipped(t *testing.T) {
 		{"POST", "/contexts/" + long + "/restart", ""},
 		{"DELETE", "/contexts/" + long, ""},
 	} {
-		status, body := h.do(req.method, req.path, req.body)
+		status, body := h.Do(req.method, req.path, req.body)
 		if status < 400 || len(body) > 4096 {
 			t.Errorf("%s %s with a 4 MiB string: %d, %d bytes of answer (want an error under 4 KiB): %.200s", req.method, req.path[:min(len(req.path), 30)], status, len(body), body)
 		}
@@ -256,15 +237,15 @@ func TestPluginKilledLeavesNothing(t *testing.T) {
 	if !subprocess.CgroupsAvailable() {
 		t.Skip("no writable cgroup v2 with cgroup.kill here: a killed plugin's processes are found by its cgroups")
 	}
-	h := startHost(t, viaPlugin)
+	h := hosttest.Start(t, hosttest.ViaPlugin)
 	plugin := h.PluginPID()
-	ctx := h.createContext(`{"language":"bash"}`)
-	lines := h.run(map[string]any{"context_id": ctx.ID, "code": "readlink /proc/self/ns/pid\nsetsid sleep 300 & echo $! $$"})
-	noError(t, lines)
+	ctx := h.CreateContext(`{"language":"bash"}`)
+	lines := h.Run(map[string]any{"context_id": ctx.ID, "code": "readlink /proc/self/ns/pid\nsetsid sleep 300 & echo $! $$"})
+	hosttest.NoError(t, lines)
 	var ns string
 	var child, shell int
-	if _, err := fmt.Sscan(stdout(lines), &ns, &child, &shell); err != nil {
-		t.Fatalf("stdout %q: %v", stdout(lines), err)
+	if _, err := fmt.Sscan(hosttest.Stdout(lines), &ns, &child, &shell); err != nil {
+		t.Fatalf("stdout %q: %v", hosttest.Stdout(lines), err)
 	}
 	// In a sandbox the shell sees its own PID namespace's numbers.
 	child, shell = testkit.HostPidIn(t, ns, child), testkit.HostPidIn(t, ns, shell)
@@ -285,8 +266,8 @@ func TestPluginKilledLeavesNothing(t *testing.T) {
 	}
 	// The first execution may still meet the dead kernel (KernelDied); the
 	// next one runs on the new plugin.
-	h.run(map[string]any{"code": "1+1"})
-	noError(t, h.run(map[string]any{"code": "1+1"}))
+	h.Run(map[string]any{"code": "1+1"})
+	hosttest.NoError(t, h.Run(map[string]any{"code": "1+1"}))
 	testkit.AwaitGone(t, "after the plugin was killed and restarted", 15*time.Second, child, shell)
 	deadline := time.Now().Add(15 * time.Second)
 	for {

@@ -1,4 +1,4 @@
-package server_test
+package jupyter_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core/engine"
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
-	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 	"github.com/kernelhost/kernelhost/transports/transporttest"
 )
@@ -24,41 +24,16 @@ import (
 // loopback, token auth, IOPub rate limits off), with the transport linked in
 // and, where it says so, through the kernelhost-transport-jupyter plugin.
 
-// jupyterInProcess returns a configure option that links a jupyter transport
-// for srv into the host. The transport is shared by the hosts of tb's subtests.
-func jupyterInProcess(tb testing.TB, srv *jupytertest.Server) func(*settings.Config) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tr, err := jupyter.New(ctx, jupyter.Config{URL: srv.URL, Token: srv.Token})
-	if err != nil {
-		tb.Fatalf("jupyter transport for %s: %v", srv.URL, err)
-	}
-	tb.Cleanup(tr.Close)
-	return func(c *settings.Config) { c.Transport, c.TransportName = tr, "jupyter" }
-}
-
-// jupyterViaPlugin runs the jupyter transport through its plugin, as
-// `KERNELHOST_TRANSPORT=jupyter kernelhost` does.
-func jupyterViaPlugin(srv *jupytertest.Server) func(*settings.Config) {
-	return func(c *settings.Config) {
-		viaPlugin(c)
-		c.TransportName = "jupyter"
-		c.SetTransportSetting("jupyter-url", srv.URL)
-		c.SetTransportSetting("jupyter-token", srv.Token)
-	}
-}
-
 func TestJupyterHost(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
 	modes := []struct {
 		name string
 		set  func(*settings.Config)
-	}{{"in-process", jupyterInProcess(t, srv)}, {"plugin", jupyterViaPlugin(srv)}}
+	}{{"in-process", hosttest.JupyterInProcess(t, srv)}, {"plugin", hosttest.JupyterViaPlugin(srv)}}
 	for _, tc := range []struct {
 		name    string
-		test    func(t *testing.T, start func(...func(*settings.Config)) *testHost)
+		test    func(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host)
 		viaBoth bool // also through the plugin (each plugin start costs a process and a kernel)
 	}{
 		{"Basics", testJupyterBasics, true},
@@ -79,72 +54,74 @@ func TestJupyterHost(t *testing.T) {
 					continue
 				}
 				t.Run(m.name, func(t *testing.T) {
-					tc.test(t, func(configure ...func(*settings.Config)) *testHost {
+					tc.test(t, func(configure ...func(*settings.Config)) *hosttest.Host {
 						t.Helper()
-						return startHost(t, append([]func(*settings.Config){m.set}, configure...)...)
+						return hosttest.Start(t, append([]func(*settings.Config){m.set}, configure...)...)
 					})
 				})
 			}
 		})
 	}
 	// Through the plugin only: the latency tail of `make run-jupyter`.
-	t.Run("Concurrent8x50", func(t *testing.T) { testJupyterConcurrent8x50(t, srv, startHost(t, jupyterViaPlugin(srv))) })
+	t.Run("Concurrent8x50", func(t *testing.T) {
+		testJupyterConcurrent8x50(t, srv, hosttest.Start(t, hosttest.JupyterViaPlugin(srv)))
+	})
 }
 
 // testJupyterForkUnsupported: the jupyter transport cannot fork a kernel,
 // linked in or through its plugin (which has no core.Forker to ask): 501
 // naming it, and the context runs on.
-func testJupyterForkUnsupported(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterForkUnsupported(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
-	noError(t, h.run(map[string]any{"code": "x = 41"}))
-	id := h.defaultID("python")
-	if status, text := h.do("POST", "/contexts/"+id+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "jupyter transport cannot fork") {
+	hosttest.NoError(t, h.Run(map[string]any{"code": "x = 41"}))
+	id := h.DefaultID("python")
+	if status, text := h.Do("POST", "/contexts/"+id+"/fork", ""); status != http.StatusNotImplemented || !strings.Contains(text, "jupyter transport cannot fork") {
 		t.Fatalf("fork: %d %s, want 501 saying the jupyter transport cannot fork", status, text)
 	}
-	if got := mainResult(t, h.run(map[string]any{"code": "x + 1"})); got != "42" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "x + 1"})); got != "42" {
 		t.Fatalf("x + 1 = %q after the refused fork, want 42", got)
 	}
 }
 
 // testJupyterBasics: defaults, state across executions, the order of stdout,
 // stderr and the result, and an error that leaves the context working.
-func testJupyterBasics(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterBasics(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
-	if ctxs := h.contexts(); len(ctxs) != 1 || ctxs[0].Language != "python" || ctxs[0].Cwd != h.cwd {
-		t.Fatalf("contexts %+v, want one python default in %s (the server has no javascript kernel)", ctxs, h.cwd)
+	if ctxs := h.Contexts(); len(ctxs) != 1 || ctxs[0].Language != "python" || ctxs[0].Cwd != h.Cwd() {
+		t.Fatalf("contexts %+v, want one python default in %s (the server has no javascript kernel)", ctxs, h.Cwd())
 	}
-	noError(t, h.run(map[string]any{"code": "x = 41"}))
-	lines := h.run(map[string]any{"code": "x + 1"})
-	if got := mainResult(t, lines); got != "42" {
+	hosttest.NoError(t, h.Run(map[string]any{"code": "x = 41"}))
+	lines := h.Run(map[string]any{"code": "x + 1"})
+	if got := hosttest.MainResult(t, lines); got != "42" {
 		t.Fatalf("x + 1 = %q, want 42", got)
 	}
-	if first := lines[0]; first.typ() != "number_of_executions" {
+	if first := lines[0]; first.Type() != "number_of_executions" {
 		t.Fatalf("first line %v, want number_of_executions", first)
 	}
 
-	lines = h.run(map[string]any{"code": "import sys\nprint('a', flush=True)\nprint('b', flush=True)\nprint('c', file=sys.stderr, flush=True)\n1+1"})
+	lines = h.Run(map[string]any{"code": "import sys\nprint('a', flush=True)\nprint('b', flush=True)\nprint('c', file=sys.stderr, flush=True)\n1+1"})
 	var kinds []string
 	for _, l := range lines {
-		if k := l.typ(); len(kinds) == 0 || kinds[len(kinds)-1] != k {
+		if k := l.Type(); len(kinds) == 0 || kinds[len(kinds)-1] != k {
 			kinds = append(kinds, k)
 		}
 	}
 	if got, want := strings.Join(kinds, " "), "number_of_executions stdout stderr result end_of_execution"; got != want {
 		t.Fatalf("line kinds %q, want %q", got, want)
 	}
-	if got := stdout(lines); got != "a\nb\n" {
+	if got := hosttest.Stdout(lines); got != "a\nb\n" {
 		t.Fatalf("stdout %q", got)
 	}
 
-	lines = h.run(map[string]any{"code": "print('before')\nxyz"})
-	e := onlyError(t, lines)
-	if e.str("name") != "NameError" || e.str("value") != "name 'xyz' is not defined" || e.str("traceback") == "" {
+	lines = h.Run(map[string]any{"code": "print('before')\nxyz"})
+	e := hosttest.OnlyError(t, lines)
+	if e.Str("name") != "NameError" || e.Str("value") != "name 'xyz' is not defined" || e.Str("traceback") == "" {
 		t.Fatalf("error line %v", e)
 	}
-	if stdout(lines) != "before\n" {
-		t.Fatalf("stdout before the error %q", stdout(lines))
+	if hosttest.Stdout(lines) != "before\n" {
+		t.Fatalf("stdout before the error %q", hosttest.Stdout(lines))
 	}
-	if got := mainResult(t, h.run(map[string]any{"code": "x"})); got != "41" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "x"})); got != "41" {
 		t.Fatalf("after an error: x = %q, want 41", got)
 	}
 }
@@ -153,14 +130,14 @@ func testJupyterBasics(t *testing.T, start func(...func(*settings.Config)) *test
 // message limit (10 MiB) but within the host's body limit (16 MiB) ends in a
 // CodeTooLarge error, in-process and through the plugin alike (the kind must
 // cross the plugin boundary), and the context keeps working.
-func testJupyterTooLarge(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterTooLarge(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
-	lines := h.run(map[string]any{"code": "x = '" + strings.Repeat("a", 11<<20) + "'"})
-	e := onlyError(t, lines)
-	if e.str("name") != "CodeTooLarge" || !strings.Contains(e.str("value"), "accepts websocket messages of at most") {
+	lines := h.Run(map[string]any{"code": "x = '" + strings.Repeat("a", 11<<20) + "'"})
+	e := hosttest.OnlyError(t, lines)
+	if e.Str("name") != "CodeTooLarge" || !strings.Contains(e.Str("value"), "accepts websocket messages of at most") {
 		t.Fatalf("error line %v, want CodeTooLarge with the transport's message", e)
 	}
-	if got := mainResult(t, h.run(map[string]any{"code": "1 + 1"})); got != "2" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "1 + 1"})); got != "2" {
 		t.Fatalf("after the refused request: 1 + 1 = %q", got)
 	}
 }
@@ -171,7 +148,7 @@ const onePixelPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mN
 // testJupyterMIME: display_data and the main result carry their MIME bundles
 // to the result lines: HTML, and PNG from matplotlib when the kernel's Python
 // has it, else from IPython.display.Image.
-func testJupyterMIME(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterMIME(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
 	code := fmt.Sprintf(`import base64
 from IPython.display import HTML, Image, display
@@ -188,43 +165,43 @@ try:
 except ImportError:
     display(Image(data=base64.b64decode(%q), format='png'))
 HTML('<i>main</i>')`, onePixelPNG)
-	lines := h.run(map[string]any{"code": code})
-	noError(t, lines)
-	results := ofType(lines, "result")
+	lines := h.Run(map[string]any{"code": code})
+	hosttest.NoError(t, lines)
+	results := hosttest.OfType(lines, "result")
 	if len(results) != 3 {
 		t.Fatalf("want 3 result lines (HTML, PNG, main HTML), got %d: %v", len(results), results)
 	}
-	if r := results[0]; r.str("html") != "<b>shown</b>" || r["is_main_result"] == true {
+	if r := results[0]; r.Str("html") != "<b>shown</b>" || r["is_main_result"] == true {
 		t.Errorf("displayed HTML: %v", r)
 	}
-	png, err := base64.StdEncoding.DecodeString(results[1].str("png"))
+	png, err := base64.StdEncoding.DecodeString(results[1].Str("png"))
 	if err != nil || !strings.HasPrefix(string(png), "\x89PNG\r\n\x1a\n") {
 		t.Errorf("displayed image: png field is not a base64 PNG (%v): %v", err, results[1])
 	}
-	if r := results[2]; r.str("html") != "<i>main</i>" || r["is_main_result"] != true || !strings.Contains(r.str("text"), "HTML object") {
+	if r := results[2]; r.Str("html") != "<i>main</i>" || r["is_main_result"] != true || !strings.Contains(r.Str("text"), "HTML object") {
 		t.Errorf("main result: %v", r)
 	}
 }
 
 // testJupyterEnvVars: every transporttest.EnvValues value reaches the kernel's
 // os.environ exactly, and is gone (the global value back) afterwards.
-func testJupyterEnvVars(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterEnvVars(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start(func(c *settings.Config) { c.GlobalEnv = map[string]string{"KH_TEST_0": "global 'value'\n"} })
 	env := map[string]string{}
 	for i, v := range transporttest.EnvValues() {
 		env[fmt.Sprintf("KH_TEST_%d", i)] = v
 	}
 	code := "import os, json\nprint(json.dumps({k: os.environ[k] for k in os.environ if k.startswith('KH_TEST_')}))"
-	got := func(lines []line) map[string]string {
+	got := func(lines []hosttest.Line) map[string]string {
 		t.Helper()
-		noError(t, lines)
+		hosttest.NoError(t, lines)
 		var m map[string]string
-		if err := json.Unmarshal([]byte(stdout(lines)), &m); err != nil {
-			t.Fatalf("decode %q: %v", stdout(lines), err)
+		if err := json.Unmarshal([]byte(hosttest.Stdout(lines)), &m); err != nil {
+			t.Fatalf("decode %q: %v", hosttest.Stdout(lines), err)
 		}
 		return m
 	}
-	during := got(h.run(map[string]any{"code": code, "env_vars": env}))
+	during := got(h.Run(map[string]any{"code": code, "env_vars": env}))
 	if len(during) != len(env) {
 		t.Errorf("the kernel saw %d KH_TEST_ vars, want %d: %q", len(during), len(env), during)
 	}
@@ -233,76 +210,76 @@ func testJupyterEnvVars(t *testing.T, start func(...func(*settings.Config)) *tes
 			t.Errorf("%s = %q, want %q", k, during[k], v)
 		}
 	}
-	if after := got(h.run(map[string]any{"code": code})); len(after) != 1 || after["KH_TEST_0"] != "global 'value'\n" {
+	if after := got(h.Run(map[string]any{"code": code})); len(after) != 1 || after["KH_TEST_0"] != "global 'value'\n" {
 		t.Fatalf("after the execution: %q, want only the global KH_TEST_0", after)
 	}
 }
 
 // testJupyterCwd: a context's cwd (quotes, $(…), non-ASCII) is where its code
 // runs; a missing cwd is a 400 that names it and leaves no context.
-func testJupyterCwd(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterCwd(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
 	dir := filepath.Join(t.TempDir(), `it's a "dir" $(x) ü 中文`)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	testCwd(t, h, dir)
+	hosttest.CheckCwd(t, h, dir)
 }
 
 // testJupyterLifecycle: create, list, restart (state gone, listing kept),
 // delete (404 everywhere), and the other context is unaffected.
-func testJupyterLifecycle(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterLifecycle(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
-	defaults := h.contexts()
-	a, b := h.createContext(`{}`), h.createContext(`{"language":"python"}`)
-	listed := h.contexts()
+	defaults := h.Contexts()
+	a, b := h.CreateContext(`{}`), h.CreateContext(`{"language":"python"}`)
+	listed := h.Contexts()
 	if len(listed) != len(defaults)+2 || listed[len(listed)-2] != a || listed[len(listed)-1] != b {
 		t.Fatalf("listing %+v, want the defaults then %+v, %+v", listed, a, b)
 	}
-	noError(t, h.run(map[string]any{"code": "x = 1", "context_id": a.ID}))
-	noError(t, h.run(map[string]any{"code": "y = 2", "context_id": b.ID}))
-	if status, body := h.do("POST", "/contexts/"+a.ID+"/restart", ""); status != 200 || body != "null" {
+	hosttest.NoError(t, h.Run(map[string]any{"code": "x = 1", "context_id": a.ID}))
+	hosttest.NoError(t, h.Run(map[string]any{"code": "y = 2", "context_id": b.ID}))
+	if status, body := h.Do("POST", "/contexts/"+a.ID+"/restart", ""); status != 200 || body != "null" {
 		t.Fatalf("restart: %d %q", status, body)
 	}
-	if e := onlyError(t, h.run(map[string]any{"code": "x", "context_id": a.ID})); e.str("value") != "name 'x' is not defined" {
+	if e := hosttest.OnlyError(t, h.Run(map[string]any{"code": "x", "context_id": a.ID})); e.Str("value") != "name 'x' is not defined" {
 		t.Fatalf("after restart: %v", e)
 	}
-	if after := h.contexts(); fmt.Sprint(after) != fmt.Sprint(listed) {
+	if after := h.Contexts(); fmt.Sprint(after) != fmt.Sprint(listed) {
 		t.Fatalf("restart changed the listing: %+v, was %+v", after, listed)
 	}
-	if status, body := h.do("DELETE", "/contexts/"+a.ID, ""); status != 200 || body != "null" {
+	if status, body := h.Do("DELETE", "/contexts/"+a.ID, ""); status != 200 || body != "null" {
 		t.Fatalf("delete: %d %q", status, body)
 	}
-	h.requireContextGone(a.ID)
-	if got := mainResult(t, h.run(map[string]any{"code": "y", "context_id": b.ID})); got != "2" {
+	h.RequireContextGone(a.ID)
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "y", "context_id": b.ID})); got != "2" {
 		t.Fatalf("the other context after a delete: y = %q", got)
 	}
 }
 
 // testJupyterInterrupt: POST /interrupt ends running code with
 // KeyboardInterrupt at once, and the context keeps its state.
-func testJupyterInterrupt(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterInterrupt(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
-	id := h.defaultID("python")
-	noError(t, h.run(map[string]any{"code": "kept = 7"}))
+	id := h.DefaultID("python")
+	hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 7"}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := h.start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
-	s.until("stdout")
+	s := h.Start(ctx, map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
+	s.Until("stdout")
 	began := time.Now()
-	if status, body := h.do("POST", "/contexts/"+id+"/interrupt", ""); status != 200 || body != "null" {
+	if status, body := h.Do("POST", "/contexts/"+id+"/interrupt", ""); status != 200 || body != "null" {
 		t.Fatalf("interrupt: %d %q", status, body)
 	}
-	rest := s.rest()
+	rest := s.Rest()
 	// The cell sleeps 60 s: ending within 15 s is ending by the interrupt,
 	// with room for a loaded machine.
 	if took := time.Since(began); took > 15*time.Second {
 		t.Fatalf("the interrupted execution ended %s after the interrupt", took)
 	}
-	if e := onlyError(t, rest); e.str("name") != "KeyboardInterrupt" {
+	if e := hosttest.OnlyError(t, rest); e.Str("name") != "KeyboardInterrupt" {
 		t.Fatalf("error %v, want KeyboardInterrupt", e)
 	}
-	if got := mainResult(t, h.run(map[string]any{"code": "kept"})); got != "7" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept"})); got != "7" {
 		t.Fatalf("after the interrupt: kept = %q", got)
 	}
 }
@@ -310,11 +287,11 @@ func testJupyterInterrupt(t *testing.T, start func(...func(*settings.Config)) *t
 // disconnectAfter starts code on the default context as an SDK client does
 // and drops the connection after d (the scenario of the upstream bug: a
 // client that times out and goes away). It returns when it disconnected.
-func disconnectAfter(t *testing.T, h *testHost, code string, d time.Duration) time.Time {
+func disconnectAfter(t *testing.T, h *hosttest.Host, code string, d time.Duration) time.Time {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := h.start(ctx, map[string]any{"code": code})
-	if l := s.next(); l.typ() != "number_of_executions" {
+	s := h.Start(ctx, map[string]any{"code": code})
+	if l := s.Next(); l.Type() != "number_of_executions" {
 		cancel()
 		t.Fatalf("first line %v, want number_of_executions (the code runs)", l)
 	}
@@ -327,39 +304,39 @@ func disconnectAfter(t *testing.T, h *testHost, code string, d time.Duration) ti
 // and when it completed. The request's deadline is within: a request that
 // hangs fails the test ("read stream: context deadline exceeded") instead of
 // hanging it.
-func runHello(t *testing.T, h *testHost, within time.Duration) (lines []line, done time.Time) {
+func runHello(t *testing.T, h *hosttest.Host, within time.Duration) (lines []hosttest.Line, done time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	lines = h.start(ctx, map[string]any{"code": "print('hello')"}).rest()
+	lines = h.Start(ctx, map[string]any{"code": "print('hello')"}).Rest()
 	return lines, time.Now()
 }
 
 // The upstream bug, end to end, with the default interrupt policy: the next
 // request on the context completes within 2 s of the disconnect.
-func testJupyterDisconnectInterrupts(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterDisconnectInterrupts(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
 	gone := disconnectAfter(t, h, "import time; time.sleep(30)", time.Second)
 	lines, done := runHello(t, h, 10*time.Second)
 	if took := done.Sub(gone); took > 2*time.Second {
 		t.Fatalf("print('hello') completed %s after the disconnect, want < 2s", took)
 	}
-	noError(t, lines)
-	if got := stdout(lines); got != "hello\n" {
+	hosttest.NoError(t, lines)
+	if got := hosttest.Stdout(lines); got != "hello\n" {
 		t.Fatalf("stdout %q, want hello", got)
 	}
 }
 
 // With the continue policy the abandoned code runs to its end, and the next
 // request completes right after it: not before, and never hanging.
-func testJupyterDisconnectContinues(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterDisconnectContinues(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start(func(c *settings.Config) { c.DisconnectPolicy = engine.DisconnectContinue })
 	const sleep = 5 * time.Second
 	sent := time.Now()
 	gone := disconnectAfter(t, h, "import time; time.sleep(5)", time.Second)
 	lines, done := runHello(t, h, sleep+10*time.Second)
-	noError(t, lines)
-	if got := stdout(lines); got != "hello\n" {
+	hosttest.NoError(t, lines)
+	if got := hosttest.Stdout(lines); got != "hello\n" {
 		t.Fatalf("stdout %q, want hello", got)
 	}
 	if done.Before(sent.Add(sleep)) {
@@ -374,9 +351,9 @@ func testJupyterDisconnectContinues(t *testing.T, start func(...func(*settings.C
 // testJupyterOverlap: request A (env var SECRET) runs while request B (no env
 // vars) is queued on the same context, 50 times; in every other round A ends
 // with an error. B never sees SECRET and A's error never aborts B.
-func testJupyterOverlap(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+func testJupyterOverlap(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
-	id := h.defaultID("python")
+	id := h.DefaultID("python")
 	flag := filepath.Join(t.TempDir(), "go-on")
 	const rounds = 50
 	for i := range rounds {
@@ -389,37 +366,26 @@ func testJupyterOverlap(t *testing.T, start func(...func(*settings.Config)) *tes
 			codeA += "\nraise ValueError('A fails')"
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		a := h.start(ctx, map[string]any{"code": codeA, "context_id": id, "env_vars": map[string]string{"SECRET": secret}})
-		if got := a.stdoutLine(); got != "True\n" {
+		a := h.Start(ctx, map[string]any{"code": codeA, "context_id": id, "env_vars": map[string]string{"SECRET": secret}})
+		if got := a.StdoutLine(); got != "True\n" {
 			cancel()
 			t.Fatalf("round %d: A did not see its SECRET: %q", i, got)
 		}
-		b := h.start(ctx, map[string]any{"code": "import os\nprint(os.environ.get('SECRET', '<unset>'))", "context_id": id})
+		b := h.Start(ctx, map[string]any{"code": "import os\nprint(os.environ.get('SECRET', '<unset>'))", "context_id": id})
 		if err := os.WriteFile(flag, nil, 0o600); err != nil {
 			cancel()
 			t.Fatal(err)
 		}
-		restA, restB := a.rest(), b.rest()
+		restA, restB := a.Rest(), b.Rest()
 		cancel()
-		if errs := ofType(restA, "error"); failing != (len(errs) == 1) || len(errs) > 1 || failing && errs[0].str("name") != "ValueError" {
+		if errs := hosttest.OfType(restA, "error"); failing != (len(errs) == 1) || len(errs) > 1 || failing && errs[0].Str("name") != "ValueError" {
 			t.Fatalf("round %d: A's errors %v, want a ValueError: %v", i, errs, failing)
 		}
-		noError(t, restB)
-		if got := stdout(restB); got != "<unset>\n" {
+		hosttest.NoError(t, restB)
+		if got := hosttest.Stdout(restB); got != "<unset>\n" {
 			t.Fatalf("round %d: B saw SECRET = %q", i, got)
 		}
 	}
-}
-
-// stdoutLine reads stdout lines until their text ends a line, and returns the
-// text: ipykernel may send print's text and its newline as two messages.
-func (s *stream) stdoutLine() string {
-	s.t.Helper()
-	var b strings.Builder
-	for !strings.HasSuffix(b.String(), "\n") {
-		b.WriteString(s.until("stdout").str("text"))
-	}
-	return b.String()
 }
 
 // Kernel messages lost on the way (the kernel's IOPub queue overflowed) are
@@ -431,16 +397,16 @@ func TestJupyterLostMessagesAnnouncedAndCounted(t *testing.T) {
 	if err := srv.UseOverflowingPython(); err != nil {
 		t.Fatal(err)
 	}
-	h := startHost(t, jupyterViaPlugin(srv))
-	lines := h.run(map[string]any{"code": "from IPython.display import display\nfor i in range(3000):\n    display(i)"})
+	h := hosttest.Start(t, hosttest.JupyterViaPlugin(srv))
+	lines := h.Run(map[string]any{"code": "from IPython.display import display\nfor i in range(3000):\n    display(i)"})
 	results := 0
 	var notice string
 	for _, l := range lines {
-		switch l.typ() {
+		switch l.Type() {
 		case "result":
 			results++
 		case "stderr":
-			notice += l.str("text")
+			notice += l.Str("text")
 		}
 	}
 	// The kernel may also overflow while the host sets it up: that loss is
@@ -458,7 +424,7 @@ func TestJupyterLostMessagesAnnouncedAndCounted(t *testing.T) {
 	if lost < 3000-results {
 		t.Errorf("notice says %d lost, %d results did not arrive", lost, 3000-results)
 	}
-	if got := h.scrapeMetrics(t, nil).value(t, "kernelhost_kernel_messages_lost_total"); got != float64(lost) {
+	if got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_kernel_messages_lost_total"); got != float64(lost) {
 		t.Errorf("kernelhost_kernel_messages_lost_total = %v, want %d (the notices: %q)", got, lost, notice)
 	}
 }

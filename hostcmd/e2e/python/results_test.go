@@ -1,15 +1,13 @@
-package server_test
+package python_test
 
 import (
 	"encoding/base64"
 	"strings"
 	"testing"
 
-	"github.com/kernelhost/kernelhost/hostcmd/server"
-	"github.com/kernelhost/kernelhost/hostcmd/settings"
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
-	"github.com/kernelhost/kernelhost/transports/subprocess"
 )
 
 // Charts, data and images over HTTP: kernelhost's python kernel environment
@@ -18,22 +16,17 @@ import (
 // (ipykernel, whose kernels the test does not change). The official SDK's
 // view of the same is hostcmd/sdktest/sdk-charts.test.mjs.
 
-// onDebianPython runs the subprocess transport, linked in, on Debian's python3.
-func onDebianPython(c *settings.Config) {
-	c.Transport = subprocess.New(subprocess.Options{Python: testkit.DebianPython})
-}
-
 func TestPythonResults(t *testing.T) {
 	t.Parallel()
 	testkit.NeedPythonModules(t, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
 	t.Run("subprocess", func(t *testing.T) {
 		t.Parallel() // each transport has a host of its own
-		testPythonResults(t, startHost(t, onDebianPython))
+		testPythonResults(t, hosttest.Start(t, hosttest.OnDebianPython))
 	})
 	t.Run("jupyter", func(t *testing.T) {
 		t.Parallel()
 		srv := jupytertest.Shared(t)
-		testPythonResults(t, startHost(t, jupyterInProcess(t, srv)))
+		testPythonResults(t, hosttest.Start(t, hosttest.JupyterInProcess(t, srv)))
 	})
 }
 
@@ -45,16 +38,16 @@ plt.title('settings.Load')
 plt.ylabel('settings.Load (kW)')
 plt.show()`
 
-func testPythonResults(t *testing.T, h *testHost) {
-	chart := func(t *testing.T, lines []line) map[string]any {
+func testPythonResults(t *testing.T, h *hosttest.Host) {
+	chart := func(t *testing.T, lines []hosttest.Line) map[string]any {
 		t.Helper()
-		noError(t, lines)
-		results := ofType(lines, "result")
+		hosttest.NoError(t, lines)
+		results := hosttest.OfType(lines, "result")
 		if len(results) != 1 {
 			t.Fatalf("want one result (the figure), got %v", results)
 		}
 		r := results[0]
-		if png, err := base64.StdEncoding.DecodeString(r.str("png")); err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+		if png, err := base64.StdEncoding.DecodeString(r.Str("png")); err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 			t.Fatalf("no png beside the chart (%v): %v", err, r)
 		}
 		c, ok := r["chart"].(map[string]any)
@@ -72,38 +65,38 @@ func testPythonResults(t *testing.T, h *testHost) {
 			t.Fatalf("line chart %v", c)
 		}
 	}
-	t.Run("LineOverDates", func(t *testing.T) { checkLine(t, chart(t, h.run(map[string]any{"code": lineOverDates}))) })
+	t.Run("LineOverDates", func(t *testing.T) { checkLine(t, chart(t, h.Run(map[string]any{"code": lineOverDates}))) })
 
 	t.Run("DataFrame", func(t *testing.T) {
-		lines := h.run(map[string]any{"code": "import pandas as pd\npd.DataFrame({'n': [1, 2], 's': ['a', None]})"})
-		noError(t, lines)
-		r := ofType(lines, "result")[0]
+		lines := h.Run(map[string]any{"code": "import pandas as pd\npd.DataFrame({'n': [1, 2], 's': ['a', None]})"})
+		hosttest.NoError(t, lines)
+		r := hosttest.OfType(lines, "result")[0]
 		data, _ := r["data"].(map[string]any)
 		n, _ := data["n"].([]any)
 		s, _ := data["s"].([]any)
-		if len(n) != 2 || n[0] != float64(1) || len(s) != 2 || s[0] != "a" || s[1] != nil || !strings.Contains(r.str("html"), "<table") {
+		if len(n) != 2 || n[0] != float64(1) || len(s) != 2 || s[0] != "a" || s[1] != nil || !strings.Contains(r.Str("html"), "<table") {
 			t.Fatalf("DataFrame result %v", r)
 		}
 	})
 
 	t.Run("Images", func(t *testing.T) {
-		lines := h.run(map[string]any{"code": "from PIL import Image\nimg = Image.new('L', (3, 2))\nimg.show()\nimg"})
-		noError(t, lines)
-		results := ofType(lines, "result")
+		lines := h.Run(map[string]any{"code": "from PIL import Image\nimg = Image.new('L', (3, 2))\nimg.show()\nimg"})
+		hosttest.NoError(t, lines)
+		results := hosttest.OfType(lines, "result")
 		if len(results) != 2 || results[0]["is_main_result"] != false || results[1]["is_main_result"] != true {
 			t.Fatalf("want the shown image and the main result, got %v", results)
 		}
 		for _, r := range results {
-			if png, err := base64.StdEncoding.DecodeString(r.str("png")); err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+			if png, err := base64.StdEncoding.DecodeString(r.Str("png")); err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 				t.Fatalf("not a png (%v): %v", err, r)
 			}
 		}
 	})
 
 	t.Run("JSON", func(t *testing.T) {
-		lines := h.run(map[string]any{"code": "{'a': [1, None]}"})
-		noError(t, lines)
-		j, _ := ofType(lines, "result")[0]["json"].(map[string]any)
+		lines := h.Run(map[string]any{"code": "{'a': [1, None]}"})
+		hosttest.NoError(t, lines)
+		j, _ := hosttest.OfType(lines, "result")[0]["json"].(map[string]any)
 		if a, _ := j["a"].([]any); len(a) != 2 || a[0] != float64(1) || a[1] != nil {
 			t.Fatalf("json %v", j)
 		}
@@ -111,11 +104,11 @@ func testPythonResults(t *testing.T, h *testHost) {
 
 	// A cell that does not plot gets what it got without the environment.
 	t.Run("PlainCell", func(t *testing.T) {
-		lines := h.run(map[string]any{"code": "print('hi')\n6 * 7"})
-		if got := mainResult(t, lines); got != "42" || stdout(lines) != "hi\n" {
-			t.Fatalf("plain cell: result %q, stdout %q", got, stdout(lines))
+		lines := h.Run(map[string]any{"code": "print('hi')\n6 * 7"})
+		if got := hosttest.MainResult(t, lines); got != "42" || hosttest.Stdout(lines) != "hi\n" {
+			t.Fatalf("plain cell: result %q, stdout %q", got, hosttest.Stdout(lines))
 		}
-		if r := ofType(lines, "result")[0]; len(r) != 4 { // type, text, extra, is_main_result
+		if r := hosttest.OfType(lines, "result")[0]; len(r) != 4 { // type, text, extra, is_main_result
 			t.Fatalf("plain result has more than its text: %v", r)
 		}
 	})
@@ -125,22 +118,10 @@ func testPythonResults(t *testing.T, h *testHost) {
 
 	// A restarted kernel is a new interpreter: the environment is applied again.
 	t.Run("AfterRestart", func(t *testing.T) {
-		id := h.defaultID("python")
-		if status, body := h.do("POST", "/contexts/"+id+"/restart", ""); status != 200 {
+		id := h.DefaultID("python")
+		if status, body := h.Do("POST", "/contexts/"+id+"/restart", ""); status != 200 {
 			t.Fatalf("restart: %d %s", status, body)
 		}
-		checkLine(t, chart(t, h.run(map[string]any{"code": lineOverDates})))
+		checkLine(t, chart(t, h.Run(map[string]any{"code": lineOverDates})))
 	})
-}
-
-// BenchmarkPythonEnvPlainCell measures what the kernel environment costs a
-// cell that does not plot: `1+1` over HTTP on a host that applies it and on
-// one that does not, both on Debian's python through the subprocess driver,
-// alternating in one loop. It reports both medians and their difference.
-func BenchmarkPythonEnvPlainCell(b *testing.B) {
-	testkit.NeedPythonModules(b, testkit.DebianPython, "IPython", "matplotlib", "pandas", "PIL")
-	restore := server.WithoutKernelEnv()
-	without := startHost(b, onDebianPython)
-	restore()
-	compareRoundTrips(b, "python-env", startHost(b, onDebianPython), "no-env", without)
 }

@@ -1,4 +1,4 @@
-package server_test
+package sandbox_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -31,23 +32,23 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 			if !mode.noCgroups && !subprocess.CgroupsAvailable() {
 				t.Skip("no writable cgroup v2 with cgroup.kill here: the subreaper path is what runs on this machine")
 			}
-			h := startHost(t, viaPlugin, func(c *settings.Config) {
+			h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) {
 				c.SetTransportSetting("kernel-cgroups", strconv.FormatBool(!mode.noCgroups))
 				c.SetTransportSetting("sandbox", "off")
 			})
-			ctx := h.createContext(`{"language":"bash"}`)
-			lines := h.run(map[string]any{"context_id": ctx.ID, "code": "setsid sleep 300 & echo $!\n(setsid sleep 301 & echo $!)\necho $PPID"})
-			noError(t, lines)
+			ctx := h.CreateContext(`{"language":"bash"}`)
+			lines := h.Run(map[string]any{"context_id": ctx.ID, "code": "setsid sleep 300 & echo $!\n(setsid sleep 301 & echo $!)\necho $PPID"})
+			hosttest.NoError(t, lines)
 			var pids []int
-			for _, f := range strings.Fields(stdout(lines)) {
+			for _, f := range strings.Fields(hosttest.Stdout(lines)) {
 				pid, err := strconv.Atoi(f)
 				if err != nil {
-					t.Fatalf("stdout %q", stdout(lines))
+					t.Fatalf("stdout %q", hosttest.Stdout(lines))
 				}
 				pids = append(pids, pid)
 			}
 			if len(pids) != 3 {
-				t.Fatalf("stdout %q", stdout(lines))
+				t.Fatalf("stdout %q", hosttest.Stdout(lines))
 			}
 			child, daemon, plugin := pids[0], pids[1], pids[2]
 			t.Cleanup(func() {
@@ -68,7 +69,7 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 			if _, ppid := testkit.ProcState(daemon); ppid != plugin {
 				t.Fatalf("the daemon's parent is %d, want the plugin %d (a child subreaper)", ppid, plugin)
 			}
-			if status, body := h.do("DELETE", "/contexts/"+ctx.ID, ""); status != 200 {
+			if status, body := h.Do("DELETE", "/contexts/"+ctx.ID, ""); status != 200 {
 				t.Fatalf("delete: %d %s", status, body)
 			}
 			if !mode.noCgroups {
@@ -91,29 +92,29 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 // PID namespace, which ends with it.
 func TestDetachedChildrenEndWithTheirSandbox(t *testing.T) {
 	t.Parallel()
-	needSandbox(t)
+	hosttest.NeedSandbox(t)
 	for _, mode := range []struct {
 		name      string
 		noCgroups bool
 	}{{"cgroup", false}, {"no-cgroup", true}} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel() // a host of its own; the pids it checks are its own
-			h := startHost(t, viaPlugin, func(c *settings.Config) {
+			h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) {
 				c.SetTransportSetting("kernel-cgroups", strconv.FormatBool(!mode.noCgroups))
 				c.SetTransportSetting("sandbox", "on")
 			})
-			ctx := h.createContext(`{"language":"bash"}`)
-			lines := h.run(map[string]any{"context_id": ctx.ID, "code": "readlink /proc/self/ns/pid\nsetsid sleep 300 & echo $!\n(setsid sleep 301 & echo $!)"})
-			noError(t, lines)
-			f := strings.Fields(stdout(lines))
+			ctx := h.CreateContext(`{"language":"bash"}`)
+			lines := h.Run(map[string]any{"context_id": ctx.ID, "code": "readlink /proc/self/ns/pid\nsetsid sleep 300 & echo $!\n(setsid sleep 301 & echo $!)"})
+			hosttest.NoError(t, lines)
+			f := strings.Fields(hosttest.Stdout(lines))
 			if len(f) != 3 {
-				t.Fatalf("stdout %q", stdout(lines))
+				t.Fatalf("stdout %q", hosttest.Stdout(lines))
 			}
 			var pids []int
 			for _, s := range f[1:] {
 				n, err := strconv.Atoi(s)
 				if err != nil {
-					t.Fatalf("stdout %q", stdout(lines))
+					t.Fatalf("stdout %q", hosttest.Stdout(lines))
 				}
 				pids = append(pids, testkit.HostPidIn(t, f[0], n))
 			}
@@ -125,7 +126,7 @@ func TestDetachedChildrenEndWithTheirSandbox(t *testing.T) {
 					}
 				}
 			})
-			if status, body := h.do("DELETE", "/contexts/"+ctx.ID, ""); status != 200 {
+			if status, body := h.Do("DELETE", "/contexts/"+ctx.ID, ""); status != 200 {
 				t.Fatalf("delete: %d %s", status, body)
 			}
 			testkit.AwaitGone(t, "after delete", 15*time.Second, pids...)

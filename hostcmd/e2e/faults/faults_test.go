@@ -1,4 +1,4 @@
-package server_test
+package faults_test
 
 // The fault suite (make test-faults): real processes on loopback, one fault
 // each. After every fault the host answers /health, the next execution on
@@ -7,9 +7,9 @@ package server_test
 // started is left (the /proc tree under the test binary). Those checks see
 // the whole test binary, so a fault test is never a parallel test: go test
 // runs the package's other tests, which are, only after it. make test runs
-// this package's TestFault* (and TestFloodKeepsState, not parallel either)
-// in a test binary of their own (test-go-faults), beside the rest. Lines
-// starting with "FIGURE" are the figures of docs/reliability.md.
+// this package whole as a part of its own (test-go-faults), beside the rest
+// of the tests. Lines starting with "FIGURE" are the figures of
+// docs/reliability.md.
 
 import (
 	"context"
@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,182 +28,75 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
 
-// descendants lists the live processes under pid (zombies excluded).
-func descendants(pid int) map[int]string {
-	children := map[int][]int{}
-	names := map[int]string{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || i+4 > len(s) || s[i+2] == 'Z' {
-			continue
-		}
-		fields := strings.Fields(s[i+2:])
-		ppid, _ := strconv.Atoi(fields[1])
-		children[ppid] = append(children[ppid], p)
-		names[p] = s[strings.IndexByte(s, '(')+1 : i]
-	}
-	out := map[int]string{}
-	var walk func(int)
-	walk = func(p int) {
-		for _, c := range children[p] {
-			out[c] = names[c]
-			walk(c)
-		}
-	}
-	walk(pid)
-	return out
-}
-
-// faultTest registers the end-of-test checks of a fault test, to run after
-// everything the test starts is stopped (cleanups run last-in first-out):
-// goroutines back to the test's baseline, and no process left behind.
-func faultTest(t *testing.T) {
-	t.Helper()
-	baseline := goleak.IgnoreCurrent()
-	procsBefore := descendants(os.Getpid())
-	t.Cleanup(func() {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			var left []string
-			for pid, name := range descendants(os.Getpid()) {
-				if _, ok := procsBefore[pid]; !ok {
-					left = append(left, fmt.Sprintf("%d (%s)", pid, name))
-				}
-			}
-			if len(left) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("processes left behind 15 s after the test: %v", left)
-				break
-			}
-			time.Sleep(20 * time.Millisecond) // /proc offers nothing to wait on
-		}
-		goleak.VerifyNone(t, baseline)
-	})
-}
-
-// recovered checks what every fault test checks after its fault: /health,
-// and an execution on every context (the python ones compute, the others echo).
-func (h *testHost) recovered(t *testing.T) {
-	t.Helper()
-	if status, body := h.do("GET", "/health", ""); status != 200 {
-		t.Fatalf("health after the fault: %d %s", status, body)
-	}
-	for _, c := range h.contexts() {
-		code, want := "6*7", "42"
-		switch c.Language {
-		case "javascript":
-			code = "6*7"
-		case "bash":
-			code, want = "echo 42", ""
-		}
-		lines := h.run(map[string]any{"code": code, "context_id": c.ID})
-		noError(t, lines)
-		got := stdout(lines)
-		if want != "" {
-			got = mainResult(t, lines)
-		} else {
-			want = "42\n"
-		}
-		if got != want {
-			t.Fatalf("%s context %s after the fault: %q, want %q", c.Language, c.ID, got, want)
-		}
-	}
-}
-
 // settleKernelDied runs one execution in each context and accepts, besides
 // success, a KernelDied error line: the kernel was found gone as it ran.
-func (h *testHost) settleKernelDied(t *testing.T) {
+func settleKernelDied(h *hosttest.Host, t *testing.T) {
 	t.Helper()
-	for _, c := range h.contexts() {
+	for _, c := range h.Contexts() {
 		code := "1"
 		if c.Language == "bash" {
 			code = "true"
 		}
-		for _, e := range ofType(h.run(map[string]any{"code": code, "context_id": c.ID}), "error") {
-			if e.str("name") != "KernelDied" {
-				t.Fatalf("%s context %s after the fault: error %s: %s", c.Language, c.ID, e.str("name"), e.str("value"))
+		for _, e := range hosttest.OfType(h.Run(map[string]any{"code": code, "context_id": c.ID}), "error") {
+			if e.Str("name") != "KernelDied" {
+				t.Fatalf("%s context %s after the fault: error %s: %s", c.Language, c.ID, e.Str("name"), e.Str("value"))
 			}
 		}
 	}
-}
-
-// figure logs one measured figure for docs/reliability.md.
-func figure(t *testing.T, format string, args ...any) {
-	t.Helper()
-	t.Logf("FIGURE %s: "+format, append([]any{t.Name()}, args...)...)
-}
-
-// pidOf asks a python context for its interpreter's process id.
-func (h *testHost) pidOf(t *testing.T, id string) int {
-	t.Helper()
-	return testkit.HostPidOfProbe(t, stdout(h.run(map[string]any{"code": testkit.SelfPidProbe("python"), "context_id": id})))
 }
 
 // killMidExecution starts a long execution on id, kills pid with SIGKILL
 // once it printed, and returns the error line the client saw and how long
 // the stream took to end after the kill.
-func (h *testHost) killMidExecution(t *testing.T, id string, pid int) (line, time.Duration) {
+func killMidExecution(h *hosttest.Host, t *testing.T, id string, pid int) (hosttest.Line, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := h.start(ctx, map[string]any{"code": "import time\nprint('running', flush=True)\ntime.sleep(60)", "context_id": id})
-	s.until("stdout")
+	s := h.Start(ctx, map[string]any{"code": "import time\nprint('running', flush=True)\ntime.sleep(60)", "context_id": id})
+	s.Until("stdout")
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %d: %v", pid, err)
 	}
 	began := time.Now()
-	rest := s.rest()
-	return onlyError(t, rest), time.Since(began)
+	rest := s.Rest()
+	return hosttest.OnlyError(t, rest), time.Since(began)
 }
 
 // kill -9 of the interpreter of one context mid-execution (subprocess
 // transport, in-process): the stream ends with KernelDied, the context gets a
 // new interpreter at its next execution, the other contexts keep their state.
 func TestFaultInterpreterKilled(t *testing.T) {
-	faultTest(t)
-	h := startHost(t)
-	victim := h.createContext(`{}`)
-	other := h.createContext(`{"language":"bash"}`)
-	noError(t, h.run(map[string]any{"code": "kept = 'state'"}))
-	noError(t, h.run(map[string]any{"code": "export KEPT=state", "context_id": other.ID}))
-	pid := h.pidOf(t, victim.ID)
+	hosttest.NoLeftovers(t)
+	h := hosttest.Start(t)
+	victim := h.CreateContext(`{}`)
+	other := h.CreateContext(`{"language":"bash"}`)
+	hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 'state'"}))
+	hosttest.NoError(t, h.Run(map[string]any{"code": "export KEPT=state", "context_id": other.ID}))
+	pid := hosttest.PidOf(t, h, victim.ID)
 
-	e, took := h.killMidExecution(t, victim.ID, pid)
-	if e.str("name") != "KernelDied" {
+	e, took := killMidExecution(h, t, victim.ID, pid)
+	if e.Str("name") != "KernelDied" {
 		t.Fatalf("error line %v, want KernelDied", e)
 	}
 	testkit.AwaitGone(t, "the killed interpreter", 5*time.Second, pid)
 	began := time.Now()
-	h.recovered(t)
-	figure(t, "stream ended %s after the kill with %s: %q; next execution on every context ok after %s",
-		took.Round(time.Millisecond), e.str("name"), e.str("value"), time.Since(began).Round(time.Millisecond))
-	if got := mainResult(t, h.run(map[string]any{"code": "kept"})); got != "state" {
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; next execution on every context ok after %s",
+		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), time.Since(began).Round(time.Millisecond))
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept"})); got != "state" {
 		t.Fatalf("the default context lost its state: %q", got)
 	}
-	if got := stdout(h.run(map[string]any{"code": "echo $KEPT", "context_id": other.ID})); got != "state\n" {
+	if got := hosttest.Stdout(h.Run(map[string]any{"code": "echo $KEPT", "context_id": other.ID})); got != "state\n" {
 		t.Fatalf("the bash context lost its state: %q", got)
 	}
-	if newPID := h.pidOf(t, victim.ID); newPID == pid {
+	if newPID := hosttest.PidOf(t, h, victim.ID); newPID == pid {
 		t.Fatalf("the context still reports the killed pid %d", pid)
 	}
 }
@@ -212,21 +104,21 @@ func TestFaultInterpreterKilled(t *testing.T) {
 // kill -9 of the transport plugin mid-execution: every context's interpreter
 // goes with it; the plugin restarts and every context works again.
 func TestFaultPluginKilled(t *testing.T) {
-	faultTest(t)
-	h := startHost(t, viaPlugin)
-	extra := h.createContext(`{"language":"bash"}`)
-	id := h.defaultID("python")
-	py := h.pidOf(t, id)
+	hosttest.NoLeftovers(t)
+	h := hosttest.Start(t, hosttest.ViaPlugin)
+	extra := h.CreateContext(`{"language":"bash"}`)
+	id := h.DefaultID("python")
+	py := hosttest.PidOf(t, h, id)
 	plugin := h.PluginPID()
 
-	e, took := h.killMidExecution(t, id, plugin)
-	if !strings.Contains(e.str("value"), "died") {
+	e, took := killMidExecution(h, t, id, plugin)
+	if !strings.Contains(e.Str("value"), "died") {
 		t.Fatalf("error line %v, want one saying the kernel died", e)
 	}
 	began := time.Now()
-	h.recovered(t)
-	figure(t, "stream ended %s after the kill with %s: %q; plugin restarted and every context ok after %s",
-		took.Round(time.Millisecond), e.str("name"), e.str("value"), time.Since(began).Round(time.Millisecond))
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; plugin restarted and every context ok after %s",
+		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), time.Since(began).Round(time.Millisecond))
 	testkit.AwaitGone(t, "the killed plugin", 5*time.Second, plugin)
 	testkit.AwaitGone(t, "the interpreter of the killed plugin", 10*time.Second, py)
 	if now := h.PluginPID(); now == 0 || now == plugin {
@@ -338,7 +230,7 @@ func (s *jupyterServer) stop() {
 // jupyterHost starts a Jupyter Server and a host on it whose (in-process)
 // jupyter transport goes through a TCP proxy, with short ping bounds so a
 // stalled connection is noticed within a second.
-func jupyterHost(t *testing.T) (*testHost, *jupyterServer, *testkit.Proxy) {
+func jupyterHost(t *testing.T) (*hosttest.Host, *jupyterServer, *testkit.Proxy) {
 	t.Helper()
 	srv := startJupyter(t)
 	p := testkit.StartProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.port))
@@ -353,26 +245,26 @@ func jupyterHost(t *testing.T) (*testHost, *jupyterServer, *testkit.Proxy) {
 		t.Fatalf("jupyter transport: %v", err)
 	}
 	t.Cleanup(tr.Close)
-	h := startHost(t, func(c *settings.Config) { c.Transport = tr })
+	h := hosttest.Start(t, func(c *settings.Config) { c.Transport = tr })
 	return h, srv, p
 }
 
 // kill -9 of a Jupyter kernel mid-execution: the server restarts it; the
 // stream ends with an error line; the context works again, without state.
 func TestFaultJupyterKernelKilled(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	h, _, _ := jupyterHost(t)
-	other := h.createContext(`{}`)
-	noError(t, h.run(map[string]any{"code": "kept = 'state'", "context_id": other.ID}))
-	id := h.defaultID("python")
-	pid := h.pidOf(t, id)
-	e, took := h.killMidExecution(t, id, pid)
+	other := h.CreateContext(`{}`)
+	hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 'state'", "context_id": other.ID}))
+	id := h.DefaultID("python")
+	pid := hosttest.PidOf(t, h, id)
+	e, took := killMidExecution(h, t, id, pid)
 	began := time.Now()
-	h.recovered(t)
-	figure(t, "stream ended %s after the kill with %s: %q; every context ok after %s",
-		took.Round(time.Millisecond), e.str("name"), e.str("value"), time.Since(began).Round(time.Millisecond))
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; every context ok after %s",
+		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), time.Since(began).Round(time.Millisecond))
 	testkit.AwaitGone(t, "the killed kernel", 5*time.Second, pid)
-	if got := mainResult(t, h.run(map[string]any{"code": "kept", "context_id": other.ID})); got != "state" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept", "context_id": other.ID})); got != "state" {
 		t.Fatalf("the other kernel lost its state: %q", got)
 	}
 }
@@ -380,12 +272,12 @@ func TestFaultJupyterKernelKilled(t *testing.T) {
 // kill -9 of the Jupyter Server itself mid-execution, then a new server on
 // the same port: the host recovers without a restart (new kernels, no state).
 func TestFaultJupyterServerKilled(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	h, srv, _ := jupyterHost(t)
-	other := h.createContext(`{}`)
-	id := h.defaultID("python")
-	kernels := []int{h.pidOf(t, id), h.pidOf(t, other.ID)}
-	e, took := h.killMidExecution(t, id, srv.cmd.Process.Pid)
+	other := h.CreateContext(`{}`)
+	id := h.DefaultID("python")
+	kernels := []int{hosttest.PidOf(t, h, id), hosttest.PidOf(t, h, other.ID)}
+	e, took := killMidExecution(h, t, id, srv.cmd.Process.Pid)
 	<-srv.done
 	// Its kernels end with it (their sandbox's --die-with-parent; an
 	// unsandboxed kernel's parent poller notices within seconds).
@@ -393,16 +285,16 @@ func TestFaultJupyterServerKilled(t *testing.T) {
 		testkit.AwaitGone(t, "a kernel of the killed server", 10*time.Second, k)
 	}
 	// While it is down, the host answers and says what is wrong.
-	status, body := h.do("POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, other.ID))
+	status, body := h.Do("POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, other.ID))
 	down := fmt.Sprintf("%d", status)
 	if status == 200 {
-		if errs := ofType(parseStream(t, []byte(body)), "error"); len(errs) == 1 {
-			down += " + error line " + errs[0].str("name") + ": " + errs[0].str("value")
+		if errs := hosttest.OfType(hosttest.ParseStream(t, []byte(body)), "error"); len(errs) == 1 {
+			down += " + error line " + errs[0].Str("name") + ": " + errs[0].Str("value")
 		}
 	} else {
 		down += " " + body
 	}
-	if s, _ := h.do("GET", "/health", ""); s != 200 {
+	if s, _ := h.Do("GET", "/health", ""); s != 200 {
 		t.Fatalf("health with the Jupyter Server down: %d", s)
 	}
 	restart := time.Now()
@@ -412,10 +304,10 @@ func TestFaultJupyterServerKilled(t *testing.T) {
 	// An execution sent while the transport is still finding its kernel gone
 	// on the new server (its reconnect gets a 404) ends with KernelDied, the
 	// code not run, as the contract says; the next one runs on a new kernel.
-	h.settleKernelDied(t)
-	h.recovered(t)
-	figure(t, "stream ended %s after the kill with %s: %q; while down, /execute gave %s; server back after %s; every context ok %s later",
-		took.Round(time.Millisecond), e.str("name"), e.str("value"), down, serverUp.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+	settleKernelDied(h, t)
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; while down, /execute gave %s; server back after %s; every context ok %s later",
+		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), down, serverUp.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 }
 
 // The websocket to the Jupyter Server is cut (RST-free close) or stalled
@@ -424,30 +316,30 @@ func TestFaultJupyterServerKilled(t *testing.T) {
 func TestFaultJupyterWebsocket(t *testing.T) {
 	for _, fault := range []string{"cut", "stall"} {
 		t.Run(fault, func(t *testing.T) {
-			faultTest(t)
+			hosttest.NoLeftovers(t)
 			h, _, p := jupyterHost(t)
-			id := h.defaultID("python")
-			noError(t, h.run(map[string]any{"code": "kept = 'state'"}))
+			id := h.DefaultID("python")
+			hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 'state'"}))
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			s := h.start(ctx, map[string]any{"code": "import time\nprint('running', flush=True)\ntime.sleep(3)\nprint('woke', flush=True)", "context_id": id})
-			s.until("stdout")
+			s := h.Start(ctx, map[string]any{"code": "import time\nprint('running', flush=True)\ntime.sleep(3)\nprint('woke', flush=True)", "context_id": id})
+			s.Until("stdout")
 			if fault == "cut" {
 				p.Cut()
 			} else {
 				p.Stall()
 			}
 			began := time.Now()
-			rest := s.rest()
+			rest := s.Rest()
 			took := time.Since(began)
-			saw := "no error line, stdout " + fmt.Sprintf("%q", stdout(rest))
-			if errs := ofType(rest, "error"); len(errs) > 0 {
-				saw = errs[0].str("name") + ": " + errs[0].str("value")
+			saw := "no error line, stdout " + fmt.Sprintf("%q", hosttest.Stdout(rest))
+			if errs := hosttest.OfType(rest, "error"); len(errs) > 0 {
+				saw = errs[0].Str("name") + ": " + errs[0].Str("value")
 			}
 			began = time.Now()
-			h.recovered(t)
-			kept := mainResult(t, h.run(map[string]any{"code": "kept"}))
-			figure(t, "stream ended %s after the %s with %s; every context ok after %s; state kept: %v",
+			hosttest.Recovered(t, h)
+			kept := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept"}))
+			hosttest.Figure(t, "stream ended %s after the %s with %s; every context ok after %s; state kept: %v",
 				took.Round(time.Millisecond), fault, saw, time.Since(began).Round(time.Millisecond), kept == "state")
 			if kept != "state" {
 				t.Errorf("the kernel lost its state over a reconnect: %q", kept)
@@ -460,9 +352,9 @@ func TestFaultJupyterWebsocket(t *testing.T) {
 // their stream (before it starts, while it is queued, while it runs), 25 at
 // a time: the host stays healthy, every context works, nothing leaks.
 func TestFaultClientsDisconnect(t *testing.T) {
-	faultTest(t)
-	h := startHost(t)
-	ids := []string{h.defaultID("python"), h.createContext(`{}`).ID}
+	hosttest.NoLeftovers(t)
+	h := hosttest.Start(t)
+	ids := []string{h.DefaultID("python"), h.CreateContext(`{}`).ID}
 	const clients, concurrent = 500, 25
 	var (
 		wg        sync.WaitGroup
@@ -480,7 +372,7 @@ func TestFaultClientsDisconnect(t *testing.T) {
 			body := fmt.Sprintf(`{"code":"import time\nfor i in range(30):\n    print(i, flush=True)\n    time.sleep(0.005)","context_id":%q}`, ids[i%len(ids)])
 			req, _ := http.NewRequestWithContext(ctx, "POST", h.URL()+"/execute", strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
-			resp, err := h.client.Do(req)
+			resp, err := h.Client().Do(req)
 			if err != nil {
 				return // dropped before the answer
 			}
@@ -499,19 +391,19 @@ func TestFaultClientsDisconnect(t *testing.T) {
 	wg.Wait()
 	storm := time.Since(began)
 	began = time.Now()
-	h.recovered(t)
-	figure(t, "%d clients (%d at a time) on %d contexts took %s; %d streams read to the end, %d lines received; every context ok %s after the last",
+	hosttest.Recovered(t, h)
+	hosttest.Figure(t, "%d clients (%d at a time) on %d contexts took %s; %d streams read to the end, %d lines received; every context ok %s after the last",
 		clients, concurrent, len(ids), storm.Round(time.Millisecond), completed.Load(), gotLines.Load(), time.Since(began).Round(time.Millisecond))
 	interpreters := 0
-	for _, name := range descendants(os.Getpid()) {
+	for _, name := range hosttest.Descendants(os.Getpid()) {
 		// Not a sandbox's bwrap and its init, nor its network stack
 		// (pasta, whose executable is passt).
 		if name != "bwrap" && !strings.HasPrefix(name, "passt") {
 			interpreters++
 		}
 	}
-	if n := interpreters; n != len(h.contexts()) {
-		t.Fatalf("%d interpreter processes for %d contexts: %v", n, len(h.contexts()), descendants(os.Getpid()))
+	if n := interpreters; n != len(h.Contexts()) {
+		t.Fatalf("%d interpreter processes for %d contexts: %v", n, len(h.Contexts()), hosttest.Descendants(os.Getpid()))
 	}
 }
 
@@ -526,11 +418,11 @@ func vmRSS() int64 {
 // the reader lags, other contexts keep working, and the stream says what
 // was dropped.
 func TestFaultSlowReader(t *testing.T) {
-	faultTest(t)
+	hosttest.NoLeftovers(t)
 	const buffer = 8 << 20
-	h := startHost(t, func(c *settings.Config) { c.MaxOutputBytes = buffer })
-	other := h.createContext(`{}`)
-	done := filepath.Join(h.cwd, "done") // where the sandboxed kernel may write
+	h := hosttest.Start(t, func(c *settings.Config) { c.MaxOutputBytes = buffer })
+	other := h.CreateContext(`{}`)
+	done := filepath.Join(h.Cwd(), "done") // where the sandboxed kernel may write
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -542,7 +434,7 @@ func TestFaultSlowReader(t *testing.T) {
 	body := fmt.Sprintf(`{"code":%q}`, code)
 	req, _ := http.NewRequestWithContext(ctx, "POST", h.URL()+"/execute", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := h.client.Do(req)
+	resp, err := h.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,7 +492,7 @@ func TestFaultSlowReader(t *testing.T) {
 	liveLagging := ms.HeapAlloc
 	// The other context is not held up by the lagging stream.
 	otherBegan := time.Now()
-	if got := mainResult(t, h.run(map[string]any{"code": "6*7", "context_id": other.ID})); got != "42" {
+	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "6*7", "context_id": other.ID})); got != "42" {
 		t.Fatalf("other context while the reader lags: %q", got)
 	}
 	otherTook := time.Since(otherBegan)
@@ -608,21 +500,21 @@ func TestFaultSlowReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := parseStream(t, rest[strings.IndexByte(string(rest), '\n')+1:])
+	lines := hosttest.ParseStream(t, rest[strings.IndexByte(string(rest), '\n')+1:])
 	var notice string
 	received := 0
 	for _, l := range lines {
-		if l.typ() == "stderr" && strings.Contains(l.str("text"), "were dropped") {
-			notice = l.str("text")
+		if l.Type() == "stderr" && strings.Contains(l.Str("text"), "were dropped") {
+			notice = l.Str("text")
 		}
-		if l.typ() == "stdout" {
-			received += len(l.str("text"))
+		if l.Type() == "stdout" {
+			received += len(l.Str("text"))
 		}
 	}
 	if notice == "" {
 		t.Fatalf("no drop notice in the stream (%d stdout bytes of 100 MB arrived)", received)
 	}
-	figure(t, "read %d bytes at 1 byte/s over %s while the kernel wrote 100 MB; heap in use %d MB -> peak %d MB, live after GC while lagging %d MB, RSS %d MB -> peak %d MB (buffer %d MB); other context answered in %s; then %d stdout bytes arrived and the stream said: %q",
+	hosttest.Figure(t, "read %d bytes at 1 byte/s over %s while the kernel wrote 100 MB; heap in use %d MB -> peak %d MB, live after GC while lagging %d MB, RSS %d MB -> peak %d MB (buffer %d MB); other context answered in %s; then %d stdout bytes arrived and the stream said: %q",
 		read, slow.Round(time.Second), heapBefore>>20, peakHeap.Load()>>20, liveLagging>>20, rssBefore>>20, peakRSS.Load()>>20, buffer>>20, otherTook.Round(time.Millisecond), received, strings.TrimSpace(notice))
 	// Live: the full buffer plus what is in flight (pipe reads, encoded
 	// lines, socket buffers). Peak: that plus garbage between collections
@@ -633,5 +525,5 @@ func TestFaultSlowReader(t *testing.T) {
 	if limit := heapBefore + 6*buffer; peakHeap.Load() > limit {
 		t.Errorf("heap in use peaked at %d MB while the reader lagged, more than %d MB", peakHeap.Load()>>20, limit>>20)
 	}
-	h.recovered(t)
+	hosttest.Recovered(t, h)
 }

@@ -1,4 +1,4 @@
-package server_test
+package sandbox_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 )
@@ -23,19 +24,19 @@ func TestPoolThroughPlugin(t *testing.T) {
 	needNode(t)
 	// The pool, not the fork template: with a preload, a python context
 	// comes from the template once it is ready (TestForkContextSandboxedViaPlugin).
-	h := startHost(t, viaPlugin, func(c *settings.Config) { c.SetTransportSetting("python-preload", "off") })
+	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) { c.SetTransportSetting("python-preload", "off") })
 	for _, lang := range []string{"python", "javascript"} {
-		if rss := h.awaitPool(t, lang); rss < 1<<20 {
+		if rss := awaitPool(h, t, lang); rss < 1<<20 {
 			t.Errorf("%s pool rss %v bytes, want an interpreter's", lang, rss)
 		}
 	}
-	before := descendants(h.PluginPID())
-	c := h.createContext(`{"language": "python"}`)
-	pid := h.pidOf(t, c.ID)
+	before := hosttest.Descendants(h.PluginPID())
+	c := h.CreateContext(`{"language": "python"}`)
+	pid := hosttest.PidOf(t, h, c.ID)
 	if _, pooled := before[pid]; !pooled {
 		t.Errorf("the new context runs pid %d, which was not running before it was created (pooled: %v)", pid, before)
 	}
-	all := descendants(h.PluginPID())
+	all := hosttest.Descendants(h.PluginPID())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := h.Shutdown(ctx); err != nil {
@@ -60,16 +61,16 @@ func needNode(t *testing.T) {
 
 // awaitPool waits (bounded) until /metrics shows a ready lang interpreter
 // in the pool of the default size 1, and returns the pool's memory.
-func (h *testHost) awaitPool(t *testing.T, lang string) (rss float64) {
+func awaitPool(h *hosttest.Host, t *testing.T, lang string) (rss float64) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		s := h.scrapeMetrics(t, nil)
-		if m := s.metric("kernelhost_pool_interpreters", "language", lang); m != nil && m.GetGauge().GetValue() == 1 {
-			if size := s.value(t, "kernelhost_pool_size", "language", lang); size != 1 {
+		s := hosttest.Metrics(t, h, nil)
+		if m := s.Metric("kernelhost_pool_interpreters", "language", lang); m != nil && m.GetGauge().GetValue() == 1 {
+			if size := s.Value(t, "kernelhost_pool_size", "language", lang); size != 1 {
 				t.Fatalf("%s pool size %v, want the default 1", lang, size)
 			}
-			return s.value(t, "kernelhost_pool_rss_bytes", "language", lang)
+			return s.Value(t, "kernelhost_pool_rss_bytes", "language", lang)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no ready %s interpreter in the pool's gauges after 60 s", lang)
@@ -95,8 +96,8 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 		c.SetTransportSetting("sandbox-writable", workspace)
 		c.SetTransportSetting("python-preload", "off")
 	}
-	pooled := startHost(t, viaPlugin, writable)
-	cold := startHost(t, viaPlugin, writable, func(c *settings.Config) { c.SetTransportSetting("interpreter-pool", "python=0,javascript=0") })
+	pooled := hosttest.Start(t, hosttest.ViaPlugin, writable)
+	cold := hosttest.Start(t, hosttest.ViaPlugin, writable, func(c *settings.Config) { c.SetTransportSetting("interpreter-pool", "python=0,javascript=0") })
 	for _, lang := range []string{"python", "javascript"} {
 		t.Run(lang, func(t *testing.T) {
 			dir := filepath.Join(workspace, lang)
@@ -117,25 +118,25 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 				}
 			}
 			body := fmt.Sprintf(`{"language": %q, "cwd": %q}`, lang, dir)
-			pooled.awaitPool(t, lang)
-			before := descendants(pooled.PluginPID())
-			pc := pooled.createContext(body)
-			pid := testkit.HostPidOfProbe(t, stdout(pooled.run(map[string]any{"code": testkit.SelfPidProbe(lang), "context_id": pc.ID})))
+			awaitPool(pooled, t, lang)
+			before := hosttest.Descendants(pooled.PluginPID())
+			pc := pooled.CreateContext(body)
+			pid := testkit.HostPidOfProbe(t, hosttest.Stdout(pooled.Run(map[string]any{"code": testkit.SelfPidProbe(lang), "context_id": pc.ID})))
 			if _, ok := before[pid]; !ok {
 				t.Errorf("the context runs pid %d, which was not running before it was created (pooled: %v)", pid, before)
 			}
-			cc := cold.createContext(body)
+			cc := cold.CreateContext(body)
 			if pc.Cwd != dir || cc.Cwd != dir {
 				t.Errorf("contexts' cwd %q (pooled), %q (cold), want %q", pc.Cwd, cc.Cwd, dir)
 			}
 			if err := os.WriteFile(filepath.Join(dir, "khlate.py"), []byte("V = 'late'\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			probe := func(h *testHost, id string) string {
+			probe := func(h *hosttest.Host, id string) string {
 				t.Helper()
-				lines := h.run(map[string]any{"code": testkit.CwdProbe(lang), "context_id": id})
-				noError(t, lines)
-				return stdout(lines)
+				lines := h.Run(map[string]any{"code": testkit.CwdProbe(lang), "context_id": id})
+				hosttest.NoError(t, lines)
+				return hosttest.Stdout(lines)
 			}
 			want := probe(cold, cc.ID)
 			if got := probe(pooled, pc.ID); got != want {

@@ -1,4 +1,4 @@
-package server_test
+package jupyter_test
 
 import (
 	"log/slog"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
@@ -28,18 +29,18 @@ func TestJupyterRestartTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log testkit.SyncBuffer
-	h := startHost(t, jupyterViaPlugin(srv), func(c *settings.Config) {
+	h := hosttest.Start(t, hosttest.JupyterViaPlugin(srv), func(c *settings.Config) {
 		c.SetTransportSetting("jupyter-kernel-names", `{"python": "python-slow-restart"}`)
 		c.SetTransportSetting("jupyter-restart-timeout", restartTimeout.String())
 		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
-	id := h.defaultID("python")
-	if out := stdout(h.run(map[string]any{"code": "x = 41\nprint(x + 1)"})); out != "42\n" {
+	id := h.DefaultID("python")
+	if out := hosttest.Stdout(h.Run(map[string]any{"code": "x = 41\nprint(x + 1)"})); out != "42\n" {
 		t.Fatalf("before the restart: %q", out)
 	}
 
 	began := time.Now()
-	status, body := h.do("POST", "/contexts/"+id+"/restart", "")
+	status, body := h.Do("POST", "/contexts/"+id+"/restart", "")
 	took := time.Since(began)
 	t.Logf("restart answered %d %q after %v", status, body, took.Round(time.Millisecond))
 	if status != 200 {
@@ -55,14 +56,14 @@ func TestJupyterRestartTimeout(t *testing.T) {
 
 	// The next execution works, on the new kernel: the state is gone, as
 	// after any restart.
-	lines := h.run(map[string]any{"code": "print(1 + 1)\nx"})
-	if out := stdout(lines); out != "2\n" {
+	lines := h.Run(map[string]any{"code": "print(1 + 1)\nx"})
+	if out := hosttest.Stdout(lines); out != "2\n" {
 		t.Fatalf("after the restart: stdout %q, lines %v", out, lines)
 	}
-	if errs := ofType(lines, "error"); len(errs) != 1 || errs[0].str("name") != "NameError" {
+	if errs := hosttest.OfType(lines, "error"); len(errs) != 1 || errs[0].Str("name") != "NameError" {
 		t.Fatalf("after the restart: want x gone (NameError), got %v", lines)
 	}
-	if ctxs := h.contexts(); len(ctxs) != 1 || ctxs[0].ID != id {
+	if ctxs := h.Contexts(); len(ctxs) != 1 || ctxs[0].ID != id {
 		t.Fatalf("contexts after the restart: %+v, want %s alone", ctxs, id)
 	}
 }

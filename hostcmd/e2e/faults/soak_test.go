@@ -1,4 +1,4 @@
-package server_test
+package faults_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
@@ -36,14 +37,14 @@ var soakValues = []string{
 func TestIsolationSoak(t *testing.T) {
 	t.Parallel()
 	global := map[string]string{"SK_G1": "global \"one\"\nü", "SK_G2": "global-two"}
-	h := startHost(t, func(c *settings.Config) {
+	h := hosttest.Start(t, func(c *settings.Config) {
 		c.GlobalEnv = global
 		c.QueueDepth = 64
 	})
 	const contexts, clientsPerContext = 8, 4
-	ids := []string{h.defaultID("python")}
+	ids := []string{h.DefaultID("python")}
 	for len(ids) < contexts {
-		ids = append(ids, h.createContext(`{}`).ID)
+		ids = append(ids, h.CreateContext(`{}`).ID)
 	}
 	keys := []string{"SK_A", "SK_B", "SK_C", "SK_D", "SK_E", "SK_G1"} // SK_G1 overrides the global
 	var (
@@ -69,10 +70,10 @@ func TestIsolationSoak(t *testing.T) {
 				if raise {
 					code += "raise ValueError('on purpose')\n"
 				}
-				got := h.run(map[string]any{"code": code, "context_id": id, "env_vars": env})
+				got := h.Run(map[string]any{"code": code, "context_id": id, "env_vars": env})
 				want := maps.Clone(global)
 				maps.Copy(want, env)
-				out := stdout(got)
+				out := hosttest.Stdout(got)
 				first, rest, _ := strings.Cut(out, "\n")
 				var seen map[string]string
 				if err := json.Unmarshal([]byte(first), &seen); err != nil {
@@ -93,9 +94,9 @@ func TestIsolationSoak(t *testing.T) {
 					t.Errorf("numbered lines %q, want 0..%d once each in order", rest, n-1)
 				}
 				lines.Add(int64(n))
-				errs := ofType(got, "error")
+				errs := hosttest.OfType(got, "error")
 				switch {
-				case raise && (len(errs) != 1 || errs[0].str("name") != "ValueError"):
+				case raise && (len(errs) != 1 || errs[0].Str("name") != "ValueError"):
 					failed.Add(1)
 					t.Errorf("an execution that raised got errors %v", errs)
 				case raise:

@@ -1,4 +1,4 @@
-package server_test
+package python_test
 
 import (
 	"log/slog"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
@@ -38,26 +39,26 @@ func TestBrokenPythonEnvironmentIsReported(t *testing.T) {
 		}
 		// Every python from here on, the Jupyter server's kernels included.
 		t.Setenv("PYTHONPATH", site)
-		var logged syncBuffer
-		h := startHost(t, transport(t, site), func(c *settings.Config) {
+		var logged testkit.SyncBuffer
+		h := hosttest.Start(t, transport(t, site), func(c *settings.Config) {
 			c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		})
 		const failure = "kernelhost: loading _kernelhost.env failed"
-		stderr := func(lines []line) string {
+		stderr := func(lines []hosttest.Line) string {
 			var b strings.Builder
-			for _, l := range ofType(lines, "stderr") {
-				b.WriteString(l.str("text"))
+			for _, l := range hosttest.OfType(lines, "stderr") {
+				b.WriteString(l.Str("text"))
 			}
 			return b.String()
 		}
-		first := h.run(map[string]any{"code": "1 + 1", "language": "python"})
+		first := h.Run(map[string]any{"code": "1 + 1", "language": "python"})
 		if got := stderr(first); !strings.Contains(got, failure) || !strings.Contains(got, "broken by the test") {
 			t.Fatalf("first execution's stderr: %q, want the failure to load the environment", got)
 		}
-		if r := ofType(first, "result"); len(r) != 1 || r[0].str("text") != "2" {
+		if r := hosttest.OfType(first, "result"); len(r) != 1 || r[0].Str("text") != "2" {
 			t.Fatalf("first execution: %v, want the result 2 as well", first)
 		}
-		if got := stderr(h.run(map[string]any{"code": "1 + 1", "language": "python"})); got != "" {
+		if got := stderr(h.Run(map[string]any{"code": "1 + 1", "language": "python"})); got != "" {
 			t.Fatalf("second execution's stderr: %q, want nothing", got)
 		}
 		if log := logged.String(); !strings.Contains(log, "kernel setup reported a failure") || !strings.Contains(log, "broken by the test") {
@@ -73,6 +74,8 @@ func TestBrokenPythonEnvironmentIsReported(t *testing.T) {
 		})
 	})
 	t.Run("jupyter", func(t *testing.T) {
-		check(t, func(t *testing.T, _ string) func(*settings.Config) { return jupyterInProcess(t, jupytertest.Start(t)) })
+		check(t, func(t *testing.T, _ string) func(*settings.Config) {
+			return hosttest.JupyterInProcess(t, jupytertest.Start(t))
+		})
 	})
 }

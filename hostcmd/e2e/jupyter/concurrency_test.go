@@ -1,6 +1,6 @@
 //go:build linux
 
-package server_test
+package jupyter_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
@@ -57,7 +58,7 @@ func concurrently(n, execs int, one func(i int) error) (latencies, error) {
 // them (the floor, no host) and the host's tail, the better of a run before
 // and one after (the machine's load drifts over seconds), must stay within a
 // multiple of the floor's.
-func testJupyterConcurrent8x50(t *testing.T, srv *jupytertest.Server, h *testHost) {
+func testJupyterConcurrent8x50(t *testing.T, srv *jupytertest.Server, h *hosttest.Host) {
 	const contexts, execs = 8, 50
 	tr := &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: contexts}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -137,7 +138,7 @@ func createContext(client *http.Client, url string) (string, error) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("POST /contexts: %d %v %s", resp.StatusCode, err, b)
 	}
-	var c contextInfo
+	var c hosttest.ContextInfo
 	if err := json.Unmarshal(b, &c); err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package server_test
+package jupyter_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/server"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
@@ -70,7 +71,7 @@ func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
 		Logger:            slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		DefaultStartRetry: 2 * time.Minute,
 	}
-	jupyterViaPlugin(srv)(&cfg)
+	hosttest.JupyterViaPlugin(srv)(&cfg)
 	cfg.SetTransportSetting("jupyter-url", "http://"+gateway+"/")
 
 	type started struct {
@@ -121,8 +122,8 @@ func TestJupyterGatewayUpAfterTheHost(t *testing.T) {
 		defer cancel()
 		_ = s.h.Shutdown(ctx)
 	}()
-	h := &testHost{Host: s.h, t: t, client: &http.Client{}, cwd: cfg.DefaultCwd}
-	if out := stdout(h.run(map[string]any{"code": "print(1 + 1)"})); out != "2\n" {
+	h := hosttest.Attach(t, s.h, cfg.DefaultCwd)
+	if out := hosttest.Stdout(h.Run(map[string]any{"code": "print(1 + 1)"})); out != "2\n" {
 		t.Fatalf("1 + 1: %q", out)
 	}
 }
@@ -135,30 +136,30 @@ func TestJupyterKernelDeathLoggedAndCounted(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)
 	var log testkit.SyncBuffer
-	h := startHost(t, jupyterInProcess(t, srv), func(c *settings.Config) {
+	h := hosttest.Start(t, hosttest.JupyterInProcess(t, srv), func(c *settings.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
-	if out := stdout(h.run(map[string]any{"code": "x = 1\nprint(x)"})); out != "1\n" {
+	if out := hosttest.Stdout(h.Run(map[string]any{"code": "x = 1\nprint(x)"})); out != "1\n" {
 		t.Fatalf("x: %q", out)
 	}
 	began := time.Now()
-	lines := h.run(map[string]any{"code": "import os; os.kill(os.getpid(), 11)"})
+	lines := h.Run(map[string]any{"code": "import os; os.kill(os.getpid(), 11)"})
 	took := time.Since(began)
 	t.Logf("FIGURE the segfaulting execution ended after %v", took)
-	if errs := ofType(lines, "error"); len(errs) != 1 || errs[0].str("name") != "KernelDied" {
+	if errs := hosttest.OfType(lines, "error"); len(errs) != 1 || errs[0].Str("name") != "KernelDied" {
 		t.Fatalf("the segfaulting execution: %v, want KernelDied", lines)
 	}
 	if took > 5*time.Second {
 		t.Errorf("the death was reported after %v", took)
 	}
-	lines = h.run(map[string]any{"code": "print('x' in globals())"})
-	if out := stdout(lines); out != "False\n" {
+	lines = h.Run(map[string]any{"code": "print('x' in globals())"})
+	if out := hosttest.Stdout(lines); out != "False\n" {
 		t.Fatalf("after the death: %q", out)
 	}
 	if n := strings.Count(log.String(), "the context's kernel died"); n != 1 {
 		t.Errorf("the death logged %d times, want once:\n%s", n, log.String())
 	}
-	if got := h.scrapeMetrics(t, nil).value(t, "kernelhost_kernels_replaced_total", "reason", "died"); got != 1 {
+	if got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_kernels_replaced_total", "reason", "died"); got != 1 {
 		t.Errorf("kernelhost_kernels_replaced_total{reason=died} = %v, want 1", got)
 	}
 }
@@ -204,7 +205,7 @@ func TestJupyterStartGivenUpAtStartupLeavesNoKernel(t *testing.T) {
 	}))
 	t.Cleanup(gateway.Close)
 	cfg := settings.Config{Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	jupyterViaPlugin(srv)(&cfg)
+	hosttest.JupyterViaPlugin(srv)(&cfg)
 	cfg.SetTransportSetting("jupyter-url", gateway.URL+"/")
 	cfg.SetTransportSetting("jupyter-start-timeout", "3s")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

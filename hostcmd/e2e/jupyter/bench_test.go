@@ -1,6 +1,6 @@
 //go:build linux
 
-package server_test
+package jupyter_test
 
 import (
 	"bufio"
@@ -24,6 +24,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
@@ -35,7 +36,7 @@ import (
 // offers it, TCP_QUICKACK re-armed after every read, as the transport does).
 // One server for all sub-benchmarks:
 //
-//	go test -run '^$' -bench Jupyter -benchtime 3s -count 1 ./hostcmd/server/
+//	go test -run '^$' -bench Jupyter -benchtime 3s -count 1 ./hostcmd/e2e/jupyter/
 //
 // RoundTrip alternates `1+1` direct, via the host with the transport linked
 // in and via the host with it behind its plugin (see roundTrips);
@@ -46,21 +47,21 @@ import (
 // on any loss.
 func BenchmarkJupyter(b *testing.B) {
 	srv := jupytertest.Start(b)
-	inProc := jupyterInProcess(b, srv)
+	inProc := hosttest.JupyterInProcess(b, srv)
 	direct := &directJupyter{srv: srv}
 
 	b.Run("RoundTrip", func(b *testing.B) { roundTrips(b, srv, inProc) })
 
 	b.Run("Concurrent8x50", func(b *testing.B) {
 		const contexts, execs = 8, 50
-		h := startHost(b, inProc)
+		h := hosttest.Start(b, inProc)
 		// One idle connection per worker, so no request waits for a dial.
 		tr := &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: contexts}
 		b.Cleanup(tr.CloseIdleConnections)
 		client := &http.Client{Transport: tr}
 		ids := make([]string, contexts)
 		for i := range ids {
-			ids[i] = h.createContext(`{}`).ID
+			ids[i] = h.CreateContext(`{}`).ID
 		}
 		wss := make([]*directKernel, contexts)
 		for i := range wss {
@@ -116,10 +117,10 @@ func BenchmarkJupyter(b *testing.B) {
 	})
 
 	b.Run("Stream200kLines", func(b *testing.B) {
-		streamLines(b, startHost(b, inProc), 200_000, "print(i)")
+		streamLines(b, hosttest.Start(b, inProc), 200_000, "print(i)")
 	})
 	b.Run("Flush20kLines", func(b *testing.B) {
-		streamLines(b, startHost(b, inProc), 20_000, "print(i, flush=True)")
+		streamLines(b, hosttest.Start(b, inProc), 20_000, "print(i, flush=True)")
 	})
 }
 
@@ -146,11 +147,11 @@ func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*settings.C
 	if err := ws.oneTwo(); err != nil {
 		b.Fatal(err)
 	}
-	linked := startHost(b, linkedIn)
-	if err := hostOneTwo(linked.client, linked.URL(), ""); err != nil {
+	linked := hosttest.Start(b, linkedIn)
+	if err := hostOneTwo(linked.Client(), linked.URL(), ""); err != nil {
 		b.Fatal(err)
 	}
-	plugin := startHost(b, jupyterViaPlugin(srv))
+	plugin := hosttest.Start(b, hosttest.JupyterViaPlugin(srv))
 	ways := []struct {
 		name string
 		once func() error
@@ -158,8 +159,8 @@ func roundTrips(b *testing.B, srv *jupytertest.Server, linkedIn func(*settings.C
 		use  usage
 	}{
 		{name: "direct", once: ws.oneTwo},
-		{name: "linked", once: func() error { return hostOneTwo(linked.client, linked.URL(), "") }},
-		{name: "plugin", once: func() error { return hostOneTwo(plugin.client, plugin.URL(), "") }},
+		{name: "linked", once: func() error { return hostOneTwo(linked.Client(), linked.URL(), "") }},
+		{name: "plugin", once: func() error { return hostOneTwo(plugin.Client(), plugin.URL(), "") }},
 	}
 	run := func(i int) time.Duration {
 		w := &ways[i]
@@ -271,16 +272,16 @@ func rusage() usage {
 // Gateway 2.5.2 (jupytertest.StartKernelGateway), which offers only JSON
 // frames:
 //
-//	go test -run '^$' -bench KernelGateway -benchtime 400x -count 1 ./hostcmd/server/
+//	go test -run '^$' -bench KernelGateway -benchtime 400x -count 1 ./hostcmd/e2e/jupyter/
 func BenchmarkKernelGateway(b *testing.B) {
 	kg := jupytertest.StartKernelGateway(b)
-	b.Run("RoundTrip", func(b *testing.B) { roundTrips(b, kg, jupyterInProcess(b, kg)) })
+	b.Run("RoundTrip", func(b *testing.B) { roundTrips(b, kg, hosttest.JupyterInProcess(b, kg)) })
 }
 
 // streamLines runs `for i in range(n): <stmt>` through h, decodes every
 // NDJSON line at the client, and fails unless exactly the n numbers arrived,
 // in order, and the stream ended with end_of_execution. It reports lines/s.
-func streamLines(b *testing.B, h *testHost, n int, stmt string) {
+func streamLines(b *testing.B, h *hosttest.Host, n int, stmt string) {
 	body, _ := json.Marshal(map[string]string{"code": "for i in range(" + strconv.Itoa(n) + "):\n    " + stmt})
 	var want strings.Builder
 	for i := range n {
@@ -289,7 +290,7 @@ func streamLines(b *testing.B, h *testHost, n int, stmt string) {
 	b.ResetTimer()
 	start := time.Now()
 	for range b.N {
-		resp, err := h.client.Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+		resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
 		if err != nil {
 			b.Fatal(err)
 		}

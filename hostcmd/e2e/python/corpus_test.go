@@ -1,9 +1,11 @@
-package server_test
+package python_test
 
 import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 )
 
 // The chart corpus: real plotting cells, rewritten from the examples of
@@ -163,17 +165,17 @@ func kinds(signature string) string {
 	return b.String()
 }
 
-func testChartCorpus(t *testing.T, h *testHost) {
+func testChartCorpus(t *testing.T, h *hosttest.Host) {
 	var kindsMatched, elementsMatched int
 	var misses []string
 	for _, c := range chartCorpus {
-		lines := h.run(map[string]any{"code": "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\n" + c.code + "\nplt.show()"})
-		if errs := ofType(lines, "error"); len(errs) > 0 {
+		lines := h.Run(map[string]any{"code": "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\n" + c.code + "\nplt.show()"})
+		if errs := hosttest.OfType(lines, "error"); len(errs) > 0 {
 			misses = append(misses, fmt.Sprintf("%s: error %v", c.name, errs[0]))
 			continue
 		}
 		var got []string
-		for _, r := range ofType(lines, "result") {
+		for _, r := range hosttest.OfType(lines, "result") {
 			if chart, ok := r["chart"].(map[string]any); ok {
 				got = append(got, chartSignature(chart))
 			}

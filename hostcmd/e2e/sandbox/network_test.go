@@ -1,4 +1,4 @@
-package server_test
+package sandbox_test
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 )
 
@@ -15,7 +16,7 @@ import (
 // through the plugin; under host it is (the setting works, and it is how a
 // cell reached the API before).
 func TestCellCannotReachTheHostAPI(t *testing.T) {
-	needSandbox(t)
+	hosttest.NeedSandbox(t)
 	const probe = `import socket, urllib.request
 s = socket.socket()
 s.settimeout(5)
@@ -34,25 +35,25 @@ except OSError as e:
 		name, network string
 		transport     func(*settings.Config)
 	}{
-		{"in-process", "", inProcess},
-		{"plugin", "isolated", viaPlugin},
-		{"plugin", "host", viaPlugin},
+		{"in-process", "", hosttest.InProcess},
+		{"plugin", "isolated", hosttest.ViaPlugin},
+		{"plugin", "host", hosttest.ViaPlugin},
 	} {
 		t.Run(tc.name+"/"+tc.network, func(t *testing.T) {
 			t.Parallel()
-			h := startHost(t, tc.transport, func(c *settings.Config) {
+			h := hosttest.Start(t, tc.transport, func(c *settings.Config) {
 				if tc.network != "" {
 					c.SetTransportSetting("context-network", tc.network)
 				}
 			})
 			_, port, _ := net.SplitHostPort(strings.TrimPrefix(h.URL(), "http://"))
-			lines := h.run(map[string]any{"code": fmt.Sprintf(probe, mustAtoi(t, port), h.URL()+"/contexts")})
-			noError(t, lines)
+			lines := h.Run(map[string]any{"code": fmt.Sprintf(probe, mustAtoi(t, port), h.URL()+"/contexts")})
+			hosttest.NoError(t, lines)
 			want := "ConnectionRefusedError\nrefused\n"
 			if tc.network == "host" {
 				want = "connected\nlisted\n"
 			}
-			if got := stdout(lines); got != want {
+			if got := hosttest.Stdout(lines); got != want {
 				t.Errorf("a cell under context-network=%s against the host's API: %q, want %q", tc.network, got, want)
 			}
 		})

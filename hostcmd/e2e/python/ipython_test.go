@@ -1,10 +1,11 @@
-package server_test
+package python_test
 
 import (
 	"encoding/base64"
 	"strings"
 	"testing"
 
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
 	"github.com/kernelhost/kernelhost/hostcmd/settings"
 	"github.com/kernelhost/kernelhost/internal/testkit"
 	"github.com/kernelhost/kernelhost/transports/subprocess"
@@ -31,39 +32,39 @@ func ipythonPython(t *testing.T) func(*settings.Config) {
 func TestIPythonCellsOverHTTP(t *testing.T) {
 	t.Parallel()
 	usePython := ipythonPython(t)
-	eachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *testHost) {
+	hosttest.EachTransport(t, func(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 		h := start(usePython)
-		run := func(code string) []line {
+		run := func(code string) []hosttest.Line {
 			t.Helper()
-			return h.run(map[string]any{"code": code})
+			return h.Run(map[string]any{"code": code})
 		}
 
 		// Indented: dedented as IPython does.
 		lines := run("\n    x = 40\n    print(x + 2)\n")
-		noError(t, lines)
-		if got := stdout(lines); got != "42\n" {
+		hosttest.NoError(t, lines)
+		if got := hosttest.Stdout(lines); got != "42\n" {
 			t.Errorf("indented cell: stdout %q", got)
 		}
 
 		// !cmd, %env, %pip, %%bash.
-		if got := stdout(run("!echo hi")); got != "hi\n" {
+		if got := hosttest.Stdout(run("!echo hi")); got != "hi\n" {
 			t.Errorf("!echo hi: stdout %q", got)
 		}
-		noError(t, run("%env KH_IPYTHON=1"))
-		if got := mainResult(t, run("import os\nos.environ['KH_IPYTHON']")); got != "1" {
+		hosttest.NoError(t, run("%env KH_IPYTHON=1"))
+		if got := hosttest.MainResult(t, run("import os\nos.environ['KH_IPYTHON']")); got != "1" {
 			t.Errorf("after %%env: %s", got)
 		}
-		if got := stdout(run("%pip --version")); !strings.HasPrefix(got, "pip ") {
+		if got := hosttest.Stdout(run("%pip --version")); !strings.HasPrefix(got, "pip ") {
 			t.Errorf("%%pip --version: stdout %q", got)
 		}
-		if got := stdout(run("%%bash\necho from bash")); got != "from bash\n" {
+		if got := hosttest.Stdout(run("%%bash\necho from bash")); got != "from bash\n" {
 			t.Errorf("%%%%bash: stdout %q", got)
 		}
 
 		// A trailing ';' hides the result.
 		lines = run("1+1;")
-		noError(t, lines)
-		if r := ofType(lines, "result"); len(r) != 0 {
+		hosttest.NoError(t, lines)
+		if r := hosttest.OfType(lines, "result"); len(r) != 0 {
 			t.Errorf("1+1; gave results %v", r)
 		}
 
@@ -73,17 +74,17 @@ func TestIPythonCellsOverHTTP(t *testing.T) {
 			"plt.figure()\nplt.plot([3, 1]);",
 		} {
 			lines = run(code)
-			noError(t, lines)
-			results := ofType(lines, "result")
+			hosttest.NoError(t, lines)
+			results := hosttest.OfType(lines, "result")
 			if len(results) != 1 || results[0]["is_main_result"] == true {
 				t.Fatalf("%q: want one display, got %v", code, results)
 			}
-			png, err := base64.StdEncoding.DecodeString(results[0].str("png"))
+			png, err := base64.StdEncoding.DecodeString(results[0].Str("png"))
 			if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 				t.Errorf("%q: png is not a png (%v)", code, err)
 			}
 		}
-		if got := mainResult(t, run("plt.get_fignums()")); got != "[]" {
+		if got := hosttest.MainResult(t, run("plt.get_fignums()")); got != "[]" {
 			t.Errorf("figures left open: %s", got)
 		}
 	})

@@ -1,0 +1,9 @@
+package faults_test
+
+import (
+	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
+)
+
+func TestMain(m *testing.M) { hosttest.Main(m) }

@@ -1,0 +1,9 @@
+package sandbox_test
+
+import (
+	"testing"
+
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
+)
+
+func TestMain(m *testing.M) { hosttest.Main(m) }
