@@ -268,4 +268,3 @@ func TestFirstContextIsForkedFromTheTemplate(t *testing.T) {
 		t.Fatalf("the copy's family %q, its source's %q: want the same", cp.Family(), k.Family())
 	}
 }
-
