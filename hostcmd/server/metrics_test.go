@@ -255,5 +255,5 @@ func TestMetricsPluginRestart(t *testing.T) {
 	if got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_plugin_restarts_total"); got != 1 {
 		t.Fatalf("restarts after recovering from one kill -9: %v, want 1", got)
 	}
-	testkit.AwaitGone(t, "the killed plugin", 5*time.Second, pid)
+	testkit.AwaitGone(t, "the killed plugin", 30*time.Second, pid)
 }

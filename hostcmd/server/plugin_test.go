@@ -47,7 +47,7 @@ func TestPluginStoppedOnShutdown(t *testing.T) {
 	if testkit.Alive(plugin) {
 		t.Fatalf("the plugin (pid %d) is still running after Shutdown returned", plugin)
 	}
-	testkit.AwaitGone(t, "the python interpreter", 5*time.Second, py)
+	testkit.AwaitGone(t, "the python interpreter", 30*time.Second, py)
 }
 
 // kill -9 of the plugin while code runs: the stream ends with an error line

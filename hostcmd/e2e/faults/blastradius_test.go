@@ -268,7 +268,7 @@ func TestPluginKilledLeavesNothing(t *testing.T) {
 	// next one runs on the new plugin.
 	h.Run(map[string]any{"code": "1+1"})
 	hosttest.NoError(t, h.Run(map[string]any{"code": "1+1"}))
-	testkit.AwaitGone(t, "after the plugin was killed and restarted", 15*time.Second, child, shell)
+	testkit.AwaitGone(t, "after the plugin was killed and restarted", 30*time.Second, child, shell)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		left, _ := filepath.Glob(pattern)

@@ -85,7 +85,7 @@ func TestFaultInterpreterKilled(t *testing.T) {
 	if e.Str("name") != "KernelDied" {
 		t.Fatalf("error line %v, want KernelDied", e)
 	}
-	testkit.AwaitGone(t, "the killed interpreter", 5*time.Second, pid)
+	testkit.AwaitGone(t, "the killed interpreter", 30*time.Second, pid)
 	began := time.Now()
 	hosttest.Recovered(t, h)
 	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; next execution on every context ok after %s",
@@ -119,8 +119,8 @@ func TestFaultPluginKilled(t *testing.T) {
 	hosttest.Recovered(t, h)
 	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; plugin restarted and every context ok after %s",
 		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), time.Since(began).Round(time.Millisecond))
-	testkit.AwaitGone(t, "the killed plugin", 5*time.Second, plugin)
-	testkit.AwaitGone(t, "the interpreter of the killed plugin", 10*time.Second, py)
+	testkit.AwaitGone(t, "the killed plugin", 30*time.Second, plugin)
+	testkit.AwaitGone(t, "the interpreter of the killed plugin", 30*time.Second, py)
 	if now := h.PluginPID(); now == 0 || now == plugin {
 		t.Fatalf("plugin pid %d after the restart, was %d", now, plugin)
 	}
@@ -263,7 +263,7 @@ func TestFaultJupyterKernelKilled(t *testing.T) {
 	hosttest.Recovered(t, h)
 	hosttest.Figure(t, "stream ended %s after the kill with %s: %q; every context ok after %s",
 		took.Round(time.Millisecond), e.Str("name"), e.Str("value"), time.Since(began).Round(time.Millisecond))
-	testkit.AwaitGone(t, "the killed kernel", 5*time.Second, pid)
+	testkit.AwaitGone(t, "the killed kernel", 30*time.Second, pid)
 	if got := hosttest.MainResult(t, h.Run(map[string]any{"code": "kept", "context_id": other.ID})); got != "state" {
 		t.Fatalf("the other kernel lost its state: %q", got)
 	}
@@ -282,7 +282,7 @@ func TestFaultJupyterServerKilled(t *testing.T) {
 	// Its kernels end with it (their sandbox's --die-with-parent; an
 	// unsandboxed kernel's parent poller notices within seconds).
 	for _, k := range kernels {
-		testkit.AwaitGone(t, "a kernel of the killed server", 10*time.Second, k)
+		testkit.AwaitGone(t, "a kernel of the killed server", 30*time.Second, k)
 	}
 	// While it is down, the host answers and says what is wrong.
 	status, body := h.Do("POST", "/execute", fmt.Sprintf(`{"code":"1","context_id":%q}`, other.ID))

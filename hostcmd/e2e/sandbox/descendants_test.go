@@ -73,16 +73,16 @@ func TestDetachedChildrenEndWithTheirContext(t *testing.T) {
 				t.Fatalf("delete: %d %s", status, body)
 			}
 			if !mode.noCgroups {
-				testkit.AwaitGone(t, "after delete", 15*time.Second, child, daemon)
+				testkit.AwaitGone(t, "after delete", 30*time.Second, child, daemon)
 				return
 			}
-			testkit.AwaitGone(t, "after delete", 15*time.Second, child)
+			testkit.AwaitGone(t, "after delete", 30*time.Second, child)
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := h.Shutdown(sctx); err != nil {
 				t.Fatal(err)
 			}
-			testkit.AwaitGone(t, "after host shutdown", 15*time.Second, daemon)
+			testkit.AwaitGone(t, "after host shutdown", 30*time.Second, daemon)
 		})
 	}
 }
@@ -129,7 +129,7 @@ func TestDetachedChildrenEndWithTheirSandbox(t *testing.T) {
 			if status, body := h.Do("DELETE", "/contexts/"+ctx.ID, ""); status != 200 {
 				t.Fatalf("delete: %d %s", status, body)
 			}
-			testkit.AwaitGone(t, "after delete", 15*time.Second, pids...)
+			testkit.AwaitGone(t, "after delete", 30*time.Second, pids...)
 		})
 	}
 }

@@ -46,7 +46,7 @@ func TestPoolThroughPlugin(t *testing.T) {
 	for p := range all {
 		pids = append(pids, p)
 	}
-	testkit.AwaitGone(t, "the host's shutdown", 15*time.Second, pids...)
+	testkit.AwaitGone(t, "the host's shutdown", 30*time.Second, pids...)
 }
 
 func needNode(t *testing.T) {
