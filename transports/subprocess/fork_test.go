@@ -607,7 +607,8 @@ const envProbe = "import os, json, ctypes\nenv = {}\nfor kv in ctypes.POINTER(ct
 	"    if kv is None: break\n" +
 	"    k, _, v = kv.decode().partition('=')\n" +
 	"    env[k] = v\n" +
-	"print(json.dumps(sorted((k, v) for k, v in env.items() if k != 'PWD'), separators=(',', ':')), env.get('PWD'), os.environ == env)"
+	"print(json.dumps(sorted((k, v) for k, v in env.items() if k != 'PWD'), separators=(',', ':')))\n" +
+	"print(env.get('PWD'), os.environ == env)"
 
 // mustHaveStartEnv fails unless cp's process environment is a new
 // context's in dir (HOME and PATH included, none of src's dirtyEnv), with
@@ -617,11 +618,12 @@ func mustHaveStartEnv(t *testing.T, tr *Transport, dir string, src, cp *Kernel, 
 	nk := startIn(t, tr, "python", dir)
 	fresh := stdoutOf(t, nk, envProbe)
 	tt.ShutdownAndDrain(t, nk) // the caller counts its processes
-	want, _, _ := strings.Cut(fresh, " ")
+	// A line of its own: values have spaces (make's MAKEFLAGS under CI).
+	want, _, _ := strings.Cut(fresh, "\n")
 	if !strings.Contains(want, `["HOME",`) || !strings.Contains(want, `["PATH",`) {
 		t.Fatalf("a new context's environment lacks HOME or PATH: %s", fresh)
 	}
-	if got := stdoutOf(t, cp, envProbe); got != want+" "+cwd+" True\n" {
+	if got := stdoutOf(t, cp, envProbe); got != want+"\n"+cwd+" True\n" {
 		t.Fatalf("the copy's environment:\n%s\nwant a new context's, PWD %s:\n%s", got, cwd, fresh)
 	}
 	if got := stdoutOf(t, src, "import os\nprint(os.environ.get('MINE'), 'HOME' in os.environ, os.environ['PATH'])"); got != "x False /nowhere\n" {
