@@ -396,13 +396,7 @@ func readForkAnswer(conn *net.UnixConn, seq uint64) error {
 		if id != strconv.FormatUint(seq, 10) {
 			continue
 		}
-		if why, ok := strings.CutPrefix(answer, "error "); ok {
-			return fmt.Errorf("%w: %s", errForkRefused, why)
-		}
-		if answer != "ok" {
-			return fmt.Errorf("the forking interpreter answered %q", answer)
-		}
-		return nil
+		return parseForkAnswer(answer)
 	}
 }
 

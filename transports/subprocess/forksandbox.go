@@ -2,7 +2,6 @@ package subprocess
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -68,9 +66,9 @@ func (p *proc) openControl() (*os.File, error) {
 }
 
 // forkSandboxed makes a new interpreter for spec, whose messages go to out,
-// as a context forked from sandboxed template tmpl, moved into cwd ("": the
-// template's). mu serialises the exchanges with the template.
-func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpec, cwd string, out chan<- core.Message) (_ *proc, err error) {
+// as a context forked from the sandboxed template whose control socket is
+// line, moved into cwd ("": the template's).
+func forkSandboxed(ctx context.Context, tmpl *proc, line *forkLine, spec procSpec, cwd string, out chan<- core.Message) (_ *proc, err error) {
 	deadline := time.Now().Add(forkAckWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -104,9 +102,7 @@ func forkSandboxed(ctx context.Context, tmpl *proc, mu *sync.Mutex, spec procSpe
 	c := files.toChild
 	toChild := []*os.File{c[0], c[1], c[2], c[3], files.statusW, c[4], famChild, c[5]}
 	req := forkRequest{Fork: forkSpec{Seq: forkSeq.Add(1), Mark: mark, Cwd: cwd}}
-	mu.Lock()
-	err = askSandboxedFork(tmpl, req, toChild, deadline)
-	mu.Unlock()
+	err = line.ask(req, toChild, deadline)
 	files.sent()
 	famChild.Close()
 	if err != nil {
@@ -162,43 +158,6 @@ func (p *proc) walls(hs *handshake, deadline time.Time) (pidB, pidC int, err err
 		return 0, 0, err
 	}
 	return pidB, pidC, nil
-}
-
-// askSandboxedFork sends req with the child's descriptors to the template
-// and reads its answer.
-func askSandboxedFork(tmpl *proc, req forkRequest, files []*os.File, deadline time.Time) error {
-	if tmpl.ctl == nil {
-		return errors.New("the template has no control socket")
-	}
-	line, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
-	_ = tmpl.ctl.SetDeadline(deadline)
-	defer tmpl.ctl.SetDeadline(time.Time{})
-	if _, _, err := tmpl.ctl.WriteMsgUnix(line, unix.UnixRights(fds...), nil); err != nil {
-		return fmt.Errorf("send the fork request: %w", errTemplateGone(err))
-	}
-	err = readForkAnswer(tmpl.ctl, req.Fork.Seq)
-	if errors.Is(err, errNoForkAnswer) {
-		return fmt.Errorf("the template's answer: %w", errTemplateGone(err))
-	}
-	return err
-}
-
-// errTemplateStuck marks a template that did not answer (dead, or stuck):
-// the fork server replaces it.
-var errTemplateStuck = errors.New("the fork template does not answer")
-
-func errTemplateGone(err error) error {
-	if err == nil {
-		err = io.EOF
-	}
-	return fmt.Errorf("%w: %v", errTemplateStuck, err)
 }
 
 // handshake is the host's end of the socket a forked context says "b" and

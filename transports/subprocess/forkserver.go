@@ -79,8 +79,9 @@ type forkServer struct {
 	// its driver a template.
 	spec func() (procSpec, error)
 
-	// forkMu serialises the forks: one request on the template's fd 3 at a
-	// time, and its answer.
+	// forkMu serialises the forks of a template outside a sandbox: one
+	// request on its fd 3 at a time, and its answer. A sandboxed one's go
+	// on its control socket (forkLine).
 	forkMu sync.Mutex
 
 	// warn tells the operator, once until a template starts again, why
@@ -155,6 +156,9 @@ func (fs *forkServer) startTemplate() {
 		if fs.closed {
 			go p.kill()
 			return
+		}
+		if p.ctl != nil {
+			p.forks = newForkLine(p.ctl)
 		}
 		fs.tmpl = p
 		if fs.changed != nil {
@@ -289,8 +293,8 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 	}
 	var p *proc
 	var err error
-	if tmpl.ctl != nil {
-		p, err = forkSandboxed(ctx, tmpl, &fs.forkMu, spec, dir, out)
+	if tmpl.forks != nil {
+		p, err = forkSandboxed(ctx, tmpl, tmpl.forks, spec, dir, out)
 	} else {
 		fs.forkMu.Lock()
 		p, err = forkProc(ctx, tmpl, spec, dir, out)

@@ -169,8 +169,10 @@ func (k *Kernel) Restart(ctx context.Context) error {
 
 // startInterpreter takes a ready interpreter from the pool when it serves
 // the kernel's cwd (moved there: see pool.go), else forks one from the
-// fork server's template, and otherwise starts one.
+// fork server's template, and otherwise starts one. The pool refills once
+// no kernel waits (pool.awaitQuiet).
 func (k *Kernel) startInterpreter(ctx context.Context) (*proc, error) {
+	defer k.pool.ask()()
 	k.forks.awaitFirstTemplate(ctx)
 	if k.pool.serves(k.lang, k.cwd) {
 		if p := k.pool.take(ctx, k.msgs, k.cwd); p != nil {

@@ -110,6 +110,11 @@ type pool struct {
 	mu     sync.Mutex
 	slots  []*poolSlot // oldest first: ready ones and those still starting
 	closed bool
+	// asking counts the kernels of the pool's language that wait for an
+	// interpreter (ask); quiet is closed once none does (nil: none asked
+	// yet). A refill waits for it (awaitQuiet).
+	asking int
+	quiet  chan struct{}
 	stop   context.CancelFunc // cancels the starts under way
 	ctx    context.Context    // their parent
 	wg     sync.WaitGroup     // starts and watchers
@@ -304,6 +309,48 @@ func (pl *pool) discardWhenStarted(s *poolSlot) {
 	}()
 }
 
+// ask registers a kernel that waits for an interpreter, until done is
+// called; a nil pool does nothing.
+func (pl *pool) ask() (done func()) {
+	if pl == nil {
+		return func() {}
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.asking == 0 {
+		pl.quiet = make(chan struct{})
+	}
+	pl.asking++
+	return func() {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		if pl.asking--; pl.asking == 0 {
+			close(pl.quiet)
+		}
+	}
+}
+
+// awaitQuiet waits, before slot s's start, until no kernel waits for an
+// interpreter (ask), s was claimed (a kernel waits for it: a pool without
+// a fork server hands out slots still starting), or the pool closes. The
+// cores go to the contexts asked for first: past a drained pool they are
+// forked or started on request, and a refill would take a share of the
+// same CPU (with 2 cores, 20 sandboxed contexts at once are bound by it:
+// docs/benchmarks.md); the pool refills once they have their interpreters.
+func (pl *pool) awaitQuiet(s *poolSlot) {
+	pl.mu.Lock()
+	quiet := pl.quiet
+	pl.mu.Unlock()
+	if quiet == nil {
+		return
+	}
+	select {
+	case <-quiet:
+	case <-s.taken:
+	case <-pl.ctx.Done():
+	}
+}
+
 // refill starts interpreters until the pool holds size of them.
 func (pl *pool) refill() {
 	pl.mu.Lock()
@@ -320,6 +367,7 @@ func (pl *pool) refill() {
 // is ready), then watches it while it waits.
 func (pl *pool) fill(s *poolSlot) {
 	defer pl.wg.Done()
+	pl.awaitQuiet(s)
 	was := pl.forks.current()
 	spec, err := pl.spec()
 	if err == nil {

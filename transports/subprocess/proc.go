@@ -45,6 +45,9 @@ type proc struct {
 	// there, with SCM_RIGHTS (forksandbox.go, family.go); nil for other
 	// interpreters.
 	ctl *net.UnixConn
+	// forks carries a sandboxed fork template's requests on ctl
+	// (forkline.go); nil for other interpreters.
+	forks *forkLine
 	// status is, for a context forked in a sandbox, the read end of the
 	// pipe its namespace's init writes the interpreter's wait status to
 	// before it exits (the interpreter is not this process's child, so

@@ -96,3 +96,43 @@ func TestReadyPoolDrainedByABurstForks(t *testing.T) {
 		}
 	})
 }
+
+// While a kernel waits for an interpreter, the pool's refill waits too
+// (pool.awaitQuiet): the contexts of a burst past the pool are forked
+// first, the ready ones after, so each ready context's pid is above every
+// pid of the burst (pids grow; a wrap of pid_max within the test aside).
+func TestReadyPoolRefillsAfterTheBurst(t *testing.T) {
+	t.Parallel()
+	forEachReadyOnly(t, func(t *testing.T, mode forkMode) {
+		tr, dir := forkTransport(t, mode, []string{"wave"}, nil)
+		readyTemplate(t, tr)
+		awaitReadyForks(t, tr)
+		// A kernel that waits throughout: the burst's own kernels could
+		// all have returned before the last of them asked.
+		done := tr.pools["python"].ask()
+		ks := make([]*Kernel, readySize+3)
+		if err := testkit.Concurrently(len(ks), func(i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+			defer cancel()
+			k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: dir})
+			if err == nil {
+				ks[i] = k.(*Kernel)
+				t.Cleanup(func() { k.Shutdown(context.Background()) })
+			}
+			return err
+		}); err != nil {
+			done()
+			t.Fatal(err)
+		}
+		burst := 0
+		for _, k := range ks {
+			burst = max(burst, k.Pid())
+		}
+		done()
+		for _, pid := range awaitReadyForks(t, tr) {
+			if pid <= burst {
+				t.Errorf("ready context %d was forked during the burst (its last pid %d)", pid, burst)
+			}
+		}
+	})
+}

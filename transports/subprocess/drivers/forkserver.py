@@ -82,17 +82,23 @@ def _other_threads():
     return n
 
 
-def _clone_context(flags=_CLONE_PARENT):
+def _clone_context(flags=_CLONE_PARENT, runs_no_code=False):
     """Clone this process as a sibling (the host's child), or with other
     clone flags (a sandboxed template's: its child, in new namespaces); 0 in
     the child. Not os.fork, whose audit event makes the driver wait for the
-    host to read its output (_on_audit): a fork needs no such wait."""
+    host to read its output (_on_audit): a fork needs no such wait.
+    runs_no_code: this process ran no code since it stopped OpenBLAS's
+    threads (a template, which stops them once it preloaded, and B): its
+    scan of /proc/self/maps is skipped, a cost in the template's serial
+    path at every fork (~0.6 ms). A thread started nonetheless is still
+    refused below."""
     ctypes = _import("ctypes")
     call = _clone_syscall()
     if call is None:
         raise OSError("fork of a context is not supported on %s" % os.uname().machine)
     nr, order = call
-    _stop_blas_threads()
+    if not runs_no_code:
+        _stop_blas_threads()
     others = _other_threads()
     if others:
         raise OSError("the context runs %d thread%s of its own: a fork would copy them half done" % (others, "s" if others > 1 else ""))
@@ -143,7 +149,7 @@ def _fork_context(spec, template):
         return
     try:
         why = _stale() if template else None
-        pid = _clone_context() if why is None else -1
+        pid = _clone_context(runs_no_code=template) if why is None else -1
     except Exception as exc:
         why, pid = str(exc) or type(exc).__name__, -1
     if pid == 0:
@@ -434,7 +440,7 @@ def _fork_sandboxed(ctl, spec, fds):
     pid = -1
     if why is None:
         try:
-            pid = _clone_context(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | (_CLONE_NEWNET if _NETNS else 0))
+            pid = _clone_context(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | (_CLONE_NEWNET if _NETNS else 0), runs_no_code=True)
         except Exception as exc:
             why = str(exc) or type(exc).__name__
     if pid == 0:
@@ -476,7 +482,7 @@ def _sandboxed_child(sock, status, pipes, family, ctl):
     _own_proc()
     if _NETNS:
         _loopback_up()
-    c = _clone_context(0)
+    c = _clone_context(0, runs_no_code=True)
     if c == 0:
         os.close(status)
         os.close(family)
