@@ -47,8 +47,8 @@ type mcpEndpoint struct {
 	maxSessions int // negative: no cap
 	idle        time.Duration
 	mu          sync.Mutex
-	// opening counts the initializes being served, whose sessions
-	// server.Sessions may not list yet.
+	// opening counts the admitted initializes not answered yet, whose
+	// sessions server.Sessions may not list as initialized yet.
 	opening int
 }
 
@@ -121,13 +121,38 @@ func (m *mcpEndpoint) serveNewSession(w http.ResponseWriter, r *http.Request, bo
 		m.refuseSession(w, id)
 		return
 	}
-	defer func() {
-		m.mu.Lock()
-		m.opening--
-		m.mu.Unlock()
-	}()
-	m.handler.ServeHTTP(w, r)
+	// The reservation ends when the answer goes out: the session is
+	// initialized by then and counted as open. Ending it only when the
+	// handler returns counted the session twice for a moment, in which a
+	// client quick to open another was refused below the cap.
+	rw := &mcpInitializeWatch{ResponseWriter: w, answered: m.release}
+	defer rw.release()
+	m.handler.ServeHTTP(rw, r)
 }
+
+// release ends an admitted initialize's reservation.
+func (m *mcpEndpoint) release() {
+	m.mu.Lock()
+	m.opening--
+	m.mu.Unlock()
+}
+
+// mcpInitializeWatch calls answered once, at the first byte of the answer
+// to an initialize, or when the request ends without one.
+type mcpInitializeWatch struct {
+	http.ResponseWriter
+	answered func()
+	once     sync.Once
+}
+
+func (w *mcpInitializeWatch) Write(p []byte) (int, error) {
+	w.release()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *mcpInitializeWatch) release() { w.once.Do(w.answered) }
+
+func (w *mcpInitializeWatch) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // admit reserves a place for the session an initialize opens: false when
 // the open sessions (and those being opened) are at the cap. A session
