@@ -10,10 +10,10 @@
 //
 // Snippets run in this JVM (jshell's direct execution, SnippetThreads),
 // which starts once (no second JVM for a remote agent: half the start time
-// and memory), and an interrupt is JShell.stop(), which stops the thread
-// running the snippet. The JVM is started
-// with java.util opened to unnamed modules, which the engine's env snippets
-// need to write through System.getenv() (see javaEnvBlock in
+// and memory), and an interrupt is JShell.stop(), which interrupts the
+// thread running the snippet (and stops it if it does not end). The JVM is
+// started with java.util opened to unnamed modules, which the engine's env
+// snippets need to write through System.getenv() (see javaEnvBlock in
 // core/envvars.go).
 //
 // A cell may hold several snippets (statements, declarations,
@@ -133,6 +133,7 @@ public class Driver {
         private final Object lock = new Object();
         private Thread running; // the snippet's thread, while it runs
         private boolean stopped; // stop() stopped it
+        static final long STOP_GRACE_MS = 200;
 
         @Override
         protected String invoke(Method doit) throws Exception {
@@ -172,19 +173,43 @@ public class Driver {
             return valueString(value[0]);
         }
 
+        // stop interrupts the snippet's thread, and stops it only if it
+        // has not ended STOP_GRACE_MS later. A thread stopped where it
+        // waits inside the JDK (a process's start or waitFor, a lock's
+        // queue) can leave a lock the JVM shares broken, which breaks
+        // later cells (IllegalMonitorStateException); an interrupt ends
+        // every such wait cleanly, so Thread.stop is left for code that
+        // ignores interrupts, such as a loop that never waits.
         @Override
-        @SuppressWarnings({"deprecation", "removal"})
         public void stop() {
+            Thread t;
             synchronized (lock) {
                 if (running == null) {
                     return;
                 }
+                t = running;
                 stopped = true;
-                try {
-                    running.stop();
-                } catch (UnsupportedOperationException e) { // Java 20 and later
-                    running.interrupt();
-                }
+            }
+            t.interrupt();
+            Thread stopper = new Thread(() -> forceStop(t), "kernelhost-stop");
+            stopper.setDaemon(true);
+            stopper.start();
+        }
+
+        @SuppressWarnings({"deprecation", "removal"})
+        private static void forceStop(Thread t) {
+            try {
+                t.join(STOP_GRACE_MS);
+            } catch (InterruptedException e) {
+                return;
+            }
+            if (!t.isAlive()) {
+                return;
+            }
+            try {
+                t.stop(); // a thread is never reused: only this snippet's
+            } catch (UnsupportedOperationException e) {
+                // Java 20 and later: the interrupt is all there is.
             }
         }
     }
