@@ -42,7 +42,8 @@ import (
 // in and via the host with it behind its plugin (see roundTrips);
 // Concurrent8x50 runs 8 contexts × 50 sequential `1+1` at once via the host
 // and the same load on 8 bare websockets, twice each per op (host, direct,
-// direct, host), and reports both throughputs and their ratio;
+// direct, host), and reports both throughputs, their ratio and both tails
+// (p99 and max of every round trip);
 // Stream200kLines and Flush20kLines count every line at the client and fail
 // on any loss.
 func BenchmarkJupyter(b *testing.B) {
@@ -76,44 +77,36 @@ func BenchmarkJupyter(b *testing.B) {
 		if err := testkit.Concurrently(contexts, warm); err != nil {
 			b.Fatal(err)
 		}
-		viaHost := func(i int) error {
-			for range execs {
-				if err := hostOneTwo(client, h.URL(), ids[i]); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		straight := func(i int) error {
-			for range execs {
-				if err := wss[i].oneTwo(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		var hostT, directT time.Duration
-		timed := func(f func(int) error, total *time.Duration) {
-			t0 := time.Now()
-			if err := testkit.Concurrently(contexts, f); err != nil {
+		viaHost := func(i int) error { return hostOneTwo(client, h.URL(), ids[i]) }
+		straight := func(i int) error { return wss[i].oneTwo() }
+		var host, direct latencies
+		timed := func(one func(int) error, into *latencies) {
+			l, err := concurrently(contexts, execs, one)
+			if err != nil {
 				b.Fatal(err)
 			}
-			*total += time.Since(t0)
+			into.all = append(into.all, l.all...)
+			into.elapsed += l.elapsed
 		}
 		b.ResetTimer()
 		for range b.N {
 			// Host, direct, direct, host: both see the same machine on average
 			// (other processes' load drifts over seconds).
-			timed(viaHost, &hostT)
-			timed(straight, &directT)
-			timed(straight, &directT)
-			timed(viaHost, &hostT)
+			timed(viaHost, &host)
+			timed(straight, &direct)
+			timed(straight, &direct)
+			timed(viaHost, &host)
 		}
 		b.StopTimer()
 		n := float64(2 * contexts * execs * b.N)
-		b.ReportMetric(n/hostT.Seconds(), "host-exec/s")
-		b.ReportMetric(n/directT.Seconds(), "direct-exec/s")
-		b.ReportMetric(directT.Seconds()/hostT.Seconds(), "host/direct-throughput")
+		b.ReportMetric(n/host.elapsed.Seconds(), "host-exec/s")
+		b.ReportMetric(n/direct.elapsed.Seconds(), "direct-exec/s")
+		b.ReportMetric(direct.elapsed.Seconds()/host.elapsed.Seconds(), "host/direct-throughput")
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		b.ReportMetric(ms(host.p99()), "host-p99-ms")
+		b.ReportMetric(ms(host.max()), "host-max-ms")
+		b.ReportMetric(ms(direct.p99()), "direct-p99-ms")
+		b.ReportMetric(ms(direct.max()), "direct-max-ms")
 	})
 
 	b.Run("Stream200kLines", func(b *testing.B) {

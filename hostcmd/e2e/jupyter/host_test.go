@@ -62,9 +62,9 @@ func TestJupyterHost(t *testing.T) {
 			}
 		})
 	}
-	// Through the plugin only: the latency tail of `make run-jupyter`.
+	// Through the plugin only, as `make run-jupyter` runs.
 	t.Run("Concurrent8x50", func(t *testing.T) {
-		testJupyterConcurrent8x50(t, srv, hosttest.Start(t, hosttest.JupyterViaPlugin(srv)))
+		testJupyterConcurrent8x50(t, hosttest.Start(t, hosttest.JupyterViaPlugin(srv)))
 	})
 }
 
