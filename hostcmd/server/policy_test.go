@@ -116,7 +116,9 @@ func TestPolicyBrokenAtStart(t *testing.T) {
 	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "broken.wasm")
 	testkit.WriteFile(t, bad, "not wasm")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Only a bound against a hang: a start under CI's load (the transport,
+	// then each module instantiated under -race) took over 30 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, err := server.Start(ctx, settings.Config{
 		Addr: "127.0.0.1:0", DefaultCwd: t.TempDir(), Policies: hosttest.Denylist(t) + "," + bad,
