@@ -58,7 +58,7 @@ func TestExecutionTimeoutPerRequest(t *testing.T) {
 	if hosttest.Stdout(lines) != "started\n" {
 		t.Fatalf("output before the timeout lost: %q", hosttest.Stdout(lines))
 	}
-	if took > 10*time.Second {
+	if took > 30*time.Second { // the cell sleeps 60 s
 		t.Fatalf("a 0.5 s timeout ended the stream after %s", took)
 	}
 	// The interrupt stopped the sleep; the state is kept (no restart needed).

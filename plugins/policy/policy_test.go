@@ -162,7 +162,7 @@ func TestHostile(t *testing.T) {
 		t.Run(tt.module, func(t *testing.T) {
 			// Only loop needs a short deadline; the others get a long one so
 			// that a slow (-race, loaded) machine cannot turn them into it.
-			timeout := 10 * time.Second
+			timeout := time.Minute
 			if tt.module == "loop" {
 				timeout = 100 * time.Millisecond
 			}
@@ -174,7 +174,9 @@ func TestHostile(t *testing.T) {
 				start := time.Now()
 				_, err := c.Evaluate(context.Background(), input(map[string]string{"X": "1"}))
 				wantModuleError(t, err, tt.kind, tt.module, append(tt.texts, wasmPath(tt.module))...)
-				if d := time.Since(start); d > 5*time.Second {
+				// Well under the others' deadline: the call fails for
+				// its module's fault, not at the deadline.
+				if d := time.Since(start); d > 30*time.Second {
 					t.Errorf("bad call took %v", d)
 				}
 			}

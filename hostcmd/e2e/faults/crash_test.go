@@ -50,8 +50,10 @@ func TestFaultInterpreterCrashesNatively(t *testing.T) {
 			!strings.Contains(v, "killed by signal 11 (segmentation fault)") || !strings.Contains(v, "replaced by a new one") {
 			t.Fatalf("error line %v, want KernelDied saying the python interpreter was killed by signal 11 and is replaced", e)
 		}
-		if took > 3*time.Second {
-			t.Fatalf("the crash was reported %s after the request, want within 3s", took)
+		// Reported by the interpreter's exit, not by a timeout: within
+		// seconds, with room for CI's load.
+		if took > 15*time.Second {
+			t.Fatalf("the crash was reported %s after the request, want within seconds", took)
 		}
 		cores, _ := filepath.Glob(filepath.Join(h.Cwd(), "core*"))
 		if len(cores) > 0 {

@@ -313,13 +313,14 @@ func runHello(t *testing.T, h *hosttest.Host, within time.Duration) (lines []hos
 }
 
 // The upstream bug, end to end, with the default interrupt policy: the next
-// request on the context completes within 2 s of the disconnect.
+// request on the context completes soon after the disconnect (the cell
+// sleeps 60 s: within 15 s is by the interrupt, with room for CI's load).
 func testJupyterDisconnectInterrupts(t *testing.T, start func(...func(*settings.Config)) *hosttest.Host) {
 	h := start()
-	gone := disconnectAfter(t, h, "import time; time.sleep(30)", time.Second)
-	lines, done := runHello(t, h, 10*time.Second)
-	if took := done.Sub(gone); took > 2*time.Second {
-		t.Fatalf("print('hello') completed %s after the disconnect, want < 2s", took)
+	gone := disconnectAfter(t, h, "import time; time.sleep(60)", time.Second)
+	lines, done := runHello(t, h, 30*time.Second)
+	if took := done.Sub(gone); took > 15*time.Second {
+		t.Fatalf("print('hello') completed %s after the disconnect, want well under the cell's 60 s", took)
 	}
 	hosttest.NoError(t, lines)
 	if got := hosttest.Stdout(lines); got != "hello\n" {

@@ -149,7 +149,7 @@ func TestJupyterKernelDeathLoggedAndCounted(t *testing.T) {
 	if errs := hosttest.OfType(lines, "error"); len(errs) != 1 || errs[0].Str("name") != "KernelDied" {
 		t.Fatalf("the segfaulting execution: %v, want KernelDied", lines)
 	}
-	if took > 5*time.Second {
+	if took > 15*time.Second { // the server's restarter, not a timeout of ours
 		t.Errorf("the death was reported after %v", took)
 	}
 	lines = h.Run(map[string]any{"code": "print('x' in globals())"})

@@ -78,8 +78,8 @@ func TestBatcherLingerEndsOnIdle(t *testing.T) {
 	start := time.Now()
 	b.linger(ch, timer)
 	// Not waiting at all, or waiting for a message that never comes, is
-	// what this tells apart; 5 s is room for a loaded machine.
-	if d := time.Since(start); d < streamLinger || d > 5*time.Second {
+	// what this tells apart; 30 s is room for a loaded machine.
+	if d := time.Since(start); d < streamLinger || d > 30*time.Second {
 		t.Errorf("linger with nothing coming took %v, want about %v", d, streamLinger)
 	}
 }
