@@ -105,7 +105,7 @@ func input(env map[string]string) engine.PolicyInput {
 
 func evaluate(t testing.TB, c *Chain, env map[string]string) engine.PolicyDecision {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	d, err := c.Evaluate(ctx, input(env))
 	if err != nil {

@@ -23,7 +23,7 @@ func TestWebsocketCutReconnects(t *testing.T) {
 	p.Cut()
 	// The in-flight request gets no more messages: the kernel-wide status
 	// comes next, and nothing of id follows it (collect fails on that).
-	waitKernelWide(t, k, core.StateDisconnected, 10*time.Second)
+	waitKernelWide(t, k, core.StateDisconnected, 30*time.Second)
 	r := run(t, k, "print(x)")
 	if got := r.stdout.String(); got != "kept\n" {
 		t.Errorf("after reconnect: %q", got)
@@ -42,7 +42,7 @@ func TestStalledConnectionIsNoticed(t *testing.T) {
 	run(t, k, "x = 'kept'")
 	p.Stall()
 	// No pong comes back: the read deadline ends the connection.
-	waitKernelWide(t, k, core.StateDisconnected, 10*time.Second)
+	waitKernelWide(t, k, core.StateDisconnected, 30*time.Second)
 	if r := run(t, k, "print(x)"); r.stdout.String() != "kept\n" {
 		t.Errorf("after reconnect: %q", r.stdout.String())
 	}
@@ -103,13 +103,13 @@ func TestExecutionOnDeletedKernelEndsWithinSeconds(t *testing.T) {
 	}
 	began := time.Now()
 	send(t, k, "print(x)")
-	waitKernelWide(t, k, core.StateDisconnected, 10*time.Second)
+	waitKernelWide(t, k, core.StateDisconnected, 30*time.Second)
 	select {
 	case m, ok := <-k.Messages():
 		if ok {
 			t.Fatalf("message %+v after the kernel was deleted", m)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("messages not closed after the kernel was deleted on the server")
 	}
 	took := time.Since(began)

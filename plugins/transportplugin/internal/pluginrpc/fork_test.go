@@ -108,7 +108,7 @@ func startKernel(t *testing.T, tr core.Transport, lang string) core.Kernel {
 		t.Fatalf("StartKernel %s: %v", lang, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		k.Shutdown(ctx)
 	})

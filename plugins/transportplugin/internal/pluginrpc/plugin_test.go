@@ -69,7 +69,7 @@ func startBash(t *testing.T, tr core.Transport) core.Kernel {
 		t.Fatalf("StartKernel: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		k.Shutdown(ctx)
 	})
@@ -158,7 +158,7 @@ func TestExamplePluginRoundTrip(t *testing.T) {
 
 	// Restart: the restarting status has arrived when Restart returns, and
 	// the state is gone.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := k.Restart(ctx); err != nil {
 		t.Fatal(err)
@@ -280,7 +280,7 @@ func TestLoggerMadeAfterServeKeepsItsLevel(t *testing.T) {
 	cfg := selfPlugin(t, "late-logger")
 	cfg.Logger = slog.New(recordHandler{records})
 	launch(t, cfg)
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(30 * time.Second)
 	for {
 		select {
 		case r := <-records:
@@ -388,8 +388,8 @@ func TestCallDeadlineCancelsPluginContext(t *testing.T) {
 		if m.Text != "plugin saw: context canceled" {
 			t.Fatalf("message = %+v, want the plugin's word that its context was cancelled", m)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the plugin's Execute context was not cancelled within 10s of the host's deadline")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the plugin's Execute context was not cancelled within 30s of the host's deadline")
 	}
 }
 
@@ -440,7 +440,7 @@ func TestKernelSocketRefusesWrongToken(t *testing.T) {
 	if path == "" || len(token) != tokenBytes {
 		t.Fatalf("plugin offers no kernel socket (%q, %d-byte token)", path, len(token))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	wrong := bytes.Repeat([]byte{'x'}, tokenBytes)
 	st, err := dialKernelSocket(ctx, ctx, path, wrong)
@@ -543,7 +543,7 @@ func TestKillNineMidExecution(t *testing.T) {
 	}
 	// The kernel reports itself dead, kernel-wide, then its channel closes.
 	var last core.Message
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(30 * time.Second)
 	for closed := false; !closed; {
 		select {
 		case m, ok := <-k.Messages():
