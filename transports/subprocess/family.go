@@ -242,7 +242,7 @@ func (p *proc) openCopyFiles() (c *copyFiles, mark string, err error) {
 	if err != nil {
 		return c, "", err
 	}
-	p.streams[0].reader = fr
+	p.rd.streams[0].reader = fr
 	statusR, statusW, err := pipe()
 	if err != nil {
 		return c, "", err

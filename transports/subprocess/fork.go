@@ -85,7 +85,7 @@ func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out cha
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 	}
-	p.streams[0].reader = fr // python's channel (fd1Frames), with the child's own mark
+	p.rd.streams[0].reader = fr // python's channel (fd1Frames), with the child's own mark
 	ackR, ackW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
@@ -157,7 +157,7 @@ func askFork(ctx context.Context, src *proc, req forkRequest, ack *os.File) (int
 	var got string
 	select {
 	case got = <-answer:
-	case <-src.pumpDone:
+	case <-src.rd.pumpDone:
 		_ = ack.SetReadDeadline(aLongTimeAgo)
 		return 0, errors.New("the forking interpreter died")
 	case <-ctx.Done():

@@ -261,7 +261,7 @@ func (fs *forkServer) end(p *proc) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.ended = slices.DeleteFunc(fs.ended, func(e *proc) bool {
-		if !isClosed(e.pumpDone) {
+		if !isClosed(e.rd.pumpDone) {
 			return false
 		}
 		e.kill() // it exited: this closes its files
@@ -330,7 +330,7 @@ func (fs *forkServer) close() {
 	timeout := time.After(killWait)
 	for _, e := range ended {
 		select {
-		case <-e.pumpDone:
+		case <-e.rd.pumpDone:
 			e.kill() // it exited: this closes its files
 		case <-timeout:
 			return // a context forked from it still runs
@@ -357,7 +357,7 @@ func (fs *forkServer) retired() []*proc {
 	defer fs.mu.Unlock()
 	var out []*proc
 	for _, e := range fs.ended {
-		if !isClosed(e.pumpDone) {
+		if !isClosed(e.rd.pumpDone) {
 			out = append(out, e)
 		}
 	}

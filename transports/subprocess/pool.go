@@ -392,7 +392,7 @@ func (pl *pool) fill(s *poolSlot) {
 	}
 	select {
 	case <-s.taken:
-	case <-s.p.pumpDone:
+	case <-s.p.rd.pumpDone:
 		// It died while it waited (killed, out of memory), and the pump is
 		// done reaping it (driverGone): dropped and replaced, unless a
 		// kernel claimed it meanwhile (take sees it dead).

@@ -1,7 +1,6 @@
 package subprocess
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,9 +19,9 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 )
 
-// proc is one interpreter process and the goroutines that own it: the
-// waiter (cmd.Wait), the pump (reads fd 4) and one stream reader each for
-// fd 1 and 2.
+// proc is one interpreter process, its pipes and its lifecycle: the waiter
+// (cmd.Wait) and the kill. Its reader (rd, msgreader.go) owns the read
+// ends: the pump (reads fd 4) and one stream reader each for fd 1 and 2.
 //
 // All three read ends are non-blocking pipes registered with Go's netpoller
 // (os.NewFile of a non-blocking fd), so a reader waiting for the interpreter
@@ -33,10 +32,8 @@ import (
 // steal it.
 type proc struct {
 	spec procSpec
-	// out is where its messages go, the owning kernel's Messages: nil
-	// while the interpreter waits in a pool, where nothing it says is
-	// delivered.
-	out atomic.Pointer[chan<- core.Message]
+	// rd reads its pipes and hands on what it says (msgreader.go).
+	rd *procReader
 	// req is the request it runs.
 	req running
 	cmd *exec.Cmd
@@ -73,45 +70,19 @@ type proc struct {
 	// process in the sandbox. Without one, pgid is pid and nsInit 0.
 	pgid, nsInit int
 
-	msgF  *os.File // read end of fd 4
-	msgFD int      // its descriptor, for the non-blocking reads after exit
-	// streams are fd 1 (stdout) and 2 (stderr). Their fields other than f
-	// and fd are guarded by mu.
-	streams [2]stream
-
 	cgMu     sync.Mutex
 	cg       *cgroup       // the interpreter's own cgroup until removed; guarded by cgMu
 	inCgroup bool          // it was started in cg; false where the machine offers none (killTree then)
 	lim      *limitGroups  // its limits (limits.go), nil: none; guarded by cgMu
 	stop     chan struct{} // closed when the kernel kills this process on purpose
 	stopOnce sync.Once
-	exited   atomic.Bool   // cmd.Wait returned; set before msgF's deadline wakes the pump
+	exited   atomic.Bool   // cmd.Wait returned; set before rd.msgF's deadline wakes the pump
 	waitDone chan struct{} // closed after cmd.Wait returned
-	pumpDone chan struct{} // closed when the pump and the stream readers returned
-	readers  sync.WaitGroup
-	ready    chan error  // the start's outcome, one value
-	isReady  atomic.Bool // the driver said kh_ready
-	gone     atomic.Bool // the driver is gone (exited or killed)
-	// cwdAck carries the driver's answer to a hand-out's cwd record
-	// (enterCwd): "" when it entered the directory, else why not.
-	cwdAck chan string
+	gone     atomic.Bool   // the driver is gone (exited or killed)
 	// adoptMu orders a pooled interpreter's hand-out (adopt) against its
 	// death (driverGone): it is handed out alive, and then its owner hears
 	// of its death, or it is not handed out at all.
 	adoptMu sync.Mutex
-
-	// mu serialises each read of fd 1/2 together with the emission of what
-	// it read, against the pump's handling of what it read from fd 4. The
-	// pump drains fd 1/2 under mu after each read of fd 4: output a stream
-	// reader took before that is already emitted (it held mu from its read
-	// to its emit), and the rest is still in the pipe for the drain. So no
-	// output the driver wrote before its reply is emitted after it.
-	mu        sync.Mutex
-	closing   bool           // the pump did its final drain: the stream readers stop
-	startErr  bytes.Buffer   // stderr before ready, quoted when the start fails
-	held      []core.Message // fd-1/2 output of a request that has not opened yet
-	heldBytes int            // the text of held
-	drainBuf  []byte         // the pump's buffer for drains
 }
 
 // pipe returns a close-on-exec pipe whose read end is non-blocking.
@@ -200,16 +171,8 @@ func newProc(spec procSpec, out chan<- core.Message) *proc {
 		spec:     spec,
 		stop:     make(chan struct{}),
 		waitDone: make(chan struct{}),
-		pumpDone: make(chan struct{}),
-		ready:    make(chan error, 1),
-		cwdAck:   make(chan string, 1),
-		drainBuf: make([]byte, 64<<10),
 	}
-	if out != nil {
-		p.out.Store(&out)
-	}
-	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
-	p.streams[0].reader, p.streams[1].reader = outputReader{}, outputReader{}
+	p.rd = newProcReader(out, p.stop, &p.req, spec.maxMessage, p.driverGone)
 	return p
 }
 
@@ -244,7 +207,7 @@ func (p *proc) openPipes() (child []*os.File, err error) {
 		fd    *int
 		child **os.File
 		name  string
-	}{{&p.msgF, &p.msgFD, &c.messages, "fd4"}, {&p.streams[0].f, &p.streams[0].fd, &c.stdout, "stdout"}, {&p.streams[1].f, &p.streams[1].fd, &c.stderr, "stderr"}} {
+	}{{&p.rd.msgF, &p.rd.msgFD, &c.messages, "fd4"}, {&p.rd.streams[0].f, &p.rd.streams[0].fd, &c.stdout, "stdout"}, {&p.rd.streams[1].f, &p.rd.streams[1].fd, &c.stderr, "stderr"}} {
 		r, w, err := pipe()
 		if err != nil {
 			return nil, err
@@ -283,7 +246,7 @@ func (p *proc) launch(child []*os.File) (err error) {
 		if err != nil {
 			return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
 		}
-		p.streams[0].reader = fr
+		p.rd.streams[0].reader = fr
 		cmd.Env = append(cmd.Env, env)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -363,7 +326,7 @@ func pwdOf(cwd string) string {
 func (p *proc) awaitReady(ctx context.Context) error {
 	var err error
 	select {
-	case err = <-p.ready:
+	case err = <-p.rd.ready:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
@@ -396,7 +359,7 @@ func (p *proc) wait() {
 	// Wake the pump: a driver whose fd 4 is still held open elsewhere (a
 	// child of bash) has exited all the same.
 	p.exited.Store(true)
-	_ = p.msgF.SetReadDeadline(aLongTimeAgo)
+	p.rd.wake()
 	close(p.waitDone)
 }
 
@@ -410,7 +373,7 @@ func (p *proc) adopt(out chan<- core.Message) bool {
 	if p.gone.Load() {
 		return false
 	}
-	p.out.Store(&out)
+	p.rd.out.Store(&out)
 	return true
 }
 
@@ -428,12 +391,12 @@ func (p *proc) enterCwd(ctx context.Context, dir string) error {
 	}
 	_ = p.reqW.SetWriteDeadline(time.Time{})
 	select {
-	case why := <-p.cwdAck:
+	case why := <-p.rd.cwdAck:
 		if why != "" {
 			return &cwdRefused{dir: dir, why: why}
 		}
 		return nil
-	case <-p.pumpDone:
+	case <-p.rd.pumpDone:
 		return errors.New("the interpreter died")
 	case <-ctx.Done():
 		return ctx.Err()
@@ -450,11 +413,10 @@ func (e *cwdRefused) Error() string { return fmt.Sprintf("enter %q: %s", e.dir, 
 // closeFiles closes the parent's ends; the pump and the readers are done
 // with them (or never ran).
 func (p *proc) closeFiles() {
-	for _, f := range []*os.File{p.reqW, p.msgF, p.streams[0].f, p.streams[1].f} {
-		if f != nil {
-			f.Close()
-		}
+	if p.reqW != nil {
+		p.reqW.Close()
 	}
+	p.rd.closeFiles()
 	if p.ctl != nil {
 		p.ctl.Close()
 	}
@@ -465,9 +427,6 @@ func (p *proc) closeFiles() {
 // forked interpreter.
 func (p *proc) serve(ctx context.Context) error {
 	go p.wait()
-	p.readers.Add(2)
-	go p.readStream(&p.streams[0])
-	go p.readStream(&p.streams[1])
-	go p.pump()
+	p.rd.start()
 	return p.awaitReady(ctx)
 }

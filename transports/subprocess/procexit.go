@@ -28,14 +28,14 @@ func (p *proc) kill() {
 		close(p.stop)
 		p.gone.Store(true)
 		p.killAll()
-		_ = p.msgF.SetReadDeadline(aLongTimeAgo)
+		p.rd.wake()
 	})
 	select {
 	case <-p.waitDone:
 	case <-time.After(killWait):
 	}
 	p.removeCgroup()
-	<-p.pumpDone
+	<-p.rd.pumpDone
 	p.closeFiles()
 }
 
@@ -101,15 +101,15 @@ func (p *proc) driverGone(cause error) {
 	case <-time.After(exitWait + killWait):
 	}
 	p.removeCgroup()
-	if !p.isReady.Swap(true) {
-		p.ready <- startFailure(p, cause) // it died while starting: StartKernel reports it
+	if !p.rd.isReady.Swap(true) {
+		p.rd.ready <- startFailure(p, cause) // it died while starting: StartKernel reports it
 		return
 	}
 	if id := p.req.current(); overLimit != "" && id != "" {
-		p.emit(core.Message{ParentID: id, Type: core.MsgError, EName: "MemoryLimitExceeded", EValue: overLimit})
+		p.rd.emit(core.Message{ParentID: id, Type: core.MsgError, EName: "MemoryLimitExceeded", EValue: overLimit})
 	}
 	p.req.end("")
-	p.emit(core.Message{Type: core.MsgStatus, State: core.StateDead, Text: p.howItDied()})
+	p.rd.emit(core.Message{Type: core.MsgStatus, State: core.StateDead, Text: p.howItDied()})
 }
 
 // howItDied says what died and how, for the KernelDied error: "the python
@@ -153,8 +153,8 @@ func startFailure(p *proc, cause error) error {
 		}
 	default:
 	}
-	if p.startErr.Len() > 0 {
-		msg += ": " + string(bytes.TrimSpace(p.startErr.Bytes()))
+	if p.rd.startErr.Len() > 0 {
+		msg += ": " + string(bytes.TrimSpace(p.rd.startErr.Bytes()))
 	}
 	if cause != nil {
 		return fmt.Errorf("%s: %w", msg, cause)
