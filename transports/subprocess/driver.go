@@ -38,6 +38,19 @@ type driver interface {
 	channel() channel
 }
 
+// A forker is a driver whose interpreter can fork itself into a new one,
+// an optional capability (python's): its contexts can be forked
+// (Transport.ForkKernel) and, with Options.Preload, made by fork from a
+// template (forkserver.go). The fork record on fd 3 and what the child
+// does are the driver's (fork.go, drivers/forkserver.py).
+type forker interface {
+	// template makes spec, a context's start spec in cwd, a fork
+	// template's that preloads modules.
+	template(spec procSpec, preload []string, cwd string) procSpec
+}
+
+var _ forker = pythonLang{}
+
 // channel is where a driver writes its messages.
 type channel int
 

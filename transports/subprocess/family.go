@@ -200,13 +200,15 @@ func (f *family) tell(pid int, status *os.File, deadline time.Time) error {
 	return nil
 }
 
-// copyFiles are the host's and the copy's ends of what a copy is made
-// with: the copy's pipes, handshake and control socket go to it; its
-// status pipe's write end to B.
+// copyFiles are the host's and the forked context's ends of what it is
+// made with besides its pipes: its handshake and control socket go to it
+// (after its pipes, in toChild); its status pipe's write end to its
+// sandbox's init.
 type copyFiles struct {
 	toChild []*os.File
 	statusW *os.File
 	hs      *handshake
+	status  *os.File // the read end, p.fork.status
 }
 
 // sent closes the host's copies of what went to the child (and to B): the
@@ -222,81 +224,82 @@ func (c *copyFiles) sent() {
 	}
 }
 
-func (c *copyFiles) close() {
+// close closes the host's ends once the fork is over; with failed (the
+// fork's error, nil when it worked) the status pipe's read end too.
+func (c *copyFiles) close(failed error) {
 	c.sent()
 	if c.hs != nil {
 		c.hs.Close()
 	}
+	if failed != nil && c.status != nil {
+		c.status.Close()
+	}
 }
 
-// openCopyFiles makes p's pipes, status pipe, handshake and control
-// socket, and sets p's frame reader; it returns the mark for the request.
-func (p *proc) openCopyFiles() (c *copyFiles, mark string, err error) {
-	c = &copyFiles{}
-	childEnds, err := p.openPipes()
-	c.toChild = append(c.toChild, childEnds...)
-	if err != nil {
-		return c, "", err
-	}
-	fr, env, err := newFrameReader()
-	if err != nil {
-		return c, "", err
-	}
-	p.rd.streams[0].reader = fr
+// openForkFiles makes the status pipe, handshake and control socket of a
+// context forked in a sandbox, whose pipes' child ends are child; p keeps
+// its ends (p.fork). On error the caller still closes what it returns.
+func (p *proc) openForkFiles(child []*os.File) (*copyFiles, error) {
+	c := &copyFiles{toChild: slices.Clone(child)}
 	statusR, statusW, err := pipe()
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
 	c.statusW = os.NewFile(uintptr(statusW), "member-status")
-	if p.status, err = pollable(statusR, "status"); err != nil {
-		return c, "", err
+	if c.status, err = pollable(statusR, "status"); err != nil {
+		return c, err
 	}
 	hs, hsChild, err := newHandshake()
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
 	c.hs = hs
 	c.toChild = append(c.toChild, hsChild)
-	ctlChild, err := p.openControl()
+	ctl, ctlChild, err := openControl()
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
+	p.fork = &forking{ctl: ctl, status: c.status}
 	c.toChild = append(c.toChild, ctlChild)
-	return c, strings.TrimPrefix(env, frameMarkEnv+"="), nil
+	return c, nil
 }
 
 // forkInFamily makes a new interpreter for spec, whose messages go to out,
 // as a copy of src's in src's sandbox (a member of its family). The
 // caller makes sure src runs no request and nothing else is written to
 // its fd 3 meanwhile.
-func forkInFamily(ctx context.Context, src *proc, spec procSpec, out chan<- core.Message) (_ *proc, err error) {
-	f := src.family
-	deadline := time.Now().Add(forkAckWait)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
+func forkInFamily(ctx context.Context, src *proc, spec procSpec, out chan<- core.Message) (*proc, error) {
+	f := src.familyOf()
+	deadline := forkDeadline(ctx)
 	if err := f.join(src); err != nil {
 		return nil, err
 	}
-	p := newProc(spec, out)
-	files, mark, err := p.openCopyFiles()
-	defer files.close()
-	started := false
-	defer func() {
-		if !started {
-			p.closeFiles()
-			if p.status != nil {
-				p.status.Close()
-			}
-			f.leave()
+	joined := false // the copy is a member: its end leaves the family (proc.wait)
+	p, err := newInterpreter(ctx, spec, out, "fork", func(p *proc, child []*os.File, mark string) error {
+		if err := p.copyOf(src, f, child, mark, deadline); err != nil {
+			return fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 		}
-	}()
+		joined = true
+		return nil
+	})
+	if !joined {
+		f.leave()
+	}
+	return p, err
+}
+
+// copyOf asks src's interpreter for a copy on the child's ends of p's
+// pipes, in family f, and follows its handshake: the begin of
+// forkInFamily.
+func (p *proc) copyOf(src *proc, f *family, child []*os.File, mark string, deadline time.Time) (err error) {
+	files, err := p.openForkFiles(child)
+	defer func() { files.close(err) }()
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	seq := forkSeq.Add(1)
 	if err := askFamilyFork(src, forkSpec{Seq: seq, Mark: mark, Family: true}, files.toChild, deadline); err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	for _, c := range files.toChild {
 		c.Close() // the copy has its own now
@@ -305,18 +308,14 @@ func forkInFamily(ctx context.Context, src *proc, spec procSpec, out chan<- core
 	pid, err := p.admit(f, files, deadline)
 	files.sent() // B has the status pipe's write end now, or the copy ended
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	p.cmd = &exec.Cmd{Path: src.cmd.Path, Args: src.cmd.Args}
 	p.idsMu.Lock()
 	p.pid, p.pgid, p.nsInit = pid, pid, f.init // the copy leads a session of its own
 	p.idsMu.Unlock()
-	p.family = f
-	started = true
-	if err := p.serve(ctx); err != nil {
-		return nil, err
-	}
-	return p, nil
+	p.fork.family = f
+	return nil
 }
 
 // admit follows the copy's handshake: it says "c" (its pid), is moved
@@ -350,17 +349,18 @@ func (p *proc) admit(f *family, files *copyFiles, deadline time.Time) (int, erro
 // askFamilyFork sends the copy's descriptors on src's control socket, then
 // the request on its fd 3, and reads the answer on the control socket.
 func askFamilyFork(src *proc, spec forkSpec, files []*os.File, deadline time.Time) error {
-	if src.ctl == nil {
+	if src.fork == nil {
 		return errors.New("the context has no control socket")
 	}
+	ctl := src.fork.ctl
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
 	seq := []byte(strconv.FormatUint(spec.Seq, 10))
-	_ = src.ctl.SetDeadline(deadline)
-	defer src.ctl.SetDeadline(time.Time{})
-	if _, _, err := src.ctl.WriteMsgUnix(seq, unix.UnixRights(fds...), nil); err != nil {
+	_ = ctl.SetDeadline(deadline)
+	defer ctl.SetDeadline(time.Time{})
+	if _, _, err := ctl.WriteMsgUnix(seq, unix.UnixRights(fds...), nil); err != nil {
 		return fmt.Errorf("send the copy's descriptors: %w", err)
 	}
 	line, err := json.Marshal(forkRequest{Fork: spec})
@@ -373,7 +373,7 @@ func askFamilyFork(src *proc, spec forkSpec, files []*os.File, deadline time.Tim
 	if err != nil {
 		return fmt.Errorf("send the fork request: %w", err)
 	}
-	return readForkAnswer(src.ctl, spec.Seq)
+	return readForkAnswer(ctl, spec.Seq)
 }
 
 // errNoForkAnswer marks a forking interpreter that did not answer (it
@@ -407,7 +407,7 @@ func readForkAnswer(conn *net.UnixConn, seq uint64) error {
 // holds for seconds.
 func (k *Kernel) Family() string {
 	if p := k.live.Load(); p != nil {
-		return p.family.ID()
+		return p.familyOf().ID()
 	}
 	return ""
 }
@@ -432,14 +432,15 @@ func (t *Transport) FamilyStats() []FamilyStat {
 	t.live.Range(func(key, _ any) bool {
 		k := key.(*Kernel)
 		p := k.live.Load()
-		if p == nil || p.isGone() || !p.family.isApart() {
+		if p == nil || p.isGone() || !p.familyOf().isApart() {
 			return true
 		}
-		st := by[p.family]
+		fam := p.familyOf()
+		st := by[fam]
 		if st == nil {
-			st = &FamilyStat{Language: k.lang.name, Family: p.family.id}
-			st.add(ProcessMemory(p.family.init))
-			by[p.family] = st
+			st = &FamilyStat{Language: k.lang.name, Family: fam.id}
+			st.add(ProcessMemory(fam.init))
+			by[fam] = st
 		}
 		pid, _, _ := p.ids()
 		st.Members++

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,36 +68,29 @@ var errForkRefused = errors.New("fork refused")
 // src's interpreter, moved into cwd ("": it stays in src's). The caller
 // makes sure nothing else is written to src's fd 3 meanwhile and that src
 // runs no request.
-func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out chan<- core.Message) (_ *proc, err error) {
-	p := newProc(spec, out)
-	childEnds, err := p.openPipes()
-	defer func() {
-		for _, f := range childEnds {
-			f.Close() // the child opened its own by now, or failed
+func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out chan<- core.Message) (*proc, error) {
+	return newInterpreter(ctx, spec, out, "fork", func(p *proc, child []*os.File, mark string) error {
+		if err := p.forkOf(ctx, src, cwd, child, mark); err != nil {
+			return fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 		}
-		if err != nil && p.cmd == nil {
-			p.closeFiles()
-		}
-	}()
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	fr, env, err := newFrameReader()
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	p.rd.streams[0].reader = fr // python's channel (fd1Frames), with the child's own mark
+		return nil
+	})
+}
+
+// forkOf asks src's interpreter to fork a child on the child's ends of p's
+// pipes, and moves the child into p's groups: the begin of forkProc.
+func (p *proc) forkOf(ctx context.Context, src *proc, cwd string, child []*os.File, mark string) error {
 	ackR, ackW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	defer ackR.Close()
 	defer ackW.Close()
-	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: strings.TrimPrefix(env, frameMarkEnv+"="), Cwd: cwd}}
-	for _, f := range append(childEnds, ackW) {
+	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: mark, Cwd: cwd}}
+	for _, f := range append(child, ackW) {
 		var st unix.Stat_t
 		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+			return err
 		}
 		if f != ackW {
 			req.Fork.Fds = append(req.Fork.Fds, int(f.Fd()))
@@ -105,26 +99,39 @@ func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out cha
 	}
 	pid, err := askFork(ctx, src, req, ackR)
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	process, err := os.FindProcess(pid)
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
+	}
+	if err := p.enterGroups(pid); err != nil {
+		_ = process.Kill()
+		_, _ = process.Wait()
+		p.removeCgroup()
+		return err
 	}
 	p.cmd = &exec.Cmd{Path: src.cmd.Path, Args: src.cmd.Args, Process: process}
 	p.idsMu.Lock()
 	p.pid, p.pgid = pid, pid // the child made its own group before it opened its pipes
 	p.idsMu.Unlock()
-	if err := p.enterGroups(pid); err != nil {
-		_ = process.Kill()
-		_, _ = process.Wait()
-		p.removeCgroup()
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	return nil
+}
+
+// forkable says which languages' contexts can be forked (their driver is
+// a forker), for errors: "only python contexts can".
+func (t *Transport) forkable() string {
+	var names []string
+	for name, lang := range t.langs {
+		if _, ok := lang.drv.(forker); ok {
+			names = append(names, name)
+		}
 	}
-	if err := p.serve(ctx); err != nil {
-		return nil, err
+	if len(names) == 0 {
+		return "no context of this host can"
 	}
-	return p, nil
+	slices.Sort(names)
+	return "only " + strings.Join(names, " or ") + " contexts can"
 }
 
 // askFork writes req on src's fd 3 and reads the answer: the child's pid.
@@ -219,8 +226,8 @@ func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kerne
 	if !ok {
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: "subprocess: not a kernel of this transport"}
 	}
-	if k.lang.name != "python" {
-		return nil, &core.Error{Kind: core.KindUnsupported, Msg: fmt.Sprintf("subprocess: a %s context cannot be forked: only python contexts can", k.lang.name)}
+	if _, ok := k.lang.drv.(forker); !ok {
+		return nil, &core.Error{Kind: core.KindUnsupported, Msg: fmt.Sprintf("subprocess: a %s context cannot be forked: %s", k.lang.name, t.forkable())}
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -245,7 +252,7 @@ func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kerne
 	switch {
 	case t.sandbox == nil:
 		p, err = forkProc(ctx, k.p, k.procSpec, "", nk.msgs)
-	case k.p.family == nil:
+	case k.p.familyOf() == nil:
 		return nil, &core.Error{Kind: core.KindUnsupported, Msg: errNoFamily}
 	default:
 		p, err = forkInFamily(ctx, k.p, k.procSpec, nk.msgs)

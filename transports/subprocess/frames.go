@@ -43,14 +43,15 @@ type frameReader struct {
 	msgs    []core.Message // the messages of the batch whose last piece is not in yet
 }
 
-// newFrameReader makes a mark for one interpreter; env passes it on.
-func newFrameReader() (fr *frameReader, env string, err error) {
+// newFrameReader makes a mark for one interpreter: its random digits,
+// which the driver gets in frameMarkEnv (or in its fork request).
+func newFrameReader() (fr *frameReader, digits string, err error) {
 	var random [8]byte
 	if _, err := rand.Read(random[:]); err != nil {
 		return nil, "", err
 	}
-	digits := hex.EncodeToString(random[:])
-	return &frameReader{mark: []byte(frameMarkPrefix + digits)}, frameMarkEnv + "=" + digits, nil
+	digits = hex.EncodeToString(random[:])
+	return &frameReader{mark: []byte(frameMarkPrefix + digits)}, digits, nil
 }
 
 // read handles data read from a framed fd 1: text goes out as stdout

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,24 +36,10 @@ type proc struct {
 	// req is the request it runs.
 	req running
 	cmd *exec.Cmd
-	// ctl is a sandboxed fork template's or forked context's control
-	// socket (fd 5 in it): the descriptors of a new context or copy go
-	// there, with SCM_RIGHTS (forksandbox.go, family.go); nil for other
-	// interpreters.
-	ctl *net.UnixConn
-	// forks carries a sandboxed fork template's requests on ctl
-	// (forkline.go); nil for other interpreters.
-	forks *forkLine
-	// status is, for a context forked in a sandbox, the read end of the
-	// pipe its namespace's init writes the interpreter's wait status to
-	// before it exits (the interpreter is not this process's child, so
-	// cmd.Wait cannot say); exitStatus is what it wrote, set before
-	// waitDone closes. nil for other interpreters.
-	status     *os.File
-	exitStatus *syscall.WaitStatus
-	// family is, for a context forked in a sandbox, the sandbox it shares
-	// with its live copies (family.go); nil for other interpreters.
-	family *family
+	// fork is its part in forking in a sandbox (forksandbox.go): a
+	// sandboxed fork template's control socket, or a context forked in a
+	// sandbox's; nil for other interpreters.
+	fork *forking
 	// net is the user-mode network stack of its namespace (network.go),
 	// ended with it.
 	net netAttach
@@ -133,24 +118,9 @@ type procSpec struct {
 // startProc starts an interpreter for spec and waits (bounded by ctx) until
 // its driver reported ready. Its messages go to out; nil for a pooled
 // interpreter, which is given one when it is handed out (adopt).
-func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *proc, err error) {
-	p := newProc(spec, out)
-	childEnds, err := p.openPipes()
-	defer func() {
-		for _, f := range childEnds {
-			f.Close() // the parent's copies: the child has its own
-		}
-		if err != nil && p.cmd == nil {
-			p.closeFiles()
-		}
-	}()
+func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (*proc, error) {
+	p, err := newInterpreter(ctx, spec, out, "start", (*proc).launch)
 	if err != nil {
-		return nil, fmt.Errorf("start %s kernel: %w", spec.lang.name, err)
-	}
-	if err := p.launch(childEnds); err != nil {
-		return nil, err
-	}
-	if err := p.serve(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.findSandboxed(); err != nil {
@@ -164,8 +134,46 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *
 	return p, nil
 }
 
-// newProc is the state of an interpreter not started yet (startProc, and
-// forkProc in fork.go). Its messages go to out (nil: none yet, see adopt).
+// begin brings the process of a new interpreter into being on the child's
+// ends of its pipes (in childFiles order) with the frame mark of its fd 1
+// ("": none): it starts it (launch) or has an interpreter fork it
+// (forkProc, forkSandboxed, forkInFamily), and sets p.cmd and p's ids. On
+// error nothing it started runs.
+type begin func(p *proc, child []*os.File, mark string) error
+
+// newInterpreter is the one way a proc comes to be: it opens the pipes of
+// an interpreter for spec whose messages go to out (nil: none yet, see
+// adopt), has begin bring its process into being on them (verb names what
+// begin does, for errors), and serves it until its driver is ready,
+// bounded by ctx.
+func newInterpreter(ctx context.Context, spec procSpec, out chan<- core.Message, verb string, begin begin) (*proc, error) {
+	p := newProc(spec, out)
+	child, err := p.openPipes()
+	defer func() {
+		for _, f := range child {
+			f.Close() // the parent's copies: the child has its own by now, or failed
+		}
+	}()
+	var mark string
+	if err == nil {
+		mark, err = p.frameMark()
+	}
+	if err != nil {
+		p.closeFiles()
+		return nil, fmt.Errorf("%s %s kernel: %w", verb, spec.lang.name, err)
+	}
+	if err := begin(p, child, mark); err != nil {
+		p.closeFiles()
+		return nil, err
+	}
+	if err := p.serve(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newProc is the state of an interpreter not started yet. Its messages go
+// to out (nil: none yet, see adopt).
 func newProc(spec procSpec, out chan<- core.Message) *proc {
 	p := &proc{
 		spec:     spec,
@@ -174,6 +182,20 @@ func newProc(spec procSpec, out chan<- core.Message) *proc {
 	}
 	p.rd = newProcReader(out, p.stop, &p.req, spec.maxMessage, p.driverGone)
 	return p
+}
+
+// frameMark gives fd 1 a frame reader when the driver writes its messages
+// there (fd1Frames), and returns its mark; "" for other drivers.
+func (p *proc) frameMark() (string, error) {
+	if p.spec.lang.drv.channel() != fd1Frames {
+		return "", nil
+	}
+	fr, mark, err := newFrameReader()
+	if err != nil {
+		return "", err
+	}
+	p.rd.streams[0].reader = fr
+	return mark, nil
 }
 
 // childFiles are the child's ends of its pipes, in descriptor order.
@@ -222,8 +244,9 @@ func (p *proc) openPipes() (child []*os.File, err error) {
 }
 
 // launch starts the interpreter on the child's ends of the pipes (as
-// openPipes returned them), in a cgroup of its own where there is one.
-func (p *proc) launch(child []*os.File) (err error) {
+// openPipes returned them), in a cgroup of its own where there is one: the
+// begin of startProc.
+func (p *proc) launch(child []*os.File, mark string) (err error) {
 	s := p.spec
 	cmd := exec.Command(s.lang.path, s.args...)
 	cmd.Dir = s.cwd
@@ -233,21 +256,17 @@ func (p *proc) launch(child []*os.File) (err error) {
 	}
 	cmd.ExtraFiles = []*os.File{child[0], child[1]} // fd 3, fd 4
 	if s.forkTemplate && s.sandbox != nil {
-		ctlChild, err := p.openControl()
+		ctl, ctlChild, err := openControl()
 		if err != nil {
 			return fmt.Errorf("start %s fork template: %w", s.lang.name, err)
 		}
+		p.fork = &forking{ctl: ctl}
 		defer ctlChild.Close()                            // the child has its own once started
 		cmd.ExtraFiles = append(cmd.ExtraFiles, ctlChild) // fd 5
 	}
 	cmd.Stdout, cmd.Stderr = child[2], child[3]
-	if s.lang.drv.channel() == fd1Frames {
-		fr, env, err := newFrameReader()
-		if err != nil {
-			return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
-		}
-		p.rd.streams[0].reader = fr
-		cmd.Env = append(cmd.Env, env)
+	if mark != "" {
+		cmd.Env = append(cmd.Env, frameMarkEnv+"="+mark)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	info, infoW, infoFd, err := p.stackInfo(cmd)
@@ -349,9 +368,9 @@ func (p *proc) ids() (pid, pgid, nsInit int) {
 var aLongTimeAgo = time.Unix(1, 0)
 
 func (p *proc) wait() {
-	if p.status != nil {
-		p.readExitStatus()
-		p.family.leave()
+	if f := p.fork; f != nil && f.status != nil {
+		f.readExitStatus()
+		f.family.leave()
 	} else {
 		_ = p.cmd.Wait()
 	}
@@ -417,8 +436,8 @@ func (p *proc) closeFiles() {
 		p.reqW.Close()
 	}
 	p.rd.closeFiles()
-	if p.ctl != nil {
-		p.ctl.Close()
+	if p.fork != nil {
+		p.fork.ctl.Close()
 	}
 }
 

@@ -123,14 +123,14 @@ func (p *proc) howItDied() string {
 	}
 	pid, _, _ := p.ids()
 	what = fmt.Sprintf("%s (pid %d)", what, pid)
-	if p.status != nil { // forked in a sandbox: its namespace's init said how it ended
-		if p.exitStatus == nil {
+	if f := p.fork; f != nil && f.status != nil { // forked in a sandbox: its namespace's init said how it ended
+		if f.exitStatus == nil {
 			return what + " was killed with its sandbox"
 		}
-		if ws := *p.exitStatus; ws.Signaled() {
+		if ws := *f.exitStatus; ws.Signaled() {
 			return fmt.Sprintf("%s was killed by signal %d (%s)", what, int(ws.Signal()), ws.Signal())
 		}
-		return fmt.Sprintf("%s exited with status %d", what, p.exitStatus.ExitStatus())
+		return fmt.Sprintf("%s exited with status %d", what, f.exitStatus.ExitStatus())
 	}
 	st := p.cmd.ProcessState
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

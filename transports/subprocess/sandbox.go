@@ -449,7 +449,7 @@ func (p *proc) killSandbox() {
 	if p.cmd.Process != nil { // not a context forked in a sandbox, whose init is nsInit
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
-	if p.family.isApart() {
+	if p.familyOf().isApart() {
 		return // the init of a family of contexts: killAll ends the member's cgroup (family.go)
 	}
 	if _, _, nsInit := p.ids(); nsInit > 0 && !p.exited.Load() {
