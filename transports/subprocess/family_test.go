@@ -186,7 +186,7 @@ print(seen, hit)`, src.Pid(), cp.Pid())
 func TestFamilyMemberOverItsMemoryLimit(t *testing.T) {
 	needSandbox(t)
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: SandboxAuto, Writable: []string{dir}}})
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"json"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: SandboxAuto, Writable: []string{dir}}})
 	if err := tr.Limited(); err != nil {
 		tr.Close()
 		testkit.Missingf(t, "no cgroup controller for the limits here: %v", err)

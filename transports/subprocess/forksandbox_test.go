@@ -27,7 +27,7 @@ func sandboxedForkTransport(t *testing.T, preload []string, env ...string) (*Tra
 	needSandbox(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, Env: env, Sandbox: SandboxOptions{Mode: SandboxAuto, Writable: []string{dir}}})
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: preload, PoolCwd: dir, Env: env, Sandbox: SandboxOptions{Mode: SandboxAuto, Writable: []string{dir}}})
 	t.Cleanup(func() { _ = tr.Close() })
 	if on, why, err := tr.Sandboxed(); !on || err != nil {
 		t.Fatalf("interpreters are not sandboxed: %s %v", why, err)
@@ -310,7 +310,7 @@ func TestForkTemplateRefusedIsReported(t *testing.T) {
 		warnings = append(warnings, strings.TrimSpace(fmt.Sprintln(append([]any{msg}, args...)...)))
 	}
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, NoCgroups: true, Warn: warn,
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"json"}, PoolCwd: dir, NoCgroups: true, Warn: warn,
 		Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{dir}}})
 	t.Cleanup(func() { _ = tr.Close() })
 	if on, why, err := tr.Sandboxed(); !on || err != nil {

@@ -1,7 +1,6 @@
 package subprocess
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -23,17 +22,19 @@ import (
 // lines on fd 4. Its pool serves only kernels in the pool's cwd: a JVM
 // cannot change its process's cwd (user.dir is a property; children and
 // the JDK's file access use the process's).
-var javaLanguage = langDef{
-	name:          "java",
-	interpreter:   func(o Options) string { return cmp.Or(o.Java, "java") },
-	debianPackage: "default-jdk-headless",
-	newDriver: func(t *Transport, path string) (driver, error) {
-		d, err := newJavaDriver(path, t.tools())
-		if err != nil {
-			return nil, err
-		}
-		return javaLang{d}, nil
-	},
+func init() {
+	register(langDef{
+		name: "java",
+		interpreter: Interpreter{Name: "java", Default: "java", DebianPackage: "default-jdk-headless",
+			Help: "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)"},
+		newDriver: func(t *Transport, path string) (driver, error) {
+			d, err := newJavaDriver(path, t.tools())
+			if err != nil {
+				return nil, err
+			}
+			return javaLang{d}, nil
+		},
+	})
 }
 
 // driverJava is compiled once per host into a cache directory (see

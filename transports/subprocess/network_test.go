@@ -36,7 +36,7 @@ func netContext(t *testing.T, fork bool, network string) (*Transport, *Kernel, s
 		}
 	}
 	dir := t.TempDir()
-	opts := Options{Python: testkit.DebianPython, PoolCwd: dir, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{dir}, Network: network}}
+	opts := Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolCwd: dir, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{dir}, Network: network}}
 	if fork {
 		opts.Preload = []string{"json"}
 	}

@@ -1,7 +1,6 @@
 package subprocess
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"strings"
@@ -16,13 +15,14 @@ import (
 // one between requests and interrupts a request the signal reached before
 // its code started. It forks (forker): its fork template makes contexts
 // (forkserver.go).
-var pythonLanguage = langDef{
-	name:          "python",
-	interpreter:   func(o Options) string { return cmp.Or(o.Python, "python3") },
-	debianPackage: "python3",
-	newDriver: func(t *Transport, path string) (driver, error) {
-		return pythonLang{cache: newPythonDriver(t.closed, path, t.tools())}, nil
-	},
+func init() {
+	register(langDef{
+		name:        "python",
+		interpreter: Interpreter{Name: "python", Default: "python3", DebianPackage: "python3", Help: "Python interpreter"},
+		newDriver: func(t *Transport, path string) (driver, error) {
+			return pythonLang{cache: newPythonDriver(t.closed, path, t.tools())}, nil
+		},
+	})
 }
 
 // driverPython is drivers/driver.py with drivers/forkserver.py appended,

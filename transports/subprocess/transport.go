@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,10 +19,13 @@ const Version = "0.1.0"
 
 // Options configures a Transport. The zero value is ready to use.
 type Options struct {
-	// Python, Bash, Node, R and Java are the interpreters, as paths or names
-	// looked up on PATH. Defaults: "python3", "bash", "node", "Rscript",
-	// "java" (a JDK's: its javac, next to it, compiles the driver).
-	Python, Bash, Node, R, Java string
+	// Interpreters are the interpreters to run, as paths or names looked
+	// up on PATH, by Interpreter.Name: "python", "node" (javascript and
+	// typescript), "bash", "rscript" (r), "java" (a JDK's: its javac, next
+	// to it, compiles the driver). One not named runs its Default
+	// (Interpreters lists them); a name that is no interpreter's is
+	// ignored, with a Warn.
+	Interpreters map[string]string
 	// NoCgroups turns off the cgroup per interpreter (see reap.go): delete,
 	// restart and shutdown then end an interpreter's descendants by its
 	// process tree.
@@ -113,7 +117,12 @@ func New(opts Options) *Transport {
 	t.limits, t.limitsErr = newLimiter(opts.Limits, t.cgroups)
 	t.closed, t.closeCancel = context.WithCancel(context.Background())
 	for _, def := range languages {
-		t.add(def, def.interpreter(opts))
+		t.add(def, cmp.Or(opts.Interpreters[def.interpreter.Name], def.interpreter.Default))
+	}
+	for name := range opts.Interpreters {
+		if !slices.ContainsFunc(languages, func(d langDef) bool { return d.interpreter.Name == name }) && opts.Warn != nil {
+			opts.Warn("subprocess: no language runs on this interpreter: its setting is ignored", "interpreter", name)
+		}
 	}
 	if t.limitsErr == nil {
 		t.startForkServer(opts.Preload, cleanCwd(opts.PoolCwd), opts.Warn) // fork hook (issue 28)
@@ -169,12 +178,12 @@ func (t *Transport) PoolStats() []PoolStat {
 func (t *Transport) add(def langDef, interpreter string) {
 	path, err := exec.LookPath(interpreter)
 	if err != nil {
-		t.missing[def.name] = fmt.Sprintf("its interpreter %q is not installed here (Debian: apt-get install %s)", interpreter, def.debianPackage)
+		t.missing[def.name] = fmt.Sprintf("its interpreter %q is not installed here (Debian: apt-get install %s)", interpreter, def.interpreter.DebianPackage)
 		return
 	}
 	drv, err := def.newDriver(t, path)
 	if err != nil {
-		t.missing[def.name] = fmt.Sprintf("%v (Debian: apt-get install %s)", err, def.debianPackage)
+		t.missing[def.name] = fmt.Sprintf("%v (Debian: apt-get install %s)", err, def.interpreter.DebianPackage)
 		return
 	}
 	t.langs[def.name] = language{name: def.name, path: path, drv: drv}

@@ -71,7 +71,7 @@ func TestSandboxKernelKnobsReadOnly(t *testing.T) {
 	dir := t.TempDir()
 	testkit.WriteFile(t, filepath.Join(dir, "knobs.sh"), knobProbe)
 	sandbox := SandboxOptions{Mode: SandboxOn, Writable: []string{dir}}
-	pooled := New(Options{Python: testkit.DebianPython, PoolSizes: map[string]int{"python": 1}, PoolCwd: dir, Sandbox: sandbox})
+	pooled := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolSizes: map[string]int{"python": 1}, PoolCwd: dir, Sandbox: sandbox})
 	t.Cleanup(func() { _ = pooled.Close() })
 	ready := readyPid(t, pooled, "python")
 	k := startIn(t, pooled, "python", dir)
@@ -86,7 +86,7 @@ func TestSandboxKernelKnobsReadOnly(t *testing.T) {
 		wantKnobsReadOnly(t, lang, startIn(t, pooled, lang, dir), lang)
 	}
 
-	cold := New(Options{Python: testkit.DebianPython, PoolCwd: dir, Sandbox: sandbox})
+	cold := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolCwd: dir, Sandbox: sandbox})
 	t.Cleanup(func() { _ = cold.Close() })
 	k = startIn(t, cold, "python", dir)
 	wantKnobsReadOnly(t, "python, cold", k, "python")
@@ -196,7 +196,7 @@ func TestHostRunsNoPlantedUserSite(t *testing.T) {
 	hostOnly, ws := t.TempDir(), t.TempDir()
 	plantUserSite(t, hostOnly, ws)
 	start := func() (*Transport, *Kernel) {
-		tr := New(Options{Python: testkit.DebianPython, PoolCwd: ws, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}})
+		tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolCwd: ws, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}})
 		t.Cleanup(func() { _ = tr.Close() })
 		return tr, startIn(t, tr, "python", ws)
 	}
@@ -309,7 +309,7 @@ print(sorted(set(found)))`
 			t.Errorf("%s: the host's secret is readable at %s", what, got)
 		}
 	}
-	pooled := New(Options{Python: testkit.DebianPython, PoolSizes: map[string]int{"python": 1}, PoolCwd: ws, Sandbox: sandbox})
+	pooled := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolSizes: map[string]int{"python": 1}, PoolCwd: ws, Sandbox: sandbox})
 	t.Cleanup(func() { _ = pooled.Close() })
 	ready := readyPid(t, pooled, "python")
 	k := startIn(t, pooled, "python", ws)
@@ -327,7 +327,7 @@ print(sorted(set(found)))`
 	}
 
 	testkit.NeedPythonModules(t, testkit.DebianPython, "json")
-	forked := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: ws, Sandbox: sandbox})
+	forked := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"json"}, PoolCwd: ws, Sandbox: sandbox})
 	t.Cleanup(func() { _ = forked.Close() })
 	tmpl := readyTemplate(t, forked)
 	k = startIn(t, forked, "python", ws)
