@@ -7,7 +7,8 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
-	"syscall"
+
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
 )
 
 // CommandSandbox runs commands other than interpreters (the sandbox API's
@@ -164,17 +165,17 @@ func (n *CommandNet) Close() {
 }
 
 // CommandLimits put each command in cgroups of its own, as an interpreter
-// is (reap.go, limits.go): a cgroup that ends every process the command
+// is (internal/cgroup): a cgroup that ends every process the command
 // started, and a context's limits (memory, pids, CPU weight).
 type CommandLimits struct {
-	limits  *limiter
+	limits  *cgroup.Limiter
 	cgroups bool
 }
 
 // NewCommandLimits finds the controllers for lim, as a transport does;
 // cgroups false: no cgroup (and so no limit can be set).
 func NewCommandLimits(lim Limits, cgroups bool) (*CommandLimits, error) {
-	l, err := newLimiter(lim, cgroups)
+	l, err := cgroup.NewLimiter(lim, cgroups)
 	if err != nil {
 		return nil, err
 	}
@@ -184,35 +185,12 @@ func NewCommandLimits(lim Limits, cgroups bool) (*CommandLimits, error) {
 // Start starts cmd in its cgroups. end, called once cmd was waited for,
 // kills what is left in them and removes them.
 func (c *CommandLimits) Start(cmd *exec.Cmd) (end func(), err error) {
-	var cg *cgroup
-	if c.cgroups {
-		if cg, err = newCgroup(); err != nil {
-			return nil, err
-		}
-		if cg != nil {
-			if cmd.SysProcAttr == nil {
-				cmd.SysProcAttr = &syscall.SysProcAttr{}
-			}
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
-		}
-	}
-	var g *limitGroups
-	if c.limits != nil {
-		g, err = c.limits.newGroups(cg)
-	}
-	if err == nil {
-		err = g.start(cmd)
-	}
-	if cg != nil {
-		cg.started()
-	}
-	end = func() {
-		if cg != nil {
-			_ = cg.kill(killWait)
-		}
-		g.remove(killWait)
-	}
+	groups, err := cgroup.NewSet(c.limits, c.cgroups)
 	if err != nil {
+		return nil, err
+	}
+	end = func() { groups.Remove(killWait) }
+	if err := groups.Start(cmd); err != nil {
 		end()
 		return nil, err
 	}

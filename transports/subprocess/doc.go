@@ -22,8 +22,9 @@
 //     the one way one comes to be (newInterpreter: started, or forked);
 //     request.go: the request it runs; msgreader.go (procReader),
 //     msglines.go, frames.go: the reader of its pipes; procexit.go and
-//     reap.go: how it is killed and reaped; sandbox.go, limits.go: what it
-//     runs in.
+//     reap.go: how it is killed and reaped; sandbox.go: what it runs in.
+//   - internal/cgroup: its cgroups (cgroup.Set): a cgroup v2 of its own
+//     that ends everything it started, and its limits (Limits).
 //   - fork.go, forkserver.go, forkline.go, forksandbox.go, family.go:
 //     contexts by fork, for a driver that forks (forker: python's).
 //   - internal/jscompile: the javascript and typescript cell compiler.

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
 )
 
 // Families (issue 43; docs/RATIONALE.md, "Contexts by fork"): a context
@@ -54,9 +54,9 @@ type family struct {
 
 	mu      sync.Mutex
 	members int
-	apart   bool      // B is in a cgroup of its own: a member's end leaves it running
-	cg      *cgroup   // B's own cgroup, once apart; nil where no process remains
-	stack   *netStack // the family's network stack, once apart
+	apart   bool        // B is in a cgroup of its own: a member's end leaves it running
+	cg      *cgroup.Set // B's own cgroup, once apart
+	stack   *netStack   // the family's network stack, once apart
 	ended   bool
 }
 
@@ -101,11 +101,7 @@ func (f *family) isApart() bool {
 // first one. An error when the family cannot take a member (no cgroups to
 // kill one member with, or it ended).
 func (f *family) join(src *proc) error {
-	// src's cgroups are read first, not under f.mu: killAll holds cgMu
-	// and then asks isApart.
-	src.cgMu.Lock()
-	inCgroup, lim := src.inCgroup, src.lim
-	src.cgMu.Unlock()
+	inCgroup := src.groups.In() // not under f.mu: killAll asks isApart
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ended {
@@ -115,7 +111,7 @@ func (f *family) join(src *proc) error {
 		if !inCgroup {
 			return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
 		}
-		if err := f.moveApart(src, lim); err != nil {
+		if err := f.moveApart(src); err != nil {
 			return err
 		}
 	}
@@ -125,28 +121,23 @@ func (f *family) join(src *proc) error {
 
 // moveApart moves B out of src's cgroups into one of its own, and takes
 // src's network stack as the family's. Called with mu held.
-func (f *family) moveApart(src *proc, lim *limitGroups) error {
-	cg, err := newCgroup()
+func (f *family) moveApart(src *proc) error {
+	cg, err := cgroup.NewSet(nil, true)
 	if err != nil {
 		return err
 	}
-	if cg == nil {
+	if err := cg.Enter(f.init); err != nil {
+		cg.Remove(0)
+		return fmt.Errorf("move the context's sandbox init: %w", err)
+	}
+	if !cg.In() {
+		cg.Remove(0)
 		return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
 	}
-	cg.started()
-	pid := []byte(strconv.Itoa(f.init))
-	if err := os.WriteFile(filepath.Join(cg.dir, "cgroup.procs"), pid, 0); err != nil {
-		_ = cg.kill(0)
-		return fmt.Errorf("move the context's sandbox init into %s: %w", cg.dir, err)
-	}
-	if lim != nil {
-		for _, g := range lim.v1 {
-			// Best effort: what ends a member is its v2 cgroup. B left in
-			// src's v1 groups only counts its few pages there, and keeps
-			// them from being removed (limitGroups.remove gives up).
-			_ = os.WriteFile(filepath.Join(g.base, "cgroup.procs"), pid, 0)
-		}
-	}
+	// Best effort: what ends a member is its v2 cgroup. B left in src's v1
+	// groups only counts its few pages there, and keeps them from being
+	// removed.
+	src.groups.MoveOut(f.init)
 	src.net.mu.Lock()
 	f.stack, src.net.stack = src.net.stack, nil
 	src.net.mu.Unlock()
@@ -180,9 +171,7 @@ func (f *family) leave() {
 	}
 	f.ctl.Close()
 	stack.stop()
-	if cg != nil {
-		_ = cg.kill(killWait)
-	}
+	cg.Kill(killWait)
 }
 
 // tell sends B the status pipe of a new member, whose pid is pid in this
@@ -335,12 +324,7 @@ func (p *proc) admit(f *family, files *copyFiles, deadline time.Time) (int, erro
 		_, err = files.hs.Write([]byte("go"))
 	}
 	if err != nil {
-		p.cgMu.Lock()
-		if p.cg != nil && p.cg.kill(killWait) == nil {
-			p.cg = nil
-		}
-		p.cgMu.Unlock()
-		p.lim.remove(killWait)
+		p.removeCgroup()
 		return 0, err
 	}
 	return pid, nil
@@ -450,7 +434,7 @@ func (t *Transport) FamilyStats() []FamilyStat {
 	out := make([]FamilyStat, 0, len(by))
 	for _, st := range by {
 		if t.limits != nil {
-			st.MemoryLimit = t.limits.lim.MemoryBytes * int64(st.Members)
+			st.MemoryLimit = t.limits.Limits().MemoryBytes * int64(st.Members)
 		}
 		out = append(out, *st)
 	}
@@ -461,8 +445,5 @@ func (t *Transport) FamilyStats() []FamilyStat {
 // ContextLimits are the limits each context's interpreter has (each
 // member of a family too), for metrics.
 func (t *Transport) ContextLimits() Limits {
-	if t.limits == nil {
-		return Limits{}
-	}
-	return t.limits.lim
+	return t.limits.Limits()
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
 )
 
 // Contexts by fork (issue 28; docs/RATIONALE.md, "Contexts by fork"): a
@@ -182,35 +182,14 @@ func askFork(ctx context.Context, src *proc, req forkRequest, ack *os.File) (int
 }
 
 // enterGroups moves the forked child into a cgroup of its own and its
-// limits' groups, as launch starts an interpreter in them. Its memory
-// shared with the interpreter it was forked from stays charged there; what
-// it allocates or copies from now on is charged to it.
+// limits' groups (cgroup.Set.Enter), as launch starts an interpreter in
+// them. On error the caller ends the child and removes them
+// (removeCgroup).
 func (p *proc) enterGroups(pid int) (err error) {
-	s := p.spec
-	procs := []byte(strconv.Itoa(pid))
-	if s.cgroups {
-		if p.cg, err = newCgroup(); err != nil {
-			return err
-		}
-		if p.cg != nil {
-			p.cg.started()
-			if err = os.WriteFile(filepath.Join(p.cg.dir, "cgroup.procs"), procs, 0); err != nil {
-				return fmt.Errorf("enter cgroup %s: %w", p.cg.dir, err)
-			}
-			p.inCgroup = true
-		}
+	if p.groups, err = cgroup.NewSet(p.spec.limits, p.spec.cgroups); err != nil {
+		return err
 	}
-	if s.limits != nil {
-		if p.lim, err = s.limits.newGroups(p.cg); err != nil {
-			return err
-		}
-		for _, g := range p.lim.v1 {
-			if err = os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), procs, 0); err != nil {
-				return fmt.Errorf("subprocess limits: enter %s: %w", g.dir, err)
-			}
-		}
-	}
-	return nil
+	return p.groups.Enter(pid)
 }
 
 // ForkKernel starts a new kernel holding a copy of src's interpreter state

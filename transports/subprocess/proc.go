@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
 )
 
 // proc is one interpreter process, its pipes and its lifecycle: the waiter
@@ -55,10 +56,9 @@ type proc struct {
 	// process in the sandbox. Without one, pgid is pid and nsInit 0.
 	pgid, nsInit int
 
-	cgMu     sync.Mutex
-	cg       *cgroup       // the interpreter's own cgroup until removed; guarded by cgMu
-	inCgroup bool          // it was started in cg; false where the machine offers none (killTree then)
-	lim      *limitGroups  // its limits (limits.go), nil: none; guarded by cgMu
+	// groups are its cgroups (internal/cgroup): its own cgroup v2, where
+	// the machine offers one (killTree without), and its limits' groups.
+	groups   *cgroup.Set
 	stop     chan struct{} // closed when the kernel kills this process on purpose
 	stopOnce sync.Once
 	exited   atomic.Bool   // cmd.Wait returned; set before rd.msgF's deadline wakes the pump
@@ -109,7 +109,7 @@ type procSpec struct {
 	sandbox *sandbox // nil: none
 	// maxMessage caps one message line and one batch's output (msgLines).
 	maxMessage int
-	limits     *limiter // nil: no limits (limits.go)
+	limits     *cgroup.Limiter // nil: no limits (limits.go)
 	// forkTemplate marks a fork template's spec (forkserver.go): in a
 	// sandbox, its bwrap and control socket are a template's.
 	forkTemplate bool
@@ -284,28 +284,9 @@ func (p *proc) launch(child []*os.File, mark string) (err error) {
 	if s.sandbox != nil {
 		s.sandbox.wrap(cmd, s.cwd, s.forkTemplate, infoFd)
 	}
-	if s.cgroups {
-		if p.cg, err = newCgroup(); err != nil {
-			return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
-		}
-		if p.cg != nil {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, p.cg.fd
-		}
-	}
-	if s.limits != nil {
-		p.lim, err = s.limits.newGroups(p.cg)
-	}
-	if err == nil {
-		err = p.lim.start(cmd)
-	}
-	if err != nil {
-		p.lim.remove(0) // nothing started in them
-	}
-	if p.cg != nil {
-		p.inCgroup = err == nil
-		p.cg.started()
-		if err != nil {
-			_ = p.cg.kill(killWait)
+	if p.groups, err = cgroup.NewSet(s.limits, s.cgroups); err == nil {
+		if err = p.groups.Start(cmd); err != nil {
+			p.groups.Remove(killWait)
 		}
 	}
 	if err != nil {

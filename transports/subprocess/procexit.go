@@ -42,19 +42,15 @@ func (p *proc) kill() {
 // killAll SIGKILLs the interpreter and all its descendants, those in
 // sessions of their own included: its cgroup's, or its process tree's.
 // It may run twice at once (a kill while the driver's exit is handled:
-// driverGone), hence cgMu.
+// driverGone): each of its steps may.
 func (p *proc) killAll() {
-	p.cgMu.Lock()
-	defer p.cgMu.Unlock()
 	if p.spec.sandbox != nil {
 		p.killSandbox()
 	}
-	if p.inCgroup {
+	if p.groups.In() {
 		pid, _, _ := p.ids()
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		if p.cg != nil && p.cg.kill(0) == nil {
-			p.cg = nil // empty already, and removed
-		}
+		p.groups.Kill(0) // removed if empty already
 		return
 	}
 	if p.spec.sandbox == nil {
@@ -64,14 +60,7 @@ func (p *proc) killAll() {
 }
 
 // removeCgroup waits (bounded) for the killed cgroup to empty and removes it.
-func (p *proc) removeCgroup() {
-	p.cgMu.Lock()
-	defer p.cgMu.Unlock()
-	if p.cg != nil && p.cg.kill(killWait) == nil {
-		p.cg = nil
-	}
-	p.lim.remove(killWait)
-}
+func (p *proc) removeCgroup() { p.groups.Remove(killWait) }
 
 // driverGone handles a driver that went away by itself: it reaps the
 // process, kills what is left of its group and reports the kernel dead.
@@ -92,10 +81,8 @@ func (p *proc) driverGone(cause error) {
 		case <-time.After(sandboxExitWait):
 		}
 	}
-	p.cgMu.Lock()
-	overLimit := p.lim.memoryExceeded() // before killAll removes its cgroup
-	p.cgMu.Unlock()
-	p.killAll() // what it left behind
+	overLimit := p.groups.MemoryExceeded() // before killAll removes its cgroup
+	p.killAll()                            // what it left behind
 	select {
 	case <-p.waitDone:
 	case <-time.After(exitWait + killWait):

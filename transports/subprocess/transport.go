@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
 )
 
 // Version is reported in Info.
@@ -26,9 +27,9 @@ type Options struct {
 	// (Interpreters lists them); a name that is no interpreter's is
 	// ignored, with a Warn.
 	Interpreters map[string]string
-	// NoCgroups turns off the cgroup per interpreter (see reap.go): delete,
-	// restart and shutdown then end an interpreter's descendants by its
-	// process tree.
+	// NoCgroups turns off the cgroup per interpreter (internal/cgroup):
+	// delete, restart and shutdown then end an interpreter's descendants
+	// by its process tree (reap.go).
 	NoCgroups bool
 	// Env holds extra "KEY=value" entries appended to the host's environment
 	// (minus the host's own variables: hostOnlyVar) for every interpreter.
@@ -51,7 +52,7 @@ type Options struct {
 	// message line, one batch's output (see msgLines); past it output is
 	// cut, with a notice. 0: DefaultMaxMessageBytes.
 	MaxMessageBytes int
-	// Limits bound each interpreter (limits.go). A limit this machine has no
+	// Limits bound each interpreter (limits.go, internal/cgroup). A limit this machine has no
 	// cgroup controller for makes Limited and every StartKernel fail.
 	Limits Limits
 	// Preload lists the modules python's fork server preloads (forkserver.go,
@@ -71,8 +72,8 @@ type Transport struct {
 	// no interpreter starts (-sandbox=on where bwrap cannot work).
 	noSandbox  string
 	sandboxErr error
-	limits     *limiter // nil: none
-	limitsErr  error    // why the limits asked for cannot be applied here
+	limits     *cgroup.Limiter // nil: none
+	limitsErr  error           // why the limits asked for cannot be applied here
 	// closed ends what the transport runs apart from kernels (the python
 	// driver's compile) when it is closed.
 	closed      context.Context
@@ -114,7 +115,7 @@ func New(opts Options) *Transport {
 			opts.Warn("a host path that should be hidden is readable in every sandbox", "why", note)
 		}
 	}
-	t.limits, t.limitsErr = newLimiter(opts.Limits, t.cgroups)
+	t.limits, t.limitsErr = cgroup.NewLimiter(opts.Limits, t.cgroups)
 	t.closed, t.closeCancel = context.WithCancel(context.Background())
 	for _, def := range languages {
 		t.add(def, cmp.Or(opts.Interpreters[def.interpreter.Name], def.interpreter.Default))
@@ -132,7 +133,7 @@ func New(opts Options) *Transport {
 		t.startPools(nil, "")
 	}
 	if t.cgroups {
-		go removeOrphanCgroups()
+		go cgroup.RemoveOrphans(killWait)
 	}
 	return t
 }
