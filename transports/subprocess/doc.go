@@ -22,7 +22,12 @@
 //     the one way one comes to be (newInterpreter: started, or forked);
 //     request.go: the request it runs; msgreader.go (procReader),
 //     msglines.go, frames.go: the reader of its pipes; procexit.go and
-//     reap.go: how it is killed and reaped; sandbox.go: what it runs in.
+//     reap.go: how it is killed and reaped; sandbox.go, network.go: the
+//     transport's side of its sandbox and its network.
+//   - internal/sandbox: what it runs in (sandbox.Sandbox): bwrap's walls,
+//     the hidden paths and kernel knobs, its network (pasta), the host's
+//     own runs of an interpreter (ToolRunner) and variables
+//     (WithoutHostVars).
 //   - internal/cgroup: its cgroups (cgroup.Set): a cgroup v2 of its own
 //     that ends everything it started, and its limits (Limits).
 //   - fork.go, forkserver.go, forkline.go, forksandbox.go, family.go:

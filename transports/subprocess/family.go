@@ -20,6 +20,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // Families (issue 43; docs/RATIONALE.md, "Contexts by fork"): a context
@@ -54,9 +55,9 @@ type family struct {
 
 	mu      sync.Mutex
 	members int
-	apart   bool        // B is in a cgroup of its own: a member's end leaves it running
-	cg      *cgroup.Set // B's own cgroup, once apart
-	stack   *netStack   // the family's network stack, once apart
+	apart   bool           // B is in a cgroup of its own: a member's end leaves it running
+	cg      *cgroup.Set    // B's own cgroup, once apart
+	stack   *sandbox.Stack // the family's network stack, once apart
 	ended   bool
 }
 
@@ -170,14 +171,14 @@ func (f *family) leave() {
 		return
 	}
 	f.ctl.Close()
-	stack.stop()
+	stack.Stop()
 	cg.Kill(killWait)
 }
 
 // tell sends B the status pipe of a new member, whose pid is pid in this
 // process's namespace.
 func (f *family) tell(pid int, status *os.File, deadline time.Time) error {
-	inner := nsPid(pid)
+	inner := sandbox.NsPid(pid)
 	if inner <= 0 {
 		return fmt.Errorf("the copy (pid %d) has no pid in its namespace", pid)
 	}

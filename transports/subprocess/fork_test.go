@@ -14,6 +14,7 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -149,8 +150,8 @@ func mustBeForkedFrom(t *testing.T, k *Kernel, tmpl int) {
 		}
 		return
 	}
-	if init := parentOf(pid); nsPid(pid) != 2 || parentOf(init) != tmpl || nsPid(init) != 1 {
-		t.Fatalf("kernel pid %d (%d in its namespace, its parent %d) is not a context forked from the template (pid %d)", pid, nsPid(pid), init, tmpl)
+	if init := parentOf(pid); sandbox.NsPid(pid) != 2 || parentOf(init) != tmpl || sandbox.NsPid(init) != 1 {
+		t.Fatalf("kernel pid %d (%d in its namespace, its parent %d) is not a context forked from the template (pid %d)", pid, sandbox.NsPid(pid), init, tmpl)
 	}
 }
 
@@ -217,7 +218,7 @@ func testForkServerContextIsAChildWithModulesLoaded(t *testing.T, mode forkMode)
 // nsPidOrPid is k's interpreter's pid as it sees itself.
 func nsPidOrPid(k *Kernel) int {
 	if k.sandbox != nil {
-		return nsPid(k.Pid())
+		return sandbox.NsPid(k.Pid())
 	}
 	return k.Pid()
 }

@@ -22,7 +22,7 @@ import (
 // Contexts forked from a sandboxed template (docs/RATIONALE.md, "Contexts
 // by fork"). The template runs in a bwrap sandbox of its own, in a user
 // namespace of its own where it holds the capabilities to make namespaces
-// (sandbox.args), and runs only code from read-only paths. Each context it
+// (sandbox.Sandbox.Args), and runs only code from read-only paths. Each context it
 // forks gives itself the walls bwrap gives an interpreter it starts: its
 // own mount, PID, IPC, cgroup and network namespaces, /proc and /tmp, no
 // capability, no_new_privs (drivers/forkserver.py: B, C). The host's part is here:

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -133,7 +134,7 @@ print(d)`
 			t.Errorf("pid %d is visible in the forked context's /proc", pid)
 		}
 	}
-	if sb, _ := bwrapWorks(); sb != nil && sb.noUserns {
+	if sb, _ := sandbox.Works(); sb != nil && sb.NoUserns() {
 		wantNoUserns(t, "a forked context", stdoutOf(t, a, noUsernsProbe))
 	}
 	tt.ShutdownAndDrain(t, a)
@@ -326,8 +327,8 @@ func TestForkTemplateRefusedIsReported(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		k := startIn(t, tr, "python", dir)
-		if nsPid(k.Pid()) != 2 {
-			t.Errorf("context %d is pid %d in its namespace, want 2: a cold start in its own sandbox", i, nsPid(k.Pid()))
+		if sandbox.NsPid(k.Pid()) != 2 {
+			t.Errorf("context %d is pid %d in its namespace, want 2: a cold start in its own sandbox", i, sandbox.NsPid(k.Pid()))
 		}
 		if got := stdoutOf(t, k, "print(6 * 7)"); got != "42\n" {
 			t.Errorf("context %d prints %q", i, got)

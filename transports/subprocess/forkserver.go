@@ -279,7 +279,7 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 			return nil, nil // the host's own directory and PWD: see pool.moveTo
 		}
 	}
-	if !spec.sandbox.reaches(fs.cwd, cwd) {
+	if !spec.sandbox.Reaches(fs.cwd, cwd) {
 		return nil, nil // as for the pool: the template's sandbox shows the directory read-only
 	}
 	tmpl = fs.template()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // A warm pool keeps interpreters of a language started ahead of need, so a
@@ -103,7 +104,7 @@ type pool struct {
 	spec func() (procSpec, error)
 	// sandbox is its interpreters' (nil: none), which limits where they
 	// may be moved (serves).
-	sandbox *sandbox
+	sandbox *sandbox.Sandbox
 	// forks fills its slots by fork while a template is ready (nil: none).
 	forks *forkServer
 
@@ -129,7 +130,7 @@ type poolSlot struct {
 	taken chan struct{} // closed when a kernel took it (ends the watcher)
 }
 
-func newPool(lang string, size int, cwd string, spec func() (procSpec, error), sb *sandbox, forks *forkServer) *pool {
+func newPool(lang string, size int, cwd string, spec func() (procSpec, error), sb *sandbox.Sandbox, forks *forkServer) *pool {
 	pl := &pool{lang: lang, size: size, cwd: cwd, spec: spec, sandbox: sb, forks: forks}
 	pl.ctx, pl.stop = context.WithCancel(context.Background())
 	forks.onChange(pl.refresh)
@@ -147,7 +148,7 @@ func (pl *pool) serves(lang language, cwd string) bool {
 	if cleanCwd(cwd) == pl.cwd {
 		return true
 	}
-	return lang.drv.cwdRecord(cwd) != nil && pl.sandbox.reaches(pl.cwd, cwd)
+	return lang.drv.cwdRecord(cwd) != nil && pl.sandbox.Reaches(pl.cwd, cwd)
 }
 
 func cleanCwd(cwd string) string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // proc is one interpreter process, its pipes and its lifecycle: the waiter
@@ -51,7 +52,7 @@ type proc struct {
 	pid   int
 	reqW  *os.File    // fd 3 in the child
 	cut   atomic.Bool // writes to reqW are cut: it is about to be killed (Kernel.cutWrites)
-	// In a sandbox (sandbox.go), pid is the interpreter's, not bwrap's,
+	// In a sandbox (internal/sandbox), pid is the interpreter's, not bwrap's,
 	// pgid the group of the sandbox's init, nsInit, whose end ends every
 	// process in the sandbox. Without one, pgid is pid and nsInit 0.
 	pgid, nsInit int
@@ -105,8 +106,8 @@ type procSpec struct {
 	args    []string // the interpreter's, that run the driver (driver.command)
 	cwd     string
 	env     []string
-	cgroups bool     // a cgroup per interpreter where the machine offers one
-	sandbox *sandbox // nil: none
+	cgroups bool             // a cgroup per interpreter where the machine offers one
+	sandbox *sandbox.Sandbox // nil: none
 	// maxMessage caps one message line and one batch's output (msgLines).
 	maxMessage int
 	limits     *cgroup.Limiter // nil: no limits (limits.go)
@@ -282,7 +283,7 @@ func (p *proc) launch(child []*os.File, mark string) (err error) {
 		}()
 	}
 	if s.sandbox != nil {
-		s.sandbox.wrap(cmd, s.cwd, s.forkTemplate, infoFd)
+		s.sandbox.Wrap(cmd, s.cwd, s.forkTemplate, infoFd)
 	}
 	if p.groups, err = cgroup.NewSet(s.limits, s.cgroups); err == nil {
 		if err = p.groups.Start(cmd); err != nil {
@@ -294,7 +295,7 @@ func (p *proc) launch(child []*os.File, mark string) (err error) {
 	}
 	p.cmd = cmd
 	if info != nil {
-		p.attachStack(func() (int, error) { return initPidFrom(info) }) // while the interpreter starts
+		p.attachStack(func() (int, error) { return sandbox.InitPidFrom(info) }) // while the interpreter starts
 	}
 	p.idsMu.Lock()
 	p.pid = cmd.Process.Pid

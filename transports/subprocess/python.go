@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // python runs drivers/driver.py, from its compiled copy in the cache
@@ -63,8 +64,8 @@ func (pythonLang) template(spec procSpec, preload []string, cwd string) procSpec
 	spec.env = append(spec.env, "KH_FORK_TEMPLATE=1", "KH_PRELOAD="+strings.Join(preload, ","))
 	if sb := spec.sandbox; sb != nil {
 		spec.args = append([]string{"-s"}, spec.args...)
-		spec.env = append(spec.env, "KH_FORK_SANDBOX=1", "KH_WRITABLE="+strings.Join(append(existingDirs([]string{cwd}), sb.writable...), ":"))
-		if sb.ownNetns() {
+		spec.env = append(spec.env, "KH_FORK_SANDBOX=1", "KH_WRITABLE="+strings.Join(append(sandbox.ExistingDirs([]string{cwd}), sb.Writable()...), ":"))
+		if sb.OwnNetns() {
 			spec.env = append(spec.env, "KH_FORK_NETNS=1") // each context in a network namespace of its own
 		}
 	}

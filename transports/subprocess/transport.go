@@ -13,6 +13,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // Version is reported in Info.
@@ -46,7 +47,8 @@ type Options struct {
 	// there on hand-out (see pool.go); other languages' pools serve only
 	// kernels in PoolCwd.
 	PoolCwd string
-	// Sandbox configures the sandbox each interpreter runs in (sandbox.go).
+	// Sandbox configures the sandbox each interpreter runs in
+	// (internal/sandbox).
 	Sandbox SandboxOptions
 	// MaxMessageBytes caps what one interpreter message may carry: one
 	// message line, one batch's output (see msgLines); past it output is
@@ -67,7 +69,7 @@ type Options struct {
 type Transport struct {
 	cgroups    bool
 	maxMessage int
-	sandbox    *sandbox // nil: interpreters run unsandboxed
+	sandbox    *sandbox.Sandbox // nil: interpreters run unsandboxed
 	// noSandbox says why there is no sandbox; sandboxErr, when set, is why
 	// no interpreter starts (-sandbox=on where bwrap cannot work).
 	noSandbox  string
@@ -105,13 +107,13 @@ func New(opts Options) *Transport {
 	t := &Transport{
 		cgroups:    !opts.NoCgroups,
 		maxMessage: cmp.Or(opts.MaxMessageBytes, DefaultMaxMessageBytes),
-		env:        append(withoutHostVars(os.Environ()), opts.Env...),
+		env:        append(sandbox.WithoutHostVars(os.Environ()), opts.Env...),
 		langs:      map[string]language{},
 		missing:    map[string]string{},
 	}
-	t.sandbox, t.noSandbox, t.sandboxErr = newSandbox(opts.Sandbox, bwrapWorks)
+	t.sandbox, t.noSandbox, t.sandboxErr = sandbox.New(withDriverCache(opts.Sandbox), sandbox.Works)
 	if t.sandbox != nil && opts.Warn != nil {
-		for _, note := range t.sandbox.notes {
+		for _, note := range t.sandbox.Notes() {
 			opts.Warn("a host path that should be hidden is readable in every sandbox", "why", note)
 		}
 	}
@@ -190,11 +192,9 @@ func (t *Transport) add(def langDef, interpreter string) {
 	t.langs[def.name] = language{name: def.name, path: path, drv: drv}
 }
 
-// hostEnvPrefix starts kernelhost's own environment variables: its settings
-// and secrets (KERNELHOST_ACCESS_TOKEN, KERNELHOST_JUPYTER_TOKEN, policy
-// configs). Interpreters run user code, which must not read them
-// (hostOnlyVar).
-const hostEnvPrefix = "KERNELHOST_"
+// tools is how the transport runs an interpreter of the contexts' for its
+// own use (the drivers' compiles): in its sandbox, with their environment.
+func (t *Transport) tools() sandbox.ToolRunner { return sandbox.Tools(t.sandbox, t.env) }
 
 // Sandboxed reports whether interpreters run in sandboxes; when not, why
 // not, and an error when -sandbox=on could not be honoured.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -222,7 +223,7 @@ func TestHostRunsNoPlantedUserSite(t *testing.T) {
 func TestPythonDriverCompileLoadsNoSite(t *testing.T) {
 	marks := t.TempDir()
 	plantUserSite(t, marks)
-	d := newPythonDriver(context.Background(), testkit.DebianPython, toolRunner{env: os.Environ()})
+	d := newPythonDriver(context.Background(), testkit.DebianPython, sandbox.Tools(nil, os.Environ()))
 	if args, err := d.prepare(); err != nil || d.file == "" {
 		t.Fatalf("prepare: %v %v: the driver was not compiled", args, err)
 	}
@@ -235,7 +236,7 @@ func TestPythonDriverCompileLoadsNoSite(t *testing.T) {
 // users' PATH before /usr/bin) is never the one the host runs.
 func TestPlantedBwrapIsNotRun(t *testing.T) {
 	needSandbox(t)
-	real, _ := bwrapWorks()
+	real, _ := sandbox.Works()
 	marks := t.TempDir()
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -247,12 +248,12 @@ func TestPlantedBwrapIsNotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+string(filepath.ListSeparator)+os.Getenv("PATH"))
-	sb, err := probeBwrap()
+	sb, err := sandbox.Probe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.bwrap != real.bwrap {
-		t.Errorf("the host found bwrap at %s, want %s", sb.bwrap, real.bwrap)
+	if sb.Bwrap() != real.Bwrap() {
+		t.Errorf("the host found bwrap at %s, want %s", sb.Bwrap(), real.Bwrap())
 	}
 	if got := markers(t, marks); len(got) > 0 {
 		t.Errorf("the planted bwrap ran: %q", got)
@@ -336,30 +337,6 @@ print(sorted(set(found)))`
 
 	if got, err := os.ReadFile(token); err != nil || string(got) != secret {
 		t.Errorf("the token file on the host reads %q, %v after the contexts", got, err)
-	}
-}
-
-// A bwrap that PATH finds in a path every sandbox may write (one the
-// operator listed in -sandbox-writable) is refused: a context could
-// replace it, and the next start would run it as the host.
-func TestBwrapInAWritablePathIsRefused(t *testing.T) {
-	ws := t.TempDir()
-	planted := filepath.Join(ws, "bin", "bwrap")
-	probe := func() (*sandbox, error) { return &sandbox{bwrap: planted}, nil }
-	_, _, err := newSandbox(SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}, probe)
-	if err == nil || !strings.Contains(err.Error(), "in a place sandboxed code can write") {
-		t.Fatalf("bwrap under a writable path: %v, want a refusal", err)
-	}
-}
-
-// A path to hide that holds one the sandbox must show (the workspace, the
-// drivers' cache) is left visible, and the transport says so.
-func TestHiddenPathHoldingAWritableOneIsNoted(t *testing.T) {
-	ws := t.TempDir()
-	parent := filepath.Dir(ws)
-	hidden, notes := hiddenPaths([]string{parent, filepath.Join(ws, "nothing-here")}, []string{ws})
-	if len(hidden) != 0 || len(notes) != 1 || !strings.Contains(notes[0], parent) {
-		t.Fatalf("hidden %q, notes %q: want %s noted, the missing path left out", hidden, notes, parent)
 	}
 }
 
