@@ -41,7 +41,7 @@ import (
 // own and each context it forks makes its own walls (forksandbox.go): the
 // template runs only code from read-only paths (it holds capabilities in
 // its user namespace), a context forks from it only in a cwd a pooled
-// interpreter could be moved to (sandbox.reaches), and a retired template
+// interpreter could be moved to (sandbox.Sandbox.Reaches), and a retired template
 // lives on until the last context forked from it ended, since they are
 // nested in its PID namespace.
 

@@ -29,7 +29,7 @@ import (
 //     engine's snippets, applied after the hand-out as after a cold start.
 //   - It serves a kernel in any cwd where its driver can be moved (python,
 //     javascript, typescript: driver.cwdRecord) and, when sandboxed, that
-//     its sandbox shows as a cold start's would (sandbox.reaches: inside
+//     its sandbox shows as a cold start's would (sandbox.Sandbox.Reaches: inside
 //     the writable paths or the pool's cwd). Before the kernel gets it,
 //     take sends it the kernel's cwd, absolute, and waits for the driver's
 //     answer: the driver chdirs, sets PWD as a cold start's (pwdOf), and
