@@ -43,7 +43,7 @@ func TestMCPClientTS(t *testing.T) {
 		DefaultCwd:  t.TempDir(),
 		AccessToken: token,
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Transport:   subprocess.New(subprocess.Options{Python: testkit.DebianPython}),
+		Transport:   subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": testkit.DebianPython}}),
 	})
 	if err != nil {
 		t.Fatalf("start host: %v", err)

@@ -46,7 +46,7 @@ func TestOfficialSDKSandboxAPI(t *testing.T) {
 		SandboxAPIAddr: "127.0.0.1:0",
 		AccessToken:    "sdk-token",
 		DefaultCwd:     home,
-		Transport: subprocess.New(subprocess.Options{Python: python,
+		Transport: subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": python},
 			Sandbox: subprocess.SandboxOptions{Mode: subprocess.SandboxOn, Writable: []string{home}}}),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})

@@ -48,7 +48,9 @@ func TestOfficialSDK(t *testing.T) {
 		name string
 		set  func(*settings.Config)
 	}{
-		{"in-process", func(c *settings.Config) { c.Transport = subprocess.New(subprocess.Options{Python: python}) }},
+		{"in-process", func(c *settings.Config) {
+			c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": python}})
+		}},
 		{"plugin", func(c *settings.Config) {
 			c.PluginDir, c.TransportName = pluginDir, "subprocess"
 			c.SetTransportSetting("python", python)

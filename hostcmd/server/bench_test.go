@@ -27,7 +27,7 @@ import (
 // the host adds. ns/op is the time of one pair.
 func BenchmarkRoundTrip(b *testing.B) {
 	h := hosttest.Start(b)
-	tr := subprocess.New(subprocess.Options{Python: "python3", Node: "node", Bash: "bash"})
+	tr := subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": "python3", "node": "node", "bash": "bash"}})
 	ctx := context.Background()
 	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: h.Cwd()})
 	if err != nil {
@@ -174,7 +174,7 @@ func BenchmarkStream200kLines(b *testing.B) {
 		report(b, n, time.Since(start))
 	})
 	b.Run("direct", func(b *testing.B) {
-		tr := subprocess.New(subprocess.Options{Python: "python3", Node: "node", Bash: "bash"})
+		tr := subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": "python3", "node": "node", "bash": "bash"}})
 		k, err := tr.StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)

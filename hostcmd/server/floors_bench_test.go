@@ -44,7 +44,7 @@ var floorPython = sync.OnceValue(func() string {
 
 func startFloorHost(b *testing.B) *hosttest.Host {
 	return hosttest.Start(b, func(c *settings.Config) {
-		c.Transport = subprocess.New(subprocess.Options{Python: floorPython(), Node: "node"})
+		c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": floorPython(), "node": "node"}})
 	})
 }
 
@@ -153,7 +153,7 @@ func BenchmarkFloorContextStart(b *testing.B) {
 func floorContextStart(b *testing.B, pooled, ownCwd bool) {
 	var tr *subprocess.Transport
 	h := hosttest.Start(b, func(c *settings.Config) {
-		opts := subprocess.Options{Python: floorPython(), Node: "node"}
+		opts := subprocess.Options{Interpreters: map[string]string{"python": floorPython(), "node": "node"}}
 		if pooled {
 			opts.PoolSizes, opts.PoolCwd = map[string]int{"python": 1}, c.DefaultCwd
 		}

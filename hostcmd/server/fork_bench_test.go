@@ -50,11 +50,11 @@ func benchmarkForkServer(b *testing.B, mode string) {
 	withTransport := func(preload []string) func(*settings.Config) {
 		return func(c *settings.Config) {
 			c.Transport = subprocess.New(subprocess.Options{
-				Python:    testkit.DebianPython,
-				PoolSizes: map[string]int{"python": 1},
-				PoolCwd:   c.DefaultCwd,
-				Preload:   preload,
-				Sandbox:   subprocess.SandboxOptions{Mode: mode, Writable: []string{c.DefaultCwd}},
+				Interpreters: map[string]string{"python": testkit.DebianPython},
+				PoolSizes:    map[string]int{"python": 1},
+				PoolCwd:      c.DefaultCwd,
+				Preload:      preload,
+				Sandbox:      subprocess.SandboxOptions{Mode: mode, Writable: []string{c.DefaultCwd}},
 			})
 		}
 	}

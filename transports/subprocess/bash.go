@@ -1,7 +1,6 @@
 package subprocess
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -14,11 +13,12 @@ import (
 // NUL-terminated record on fd 3; messages are JSON lines on fd 4. Its pool
 // serves only kernels in the pool's cwd: a cd would leave OLDPWD (`cd -`)
 // unlike a fresh start's.
-var bashLanguage = langDef{
-	name:          "bash",
-	interpreter:   func(o Options) string { return cmp.Or(o.Bash, "bash") },
-	debianPackage: "bash",
-	newDriver:     func(*Transport, string) (driver, error) { return bashLang{}, nil },
+func init() {
+	register(langDef{
+		name:        "bash",
+		interpreter: Interpreter{Name: "bash", Default: "bash", DebianPackage: "bash", Help: "bash interpreter"},
+		newDriver:   func(*Transport, string) (driver, error) { return bashLang{}, nil },
+	})
 }
 
 //go:embed drivers/driver.sh

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // rawDriver is driver.py run over its pipes without the Kernel (requests on
@@ -244,7 +245,7 @@ func groupRSSMB(pgid int) float64 {
 // kernel with all its processes (bwrap and its init included). ns/op is one
 // pair.
 func BenchmarkSandboxCost(b *testing.B) {
-	if _, err := bwrapWorks(); err != nil {
+	if _, err := sandbox.Works(); err != nil {
 		b.Skip(err)
 	}
 	modes := map[string]SandboxOptions{"on": {Mode: SandboxOn}, "off": {Mode: SandboxOff}}

@@ -7,15 +7,17 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
-	"syscall"
+
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // CommandSandbox runs commands other than interpreters (the sandbox API's
 // process.Process, hostcmd/envd) in the same walls as a context's
 // interpreter: built from the same SandboxOptions by the same code
-// (buildSandbox, sandbox.args), so the two never drift apart.
+// (internal/sandbox: Build, Sandbox.Args), so the two never drift apart.
 type CommandSandbox struct {
-	sb *sandbox
+	sb *sandbox.Sandbox
 }
 
 // NewCommandSandbox builds the sandbox of commands for opts. Unlike a
@@ -24,27 +26,9 @@ type CommandSandbox struct {
 // it returns nil (commands run as plain host processes, as the operator
 // asked).
 func NewCommandSandbox(opts SandboxOptions) (*CommandSandbox, error) {
-	mode, err := ParseSandboxMode(opts.Mode)
-	if err != nil {
+	sb, err := sandbox.ForCommands(withDriverCache(opts))
+	if sb == nil || err != nil {
 		return nil, err
-	}
-	if mode == SandboxOff {
-		return nil, nil
-	}
-	network, err := ParseNetwork(opts.Network)
-	if err != nil {
-		return nil, err
-	}
-	sb, err := buildSandbox(opts, bwrapWorks)
-	if err != nil {
-		return nil, err
-	}
-	sb.network = network
-	if network == NetworkIsolated {
-		// As a transport: never the host's network in its place.
-		if sb.pasta, err = stackWorks(); err != nil {
-			return nil, err
-		}
 	}
 	return &CommandSandbox{sb: sb}, nil
 }
@@ -53,22 +37,27 @@ func NewCommandSandbox(opts SandboxOptions) (*CommandSandbox, error) {
 // user directories made), whether or not bwrap works here: the sandbox
 // API's files side writes only under it.
 func SandboxWritable(opts SandboxOptions) []string {
-	sb, _ := buildSandbox(opts, func() (*sandbox, error) { return &sandbox{}, nil })
-	return sb.writable
+	return unprobed(opts).Writable()
 }
 
 // SandboxHidden is what a sandbox built from opts hides, whether or not
 // bwrap works here: opts.Hidden and the service's own directories, less
-// those holding a path every sandbox shows (walls.go, hiddenPaths). The
-// sandbox API's files side refuses them too.
+// those holding a path every sandbox shows (internal/sandbox's walls.go,
+// hiddenPaths). The sandbox API's files side refuses them too.
 func SandboxHidden(opts SandboxOptions) []string {
-	sb, _ := buildSandbox(opts, func() (*sandbox, error) { return &sandbox{}, nil })
-	return sb.hidden
+	return unprobed(opts).Hidden()
+}
+
+// unprobed is the sandbox built from opts without asking whether bwrap
+// works here.
+func unprobed(opts SandboxOptions) *sandbox.Sandbox {
+	sb, _ := sandbox.Build(withDriverCache(opts), func() (*sandbox.Sandbox, error) { return &sandbox.Sandbox{}, nil })
+	return sb
 }
 
 // Writable is the sandbox's writable set: absolute, symlinks resolved,
 // existing. The sandbox API's files side writes only under it.
-func (c *CommandSandbox) Writable() []string { return slices.Clone(c.sb.writable) }
+func (c *CommandSandbox) Writable() []string { return c.sb.Writable() }
 
 // Wrap makes cmd run in the sandbox with its working directory dir (which
 // stays as writable as it is: Wrap never adds it to the writable set, unlike
@@ -85,13 +74,13 @@ func (c *CommandSandbox) Wrap(cmd *exec.Cmd, dir string, hidden []string, tty bo
 	if cmd.Path == "" || len(cmd.Args) == 0 {
 		return nil, errors.New("subprocess: wrap: no command")
 	}
-	args := c.sb.args("", false)
+	args := c.sb.Args("", false)
 	args = args[:len(args)-1] // the closing "--"
 	if tty {
 		args = slices.DeleteFunc(args, func(a string) bool { return a == "--new-session" })
 	}
-	for _, h := range existingDirs(hidden) {
-		if underAny(h, []string{"/tmp"}) && !underAny(h, c.sb.writable) {
+	for _, h := range sandbox.ExistingDirs(hidden) {
+		if sandbox.UnderAny(h, []string{"/tmp"}) && !sandbox.UnderAny(h, c.sb.Writable()) {
 			continue // the sandbox's own /tmp hides it already
 		}
 		if fi, err := os.Stat(h); err == nil && fi.IsDir() {
@@ -103,18 +92,18 @@ func (c *CommandSandbox) Wrap(cmd *exec.Cmd, dir string, hidden []string, tty bo
 	if dir != "" {
 		args = append(args, "--chdir", dir)
 	}
-	if c.sb.network == NetworkIsolated {
+	if c.sb.Network() == NetworkIsolated {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return nil, fmt.Errorf("network: %w", err)
 		}
 		cmd.ExtraFiles = append(cmd.ExtraFiles, w)
 		args = append(args, "--info-fd", strconv.Itoa(2+len(cmd.ExtraFiles)))
-		net = &CommandNet{pasta: c.sb.pasta, info: r, infoW: w}
+		net = &CommandNet{pasta: c.sb.Pasta(), info: r, infoW: w}
 	}
 	args = append(args, "--")
-	cmd.Args = append(append([]string{c.sb.bwrap}, args...), append([]string{cmd.Path}, cmd.Args[1:]...)...)
-	cmd.Path = c.sb.bwrap
+	cmd.Args = append(append([]string{c.sb.Bwrap()}, args...), append([]string{cmd.Path}, cmd.Args[1:]...)...)
+	cmd.Path = c.sb.Bwrap()
 	return net, nil
 }
 
@@ -133,26 +122,26 @@ func (n *CommandNet) Attach() (stop func(), err error) {
 		return func() {}, nil
 	}
 	n.infoW.Close() // bwrap has its own
-	pid, err := initPidFrom(n.info)
-	if errors.Is(err, errSandboxEnded) {
+	pid, err := sandbox.InitPidFrom(n.info)
+	if errors.Is(err, sandbox.ErrEnded) {
 		return func() {}, nil // a command that already ran to its end needs none
 	}
 	if err != nil {
 		return nil, err
 	}
-	s, err := attachNet(n.pasta, pid)
+	s, err := sandbox.Attach(n.pasta, pid)
 	if err == nil {
-		if err = s.wait(); err != nil {
-			s.stop()
+		if err = s.Wait(); err != nil {
+			s.Stop()
 		}
 	}
-	if err != nil && (errors.Is(err, errSandboxEnded) || ended(pid)) {
+	if err != nil && (errors.Is(err, sandbox.ErrEnded) || sandbox.Ended(pid)) {
 		return func() {}, nil // it ended while pasta was being attached
 	}
 	if err != nil {
 		return nil, err
 	}
-	return s.stop, nil
+	return s.Stop, nil
 }
 
 // Close releases the pipe of a command that did not start.
@@ -164,17 +153,17 @@ func (n *CommandNet) Close() {
 }
 
 // CommandLimits put each command in cgroups of its own, as an interpreter
-// is (reap.go, limits.go): a cgroup that ends every process the command
+// is (internal/cgroup): a cgroup that ends every process the command
 // started, and a context's limits (memory, pids, CPU weight).
 type CommandLimits struct {
-	limits  *limiter
+	limits  *cgroup.Limiter
 	cgroups bool
 }
 
 // NewCommandLimits finds the controllers for lim, as a transport does;
 // cgroups false: no cgroup (and so no limit can be set).
 func NewCommandLimits(lim Limits, cgroups bool) (*CommandLimits, error) {
-	l, err := newLimiter(lim, cgroups)
+	l, err := cgroup.NewLimiter(lim, cgroups)
 	if err != nil {
 		return nil, err
 	}
@@ -184,35 +173,12 @@ func NewCommandLimits(lim Limits, cgroups bool) (*CommandLimits, error) {
 // Start starts cmd in its cgroups. end, called once cmd was waited for,
 // kills what is left in them and removes them.
 func (c *CommandLimits) Start(cmd *exec.Cmd) (end func(), err error) {
-	var cg *cgroup
-	if c.cgroups {
-		if cg, err = newCgroup(); err != nil {
-			return nil, err
-		}
-		if cg != nil {
-			if cmd.SysProcAttr == nil {
-				cmd.SysProcAttr = &syscall.SysProcAttr{}
-			}
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
-		}
-	}
-	var g *limitGroups
-	if c.limits != nil {
-		g, err = c.limits.newGroups(cg)
-	}
-	if err == nil {
-		err = g.start(cmd)
-	}
-	if cg != nil {
-		cg.started()
-	}
-	end = func() {
-		if cg != nil {
-			_ = cg.kill(killWait)
-		}
-		g.remove(killWait)
-	}
+	groups, err := cgroup.NewSet(c.limits, c.cgroups)
 	if err != nil {
+		return nil, err
+	}
+	end = func() { groups.Remove(killWait) }
+	if err := groups.Start(cmd); err != nil {
 		end()
 		return nil, err
 	}

@@ -23,40 +23,42 @@ const parallelTests = 4
 
 func newTransport(t *testing.T) core.Transport { return New(Options{}) }
 
-// Each conformance suite is a parallel test: its cases run beside the other
-// suites' cases (go test's -parallel bounds how many at once), not after them.
-func TestConformancePython(t *testing.T) {
+// TestConformance runs the conformance suite on each language a driver
+// registers (register), fresh and, where its driver can move a pooled
+// interpreter into another cwd, pooled: a new language runs it as it is
+// registered, with its snippets from transporttest.Snippets. Each suite is
+// a parallel subtest: its cases run beside the other suites' cases (go
+// test's -parallel bounds how many at once), not after them.
+func TestConformance(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, newTransport, transporttest.Python())
+	probe := New(Options{})
+	t.Cleanup(func() { _ = probe.Close() })
+	for _, def := range languages {
+		t.Run(def.name, func(t *testing.T) {
+			t.Parallel()
+			snippets := conformanceSnippets(t, def)
+			transporttest.Run(t, newTransport, snippets)
+		})
+		if lang, ok := probe.langs[def.name]; !ok || lang.drv.cwdRecord("/") == nil {
+			continue // its pool serves only the pool's cwd: the suite's kernels start elsewhere
+		}
+		t.Run(def.name+"-pooled", func(t *testing.T) {
+			t.Parallel()
+			transporttest.Run(t, newPooledTransport(def.name), conformanceSnippets(t, def))
+		})
+	}
 }
 
-func TestConformanceBash(t *testing.T) {
-	t.Parallel()
-	transporttest.Run(t, newTransport, transporttest.Bash())
-}
-
-func TestConformanceJavaScript(t *testing.T) {
-	t.Parallel()
-	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, newTransport, transporttest.JavaScript())
-}
-
-func TestConformanceTypeScript(t *testing.T) {
-	t.Parallel()
-	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, newTransport, transporttest.TypeScript())
-}
-
-func TestConformanceR(t *testing.T) {
-	t.Parallel()
-	testkit.NeedCommand(t, "Rscript", "r-base-core")
-	transporttest.Run(t, newTransport, transporttest.R())
-}
-
-func TestConformanceJava(t *testing.T) {
-	t.Parallel()
-	testkit.NeedCommand(t, "java", "default-jdk-headless")
-	transporttest.Run(t, newTransport, transporttest.Java())
+// conformanceSnippets are the suite's snippets for def, whose interpreter
+// must be installed (testkit.Missingf says so otherwise).
+func conformanceSnippets(t *testing.T, def langDef) transporttest.LanguageSnippets {
+	t.Helper()
+	snippets, ok := transporttest.Snippets(def.name)
+	if !ok {
+		t.Fatalf("transporttest has no snippets for %s: add them (transports/transporttest/snippets.go)", def.name)
+	}
+	testkit.NeedCommand(t, def.interpreter.Default, def.interpreter.DebianPackage)
+	return snippets
 }
 
 // newPooledTransport returns Transports that keep a pool of one for lang,
@@ -70,22 +72,4 @@ func newPooledTransport(lang string) func(t *testing.T) core.Transport {
 		t.Cleanup(func() { _ = tr.Close() })
 		return tr
 	}
-}
-
-// The conformance suite on kernels that took pooled interpreters.
-func TestConformancePythonPooled(t *testing.T) {
-	t.Parallel()
-	transporttest.Run(t, newPooledTransport("python"), transporttest.Python())
-}
-
-func TestConformanceJavaScriptPooled(t *testing.T) {
-	t.Parallel()
-	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, newPooledTransport("javascript"), transporttest.JavaScript())
-}
-
-func TestConformanceTypeScriptPooled(t *testing.T) {
-	t.Parallel()
-	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, newPooledTransport("typescript"), transporttest.TypeScript())
 }

@@ -10,14 +10,27 @@
 //
 // Where things are:
 //
-//   - driver.go: the driver interface; python.go, node.go, bash.go, r.go,
+//   - driver.go: the driver interface and the registration of languages
+//     (register, Interpreters); python.go, node.go, bash.go, r.go,
 //     java.go: one language each, all of its rules (start, request framing,
-//     interrupt, cwd move, message channel).
+//     interrupt, cwd move, message channel) and its registration. Adding a
+//     language is its file and its driver script (docs/drivers.md, "Where
+//     a language lives").
 //   - transport.go: Transport (Options, StartKernel); kernel.go: Kernel
 //     (Execute, Interrupt, Restart, Shutdown); pool.go: the warm pool.
-//   - proc.go: one interpreter process and its pipes; request.go: the
-//     request it runs; msgreader.go, msglines.go, frames.go: its message
-//     readers; procexit.go and reap.go: how it is killed and reaped;
-//     sandbox.go, limits.go: what it runs in.
+//   - proc.go: one interpreter process, its pipes and its lifecycle, and
+//     the one way one comes to be (newInterpreter: started, or forked);
+//     request.go: the request it runs; msgreader.go (procReader),
+//     msglines.go, frames.go: the reader of its pipes; procexit.go and
+//     reap.go: how it is killed and reaped; sandbox.go, network.go: the
+//     transport's side of its sandbox and its network.
+//   - internal/sandbox: what it runs in (sandbox.Sandbox): bwrap's walls,
+//     the hidden paths and kernel knobs, its network (pasta), the host's
+//     own runs of an interpreter (ToolRunner) and variables
+//     (WithoutHostVars).
+//   - internal/cgroup: its cgroups (cgroup.Set): a cgroup v2 of its own
+//     that ends everything it started, and its limits (Limits).
+//   - fork.go, forkserver.go, forkline.go, forksandbox.go, family.go:
+//     contexts by fork, for a driver that forks (forker: python's).
 //   - internal/jscompile: the javascript and typescript cell compiler.
 package subprocess

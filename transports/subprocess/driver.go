@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,8 +17,8 @@ import (
 // request is framed on fd 3, how a running request is interrupted, whether
 // a pooled interpreter can be moved into another cwd, and on which channel
 // its messages come back. Each language has one file (python.go, node.go,
-// bash.go, r.go, java.go) holding its driver and its registration in
-// languages; docs/drivers.md describes the protocol, a section per driver.
+// bash.go, r.go, java.go) holding its driver and its registration
+// (register); docs/drivers.md describes the protocol, a section per driver.
 type driver interface {
 	// command returns the arguments that run the driver under the
 	// interpreter, and the environment it adds. It is called before every
@@ -38,6 +39,19 @@ type driver interface {
 	channel() channel
 }
 
+// A forker is a driver whose interpreter can fork itself into a new one,
+// an optional capability (python's): its contexts can be forked
+// (Transport.ForkKernel) and, with Options.Preload, made by fork from a
+// template (forkserver.go). The fork record on fd 3 and what the child
+// does are the driver's (fork.go, drivers/forkserver.py).
+type forker interface {
+	// template makes spec, a context's start spec in cwd, a fork
+	// template's that preloads modules.
+	template(spec procSpec, preload []string, cwd string) procSpec
+}
+
+var _ forker = pythonLang{}
+
 // channel is where a driver writes its messages.
 type channel int
 
@@ -49,18 +63,70 @@ const (
 	fd1Frames
 )
 
-// langDef registers a language: the interpreter it runs on (a path or a
-// name looked up on PATH, from Options), the Debian package that provides
-// it, and its driver for the interpreter found.
+// langDef registers a language, from its driver's file (register): its
+// name as clients give it, the interpreter it runs on and its driver for
+// the interpreter found. Adding a language is its driver's file (its
+// langDef, its driver, its init that registers it) and its driver script
+// (drivers/); the transport and the plugin's settings read the languages
+// from here.
 type langDef struct {
-	name          string
-	interpreter   func(Options) string
-	debianPackage string
-	newDriver     func(t *Transport, path string) (driver, error)
+	name        string
+	interpreter Interpreter
+	newDriver   func(t *Transport, path string) (driver, error)
 }
 
-// languages are the languages a Transport knows, in its registration order.
-var languages = []langDef{pythonLanguage, bashLanguage, javascriptLanguage, typescriptLanguage, rLanguage, javaLanguage}
+// languages are the languages a Transport knows, as their drivers' files
+// registered them (register).
+var languages []langDef
+
+// register adds a language, from its driver's file's init.
+func register(def langDef) {
+	for _, d := range languages {
+		if d.name == def.name {
+			panic("subprocess: language " + def.name + " registered twice")
+		}
+	}
+	languages = append(languages, def)
+}
+
+// Interpreter is an interpreter the transport runs languages on, as the
+// setting that chooses it describes it.
+type Interpreter struct {
+	// Name keys it in Options.Interpreters, and names the plugin's setting
+	// (-python, -node, -bash, -rscript, -java).
+	Name string
+	// Default is what runs when Options.Interpreters does not name it: a
+	// path, or a name looked up on PATH.
+	Default string
+	// DebianPackage provides it, for the errors of a language whose
+	// interpreter is missing.
+	DebianPackage string
+	// Help describes the setting.
+	Help string
+	// Languages are the languages it runs, sorted (set by Interpreters).
+	Languages []string
+}
+
+// Interpreters lists the interpreters the transport's languages run on,
+// sorted by name: what the plugin makes its settings of. A fresh slice each
+// call.
+func Interpreters() []Interpreter {
+	var out []Interpreter
+	for _, def := range languages {
+		i := slices.IndexFunc(out, func(in Interpreter) bool { return in.Name == def.interpreter.Name })
+		if i < 0 {
+			out = append(out, def.interpreter)
+			i = len(out) - 1
+			out[i].Languages = nil
+		}
+		out[i].Languages = append(out[i].Languages, def.name)
+	}
+	for i := range out {
+		slices.Sort(out[i].Languages)
+	}
+	slices.SortFunc(out, func(a, b Interpreter) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
 
 // signaller is the running interpreter as a driver's interrupt acts on it.
 // Its methods are called with the kernel's lock held.

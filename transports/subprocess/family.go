@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // Families (issue 43; docs/RATIONALE.md, "Contexts by fork"): a context
@@ -54,9 +55,9 @@ type family struct {
 
 	mu      sync.Mutex
 	members int
-	apart   bool      // B is in a cgroup of its own: a member's end leaves it running
-	cg      *cgroup   // B's own cgroup, once apart; nil where no process remains
-	stack   *netStack // the family's network stack, once apart
+	apart   bool           // B is in a cgroup of its own: a member's end leaves it running
+	cg      *cgroup.Set    // B's own cgroup, once apart
+	stack   *sandbox.Stack // the family's network stack, once apart
 	ended   bool
 }
 
@@ -101,11 +102,7 @@ func (f *family) isApart() bool {
 // first one. An error when the family cannot take a member (no cgroups to
 // kill one member with, or it ended).
 func (f *family) join(src *proc) error {
-	// src's cgroups are read first, not under f.mu: killAll holds cgMu
-	// and then asks isApart.
-	src.cgMu.Lock()
-	inCgroup, lim := src.inCgroup, src.lim
-	src.cgMu.Unlock()
+	inCgroup := src.groups.In() // not under f.mu: killAll asks isApart
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ended {
@@ -115,7 +112,7 @@ func (f *family) join(src *proc) error {
 		if !inCgroup {
 			return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
 		}
-		if err := f.moveApart(src, lim); err != nil {
+		if err := f.moveApart(src); err != nil {
 			return err
 		}
 	}
@@ -125,28 +122,23 @@ func (f *family) join(src *proc) error {
 
 // moveApart moves B out of src's cgroups into one of its own, and takes
 // src's network stack as the family's. Called with mu held.
-func (f *family) moveApart(src *proc, lim *limitGroups) error {
-	cg, err := newCgroup()
+func (f *family) moveApart(src *proc) error {
+	cg, err := cgroup.NewSet(nil, true)
 	if err != nil {
 		return err
 	}
-	if cg == nil {
+	if err := cg.Enter(f.init); err != nil {
+		cg.Remove(0)
+		return fmt.Errorf("move the context's sandbox init: %w", err)
+	}
+	if !cg.In() {
+		cg.Remove(0)
 		return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
 	}
-	cg.started()
-	pid := []byte(strconv.Itoa(f.init))
-	if err := os.WriteFile(filepath.Join(cg.dir, "cgroup.procs"), pid, 0); err != nil {
-		_ = cg.kill(0)
-		return fmt.Errorf("move the context's sandbox init into %s: %w", cg.dir, err)
-	}
-	if lim != nil {
-		for _, g := range lim.v1 {
-			// Best effort: what ends a member is its v2 cgroup. B left in
-			// src's v1 groups only counts its few pages there, and keeps
-			// them from being removed (limitGroups.remove gives up).
-			_ = os.WriteFile(filepath.Join(g.base, "cgroup.procs"), pid, 0)
-		}
-	}
+	// Best effort: what ends a member is its v2 cgroup. B left in src's v1
+	// groups only counts its few pages there, and keeps them from being
+	// removed.
+	src.groups.MoveOut(f.init)
 	src.net.mu.Lock()
 	f.stack, src.net.stack = src.net.stack, nil
 	src.net.mu.Unlock()
@@ -179,16 +171,14 @@ func (f *family) leave() {
 		return
 	}
 	f.ctl.Close()
-	stack.stop()
-	if cg != nil {
-		_ = cg.kill(killWait)
-	}
+	stack.Stop()
+	cg.Kill(killWait)
 }
 
 // tell sends B the status pipe of a new member, whose pid is pid in this
 // process's namespace.
 func (f *family) tell(pid int, status *os.File, deadline time.Time) error {
-	inner := nsPid(pid)
+	inner := sandbox.NsPid(pid)
 	if inner <= 0 {
 		return fmt.Errorf("the copy (pid %d) has no pid in its namespace", pid)
 	}
@@ -200,13 +190,15 @@ func (f *family) tell(pid int, status *os.File, deadline time.Time) error {
 	return nil
 }
 
-// copyFiles are the host's and the copy's ends of what a copy is made
-// with: the copy's pipes, handshake and control socket go to it; its
-// status pipe's write end to B.
+// copyFiles are the host's and the forked context's ends of what it is
+// made with besides its pipes: its handshake and control socket go to it
+// (after its pipes, in toChild); its status pipe's write end to its
+// sandbox's init.
 type copyFiles struct {
 	toChild []*os.File
 	statusW *os.File
 	hs      *handshake
+	status  *os.File // the read end, p.fork.status
 }
 
 // sent closes the host's copies of what went to the child (and to B): the
@@ -222,81 +214,82 @@ func (c *copyFiles) sent() {
 	}
 }
 
-func (c *copyFiles) close() {
+// close closes the host's ends once the fork is over; with failed (the
+// fork's error, nil when it worked) the status pipe's read end too.
+func (c *copyFiles) close(failed error) {
 	c.sent()
 	if c.hs != nil {
 		c.hs.Close()
 	}
+	if failed != nil && c.status != nil {
+		c.status.Close()
+	}
 }
 
-// openCopyFiles makes p's pipes, status pipe, handshake and control
-// socket, and sets p's frame reader; it returns the mark for the request.
-func (p *proc) openCopyFiles() (c *copyFiles, mark string, err error) {
-	c = &copyFiles{}
-	childEnds, err := p.openPipes()
-	c.toChild = append(c.toChild, childEnds...)
-	if err != nil {
-		return c, "", err
-	}
-	fr, env, err := newFrameReader()
-	if err != nil {
-		return c, "", err
-	}
-	p.streams[0].reader = fr
+// openForkFiles makes the status pipe, handshake and control socket of a
+// context forked in a sandbox, whose pipes' child ends are child; p keeps
+// its ends (p.fork). On error the caller still closes what it returns.
+func (p *proc) openForkFiles(child []*os.File) (*copyFiles, error) {
+	c := &copyFiles{toChild: slices.Clone(child)}
 	statusR, statusW, err := pipe()
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
 	c.statusW = os.NewFile(uintptr(statusW), "member-status")
-	if p.status, err = pollable(statusR, "status"); err != nil {
-		return c, "", err
+	if c.status, err = pollable(statusR, "status"); err != nil {
+		return c, err
 	}
 	hs, hsChild, err := newHandshake()
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
 	c.hs = hs
 	c.toChild = append(c.toChild, hsChild)
-	ctlChild, err := p.openControl()
+	ctl, ctlChild, err := openControl()
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
+	p.fork = &forking{ctl: ctl, status: c.status}
 	c.toChild = append(c.toChild, ctlChild)
-	return c, strings.TrimPrefix(env, frameMarkEnv+"="), nil
+	return c, nil
 }
 
 // forkInFamily makes a new interpreter for spec, whose messages go to out,
 // as a copy of src's in src's sandbox (a member of its family). The
 // caller makes sure src runs no request and nothing else is written to
 // its fd 3 meanwhile.
-func forkInFamily(ctx context.Context, src *proc, spec procSpec, out chan<- core.Message) (_ *proc, err error) {
-	f := src.family
-	deadline := time.Now().Add(forkAckWait)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
+func forkInFamily(ctx context.Context, src *proc, spec procSpec, out chan<- core.Message) (*proc, error) {
+	f := src.familyOf()
+	deadline := forkDeadline(ctx)
 	if err := f.join(src); err != nil {
 		return nil, err
 	}
-	p := newProc(spec, out)
-	files, mark, err := p.openCopyFiles()
-	defer files.close()
-	started := false
-	defer func() {
-		if !started {
-			p.closeFiles()
-			if p.status != nil {
-				p.status.Close()
-			}
-			f.leave()
+	joined := false // the copy is a member: its end leaves the family (proc.wait)
+	p, err := newInterpreter(ctx, spec, out, "fork", func(p *proc, child []*os.File, mark string) error {
+		if err := p.copyOf(src, f, child, mark, deadline); err != nil {
+			return fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 		}
-	}()
+		joined = true
+		return nil
+	})
+	if !joined {
+		f.leave()
+	}
+	return p, err
+}
+
+// copyOf asks src's interpreter for a copy on the child's ends of p's
+// pipes, in family f, and follows its handshake: the begin of
+// forkInFamily.
+func (p *proc) copyOf(src *proc, f *family, child []*os.File, mark string, deadline time.Time) (err error) {
+	files, err := p.openForkFiles(child)
+	defer func() { files.close(err) }()
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	seq := forkSeq.Add(1)
 	if err := askFamilyFork(src, forkSpec{Seq: seq, Mark: mark, Family: true}, files.toChild, deadline); err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	for _, c := range files.toChild {
 		c.Close() // the copy has its own now
@@ -305,18 +298,14 @@ func forkInFamily(ctx context.Context, src *proc, spec procSpec, out chan<- core
 	pid, err := p.admit(f, files, deadline)
 	files.sent() // B has the status pipe's write end now, or the copy ended
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	p.cmd = &exec.Cmd{Path: src.cmd.Path, Args: src.cmd.Args}
 	p.idsMu.Lock()
 	p.pid, p.pgid, p.nsInit = pid, pid, f.init // the copy leads a session of its own
 	p.idsMu.Unlock()
-	p.family = f
-	started = true
-	if err := p.serve(ctx); err != nil {
-		return nil, err
-	}
-	return p, nil
+	p.fork.family = f
+	return nil
 }
 
 // admit follows the copy's handshake: it says "c" (its pid), is moved
@@ -336,12 +325,7 @@ func (p *proc) admit(f *family, files *copyFiles, deadline time.Time) (int, erro
 		_, err = files.hs.Write([]byte("go"))
 	}
 	if err != nil {
-		p.cgMu.Lock()
-		if p.cg != nil && p.cg.kill(killWait) == nil {
-			p.cg = nil
-		}
-		p.cgMu.Unlock()
-		p.lim.remove(killWait)
+		p.removeCgroup()
 		return 0, err
 	}
 	return pid, nil
@@ -350,17 +334,18 @@ func (p *proc) admit(f *family, files *copyFiles, deadline time.Time) (int, erro
 // askFamilyFork sends the copy's descriptors on src's control socket, then
 // the request on its fd 3, and reads the answer on the control socket.
 func askFamilyFork(src *proc, spec forkSpec, files []*os.File, deadline time.Time) error {
-	if src.ctl == nil {
+	if src.fork == nil {
 		return errors.New("the context has no control socket")
 	}
+	ctl := src.fork.ctl
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
 	seq := []byte(strconv.FormatUint(spec.Seq, 10))
-	_ = src.ctl.SetDeadline(deadline)
-	defer src.ctl.SetDeadline(time.Time{})
-	if _, _, err := src.ctl.WriteMsgUnix(seq, unix.UnixRights(fds...), nil); err != nil {
+	_ = ctl.SetDeadline(deadline)
+	defer ctl.SetDeadline(time.Time{})
+	if _, _, err := ctl.WriteMsgUnix(seq, unix.UnixRights(fds...), nil); err != nil {
 		return fmt.Errorf("send the copy's descriptors: %w", err)
 	}
 	line, err := json.Marshal(forkRequest{Fork: spec})
@@ -373,7 +358,7 @@ func askFamilyFork(src *proc, spec forkSpec, files []*os.File, deadline time.Tim
 	if err != nil {
 		return fmt.Errorf("send the fork request: %w", err)
 	}
-	return readForkAnswer(src.ctl, spec.Seq)
+	return readForkAnswer(ctl, spec.Seq)
 }
 
 // errNoForkAnswer marks a forking interpreter that did not answer (it
@@ -407,7 +392,7 @@ func readForkAnswer(conn *net.UnixConn, seq uint64) error {
 // holds for seconds.
 func (k *Kernel) Family() string {
 	if p := k.live.Load(); p != nil {
-		return p.family.ID()
+		return p.familyOf().ID()
 	}
 	return ""
 }
@@ -432,14 +417,15 @@ func (t *Transport) FamilyStats() []FamilyStat {
 	t.live.Range(func(key, _ any) bool {
 		k := key.(*Kernel)
 		p := k.live.Load()
-		if p == nil || p.isGone() || !p.family.isApart() {
+		if p == nil || p.isGone() || !p.familyOf().isApart() {
 			return true
 		}
-		st := by[p.family]
+		fam := p.familyOf()
+		st := by[fam]
 		if st == nil {
-			st = &FamilyStat{Language: k.lang.name, Family: p.family.id}
-			st.add(ProcessMemory(p.family.init))
-			by[p.family] = st
+			st = &FamilyStat{Language: k.lang.name, Family: fam.id}
+			st.add(ProcessMemory(fam.init))
+			by[fam] = st
 		}
 		pid, _, _ := p.ids()
 		st.Members++
@@ -449,7 +435,7 @@ func (t *Transport) FamilyStats() []FamilyStat {
 	out := make([]FamilyStat, 0, len(by))
 	for _, st := range by {
 		if t.limits != nil {
-			st.MemoryLimit = t.limits.lim.MemoryBytes * int64(st.Members)
+			st.MemoryLimit = t.limits.Limits().MemoryBytes * int64(st.Members)
 		}
 		out = append(out, *st)
 	}
@@ -460,8 +446,5 @@ func (t *Transport) FamilyStats() []FamilyStat {
 // ContextLimits are the limits each context's interpreter has (each
 // member of a family too), for metrics.
 func (t *Transport) ContextLimits() Limits {
-	if t.limits == nil {
-		return Limits{}
-	}
-	return t.limits.lim
+	return t.limits.Limits()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -31,8 +32,8 @@ func familyTransport(t *testing.T) (*Transport, string, int) {
 func mustBeInFamilyOf(t *testing.T, cp *Kernel, init int, family string) {
 	t.Helper()
 	pid := cp.Pid()
-	if got := parentOf(pid); got != init || nsPid(pid) <= 2 {
-		t.Fatalf("the copy (pid %d, %d in its namespace) is the child of %d, want the family's init %d", pid, nsPid(pid), got, init)
+	if got := parentOf(pid); got != init || sandbox.NsPid(pid) <= 2 {
+		t.Fatalf("the copy (pid %d, %d in its namespace) is the child of %d, want the family's init %d", pid, sandbox.NsPid(pid), got, init)
 	}
 	if got := cp.Family(); got != family || got == "" {
 		t.Fatalf("the copy's family is %q, want %q", got, family)
@@ -76,7 +77,7 @@ func TestFamilyCopyOutlivesItsSource(t *testing.T) {
 	if a, b := tt.Exec(t, cp, "1", false).ExecutionCount(), tt.Exec(t, src, "1", false).ExecutionCount(); a != b || a < 2 {
 		t.Fatalf("execution counts after one more cell in each: copy %d, source %d, want the same", a, b)
 	}
-	if got := stdoutOf(t, src, "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"); got != "[1, 2, "+strconv.Itoa(nsPid(cp.Pid()))+"]\n" {
+	if got := stdoutOf(t, src, "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"); got != "[1, 2, "+strconv.Itoa(sandbox.NsPid(cp.Pid()))+"]\n" {
 		t.Fatalf("the family's /proc as the source sees it: %q", got)
 	}
 	tt.ShutdownAndDrain(t, src)
@@ -186,7 +187,7 @@ print(seen, hit)`, src.Pid(), cp.Pid())
 func TestFamilyMemberOverItsMemoryLimit(t *testing.T) {
 	needSandbox(t)
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: SandboxAuto, Writable: []string{dir}}})
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"json"}, PoolCwd: dir, Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: SandboxAuto, Writable: []string{dir}}})
 	if err := tr.Limited(); err != nil {
 		tr.Close()
 		testkit.Missingf(t, "no cgroup controller for the limits here: %v", err)

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
 )
 
 // Contexts by fork (issue 28; docs/RATIONALE.md, "Contexts by fork"): a
@@ -67,36 +68,29 @@ var errForkRefused = errors.New("fork refused")
 // src's interpreter, moved into cwd ("": it stays in src's). The caller
 // makes sure nothing else is written to src's fd 3 meanwhile and that src
 // runs no request.
-func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out chan<- core.Message) (_ *proc, err error) {
-	p := newProc(spec, out)
-	childEnds, err := p.openPipes()
-	defer func() {
-		for _, f := range childEnds {
-			f.Close() // the child opened its own by now, or failed
+func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out chan<- core.Message) (*proc, error) {
+	return newInterpreter(ctx, spec, out, "fork", func(p *proc, child []*os.File, mark string) error {
+		if err := p.forkOf(ctx, src, cwd, child, mark); err != nil {
+			return fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 		}
-		if err != nil && p.cmd == nil {
-			p.closeFiles()
-		}
-	}()
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	fr, env, err := newFrameReader()
-	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
-	}
-	p.streams[0].reader = fr // python's channel (fd1Frames), with the child's own mark
+		return nil
+	})
+}
+
+// forkOf asks src's interpreter to fork a child on the child's ends of p's
+// pipes, and moves the child into p's groups: the begin of forkProc.
+func (p *proc) forkOf(ctx context.Context, src *proc, cwd string, child []*os.File, mark string) error {
 	ackR, ackW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	defer ackR.Close()
 	defer ackW.Close()
-	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: strings.TrimPrefix(env, frameMarkEnv+"="), Cwd: cwd}}
-	for _, f := range append(childEnds, ackW) {
+	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: mark, Cwd: cwd}}
+	for _, f := range append(child, ackW) {
 		var st unix.Stat_t
 		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+			return err
 		}
 		if f != ackW {
 			req.Fork.Fds = append(req.Fork.Fds, int(f.Fd()))
@@ -105,26 +99,39 @@ func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out cha
 	}
 	pid, err := askFork(ctx, src, req, ackR)
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	process, err := os.FindProcess(pid)
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
+	}
+	if err := p.enterGroups(pid); err != nil {
+		_ = process.Kill()
+		_, _ = process.Wait()
+		p.removeCgroup()
+		return err
 	}
 	p.cmd = &exec.Cmd{Path: src.cmd.Path, Args: src.cmd.Args, Process: process}
 	p.idsMu.Lock()
 	p.pid, p.pgid = pid, pid // the child made its own group before it opened its pipes
 	p.idsMu.Unlock()
-	if err := p.enterGroups(pid); err != nil {
-		_ = process.Kill()
-		_, _ = process.Wait()
-		p.removeCgroup()
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+	return nil
+}
+
+// forkable says which languages' contexts can be forked (their driver is
+// a forker), for errors: "only python contexts can".
+func (t *Transport) forkable() string {
+	var names []string
+	for name, lang := range t.langs {
+		if _, ok := lang.drv.(forker); ok {
+			names = append(names, name)
+		}
 	}
-	if err := p.serve(ctx); err != nil {
-		return nil, err
+	if len(names) == 0 {
+		return "no context of this host can"
 	}
-	return p, nil
+	slices.Sort(names)
+	return "only " + strings.Join(names, " or ") + " contexts can"
 }
 
 // askFork writes req on src's fd 3 and reads the answer: the child's pid.
@@ -157,7 +164,7 @@ func askFork(ctx context.Context, src *proc, req forkRequest, ack *os.File) (int
 	var got string
 	select {
 	case got = <-answer:
-	case <-src.pumpDone:
+	case <-src.rd.pumpDone:
 		_ = ack.SetReadDeadline(aLongTimeAgo)
 		return 0, errors.New("the forking interpreter died")
 	case <-ctx.Done():
@@ -175,35 +182,14 @@ func askFork(ctx context.Context, src *proc, req forkRequest, ack *os.File) (int
 }
 
 // enterGroups moves the forked child into a cgroup of its own and its
-// limits' groups, as launch starts an interpreter in them. Its memory
-// shared with the interpreter it was forked from stays charged there; what
-// it allocates or copies from now on is charged to it.
+// limits' groups (cgroup.Set.Enter), as launch starts an interpreter in
+// them. On error the caller ends the child and removes them
+// (removeCgroup).
 func (p *proc) enterGroups(pid int) (err error) {
-	s := p.spec
-	procs := []byte(strconv.Itoa(pid))
-	if s.cgroups {
-		if p.cg, err = newCgroup(); err != nil {
-			return err
-		}
-		if p.cg != nil {
-			p.cg.started()
-			if err = os.WriteFile(filepath.Join(p.cg.dir, "cgroup.procs"), procs, 0); err != nil {
-				return fmt.Errorf("enter cgroup %s: %w", p.cg.dir, err)
-			}
-			p.inCgroup = true
-		}
+	if p.groups, err = cgroup.NewSet(p.spec.limits, p.spec.cgroups); err != nil {
+		return err
 	}
-	if s.limits != nil {
-		if p.lim, err = s.limits.newGroups(p.cg); err != nil {
-			return err
-		}
-		for _, g := range p.lim.v1 {
-			if err = os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), procs, 0); err != nil {
-				return fmt.Errorf("subprocess limits: enter %s: %w", g.dir, err)
-			}
-		}
-	}
-	return nil
+	return p.groups.Enter(pid)
 }
 
 // ForkKernel starts a new kernel holding a copy of src's interpreter state
@@ -219,8 +205,8 @@ func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kerne
 	if !ok {
 		return nil, &core.Error{Kind: core.KindInvalid, Msg: "subprocess: not a kernel of this transport"}
 	}
-	if k.lang.name != "python" {
-		return nil, &core.Error{Kind: core.KindUnsupported, Msg: fmt.Sprintf("subprocess: a %s context cannot be forked: only python contexts can", k.lang.name)}
+	if _, ok := k.lang.drv.(forker); !ok {
+		return nil, &core.Error{Kind: core.KindUnsupported, Msg: fmt.Sprintf("subprocess: a %s context cannot be forked: %s", k.lang.name, t.forkable())}
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -245,7 +231,7 @@ func (t *Transport) ForkKernel(ctx context.Context, src core.Kernel) (core.Kerne
 	switch {
 	case t.sandbox == nil:
 		p, err = forkProc(ctx, k.p, k.procSpec, "", nk.msgs)
-	case k.p.family == nil:
+	case k.p.familyOf() == nil:
 		return nil, &core.Error{Kind: core.KindUnsupported, Msg: errNoFamily}
 	default:
 		p, err = forkInFamily(ctx, k.p, k.procSpec, nk.msgs)

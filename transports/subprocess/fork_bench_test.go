@@ -92,7 +92,7 @@ func forEachBenchForkMode(b *testing.B, bench func(b *testing.B, mode string)) {
 // context's own import, as in the unsandboxed case).
 func bigForkSource(b *testing.B, mode string) (*Transport, *Kernel) {
 	dir := b.TempDir()
-	opts := Options{Python: testkit.DebianPython, PoolCwd: dir, Sandbox: SandboxOptions{Mode: mode, Writable: []string{dir}}}
+	opts := Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolCwd: dir, Sandbox: SandboxOptions{Mode: mode, Writable: []string{dir}}}
 	if mode != SandboxOff {
 		opts.Preload = []string{"json"}
 	}
@@ -117,7 +117,7 @@ func bigForkSource(b *testing.B, mode string) (*Transport, *Kernel) {
 // BenchmarkForkKernelSmall is BenchmarkForkKernel of a context holding
 // nothing: what a fork costs beyond copying the source's page tables.
 func BenchmarkForkKernelSmall(b *testing.B) {
-	tr := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Sandbox: SandboxOptions{Mode: SandboxOff}})
 	b.Cleanup(func() { _ = tr.Close() })
 	ctx := context.Background()
 	k, err := tr.StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: b.TempDir()})
@@ -154,7 +154,7 @@ func BenchmarkForkedRoundTrip(b *testing.B) {
 
 func forkedRoundTrip(b *testing.B, preload []string) {
 	dir := b.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, Sandbox: SandboxOptions{Mode: SandboxOff}})
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: preload, PoolCwd: dir, Sandbox: SandboxOptions{Mode: SandboxOff}})
 	b.Cleanup(func() { _ = tr.Close() })
 	readyTemplate(b, tr)
 	start := func() *Kernel {

@@ -14,6 +14,7 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -75,7 +76,7 @@ func forkTransport(t *testing.T, mode forkMode, preload []string, env []string, 
 	t.Helper()
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, PoolSizes: mode.poolSizes(), Env: env, Sandbox: SandboxOptions{Mode: mode.sandbox, Writable: append([]string{dir}, writable...)}})
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: preload, PoolCwd: dir, PoolSizes: mode.poolSizes(), Env: env, Sandbox: SandboxOptions{Mode: mode.sandbox, Writable: append([]string{dir}, writable...)}})
 	t.Cleanup(func() { _ = tr.Close() })
 	if on, why, _ := tr.Sandboxed(); on != (mode.sandbox != SandboxOff) {
 		t.Fatalf("%s: sandboxed %v (%s)", mode, on, why)
@@ -149,8 +150,8 @@ func mustBeForkedFrom(t *testing.T, k *Kernel, tmpl int) {
 		}
 		return
 	}
-	if init := parentOf(pid); nsPid(pid) != 2 || parentOf(init) != tmpl || nsPid(init) != 1 {
-		t.Fatalf("kernel pid %d (%d in its namespace, its parent %d) is not a context forked from the template (pid %d)", pid, nsPid(pid), init, tmpl)
+	if init := parentOf(pid); sandbox.NsPid(pid) != 2 || parentOf(init) != tmpl || sandbox.NsPid(init) != 1 {
+		t.Fatalf("kernel pid %d (%d in its namespace, its parent %d) is not a context forked from the template (pid %d)", pid, sandbox.NsPid(pid), init, tmpl)
 	}
 }
 
@@ -217,7 +218,7 @@ func testForkServerContextIsAChildWithModulesLoaded(t *testing.T, mode forkMode)
 // nsPidOrPid is k's interpreter's pid as it sees itself.
 func nsPidOrPid(k *Kernel) int {
 	if k.sandbox != nil {
-		return nsPid(k.Pid())
+		return sandbox.NsPid(k.Pid())
 	}
 	return k.Pid()
 }
@@ -293,7 +294,7 @@ func testForkedNumpyMatmulEqualsFresh(t *testing.T, mode forkMode) {
 		t.Fatalf("the context is not a fork of the template that preloaded numpy: %q", got)
 	}
 	got := tt.Exec(t, forked, code, false)
-	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: mode.sandbox}})
+	cold := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Sandbox: SandboxOptions{Mode: mode.sandbox}})
 	t.Cleanup(func() { _ = cold.Close() })
 	fresh := startIn(t, cold, "python", dir)
 	want := tt.Exec(t, fresh, code, false)
@@ -363,7 +364,7 @@ func readOnlyLib(t *testing.T, mode forkMode) string {
 // says so, naming bwrap and the fork template; the context runs on.
 func TestNoLiveForkWhenSandboxed(t *testing.T) {
 	needSandbox(t)
-	tr := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: SandboxOn}})
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Sandbox: SandboxOptions{Mode: SandboxOn}})
 	t.Cleanup(func() { _ = tr.Close() })
 	k := startIn(t, tr, "python", t.TempDir())
 	stdoutOf(t, k, "x = 41")
@@ -459,7 +460,7 @@ func testForkedKernelInAnotherCwdIsAsIfStartedThere(t *testing.T, mode forkMode)
 	testkit.CwdFixture(t, other)
 	k := startForked(t, tr, mode, other)
 	mustBeForkedFrom(t, k, tmpl)
-	cold := New(Options{Python: testkit.DebianPython, Sandbox: SandboxOptions{Mode: mode.sandbox, Writable: []string{other}}})
+	cold := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Sandbox: SandboxOptions{Mode: mode.sandbox, Writable: []string{other}}})
 	defer cold.Close()
 	c := startIn(t, cold, "python", other)
 	if err := os.WriteFile(filepath.Join(other, "khlate.py"), []byte("V = 'late'\n"), 0o644); err != nil {
@@ -488,7 +489,7 @@ func TestForkedContextHasItsLimits(t *testing.T) {
 
 func testForkedContextHasItsLimits(t *testing.T, mode forkMode) {
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"wave"}, PoolCwd: dir, PoolSizes: mode.poolSizes(), Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: mode.sandbox, Writable: []string{dir}}})
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"wave"}, PoolCwd: dir, PoolSizes: mode.poolSizes(), Limits: Limits{MemoryBytes: 256 << 20}, Sandbox: SandboxOptions{Mode: mode.sandbox, Writable: []string{dir}}})
 	if err := tr.Limited(); err != nil {
 		tr.Close()
 		testkit.Missingf(t, "no cgroup controller for the limits here: %v", err)

@@ -22,7 +22,7 @@ import (
 // Contexts forked from a sandboxed template (docs/RATIONALE.md, "Contexts
 // by fork"). The template runs in a bwrap sandbox of its own, in a user
 // namespace of its own where it holds the capabilities to make namespaces
-// (sandbox.args), and runs only code from read-only paths. Each context it
+// (sandbox.Sandbox.Args), and runs only code from read-only paths. Each context it
 // forks gives itself the walls bwrap gives an interpreter it starts: its
 // own mount, PID, IPC, cgroup and network namespaces, /proc and /tmp, no
 // capability, no_new_privs (drivers/forkserver.py: B, C). The host's part is here:
@@ -47,53 +47,90 @@ import (
 // after its request was given up is skipped by the next one.
 var forkSeq atomic.Uint64
 
-// openControl makes a sandboxed template's control socket: p keeps one end,
-// the other (returned) is the template's fd 5.
-func (p *proc) openControl() (*os.File, error) {
+// forking is a proc's part in forking in a sandbox. A sandboxed fork
+// template has ctl, its end of the control socket (fd 5 in it), and line,
+// the requests on it (forkline.go). A context forked in a sandbox has ctl
+// too, where the descriptors of its copies go (family.go), and:
+//
+//   - status, the read end of the pipe its namespace's init writes the
+//     interpreter's wait status to before it exits (the interpreter is not
+//     this process's child, so cmd.Wait cannot say); exitStatus is what it
+//     wrote, set before the proc's waitDone closes;
+//   - family, the sandbox it shares with its live copies.
+//
+// Other interpreters (started by exec, or forked outside a sandbox) have
+// none (proc.fork is nil).
+type forking struct {
+	ctl        *net.UnixConn
+	line       *forkLine // a template's, once it is ready
+	status     *os.File
+	exitStatus *syscall.WaitStatus
+	family     *family
+}
+
+// familyOf is the family of a context forked in a sandbox; nil for others.
+func (p *proc) familyOf() *family {
+	if p.fork == nil {
+		return nil
+	}
+	return p.fork.family
+}
+
+// openControl makes a sandboxed template's or context's control socket:
+// the host keeps ctl, child is the interpreter's fd 5.
+func openControl() (ctl *net.UnixConn, child *os.File, err error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
+		return nil, nil, fmt.Errorf("control socket: %w", err)
 	}
 	host := os.NewFile(uintptr(fds[0]), "fork-control")
 	defer host.Close()
 	conn, err := net.FileConn(host)
 	if err != nil {
 		unix.Close(fds[1])
-		return nil, fmt.Errorf("control socket: %w", err)
+		return nil, nil, fmt.Errorf("control socket: %w", err)
 	}
-	p.ctl = conn.(*net.UnixConn)
-	return os.NewFile(uintptr(fds[1]), "fork-control-child"), nil
+	return conn.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "fork-control-child"), nil
 }
 
-// forkSandboxed makes a new interpreter for spec, whose messages go to out,
-// as a context forked from the sandboxed template whose control socket is
-// line, moved into cwd ("": the template's).
-func forkSandboxed(ctx context.Context, tmpl *proc, line *forkLine, spec procSpec, cwd string, out chan<- core.Message) (_ *proc, err error) {
+// forkDeadline bounds a fork's steps: ctx's deadline, or forkAckWait
+// when that is sooner.
+func forkDeadline(ctx context.Context) time.Time {
 	deadline := time.Now().Add(forkAckWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	p := newProc(spec, out)
-	files, mark, err := p.openCopyFiles() // its pipes, status pipe, handshake, control socket
-	defer files.close()
-	started := false
-	defer func() {
-		if !started {
-			p.closeFiles()
-			if p.status != nil {
-				p.status.Close()
-			}
+	return deadline
+}
+
+// forkSandboxed makes a new interpreter for spec, whose messages go to out,
+// as a context forked from the sandboxed template tmpl, moved into cwd
+// ("": the template's).
+func forkSandboxed(ctx context.Context, tmpl *proc, spec procSpec, cwd string, out chan<- core.Message) (*proc, error) {
+	deadline := forkDeadline(ctx)
+	return newInterpreter(ctx, spec, out, "fork", func(p *proc, child []*os.File, mark string) error {
+		if err := p.forkInSandbox(tmpl, cwd, child, mark, deadline); err != nil {
+			return fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
 		}
-	}()
+		return nil
+	})
+}
+
+// forkInSandbox asks the sandboxed template tmpl for a context on the
+// child's ends of p's pipes and follows its handshake: the begin of
+// forkSandboxed.
+func (p *proc) forkInSandbox(tmpl *proc, cwd string, child []*os.File, mark string, deadline time.Time) (err error) {
+	files, err := p.openForkFiles(child) // its status pipe, handshake, control socket
+	defer func() { files.close(err) }()
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	fam, famChild, err := openFamily()
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	defer func() {
-		if !started {
+		if err != nil {
 			fam.ctl.Close()
 		}
 	}()
@@ -102,27 +139,23 @@ func forkSandboxed(ctx context.Context, tmpl *proc, line *forkLine, spec procSpe
 	c := files.toChild
 	toChild := []*os.File{c[0], c[1], c[2], c[3], files.statusW, c[4], famChild, c[5]}
 	req := forkRequest{Fork: forkSpec{Seq: forkSeq.Add(1), Mark: mark, Cwd: cwd}}
-	err = line.ask(req, toChild, deadline)
+	err = tmpl.fork.line.ask(req, toChild, deadline)
 	files.sent()
 	famChild.Close()
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	pidB, pidC, err := p.walls(files.hs, deadline)
 	if err != nil {
-		return nil, fmt.Errorf("fork %s kernel: %w", spec.lang.name, err)
+		return err
 	}
 	p.cmd = &exec.Cmd{Path: tmpl.cmd.Path, Args: tmpl.cmd.Args}
 	p.idsMu.Lock()
 	p.pid, p.pgid, p.nsInit = pidC, pidC, pidB // C leads a session of its own
 	p.idsMu.Unlock()
 	fam.init = pidB
-	p.family = fam
-	started = true
-	if err := p.serve(ctx); err != nil {
-		return nil, err
-	}
-	return p, nil
+	p.fork.family = fam
+	return nil
 }
 
 // walls follows the forked context's handshake: B, its namespace's init,
@@ -219,11 +252,11 @@ func (h *handshake) next(want byte) (int, error) {
 // readExitStatus waits for the status pipe's end: its namespace's init
 // wrote the interpreter's wait status there before it exited, or was
 // killed (nothing written).
-func (p *proc) readExitStatus() {
-	got, _ := io.ReadAll(p.status)
-	p.status.Close()
+func (f *forking) readExitStatus() {
+	got, _ := io.ReadAll(f.status)
+	f.status.Close()
 	if ws, err := strconv.Atoi(strings.TrimSpace(string(got))); err == nil {
 		st := syscall.WaitStatus(ws)
-		p.exitStatus = &st
+		f.exitStatus = &st
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -27,7 +28,7 @@ func sandboxedForkTransport(t *testing.T, preload []string, env ...string) (*Tra
 	needSandbox(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir, Env: env, Sandbox: SandboxOptions{Mode: SandboxAuto, Writable: []string{dir}}})
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: preload, PoolCwd: dir, Env: env, Sandbox: SandboxOptions{Mode: SandboxAuto, Writable: []string{dir}}})
 	t.Cleanup(func() { _ = tr.Close() })
 	if on, why, err := tr.Sandboxed(); !on || err != nil {
 		t.Fatalf("interpreters are not sandboxed: %s %v", why, err)
@@ -133,7 +134,7 @@ print(d)`
 			t.Errorf("pid %d is visible in the forked context's /proc", pid)
 		}
 	}
-	if sb, _ := bwrapWorks(); sb != nil && sb.noUserns {
+	if sb, _ := sandbox.Works(); sb != nil && sb.NoUserns() {
 		wantNoUserns(t, "a forked context", stdoutOf(t, a, noUsernsProbe))
 	}
 	tt.ShutdownAndDrain(t, a)
@@ -310,7 +311,7 @@ func TestForkTemplateRefusedIsReported(t *testing.T) {
 		warnings = append(warnings, strings.TrimSpace(fmt.Sprintln(append([]any{msg}, args...)...)))
 	}
 	dir := t.TempDir()
-	tr := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: dir, NoCgroups: true, Warn: warn,
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"json"}, PoolCwd: dir, NoCgroups: true, Warn: warn,
 		Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{dir}}})
 	t.Cleanup(func() { _ = tr.Close() })
 	if on, why, err := tr.Sandboxed(); !on || err != nil {
@@ -326,8 +327,8 @@ func TestForkTemplateRefusedIsReported(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		k := startIn(t, tr, "python", dir)
-		if nsPid(k.Pid()) != 2 {
-			t.Errorf("context %d is pid %d in its namespace, want 2: a cold start in its own sandbox", i, nsPid(k.Pid()))
+		if sandbox.NsPid(k.Pid()) != 2 {
+			t.Errorf("context %d is pid %d in its namespace, want 2: a cold start in its own sandbox", i, sandbox.NsPid(k.Pid()))
 		}
 		if got := stdoutOf(t, k, "print(6 * 7)"); got != "42\n" {
 			t.Errorf("context %d prints %q", i, got)

@@ -41,7 +41,7 @@ import (
 // own and each context it forks makes its own walls (forksandbox.go): the
 // template runs only code from read-only paths (it holds capabilities in
 // its user namespace), a context forks from it only in a cwd a pooled
-// interpreter could be moved to (sandbox.reaches), and a retired template
+// interpreter could be moved to (sandbox.Sandbox.Reaches), and a retired template
 // lives on until the last context forked from it ended, since they are
 // nested in its PID namespace.
 
@@ -109,11 +109,6 @@ func newForkServer(lang, cwd string, spec func() (procSpec, error), warn func(st
 	return fs
 }
 
-// templateEnv makes the driver a template that preloads modules.
-func templateEnv(preload []string) []string {
-	return []string{"KH_FORK_TEMPLATE=1", "KH_PRELOAD=" + strings.Join(preload, ",")}
-}
-
 // startTemplate starts a template in the background unless one runs or
 // starts already.
 func (fs *forkServer) startTemplate() {
@@ -157,8 +152,8 @@ func (fs *forkServer) startTemplate() {
 			go p.kill()
 			return
 		}
-		if p.ctl != nil {
-			p.forks = newForkLine(p.ctl)
+		if p.fork != nil {
+			p.fork.line = newForkLine(p.fork.ctl)
 		}
 		fs.tmpl = p
 		if fs.changed != nil {
@@ -253,15 +248,15 @@ func (fs *forkServer) retire(p *proc) {
 // socket closes) and exits once the last context forked from it ended:
 // they are in its PID namespace, which ends with it.
 func (fs *forkServer) end(p *proc) {
-	if p.ctl == nil {
+	if p.fork == nil {
 		p.kill()
 		return
 	}
-	p.ctl.Close()
+	p.fork.ctl.Close()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.ended = slices.DeleteFunc(fs.ended, func(e *proc) bool {
-		if !isClosed(e.pumpDone) {
+		if !isClosed(e.rd.pumpDone) {
 			return false
 		}
 		e.kill() // it exited: this closes its files
@@ -284,7 +279,7 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 			return nil, nil // the host's own directory and PWD: see pool.moveTo
 		}
 	}
-	if !spec.sandbox.reaches(fs.cwd, cwd) {
+	if !spec.sandbox.Reaches(fs.cwd, cwd) {
 		return nil, nil // as for the pool: the template's sandbox shows the directory read-only
 	}
 	tmpl = fs.template()
@@ -293,8 +288,8 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 	}
 	var p *proc
 	var err error
-	if tmpl.forks != nil {
-		p, err = forkSandboxed(ctx, tmpl, tmpl.forks, spec, dir, out)
+	if tmpl.fork != nil {
+		p, err = forkSandboxed(ctx, tmpl, spec, dir, out)
 	} else {
 		fs.forkMu.Lock()
 		p, err = forkProc(ctx, tmpl, spec, dir, out)
@@ -330,7 +325,7 @@ func (fs *forkServer) close() {
 	timeout := time.After(killWait)
 	for _, e := range ended {
 		select {
-		case <-e.pumpDone:
+		case <-e.rd.pumpDone:
 			e.kill() // it exited: this closes its files
 		case <-timeout:
 			return // a context forked from it still runs
@@ -357,7 +352,7 @@ func (fs *forkServer) retired() []*proc {
 	defer fs.mu.Unlock()
 	var out []*proc
 	for _, e := range fs.ended {
-		if !isClosed(e.pumpDone) {
+		if !isClosed(e.rd.pumpDone) {
 			out = append(out, e)
 		}
 	}
@@ -384,27 +379,24 @@ func (t *Transport) ForkStats() []ForkStat {
 	return out
 }
 
-// startForkServer starts python's fork server when preload names modules.
+// startForkServer starts a fork server for each language whose driver
+// forks (forker: python's) when preload names modules.
 func (t *Transport) startForkServer(preload []string, cwd string, warn func(string, ...any)) {
 	t.forks = map[string]*forkServer{}
-	if _, ok := t.langs["python"]; !ok || len(preload) == 0 {
+	if len(preload) == 0 {
 		return
 	}
-	t.forks["python"] = newForkServer("python", cwd, func() (procSpec, error) {
-		spec, err := t.spec("python", cwd)
-		spec.forkTemplate = true
-		spec.env = append(spec.env, templateEnv(preload)...)
-		if sb := spec.sandbox; sb != nil {
-			// It holds capabilities in its user namespace: no code from a
-			// path a context can write runs in it (forkserver.py).
-			spec.args = append([]string{"-s"}, spec.args...)
-			spec.env = append(spec.env, "KH_FORK_SANDBOX=1", "KH_WRITABLE="+strings.Join(append(existingDirs([]string{cwd}), sb.writable...), ":"))
-			if sb.ownNetns() {
-				spec.env = append(spec.env, "KH_FORK_NETNS=1") // each context in a network namespace of its own
-			}
+	for name, lang := range t.langs {
+		f, ok := lang.drv.(forker)
+		if !ok {
+			continue
 		}
-		return spec, err
-	}, warn)
+		t.forks[name] = newForkServer(name, cwd, func() (procSpec, error) {
+			spec, err := t.spec(name, cwd)
+			spec.forkTemplate = true
+			return f.template(spec, preload, cwd), err
+		}, warn)
+	}
 }
 
 // ForkServerReady says whether lang's fork server has its template ready

@@ -43,28 +43,29 @@ type frameReader struct {
 	msgs    []core.Message // the messages of the batch whose last piece is not in yet
 }
 
-// newFrameReader makes a mark for one interpreter; env passes it on.
-func newFrameReader() (fr *frameReader, env string, err error) {
+// newFrameReader makes a mark for one interpreter: its random digits,
+// which the driver gets in frameMarkEnv (or in its fork request).
+func newFrameReader() (fr *frameReader, digits string, err error) {
 	var random [8]byte
 	if _, err := rand.Read(random[:]); err != nil {
 		return nil, "", err
 	}
-	digits := hex.EncodeToString(random[:])
-	return &frameReader{mark: []byte(frameMarkPrefix + digits)}, frameMarkEnv + "=" + digits, nil
+	digits = hex.EncodeToString(random[:])
+	return &frameReader{mark: []byte(frameMarkPrefix + digits)}, digits, nil
 }
 
 // read handles data read from a framed fd 1: text goes out as stdout
-// (p.stream), each complete batch of messages is handled as the pump
+// (procReader.stream), each complete batch of messages is handled as the pump
 // handles fd 4's (handleFrame). A frame not complete yet, and text at the
 // end that may be the start of one, wait for the next read. fd 2 is drained
 // first: what a child wrote there before this reached fd 1
 // (os.system('echo E >&2'); print('q')) comes before it.
-func (fr *frameReader) read(p *proc, s *stream, data []byte) bool {
-	if !p.drainStream(&p.streams[1], false) {
+func (fr *frameReader) read(r *procReader, s *stream, data []byte) bool {
+	if !r.drainStream(&r.streams[1], false) {
 		return false
 	}
 	if fr.lines == nil {
-		fr.lines = newMsgLines(p.spec.maxMessage)
+		fr.lines = newMsgLines(r.maxMessage)
 	}
 	b := data
 	if len(fr.pending) > 0 { // rare: a frame cut by the end of a read
@@ -74,13 +75,13 @@ func (fr *frameReader) read(p *proc, s *stream, data []byte) bool {
 		i := bytes.Index(b, fr.mark)
 		if i < 0 {
 			keep := markPrefixAtEnd(b, fr.mark)
-			if !p.stream(s, b[:len(b)-keep], false) {
+			if !r.stream(s, b[:len(b)-keep], false) {
 				return false
 			}
 			fr.pending = bytes.Clone(b[len(b)-keep:])
 			return true
 		}
-		if !p.stream(s, b[:i], false) {
+		if !r.stream(s, b[:i], false) {
 			return false
 		}
 		b = b[i:]
@@ -90,7 +91,7 @@ func (fr *frameReader) read(p *proc, s *stream, data []byte) bool {
 		}
 		kind, n, ok := frameHeader(b[frameMarkLen:frameHeaderLen])
 		if !ok { // the mark, but no frame: text after all
-			if !p.stream(s, b[:frameMarkLen], false) {
+			if !r.stream(s, b[:frameMarkLen], false) {
 				return false
 			}
 			b = b[frameMarkLen:]
@@ -100,9 +101,9 @@ func (fr *frameReader) read(p *proc, s *stream, data []byte) bool {
 			fr.pending = bytes.Clone(b)
 			return true
 		}
-		fr.msgs = fr.lines.add(p, fr.msgs, b[frameHeaderLen:frameHeaderLen+n])
+		fr.msgs = fr.lines.add(r, fr.msgs, b[frameHeaderLen:frameHeaderLen+n])
 		b = b[frameHeaderLen+n:]
-		if kind == '.' && !fr.handleBatch(p) {
+		if kind == '.' && !fr.handleBatch(r) {
 			return false
 		}
 	}
@@ -111,21 +112,21 @@ func (fr *frameReader) read(p *proc, s *stream, data []byte) bool {
 
 // empty sends what fd 1 left held back as text: called once the pipe is
 // empty or closed, when no frame can be half read.
-func (fr *frameReader) empty(p *proc, s *stream) bool {
+func (fr *frameReader) empty(r *procReader, s *stream) bool {
 	if len(fr.pending) == 0 {
 		return true
 	}
 	text := fr.pending
 	fr.pending = nil
-	return p.stream(s, text, false)
+	return r.stream(s, text, false)
 }
 
 // handleBatch hands on the messages of the batch the frames carried.
-func (fr *frameReader) handleBatch(p *proc) bool {
+func (fr *frameReader) handleBatch(r *procReader) bool {
 	fr.lines.endBatch(fr.msgs)
 	msgs := mergeStreams(fr.msgs)
 	fr.msgs = fr.msgs[:0]
-	return p.handleFrame(msgs)
+	return r.handleFrame(msgs)
 }
 
 // frameHeader reads a frame's kind and payload length.

@@ -41,7 +41,7 @@ func startPython(t *testing.T, python string) *Kernel {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
 	defer cancel()
-	k, err := New(Options{Python: python}).StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: t.TempDir()})
+	k, err := New(Options{Interpreters: map[string]string{"python": python}}).StartKernel(ctx, core.KernelSpec{Language: "python", Cwd: t.TempDir()})
 	if err != nil {
 		t.Fatalf("StartKernel(%s): %v", python, err)
 	}
@@ -71,7 +71,9 @@ func results(e *tt.Execution) []string {
 func TestConformancePythonIPython(t *testing.T) {
 	t.Parallel()
 	python := needIPython(t)
-	tt.Run(t, func(t *testing.T) core.Transport { return New(Options{Python: python}) }, tt.Python())
+	tt.Run(t, func(t *testing.T) core.Transport {
+		return New(Options{Interpreters: map[string]string{"python": python}})
+	}, tt.Python())
 }
 
 // A cell cut from an indented block runs, with and without IPython.

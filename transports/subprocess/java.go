@@ -1,7 +1,6 @@
 package subprocess
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // java runs drivers/Driver.java, jshell's API in the driver's JVM, so a JDK
@@ -23,17 +23,19 @@ import (
 // lines on fd 4. Its pool serves only kernels in the pool's cwd: a JVM
 // cannot change its process's cwd (user.dir is a property; children and
 // the JDK's file access use the process's).
-var javaLanguage = langDef{
-	name:          "java",
-	interpreter:   func(o Options) string { return cmp.Or(o.Java, "java") },
-	debianPackage: "default-jdk-headless",
-	newDriver: func(t *Transport, path string) (driver, error) {
-		d, err := newJavaDriver(path, t.tools())
-		if err != nil {
-			return nil, err
-		}
-		return javaLang{d}, nil
-	},
+func init() {
+	register(langDef{
+		name: "java",
+		interpreter: Interpreter{Name: "java", Default: "java", DebianPackage: "default-jdk-headless",
+			Help: "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)"},
+		newDriver: func(t *Transport, path string) (driver, error) {
+			d, err := newJavaDriver(path, t.tools())
+			if err != nil {
+				return nil, err
+			}
+			return javaLang{d}, nil
+		},
+	})
 }
 
 // driverJava is compiled once per host into a cache directory (see
@@ -84,7 +86,7 @@ func (javaLang) channel() channel { return fd4Lines }
 // concurrent hosts never see a half-written one.
 type javaDriver struct {
 	java, javac string
-	tools       toolRunner // how javac runs (walls.go)
+	tools       sandbox.ToolRunner // how javac runs (internal/sandbox's walls.go)
 	once        sync.Once
 	args        []string
 	err         error
@@ -101,7 +103,7 @@ const javaCompileTimeout = 2 * time.Minute
 // (these come later on the command line).
 var javaVMArgs = []string{"--add-opens", "java.base/java.util=ALL-UNNAMED", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss4m"}
 
-func newJavaDriver(java string, tools toolRunner) (*javaDriver, error) {
+func newJavaDriver(java string, tools sandbox.ToolRunner) (*javaDriver, error) {
 	javac := filepath.Join(filepath.Dir(java), "javac")
 	if real, err := filepath.EvalSymlinks(java); err == nil {
 		javac = filepath.Join(filepath.Dir(real), "javac")
@@ -155,9 +157,9 @@ func (d *javaDriver) compile() (string, error) {
 	// -proc:none, -implicit:none and a class path of its own: no
 	// annotation processor or class is taken from anywhere else (the
 	// class path is "." by default, the host's cwd, which may be one a
-	// context writes); toolRunner runs it in "/" and in a sandbox.
+	// context writes); sandbox.ToolRunner runs it in "/" and in a sandbox.
 	cmd := exec.CommandContext(ctx, d.javac, "-nowarn", "-proc:none", "-implicit:none", "-encoding", "UTF-8", "--class-path", tmp, "-d", tmp, src)
-	d.tools.prepare(cmd, tmp)
+	d.tools.Prepare(cmd, tmp)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%s: %w: %s", d.javac, err, out)

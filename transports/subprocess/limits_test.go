@@ -143,11 +143,11 @@ func TestCPUWeightApplied(t *testing.T) {
 	_, tr := limitedEngine(t, Limits{CPUWeight: 50})
 	k := startIn(t, tr, "python", t.TempDir())
 	file, want := "", ""
-	if len(tr.limits.v2) > 0 {
+	if tr.limits.InV2("cpu") {
 		file, want = filepath.Join(cgroupOf(k.Pid()), "cpu.weight"), "50"
 	} else {
-		b := tr.limits.v1[ctlCPU]
-		file, want = filepath.Join(v1CgroupOf(t, k.Pid(), b), "cpu.shares"), "512"
+		ctls, dir, _ := tr.limits.V1("cpu")
+		file, want = filepath.Join(v1CgroupOf(t, k.Pid(), ctls, dir), "cpu.shares"), "512"
 	}
 	got, err := os.ReadFile(file)
 	if err != nil || strings.TrimSpace(string(got)) != want {
@@ -156,31 +156,18 @@ func TestCPUWeightApplied(t *testing.T) {
 }
 
 // v1CgroupOf is the directory of pid's own kernelhost cgroup in the v1
-// hierarchy b.
-func v1CgroupOf(t *testing.T, pid int, b v1Base) string {
+// hierarchy of controllers ctls whose cgroup of this process is dir.
+func v1CgroupOf(t *testing.T, pid int, ctls, dir string) string {
 	t.Helper()
 	self, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(self), "\n") {
-		if f := strings.SplitN(line, ":", 3); len(f) == 3 && f[1] == b.ctls && strings.HasPrefix(filepath.Base(f[2]), "kernelhost-") {
-			return filepath.Join(b.dir, filepath.Base(f[2]))
+		if f := strings.SplitN(line, ":", 3); len(f) == 3 && f[1] == ctls && strings.HasPrefix(filepath.Base(f[2]), "kernelhost-") {
+			return filepath.Join(dir, filepath.Base(f[2]))
 		}
 	}
-	t.Fatalf("pid %d is in no kernelhost cgroup of %s: %s", pid, b.ctls, self)
+	t.Fatalf("pid %d is in no kernelhost cgroup of %s: %s", pid, ctls, self)
 	return ""
-}
-
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{"": 0, "0": 0, "512MiB": 512 << 20, "2G": 2e9, "1.5GiB": 3 << 29, "4096": 4096, "64 KiB": 64 << 10} {
-		if got, err := ParseBytes(in); err != nil || got != want {
-			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"x", "12 parsecs", "-1M", "1e30"} {
-		if _, err := ParseBytes(in); err == nil {
-			t.Errorf("ParseBytes(%q): no error", in)
-		}
-	}
 }

@@ -48,7 +48,7 @@ func newMsgLines(max int) *msgLines {
 
 // add parses the complete lines of data (with what earlier calls left of
 // a line) and appends their messages to msgs.
-func (l *msgLines) add(p *proc, msgs []core.Message, data []byte) []core.Message {
+func (l *msgLines) add(r *procReader, msgs []core.Message, data []byte) []core.Message {
 	for len(data) > 0 {
 		nl := bytes.IndexByte(data, '\n')
 		if nl < 0 {
@@ -56,13 +56,13 @@ func (l *msgLines) add(p *proc, msgs []core.Message, data []byte) []core.Message
 			return msgs
 		}
 		if len(l.line) == 0 && l.over == 0 && nl <= l.max {
-			msgs = l.parseLine(p, msgs, data[:nl])
+			msgs = l.parseLine(r, msgs, data[:nl])
 		} else {
 			l.keep(data[:nl])
 			if l.over == 0 {
-				msgs = l.parseLine(p, msgs, l.line)
+				msgs = l.parseLine(r, msgs, l.line)
 			} else {
-				msgs = l.cutLine(p, msgs)
+				msgs = l.cutLine(r, msgs)
 			}
 			l.line, l.over, l.tail = l.line[:0], 0, l.tail[:0]
 		}
@@ -94,8 +94,8 @@ func (l *msgLines) keep(b []byte) {
 }
 
 // parseLine parses one complete line and applies the batch's output cap.
-func (l *msgLines) parseLine(p *proc, msgs []core.Message, line []byte) []core.Message {
-	l.scratch = p.parse(l.scratch[:0], line)
+func (l *msgLines) parseLine(r *procReader, msgs []core.Message, line []byte) []core.Message {
+	l.scratch = r.parse(l.scratch[:0], line)
 	for _, m := range l.scratch {
 		msgs = l.append(msgs, m, len(line))
 	}
@@ -129,7 +129,7 @@ func (l *msgLines) drop(msgs []core.Message, parent string, n int64) []core.Mess
 // cutLine handles a line over the cap: a stream message keeps the text
 // that fits, any other message is dropped; both are counted in the notice.
 // A message glued to the end of the line is found again (recoverWindow).
-func (l *msgLines) cutLine(p *proc, msgs []core.Message) []core.Message {
+func (l *msgLines) cutLine(r *procReader, msgs []core.Message) []core.Message {
 	total := int64(len(l.line)) + l.over
 	if m, ok := cutStream(l.line); ok {
 		msgs = l.append(msgs, m, len(l.line))
@@ -138,7 +138,7 @@ func (l *msgLines) cutLine(p *proc, msgs []core.Message) []core.Message {
 		msgs = l.drop(msgs, cutParent(l.line), total)
 	}
 	if i := bytes.LastIndex(l.tail, []byte(`{"type":`)); i > 0 && json.Valid(l.tail[i:]) {
-		msgs = l.parseLine(p, msgs, l.tail[i:])
+		msgs = l.parseLine(r, msgs, l.tail[i:])
 	}
 	return msgs
 }

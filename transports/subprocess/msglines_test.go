@@ -9,11 +9,11 @@ import (
 
 // feed passes data to l in reads of n bytes and ends the batch.
 func feed(l *msgLines, data string, n int) []core.Message {
-	p := &proc{}
+	r := &procReader{}
 	var msgs []core.Message
 	for len(data) > 0 {
 		k := min(n, len(data))
-		msgs = l.add(p, msgs, []byte(data[:k]))
+		msgs = l.add(r, msgs, []byte(data[:k]))
 		data = data[k:]
 	}
 	l.endBatch(msgs)

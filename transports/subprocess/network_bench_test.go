@@ -25,7 +25,7 @@ func BenchmarkContextNetwork(b *testing.B) {
 	pair := func(b *testing.B, preload []string) (isolated, host *Transport, dir string) {
 		dir = b.TempDir()
 		newTr := func(network string) *Transport {
-			tr := New(Options{Python: testkit.DebianPython, Preload: preload, PoolCwd: dir,
+			tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: preload, PoolCwd: dir,
 				Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{dir}, Network: network}})
 			b.Cleanup(func() { _ = tr.Close() })
 			if preload != nil {

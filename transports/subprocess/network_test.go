@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // Issue 39, findings 3 and 4: a sandboxed context has a network namespace
-// of its own (network.go). Each test runs for a bwrap-started context and
+// of its own (internal/sandbox's network.go). Each test runs for a bwrap-started context and
 // one forked from the sandboxed template.
 
 // netKinds are the ways a python context starts in a sandbox, each with a
@@ -31,12 +32,12 @@ func netContext(t *testing.T, fork bool, network string) (*Transport, *Kernel, s
 	t.Helper()
 	needSandbox(t)
 	if network == NetworkIsolated {
-		if _, err := stackWorks(); err != nil {
+		if _, err := sandbox.PastaWorks(); err != nil {
 			testkit.Missingf(t, "%v", err)
 		}
 	}
 	dir := t.TempDir()
-	opts := Options{Python: testkit.DebianPython, PoolCwd: dir, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{dir}, Network: network}}
+	opts := Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolCwd: dir, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{dir}, Network: network}}
 	if fork {
 		opts.Preload = []string{"json"}
 	}
@@ -232,21 +233,5 @@ func TestParseNetwork(t *testing.T) {
 	defer tr.Close()
 	if _, _, err := tr.Sandboxed(); err == nil || !strings.Contains(err.Error(), "want isolated, none or host") {
 		t.Errorf("a transport with context-network=open: %v", err)
-	}
-}
-
-// pasta forwards nothing into a context nor from it to the host's
-// loopback, whoever runs it. -T is also held by behaviour
-// (TestNetworkHostLoopbackUnreachable); -t, -u, -U and --no-map-gw are
-// checked here only: this pasta forwards nothing inward by itself, and the
-// gateway's address is another machine's, which tests must not reach.
-func TestPastaArgsForwardNothing(t *testing.T) {
-	for _, join := range []bool{false, true} {
-		args := strings.Join(pastaArgs(join), " ")
-		for _, want := range []string{"-t none", "-u none", "-T none", "-U none", "--no-map-gw", "--foreground"} {
-			if !strings.Contains(args, want) {
-				t.Errorf("pasta's arguments %q lack %q", args, want)
-			}
-		}
 	}
 }

@@ -1,7 +1,6 @@
 package subprocess
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"time"
@@ -14,20 +13,19 @@ import (
 // typescript: the host compiles each cell (internal/jscompile), so node is
 // all either needs. A request is a JSON line on fd 3; messages are JSON
 // lines on fd 4. It can move into a kernel's cwd on hand-out.
-var (
-	javascriptLanguage = langDef{
-		name:          "javascript",
-		interpreter:   func(o Options) string { return cmp.Or(o.Node, "node") },
-		debianPackage: "nodejs",
-		newDriver:     func(*Transport, string) (driver, error) { return nodeLang{}, nil },
-	}
-	typescriptLanguage = langDef{
-		name:          "typescript",
-		interpreter:   func(o Options) string { return cmp.Or(o.Node, "node") },
-		debianPackage: "nodejs",
-		newDriver:     func(*Transport, string) (driver, error) { return nodeLang{typescript: true}, nil },
-	}
-)
+func init() {
+	node := Interpreter{Name: "node", Default: "node", DebianPackage: "nodejs", Help: "Node.js interpreter (javascript contexts)"}
+	register(langDef{
+		name:        "javascript",
+		interpreter: node,
+		newDriver:   func(*Transport, string) (driver, error) { return nodeLang{}, nil },
+	})
+	register(langDef{
+		name:        "typescript",
+		interpreter: node,
+		newDriver:   func(*Transport, string) (driver, error) { return nodeLang{typescript: true}, nil },
+	})
+}
 
 //go:embed drivers/driver.js
 var driverNode string

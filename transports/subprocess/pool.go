@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // A warm pool keeps interpreters of a language started ahead of need, so a
@@ -28,7 +29,7 @@ import (
 //     engine's snippets, applied after the hand-out as after a cold start.
 //   - It serves a kernel in any cwd where its driver can be moved (python,
 //     javascript, typescript: driver.cwdRecord) and, when sandboxed, that
-//     its sandbox shows as a cold start's would (sandbox.reaches: inside
+//     its sandbox shows as a cold start's would (sandbox.Sandbox.Reaches: inside
 //     the writable paths or the pool's cwd). Before the kernel gets it,
 //     take sends it the kernel's cwd, absolute, and waits for the driver's
 //     answer: the driver chdirs, sets PWD as a cold start's (pwdOf), and
@@ -103,7 +104,7 @@ type pool struct {
 	spec func() (procSpec, error)
 	// sandbox is its interpreters' (nil: none), which limits where they
 	// may be moved (serves).
-	sandbox *sandbox
+	sandbox *sandbox.Sandbox
 	// forks fills its slots by fork while a template is ready (nil: none).
 	forks *forkServer
 
@@ -129,7 +130,7 @@ type poolSlot struct {
 	taken chan struct{} // closed when a kernel took it (ends the watcher)
 }
 
-func newPool(lang string, size int, cwd string, spec func() (procSpec, error), sb *sandbox, forks *forkServer) *pool {
+func newPool(lang string, size int, cwd string, spec func() (procSpec, error), sb *sandbox.Sandbox, forks *forkServer) *pool {
 	pl := &pool{lang: lang, size: size, cwd: cwd, spec: spec, sandbox: sb, forks: forks}
 	pl.ctx, pl.stop = context.WithCancel(context.Background())
 	forks.onChange(pl.refresh)
@@ -147,7 +148,7 @@ func (pl *pool) serves(lang language, cwd string) bool {
 	if cleanCwd(cwd) == pl.cwd {
 		return true
 	}
-	return lang.drv.cwdRecord(cwd) != nil && pl.sandbox.reaches(pl.cwd, cwd)
+	return lang.drv.cwdRecord(cwd) != nil && pl.sandbox.Reaches(pl.cwd, cwd)
 }
 
 func cleanCwd(cwd string) string {
@@ -392,7 +393,7 @@ func (pl *pool) fill(s *poolSlot) {
 	}
 	select {
 	case <-s.taken:
-	case <-s.p.pumpDone:
+	case <-s.p.rd.pumpDone:
 		// It died while it waited (killed, out of memory), and the pump is
 		// done reaping it (driverGone): dropped and replaced, unless a
 		// kernel claimed it meanwhile (take sees it dead).

@@ -15,6 +15,7 @@ import (
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -268,7 +269,7 @@ func TestCloseKillsPooledInterpreters(t *testing.T) {
 		noCgroups bool
 	}{{"cgroup", false}, {"tree", true}} {
 		t.Run(mode.name, func(t *testing.T) {
-			if !mode.noCgroups && cgroupBase() == "" {
+			if !mode.noCgroups && cgroup.Base() == "" {
 				t.Skip("no writable cgroup v2 with cgroup.kill on this machine: the tree path is what runs here")
 			}
 			dir := t.TempDir()
@@ -305,7 +306,7 @@ func cgroupOf(pid int) string {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if rel, ok := strings.CutPrefix(line, "0::"); ok && strings.Contains(filepath.Base(rel), "kernelhost-") {
-			return filepath.Join(cgroupBase(), filepath.Base(rel))
+			return filepath.Join(cgroup.Base(), filepath.Base(rel))
 		}
 	}
 	return ""

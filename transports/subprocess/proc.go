@@ -1,11 +1,9 @@
 package subprocess
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,11 +16,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
-// proc is one interpreter process and the goroutines that own it: the
-// waiter (cmd.Wait), the pump (reads fd 4) and one stream reader each for
-// fd 1 and 2.
+// proc is one interpreter process, its pipes and its lifecycle: the waiter
+// (cmd.Wait) and the kill. Its reader (rd, msgreader.go) owns the read
+// ends: the pump (reads fd 4) and one stream reader each for fd 1 and 2.
 //
 // All three read ends are non-blocking pipes registered with Go's netpoller
 // (os.NewFile of a non-blocking fd), so a reader waiting for the interpreter
@@ -33,31 +33,15 @@ import (
 // steal it.
 type proc struct {
 	spec procSpec
-	// out is where its messages go, the owning kernel's Messages: nil
-	// while the interpreter waits in a pool, where nothing it says is
-	// delivered.
-	out atomic.Pointer[chan<- core.Message]
+	// rd reads its pipes and hands on what it says (msgreader.go).
+	rd *procReader
 	// req is the request it runs.
 	req running
 	cmd *exec.Cmd
-	// ctl is a sandboxed fork template's or forked context's control
-	// socket (fd 5 in it): the descriptors of a new context or copy go
-	// there, with SCM_RIGHTS (forksandbox.go, family.go); nil for other
-	// interpreters.
-	ctl *net.UnixConn
-	// forks carries a sandboxed fork template's requests on ctl
-	// (forkline.go); nil for other interpreters.
-	forks *forkLine
-	// status is, for a context forked in a sandbox, the read end of the
-	// pipe its namespace's init writes the interpreter's wait status to
-	// before it exits (the interpreter is not this process's child, so
-	// cmd.Wait cannot say); exitStatus is what it wrote, set before
-	// waitDone closes. nil for other interpreters.
-	status     *os.File
-	exitStatus *syscall.WaitStatus
-	// family is, for a context forked in a sandbox, the sandbox it shares
-	// with its live copies (family.go); nil for other interpreters.
-	family *family
+	// fork is its part in forking in a sandbox (forksandbox.go): a
+	// sandboxed fork template's control socket, or a context forked in a
+	// sandbox's; nil for other interpreters.
+	fork *forking
 	// net is the user-mode network stack of its namespace (network.go),
 	// ended with it.
 	net netAttach
@@ -68,50 +52,23 @@ type proc struct {
 	pid   int
 	reqW  *os.File    // fd 3 in the child
 	cut   atomic.Bool // writes to reqW are cut: it is about to be killed (Kernel.cutWrites)
-	// In a sandbox (sandbox.go), pid is the interpreter's, not bwrap's,
+	// In a sandbox (internal/sandbox), pid is the interpreter's, not bwrap's,
 	// pgid the group of the sandbox's init, nsInit, whose end ends every
 	// process in the sandbox. Without one, pgid is pid and nsInit 0.
 	pgid, nsInit int
 
-	msgF  *os.File // read end of fd 4
-	msgFD int      // its descriptor, for the non-blocking reads after exit
-	// streams are fd 1 (stdout) and 2 (stderr). Their fields other than f
-	// and fd are guarded by mu.
-	streams [2]stream
-
-	cgMu     sync.Mutex
-	cg       *cgroup       // the interpreter's own cgroup until removed; guarded by cgMu
-	inCgroup bool          // it was started in cg; false where the machine offers none (killTree then)
-	lim      *limitGroups  // its limits (limits.go), nil: none; guarded by cgMu
+	// groups are its cgroups (internal/cgroup): its own cgroup v2, where
+	// the machine offers one (killTree without), and its limits' groups.
+	groups   *cgroup.Set
 	stop     chan struct{} // closed when the kernel kills this process on purpose
 	stopOnce sync.Once
-	exited   atomic.Bool   // cmd.Wait returned; set before msgF's deadline wakes the pump
+	exited   atomic.Bool   // cmd.Wait returned; set before rd.msgF's deadline wakes the pump
 	waitDone chan struct{} // closed after cmd.Wait returned
-	pumpDone chan struct{} // closed when the pump and the stream readers returned
-	readers  sync.WaitGroup
-	ready    chan error  // the start's outcome, one value
-	isReady  atomic.Bool // the driver said kh_ready
-	gone     atomic.Bool // the driver is gone (exited or killed)
-	// cwdAck carries the driver's answer to a hand-out's cwd record
-	// (enterCwd): "" when it entered the directory, else why not.
-	cwdAck chan string
+	gone     atomic.Bool   // the driver is gone (exited or killed)
 	// adoptMu orders a pooled interpreter's hand-out (adopt) against its
 	// death (driverGone): it is handed out alive, and then its owner hears
 	// of its death, or it is not handed out at all.
 	adoptMu sync.Mutex
-
-	// mu serialises each read of fd 1/2 together with the emission of what
-	// it read, against the pump's handling of what it read from fd 4. The
-	// pump drains fd 1/2 under mu after each read of fd 4: output a stream
-	// reader took before that is already emitted (it held mu from its read
-	// to its emit), and the rest is still in the pipe for the drain. So no
-	// output the driver wrote before its reply is emitted after it.
-	mu        sync.Mutex
-	closing   bool           // the pump did its final drain: the stream readers stop
-	startErr  bytes.Buffer   // stderr before ready, quoted when the start fails
-	held      []core.Message // fd-1/2 output of a request that has not opened yet
-	heldBytes int            // the text of held
-	drainBuf  []byte         // the pump's buffer for drains
 }
 
 // pipe returns a close-on-exec pipe whose read end is non-blocking.
@@ -149,11 +106,11 @@ type procSpec struct {
 	args    []string // the interpreter's, that run the driver (driver.command)
 	cwd     string
 	env     []string
-	cgroups bool     // a cgroup per interpreter where the machine offers one
-	sandbox *sandbox // nil: none
+	cgroups bool             // a cgroup per interpreter where the machine offers one
+	sandbox *sandbox.Sandbox // nil: none
 	// maxMessage caps one message line and one batch's output (msgLines).
 	maxMessage int
-	limits     *limiter // nil: no limits (limits.go)
+	limits     *cgroup.Limiter // nil: no limits (limits.go)
 	// forkTemplate marks a fork template's spec (forkserver.go): in a
 	// sandbox, its bwrap and control socket are a template's.
 	forkTemplate bool
@@ -162,24 +119,9 @@ type procSpec struct {
 // startProc starts an interpreter for spec and waits (bounded by ctx) until
 // its driver reported ready. Its messages go to out; nil for a pooled
 // interpreter, which is given one when it is handed out (adopt).
-func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *proc, err error) {
-	p := newProc(spec, out)
-	childEnds, err := p.openPipes()
-	defer func() {
-		for _, f := range childEnds {
-			f.Close() // the parent's copies: the child has its own
-		}
-		if err != nil && p.cmd == nil {
-			p.closeFiles()
-		}
-	}()
+func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (*proc, error) {
+	p, err := newInterpreter(ctx, spec, out, "start", (*proc).launch)
 	if err != nil {
-		return nil, fmt.Errorf("start %s kernel: %w", spec.lang.name, err)
-	}
-	if err := p.launch(childEnds); err != nil {
-		return nil, err
-	}
-	if err := p.serve(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.findSandboxed(); err != nil {
@@ -193,24 +135,68 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (_ *
 	return p, nil
 }
 
-// newProc is the state of an interpreter not started yet (startProc, and
-// forkProc in fork.go). Its messages go to out (nil: none yet, see adopt).
+// begin brings the process of a new interpreter into being on the child's
+// ends of its pipes (in childFiles order) with the frame mark of its fd 1
+// ("": none): it starts it (launch) or has an interpreter fork it
+// (forkProc, forkSandboxed, forkInFamily), and sets p.cmd and p's ids. On
+// error nothing it started runs.
+type begin func(p *proc, child []*os.File, mark string) error
+
+// newInterpreter is the one way a proc comes to be: it opens the pipes of
+// an interpreter for spec whose messages go to out (nil: none yet, see
+// adopt), has begin bring its process into being on them (verb names what
+// begin does, for errors), and serves it until its driver is ready,
+// bounded by ctx.
+func newInterpreter(ctx context.Context, spec procSpec, out chan<- core.Message, verb string, begin begin) (*proc, error) {
+	p := newProc(spec, out)
+	child, err := p.openPipes()
+	defer func() {
+		for _, f := range child {
+			f.Close() // the parent's copies: the child has its own by now, or failed
+		}
+	}()
+	var mark string
+	if err == nil {
+		mark, err = p.frameMark()
+	}
+	if err != nil {
+		p.closeFiles()
+		return nil, fmt.Errorf("%s %s kernel: %w", verb, spec.lang.name, err)
+	}
+	if err := begin(p, child, mark); err != nil {
+		p.closeFiles()
+		return nil, err
+	}
+	if err := p.serve(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newProc is the state of an interpreter not started yet. Its messages go
+// to out (nil: none yet, see adopt).
 func newProc(spec procSpec, out chan<- core.Message) *proc {
 	p := &proc{
 		spec:     spec,
 		stop:     make(chan struct{}),
 		waitDone: make(chan struct{}),
-		pumpDone: make(chan struct{}),
-		ready:    make(chan error, 1),
-		cwdAck:   make(chan string, 1),
-		drainBuf: make([]byte, 64<<10),
 	}
-	if out != nil {
-		p.out.Store(&out)
-	}
-	p.streams[0].name, p.streams[1].name = "stdout", "stderr"
-	p.streams[0].reader, p.streams[1].reader = outputReader{}, outputReader{}
+	p.rd = newProcReader(out, p.stop, &p.req, spec.maxMessage, p.driverGone)
 	return p
+}
+
+// frameMark gives fd 1 a frame reader when the driver writes its messages
+// there (fd1Frames), and returns its mark; "" for other drivers.
+func (p *proc) frameMark() (string, error) {
+	if p.spec.lang.drv.channel() != fd1Frames {
+		return "", nil
+	}
+	fr, mark, err := newFrameReader()
+	if err != nil {
+		return "", err
+	}
+	p.rd.streams[0].reader = fr
+	return mark, nil
 }
 
 // childFiles are the child's ends of its pipes, in descriptor order.
@@ -244,7 +230,7 @@ func (p *proc) openPipes() (child []*os.File, err error) {
 		fd    *int
 		child **os.File
 		name  string
-	}{{&p.msgF, &p.msgFD, &c.messages, "fd4"}, {&p.streams[0].f, &p.streams[0].fd, &c.stdout, "stdout"}, {&p.streams[1].f, &p.streams[1].fd, &c.stderr, "stderr"}} {
+	}{{&p.rd.msgF, &p.rd.msgFD, &c.messages, "fd4"}, {&p.rd.streams[0].f, &p.rd.streams[0].fd, &c.stdout, "stdout"}, {&p.rd.streams[1].f, &p.rd.streams[1].fd, &c.stderr, "stderr"}} {
 		r, w, err := pipe()
 		if err != nil {
 			return nil, err
@@ -259,8 +245,9 @@ func (p *proc) openPipes() (child []*os.File, err error) {
 }
 
 // launch starts the interpreter on the child's ends of the pipes (as
-// openPipes returned them), in a cgroup of its own where there is one.
-func (p *proc) launch(child []*os.File) (err error) {
+// openPipes returned them), in a cgroup of its own where there is one: the
+// begin of startProc.
+func (p *proc) launch(child []*os.File, mark string) (err error) {
 	s := p.spec
 	cmd := exec.Command(s.lang.path, s.args...)
 	cmd.Dir = s.cwd
@@ -270,21 +257,17 @@ func (p *proc) launch(child []*os.File) (err error) {
 	}
 	cmd.ExtraFiles = []*os.File{child[0], child[1]} // fd 3, fd 4
 	if s.forkTemplate && s.sandbox != nil {
-		ctlChild, err := p.openControl()
+		ctl, ctlChild, err := openControl()
 		if err != nil {
 			return fmt.Errorf("start %s fork template: %w", s.lang.name, err)
 		}
+		p.fork = &forking{ctl: ctl}
 		defer ctlChild.Close()                            // the child has its own once started
 		cmd.ExtraFiles = append(cmd.ExtraFiles, ctlChild) // fd 5
 	}
 	cmd.Stdout, cmd.Stderr = child[2], child[3]
-	if s.lang.drv.channel() == fd1Frames {
-		fr, env, err := newFrameReader()
-		if err != nil {
-			return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
-		}
-		p.streams[0].reader = fr
-		cmd.Env = append(cmd.Env, env)
+	if mark != "" {
+		cmd.Env = append(cmd.Env, frameMarkEnv+"="+mark)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	info, infoW, infoFd, err := p.stackInfo(cmd)
@@ -300,30 +283,11 @@ func (p *proc) launch(child []*os.File) (err error) {
 		}()
 	}
 	if s.sandbox != nil {
-		s.sandbox.wrap(cmd, s.cwd, s.forkTemplate, infoFd)
+		s.sandbox.Wrap(cmd, s.cwd, s.forkTemplate, infoFd)
 	}
-	if s.cgroups {
-		if p.cg, err = newCgroup(); err != nil {
-			return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
-		}
-		if p.cg != nil {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, p.cg.fd
-		}
-	}
-	if s.limits != nil {
-		p.lim, err = s.limits.newGroups(p.cg)
-	}
-	if err == nil {
-		err = p.lim.start(cmd)
-	}
-	if err != nil {
-		p.lim.remove(0) // nothing started in them
-	}
-	if p.cg != nil {
-		p.inCgroup = err == nil
-		p.cg.started()
-		if err != nil {
-			_ = p.cg.kill(killWait)
+	if p.groups, err = cgroup.NewSet(s.limits, s.cgroups); err == nil {
+		if err = p.groups.Start(cmd); err != nil {
+			p.groups.Remove(killWait)
 		}
 	}
 	if err != nil {
@@ -331,7 +295,7 @@ func (p *proc) launch(child []*os.File) (err error) {
 	}
 	p.cmd = cmd
 	if info != nil {
-		p.attachStack(func() (int, error) { return initPidFrom(info) }) // while the interpreter starts
+		p.attachStack(func() (int, error) { return sandbox.InitPidFrom(info) }) // while the interpreter starts
 	}
 	p.idsMu.Lock()
 	p.pid = cmd.Process.Pid
@@ -363,7 +327,7 @@ func pwdOf(cwd string) string {
 func (p *proc) awaitReady(ctx context.Context) error {
 	var err error
 	select {
-	case err = <-p.ready:
+	case err = <-p.rd.ready:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
@@ -386,9 +350,9 @@ func (p *proc) ids() (pid, pgid, nsInit int) {
 var aLongTimeAgo = time.Unix(1, 0)
 
 func (p *proc) wait() {
-	if p.status != nil {
-		p.readExitStatus()
-		p.family.leave()
+	if f := p.fork; f != nil && f.status != nil {
+		f.readExitStatus()
+		f.family.leave()
 	} else {
 		_ = p.cmd.Wait()
 	}
@@ -396,7 +360,7 @@ func (p *proc) wait() {
 	// Wake the pump: a driver whose fd 4 is still held open elsewhere (a
 	// child of bash) has exited all the same.
 	p.exited.Store(true)
-	_ = p.msgF.SetReadDeadline(aLongTimeAgo)
+	p.rd.wake()
 	close(p.waitDone)
 }
 
@@ -410,7 +374,7 @@ func (p *proc) adopt(out chan<- core.Message) bool {
 	if p.gone.Load() {
 		return false
 	}
-	p.out.Store(&out)
+	p.rd.out.Store(&out)
 	return true
 }
 
@@ -428,12 +392,12 @@ func (p *proc) enterCwd(ctx context.Context, dir string) error {
 	}
 	_ = p.reqW.SetWriteDeadline(time.Time{})
 	select {
-	case why := <-p.cwdAck:
+	case why := <-p.rd.cwdAck:
 		if why != "" {
 			return &cwdRefused{dir: dir, why: why}
 		}
 		return nil
-	case <-p.pumpDone:
+	case <-p.rd.pumpDone:
 		return errors.New("the interpreter died")
 	case <-ctx.Done():
 		return ctx.Err()
@@ -450,13 +414,12 @@ func (e *cwdRefused) Error() string { return fmt.Sprintf("enter %q: %s", e.dir, 
 // closeFiles closes the parent's ends; the pump and the readers are done
 // with them (or never ran).
 func (p *proc) closeFiles() {
-	for _, f := range []*os.File{p.reqW, p.msgF, p.streams[0].f, p.streams[1].f} {
-		if f != nil {
-			f.Close()
-		}
+	if p.reqW != nil {
+		p.reqW.Close()
 	}
-	if p.ctl != nil {
-		p.ctl.Close()
+	p.rd.closeFiles()
+	if p.fork != nil {
+		p.fork.ctl.Close()
 	}
 }
 
@@ -465,9 +428,6 @@ func (p *proc) closeFiles() {
 // forked interpreter.
 func (p *proc) serve(ctx context.Context) error {
 	go p.wait()
-	p.readers.Add(2)
-	go p.readStream(&p.streams[0])
-	go p.readStream(&p.streams[1])
-	go p.pump()
+	p.rd.start()
 	return p.awaitReady(ctx)
 }

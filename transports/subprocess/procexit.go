@@ -28,33 +28,29 @@ func (p *proc) kill() {
 		close(p.stop)
 		p.gone.Store(true)
 		p.killAll()
-		_ = p.msgF.SetReadDeadline(aLongTimeAgo)
+		p.rd.wake()
 	})
 	select {
 	case <-p.waitDone:
 	case <-time.After(killWait):
 	}
 	p.removeCgroup()
-	<-p.pumpDone
+	<-p.rd.pumpDone
 	p.closeFiles()
 }
 
 // killAll SIGKILLs the interpreter and all its descendants, those in
 // sessions of their own included: its cgroup's, or its process tree's.
 // It may run twice at once (a kill while the driver's exit is handled:
-// driverGone), hence cgMu.
+// driverGone): each of its steps may.
 func (p *proc) killAll() {
-	p.cgMu.Lock()
-	defer p.cgMu.Unlock()
 	if p.spec.sandbox != nil {
 		p.killSandbox()
 	}
-	if p.inCgroup {
+	if p.groups.In() {
 		pid, _, _ := p.ids()
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		if p.cg != nil && p.cg.kill(0) == nil {
-			p.cg = nil // empty already, and removed
-		}
+		p.groups.Kill(0) // removed if empty already
 		return
 	}
 	if p.spec.sandbox == nil {
@@ -64,14 +60,7 @@ func (p *proc) killAll() {
 }
 
 // removeCgroup waits (bounded) for the killed cgroup to empty and removes it.
-func (p *proc) removeCgroup() {
-	p.cgMu.Lock()
-	defer p.cgMu.Unlock()
-	if p.cg != nil && p.cg.kill(killWait) == nil {
-		p.cg = nil
-	}
-	p.lim.remove(killWait)
-}
+func (p *proc) removeCgroup() { p.groups.Remove(killWait) }
 
 // driverGone handles a driver that went away by itself: it reaps the
 // process, kills what is left of its group and reports the kernel dead.
@@ -92,24 +81,22 @@ func (p *proc) driverGone(cause error) {
 		case <-time.After(sandboxExitWait):
 		}
 	}
-	p.cgMu.Lock()
-	overLimit := p.lim.memoryExceeded() // before killAll removes its cgroup
-	p.cgMu.Unlock()
-	p.killAll() // what it left behind
+	overLimit := p.groups.MemoryExceeded() // before killAll removes its cgroup
+	p.killAll()                            // what it left behind
 	select {
 	case <-p.waitDone:
 	case <-time.After(exitWait + killWait):
 	}
 	p.removeCgroup()
-	if !p.isReady.Swap(true) {
-		p.ready <- startFailure(p, cause) // it died while starting: StartKernel reports it
+	if !p.rd.isReady.Swap(true) {
+		p.rd.ready <- startFailure(p, cause) // it died while starting: StartKernel reports it
 		return
 	}
 	if id := p.req.current(); overLimit != "" && id != "" {
-		p.emit(core.Message{ParentID: id, Type: core.MsgError, EName: "MemoryLimitExceeded", EValue: overLimit})
+		p.rd.emit(core.Message{ParentID: id, Type: core.MsgError, EName: "MemoryLimitExceeded", EValue: overLimit})
 	}
 	p.req.end("")
-	p.emit(core.Message{Type: core.MsgStatus, State: core.StateDead, Text: p.howItDied()})
+	p.rd.emit(core.Message{Type: core.MsgStatus, State: core.StateDead, Text: p.howItDied()})
 }
 
 // howItDied says what died and how, for the KernelDied error: "the python
@@ -123,14 +110,14 @@ func (p *proc) howItDied() string {
 	}
 	pid, _, _ := p.ids()
 	what = fmt.Sprintf("%s (pid %d)", what, pid)
-	if p.status != nil { // forked in a sandbox: its namespace's init said how it ended
-		if p.exitStatus == nil {
+	if f := p.fork; f != nil && f.status != nil { // forked in a sandbox: its namespace's init said how it ended
+		if f.exitStatus == nil {
 			return what + " was killed with its sandbox"
 		}
-		if ws := *p.exitStatus; ws.Signaled() {
+		if ws := *f.exitStatus; ws.Signaled() {
 			return fmt.Sprintf("%s was killed by signal %d (%s)", what, int(ws.Signal()), ws.Signal())
 		}
-		return fmt.Sprintf("%s exited with status %d", what, p.exitStatus.ExitStatus())
+		return fmt.Sprintf("%s exited with status %d", what, f.exitStatus.ExitStatus())
 	}
 	st := p.cmd.ProcessState
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -153,8 +140,8 @@ func startFailure(p *proc, cause error) error {
 		}
 	default:
 	}
-	if p.startErr.Len() > 0 {
-		msg += ": " + string(bytes.TrimSpace(p.startErr.Bytes()))
+	if p.rd.startErr.Len() > 0 {
+		msg += ": " + string(bytes.TrimSpace(p.rd.startErr.Bytes()))
 	}
 	if cause != nil {
 		return fmt.Errorf("%s: %w", msg, cause)

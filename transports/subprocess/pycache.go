@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kernelhost/kernelhost/transports/kernelpy"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // Python compiles driver.py (1,000 lines) on every start when it gets it
@@ -37,11 +38,11 @@ import (
 // The compiled code runs in every python interpreter, so only the host
 // writes it: it compiles it with the interpreter of its python contexts
 // (a run of its own, before any user code, isolated from the user site
-// and in a sandbox where there is one: toolRunner), keeps the file's SHA-256, and
+// and in a sandbox where there is one: sandbox.ToolRunner), keeps the file's SHA-256, and
 // checks the file against it before each start; a file that differs (a
 // context of an unsandboxed host wrote it, or another host version did) is
 // compiled anew. The loader only reads it, and compiles in memory when it
-// cannot. Sandboxed interpreters see the cache read-only (sandbox.go).
+// cannot. Sandboxed interpreters see the cache read-only (sandbox.go, withDriverCache).
 //
 // The loader also takes the working directory ("" that -c put first) off
 // sys.path before anything is imported, as -P does (which Python before
@@ -123,8 +124,8 @@ const pythonCompileTimeout = 20 * time.Second
 // pythonDriver gives the arguments that run the python driver, and keeps
 // its compiled copy in the cache checked (prepare).
 type pythonDriver struct {
-	closed context.Context // the transport's: its end stops a compile
-	tools  toolRunner      // how the compile runs (walls.go)
+	closed context.Context    // the transport's: its end stops a compile
+	tools  sandbox.ToolRunner // how the compile runs (internal/sandbox's walls.go)
 	python string
 	base   string // the cache path without the interpreter's suffix; "": no cache
 	loader []string
@@ -134,7 +135,7 @@ type pythonDriver struct {
 	sum  [32]byte // its SHA-256 as the host wrote it
 }
 
-func newPythonDriver(closed context.Context, python string, tools toolRunner) *pythonDriver {
+func newPythonDriver(closed context.Context, python string, tools sandbox.ToolRunner) *pythonDriver {
 	d := &pythonDriver{closed: closed, python: python, tools: tools}
 	dir, err := driverCacheDir()
 	if err != nil {
@@ -181,7 +182,7 @@ func (d *pythonDriver) compile() error {
 	// sandbox, where there is one, with only the cache writable.
 	cmd := exec.CommandContext(ctx, d.python, "-I", "-S", "-c", pythonCompiler)
 	cmd.Stdin = strings.NewReader(jsonText(src))
-	d.tools.prepare(cmd, filepath.Dir(d.base))
+	d.tools.Prepare(cmd, filepath.Dir(d.base))
 	// A timeout or the transport's close ends the interpreter and whatever
 	// it started (a wrapper script's child holding stdout included).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

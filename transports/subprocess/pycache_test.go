@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -80,7 +81,7 @@ func TestPythonDriverWithoutCache(t *testing.T) {
 	for name, cache := range map[string]string{"no directory": notDir, "writable by anyone": shared} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("XDG_CACHE_HOME", cache)
-			if args, _ := newPythonDriver(context.Background(), "python3", toolRunner{}).prepare(); len(args) != 2 || args[1] != pythonDriverFallback()[1] {
+			if args, _ := newPythonDriver(context.Background(), "python3", sandbox.ToolRunner{}).prepare(); len(args) != 2 || args[1] != pythonDriverFallback()[1] {
 				t.Fatalf("python args: %.80q, want -c and the driver", args)
 			}
 			startPythonRunsACell(t)

@@ -1,11 +1,12 @@
 package subprocess
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
+	"strings"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // python runs drivers/driver.py, from its compiled copy in the cache
@@ -13,14 +14,16 @@ import (
 // into fd 1 as frames among the prints (frames.go). It can move into a
 // kernel's cwd on hand-out. SIGINT alone interrupts it: the driver ignores
 // one between requests and interrupts a request the signal reached before
-// its code started.
-var pythonLanguage = langDef{
-	name:          "python",
-	interpreter:   func(o Options) string { return cmp.Or(o.Python, "python3") },
-	debianPackage: "python3",
-	newDriver: func(t *Transport, path string) (driver, error) {
-		return pythonLang{cache: newPythonDriver(t.closed, path, t.tools())}, nil
-	},
+// its code started. It forks (forker): its fork template makes contexts
+// (forkserver.go).
+func init() {
+	register(langDef{
+		name:        "python",
+		interpreter: Interpreter{Name: "python", Default: "python3", DebianPackage: "python3", Help: "Python interpreter"},
+		newDriver: func(t *Transport, path string) (driver, error) {
+			return pythonLang{cache: newPythonDriver(t.closed, path, t.tools())}, nil
+		},
+	})
 }
 
 // driverPython is drivers/driver.py with drivers/forkserver.py appended,
@@ -53,3 +56,18 @@ func (pythonLang) interrupt(_ context.Context, s signaller, _ string) error { re
 func (pythonLang) cwdRecord(dir string) []byte { return jsonRecord("cwd", dir) }
 
 func (pythonLang) channel() channel { return fd1Frames }
+
+// template makes the driver a fork template (drivers/forkserver.py) that
+// preloads modules in cwd. In a sandbox it holds capabilities in its user
+// namespace: no code from a path a context can write runs in it.
+func (pythonLang) template(spec procSpec, preload []string, cwd string) procSpec {
+	spec.env = append(spec.env, "KH_FORK_TEMPLATE=1", "KH_PRELOAD="+strings.Join(preload, ","))
+	if sb := spec.sandbox; sb != nil {
+		spec.args = append([]string{"-s"}, spec.args...)
+		spec.env = append(spec.env, "KH_FORK_SANDBOX=1", "KH_WRITABLE="+strings.Join(append(sandbox.ExistingDirs([]string{cwd}), sb.Writable()...), ":"))
+		if sb.OwnNetns() {
+			spec.env = append(spec.env, "KH_FORK_NETNS=1") // each context in a network namespace of its own
+		}
+	}
+	return spec
+}

@@ -1,7 +1,6 @@
 package subprocess
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 
@@ -13,11 +12,12 @@ import (
 // JSON parser, so a request is a header line and the code (encodeHeader);
 // messages are JSON lines on fd 4. Its pool serves only kernels in the
 // pool's cwd: the driver has no cwd record.
-var rLanguage = langDef{
-	name:          "r",
-	interpreter:   func(o Options) string { return cmp.Or(o.R, "Rscript") },
-	debianPackage: "r-base-core",
-	newDriver:     func(*Transport, string) (driver, error) { return rLang{}, nil },
+func init() {
+	register(langDef{
+		name:        "r",
+		interpreter: Interpreter{Name: "rscript", Default: "Rscript", DebianPackage: "r-base-core", Help: "R's Rscript (r contexts; Debian r-base-core)"},
+		newDriver:   func(*Transport, string) (driver, error) { return rLang{}, nil },
+	})
 }
 
 // driverR is passed in the environment (rDriverEnv), not with -e: R

@@ -136,7 +136,7 @@ func interruptLoop(t *testing.T, lang, keep, loop, want string) {
 // a client error that names the Debian package to install.
 func TestMissingInterpreterNamesPackage(t *testing.T) {
 	t.Parallel()
-	tr := New(Options{R: "kh-no-such-Rscript", Node: "kh-no-such-node"})
+	tr := New(Options{Interpreters: map[string]string{"rscript": "kh-no-such-Rscript", "node": "kh-no-such-node"}})
 	if langs := tr.Info().Languages; slices.Contains(langs, "r") || slices.Contains(langs, "javascript") {
 		t.Errorf("languages %v list a missing interpreter", langs)
 	}

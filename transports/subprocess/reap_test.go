@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core/engine"
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
 )
 
 // Children that left the interpreter's process group and session must end
@@ -39,7 +39,7 @@ func TestDescendantsEndWithTheirContext(t *testing.T) {
 	}{{"cgroup", false}, {"tree", true}}
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
-			if !mode.noCgroups && cgroupBase() == "" {
+			if !mode.noCgroups && cgroup.Base() == "" {
 				t.Skip("no writable cgroup v2 with cgroup.kill on this machine: the tree path is what runs here")
 			}
 			for _, lang := range []string{"python", "bash", "javascript"} {
@@ -153,27 +153,3 @@ func runStdout(t *testing.T, ctx context.Context, e *engine.Engine, id, code str
 }
 
 func syscallKill(pid int) error { p, _ := os.FindProcess(pid); return p.Kill() }
-
-// A cgroup left under the name this process is about to use, by an earlier
-// process with the same pid that was killed before it removed it (pids wrap
-// during a long test run), must not fail the next interpreter's start.
-func TestCgroupNameLeftByAnEarlierProcess(t *testing.T) {
-	if cgroupBase() == "" {
-		testkit.Missingf(t, "no writable cgroup v2 here; CI's machine offers one")
-	}
-	stale := filepath.Join(cgroupBase(), fmt.Sprintf("kernelhost-%d-%d", os.Getpid(), cgroupSeq.Load()+1))
-	if err := os.Mkdir(stale, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(stale) })
-	c, err := newCgroup()
-	if err != nil {
-		t.Fatalf("newCgroup with an empty cgroup left under its name: %v", err)
-	}
-	if c.dir != stale {
-		t.Errorf("made %s, want the freed name %s", c.dir, stale)
-	}
-	if err := c.kill(time.Second); err != nil {
-		t.Errorf("kill: %v", err)
-	}
-}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -25,7 +26,7 @@ import (
 // cannot make them (fails instead when CI is set).
 func needSandbox(t testing.TB) {
 	t.Helper()
-	if _, err := bwrapWorks(); err != nil {
+	if _, err := sandbox.Works(); err != nil {
 		testkit.Missingf(t, "no sandbox for interpreters here: %v", err)
 	}
 }
@@ -171,7 +172,7 @@ print(unshare(0x10000000), unshare(0x00020000))`
 func needNoUserns(t *testing.T) {
 	t.Helper()
 	needSandbox(t)
-	if sb, _ := bwrapWorks(); !sb.noUserns {
+	if sb, _ := sandbox.Works(); !sb.NoUserns() {
 		testkit.Missingf(t, "bwrap cannot keep interpreters from making user namespaces here (it needs --disable-userns, bubblewrap 0.8.0, and a user namespace for the sandbox)")
 	}
 }
@@ -253,11 +254,11 @@ func TestSandboxOnFailsLoudly(t *testing.T) {
 	if bwrapPath, err := exec.LookPath("bwrap"); err == nil {
 		t.Fatalf("bwrap found at %s", bwrapPath)
 	}
-	sb, why, err := newSandbox(SandboxOptions{Mode: SandboxOn}, probeBwrap)
+	sb, why, err := sandbox.New(SandboxOptions{Mode: SandboxOn}, sandbox.Probe)
 	if sb != nil || err == nil || !strings.Contains(err.Error(), "bwrap is not installed") {
 		t.Errorf("on: %v %q %v", sb, why, err)
 	}
-	sb, why, err = newSandbox(SandboxOptions{Mode: SandboxAuto}, probeBwrap)
+	sb, why, err = sandbox.New(SandboxOptions{Mode: SandboxAuto}, sandbox.Probe)
 	if sb != nil || err != nil || !strings.Contains(why, "bwrap is not installed") {
 		t.Errorf("auto: %v %q %v", sb, why, err)
 	}

@@ -133,7 +133,7 @@ func TestStartMissingCwd(t *testing.T) {
 
 func TestStartBrokenInterpreter(t *testing.T) {
 	t.Parallel()
-	_, err := New(Options{Python: "false"}).StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: t.TempDir()})
+	_, err := New(Options{Interpreters: map[string]string{"python": "false"}}).StartKernel(context.Background(), core.KernelSpec{Language: "python", Cwd: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") {
 		t.Fatalf("err = %v", err)
 	}

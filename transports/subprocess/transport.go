@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/kernelhost/kernelhost/core"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
 // Version is reported in Info.
@@ -18,13 +21,16 @@ const Version = "0.1.0"
 
 // Options configures a Transport. The zero value is ready to use.
 type Options struct {
-	// Python, Bash, Node, R and Java are the interpreters, as paths or names
-	// looked up on PATH. Defaults: "python3", "bash", "node", "Rscript",
-	// "java" (a JDK's: its javac, next to it, compiles the driver).
-	Python, Bash, Node, R, Java string
-	// NoCgroups turns off the cgroup per interpreter (see reap.go): delete,
-	// restart and shutdown then end an interpreter's descendants by its
-	// process tree.
+	// Interpreters are the interpreters to run, as paths or names looked
+	// up on PATH, by Interpreter.Name: "python", "node" (javascript and
+	// typescript), "bash", "rscript" (r), "java" (a JDK's: its javac, next
+	// to it, compiles the driver). One not named runs its Default
+	// (Interpreters lists them); a name that is no interpreter's is
+	// ignored, with a Warn.
+	Interpreters map[string]string
+	// NoCgroups turns off the cgroup per interpreter (internal/cgroup):
+	// delete, restart and shutdown then end an interpreter's descendants
+	// by its process tree (reap.go).
 	NoCgroups bool
 	// Env holds extra "KEY=value" entries appended to the host's environment
 	// (minus the host's own variables: hostOnlyVar) for every interpreter.
@@ -41,13 +47,14 @@ type Options struct {
 	// there on hand-out (see pool.go); other languages' pools serve only
 	// kernels in PoolCwd.
 	PoolCwd string
-	// Sandbox configures the sandbox each interpreter runs in (sandbox.go).
+	// Sandbox configures the sandbox each interpreter runs in
+	// (internal/sandbox).
 	Sandbox SandboxOptions
 	// MaxMessageBytes caps what one interpreter message may carry: one
 	// message line, one batch's output (see msgLines); past it output is
 	// cut, with a notice. 0: DefaultMaxMessageBytes.
 	MaxMessageBytes int
-	// Limits bound each interpreter (limits.go). A limit this machine has no
+	// Limits bound each interpreter (limits.go, internal/cgroup). A limit this machine has no
 	// cgroup controller for makes Limited and every StartKernel fail.
 	Limits Limits
 	// Preload lists the modules python's fork server preloads (forkserver.go,
@@ -62,13 +69,13 @@ type Options struct {
 type Transport struct {
 	cgroups    bool
 	maxMessage int
-	sandbox    *sandbox // nil: interpreters run unsandboxed
+	sandbox    *sandbox.Sandbox // nil: interpreters run unsandboxed
 	// noSandbox says why there is no sandbox; sandboxErr, when set, is why
 	// no interpreter starts (-sandbox=on where bwrap cannot work).
 	noSandbox  string
 	sandboxErr error
-	limits     *limiter // nil: none
-	limitsErr  error    // why the limits asked for cannot be applied here
+	limits     *cgroup.Limiter // nil: none
+	limitsErr  error           // why the limits asked for cannot be applied here
 	// closed ends what the transport runs apart from kernels (the python
 	// driver's compile) when it is closed.
 	closed      context.Context
@@ -100,20 +107,25 @@ func New(opts Options) *Transport {
 	t := &Transport{
 		cgroups:    !opts.NoCgroups,
 		maxMessage: cmp.Or(opts.MaxMessageBytes, DefaultMaxMessageBytes),
-		env:        append(withoutHostVars(os.Environ()), opts.Env...),
+		env:        append(sandbox.WithoutHostVars(os.Environ()), opts.Env...),
 		langs:      map[string]language{},
 		missing:    map[string]string{},
 	}
-	t.sandbox, t.noSandbox, t.sandboxErr = newSandbox(opts.Sandbox, bwrapWorks)
+	t.sandbox, t.noSandbox, t.sandboxErr = sandbox.New(withDriverCache(opts.Sandbox), sandbox.Works)
 	if t.sandbox != nil && opts.Warn != nil {
-		for _, note := range t.sandbox.notes {
+		for _, note := range t.sandbox.Notes() {
 			opts.Warn("a host path that should be hidden is readable in every sandbox", "why", note)
 		}
 	}
-	t.limits, t.limitsErr = newLimiter(opts.Limits, t.cgroups)
+	t.limits, t.limitsErr = cgroup.NewLimiter(opts.Limits, t.cgroups)
 	t.closed, t.closeCancel = context.WithCancel(context.Background())
 	for _, def := range languages {
-		t.add(def, def.interpreter(opts))
+		t.add(def, cmp.Or(opts.Interpreters[def.interpreter.Name], def.interpreter.Default))
+	}
+	for name := range opts.Interpreters {
+		if !slices.ContainsFunc(languages, func(d langDef) bool { return d.interpreter.Name == name }) && opts.Warn != nil {
+			opts.Warn("subprocess: no language runs on this interpreter: its setting is ignored", "interpreter", name)
+		}
 	}
 	if t.limitsErr == nil {
 		t.startForkServer(opts.Preload, cleanCwd(opts.PoolCwd), opts.Warn) // fork hook (issue 28)
@@ -123,7 +135,7 @@ func New(opts Options) *Transport {
 		t.startPools(nil, "")
 	}
 	if t.cgroups {
-		go removeOrphanCgroups()
+		go cgroup.RemoveOrphans(killWait)
 	}
 	return t
 }
@@ -169,22 +181,20 @@ func (t *Transport) PoolStats() []PoolStat {
 func (t *Transport) add(def langDef, interpreter string) {
 	path, err := exec.LookPath(interpreter)
 	if err != nil {
-		t.missing[def.name] = fmt.Sprintf("its interpreter %q is not installed here (Debian: apt-get install %s)", interpreter, def.debianPackage)
+		t.missing[def.name] = fmt.Sprintf("its interpreter %q is not installed here (Debian: apt-get install %s)", interpreter, def.interpreter.DebianPackage)
 		return
 	}
 	drv, err := def.newDriver(t, path)
 	if err != nil {
-		t.missing[def.name] = fmt.Sprintf("%v (Debian: apt-get install %s)", err, def.debianPackage)
+		t.missing[def.name] = fmt.Sprintf("%v (Debian: apt-get install %s)", err, def.interpreter.DebianPackage)
 		return
 	}
 	t.langs[def.name] = language{name: def.name, path: path, drv: drv}
 }
 
-// hostEnvPrefix starts kernelhost's own environment variables: its settings
-// and secrets (KERNELHOST_ACCESS_TOKEN, KERNELHOST_JUPYTER_TOKEN, policy
-// configs). Interpreters run user code, which must not read them
-// (hostOnlyVar).
-const hostEnvPrefix = "KERNELHOST_"
+// tools is how the transport runs an interpreter of the contexts' for its
+// own use (the drivers' compiles): in its sandbox, with their environment.
+func (t *Transport) tools() sandbox.ToolRunner { return sandbox.Tools(t.sandbox, t.env) }
 
 // Sandboxed reports whether interpreters run in sandboxes; when not, why
 // not, and an error when -sandbox=on could not be honoured.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kernelhost/kernelhost/internal/testkit"
+	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 	tt "github.com/kernelhost/kernelhost/transports/transporttest"
 )
 
@@ -71,7 +72,7 @@ func TestSandboxKernelKnobsReadOnly(t *testing.T) {
 	dir := t.TempDir()
 	testkit.WriteFile(t, filepath.Join(dir, "knobs.sh"), knobProbe)
 	sandbox := SandboxOptions{Mode: SandboxOn, Writable: []string{dir}}
-	pooled := New(Options{Python: testkit.DebianPython, PoolSizes: map[string]int{"python": 1}, PoolCwd: dir, Sandbox: sandbox})
+	pooled := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolSizes: map[string]int{"python": 1}, PoolCwd: dir, Sandbox: sandbox})
 	t.Cleanup(func() { _ = pooled.Close() })
 	ready := readyPid(t, pooled, "python")
 	k := startIn(t, pooled, "python", dir)
@@ -86,7 +87,7 @@ func TestSandboxKernelKnobsReadOnly(t *testing.T) {
 		wantKnobsReadOnly(t, lang, startIn(t, pooled, lang, dir), lang)
 	}
 
-	cold := New(Options{Python: testkit.DebianPython, PoolCwd: dir, Sandbox: sandbox})
+	cold := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolCwd: dir, Sandbox: sandbox})
 	t.Cleanup(func() { _ = cold.Close() })
 	k = startIn(t, cold, "python", dir)
 	wantKnobsReadOnly(t, "python, cold", k, "python")
@@ -196,7 +197,7 @@ func TestHostRunsNoPlantedUserSite(t *testing.T) {
 	hostOnly, ws := t.TempDir(), t.TempDir()
 	plantUserSite(t, hostOnly, ws)
 	start := func() (*Transport, *Kernel) {
-		tr := New(Options{Python: testkit.DebianPython, PoolCwd: ws, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}})
+		tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolCwd: ws, Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}})
 		t.Cleanup(func() { _ = tr.Close() })
 		return tr, startIn(t, tr, "python", ws)
 	}
@@ -222,7 +223,7 @@ func TestHostRunsNoPlantedUserSite(t *testing.T) {
 func TestPythonDriverCompileLoadsNoSite(t *testing.T) {
 	marks := t.TempDir()
 	plantUserSite(t, marks)
-	d := newPythonDriver(context.Background(), testkit.DebianPython, toolRunner{env: os.Environ()})
+	d := newPythonDriver(context.Background(), testkit.DebianPython, sandbox.Tools(nil, os.Environ()))
 	if args, err := d.prepare(); err != nil || d.file == "" {
 		t.Fatalf("prepare: %v %v: the driver was not compiled", args, err)
 	}
@@ -235,7 +236,7 @@ func TestPythonDriverCompileLoadsNoSite(t *testing.T) {
 // users' PATH before /usr/bin) is never the one the host runs.
 func TestPlantedBwrapIsNotRun(t *testing.T) {
 	needSandbox(t)
-	real, _ := bwrapWorks()
+	real, _ := sandbox.Works()
 	marks := t.TempDir()
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -247,12 +248,12 @@ func TestPlantedBwrapIsNotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+string(filepath.ListSeparator)+os.Getenv("PATH"))
-	sb, err := probeBwrap()
+	sb, err := sandbox.Probe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.bwrap != real.bwrap {
-		t.Errorf("the host found bwrap at %s, want %s", sb.bwrap, real.bwrap)
+	if sb.Bwrap() != real.Bwrap() {
+		t.Errorf("the host found bwrap at %s, want %s", sb.Bwrap(), real.Bwrap())
 	}
 	if got := markers(t, marks); len(got) > 0 {
 		t.Errorf("the planted bwrap ran: %q", got)
@@ -309,7 +310,7 @@ print(sorted(set(found)))`
 			t.Errorf("%s: the host's secret is readable at %s", what, got)
 		}
 	}
-	pooled := New(Options{Python: testkit.DebianPython, PoolSizes: map[string]int{"python": 1}, PoolCwd: ws, Sandbox: sandbox})
+	pooled := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, PoolSizes: map[string]int{"python": 1}, PoolCwd: ws, Sandbox: sandbox})
 	t.Cleanup(func() { _ = pooled.Close() })
 	ready := readyPid(t, pooled, "python")
 	k := startIn(t, pooled, "python", ws)
@@ -327,7 +328,7 @@ print(sorted(set(found)))`
 	}
 
 	testkit.NeedPythonModules(t, testkit.DebianPython, "json")
-	forked := New(Options{Python: testkit.DebianPython, Preload: []string{"json"}, PoolCwd: ws, Sandbox: sandbox})
+	forked := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"json"}, PoolCwd: ws, Sandbox: sandbox})
 	t.Cleanup(func() { _ = forked.Close() })
 	tmpl := readyTemplate(t, forked)
 	k = startIn(t, forked, "python", ws)
@@ -336,30 +337,6 @@ print(sorted(set(found)))`
 
 	if got, err := os.ReadFile(token); err != nil || string(got) != secret {
 		t.Errorf("the token file on the host reads %q, %v after the contexts", got, err)
-	}
-}
-
-// A bwrap that PATH finds in a path every sandbox may write (one the
-// operator listed in -sandbox-writable) is refused: a context could
-// replace it, and the next start would run it as the host.
-func TestBwrapInAWritablePathIsRefused(t *testing.T) {
-	ws := t.TempDir()
-	planted := filepath.Join(ws, "bin", "bwrap")
-	probe := func() (*sandbox, error) { return &sandbox{bwrap: planted}, nil }
-	_, _, err := newSandbox(SandboxOptions{Mode: SandboxOn, Writable: []string{ws}}, probe)
-	if err == nil || !strings.Contains(err.Error(), "in a place sandboxed code can write") {
-		t.Fatalf("bwrap under a writable path: %v, want a refusal", err)
-	}
-}
-
-// A path to hide that holds one the sandbox must show (the workspace, the
-// drivers' cache) is left visible, and the transport says so.
-func TestHiddenPathHoldingAWritableOneIsNoted(t *testing.T) {
-	ws := t.TempDir()
-	parent := filepath.Dir(ws)
-	hidden, notes := hiddenPaths([]string{parent, filepath.Join(ws, "nothing-here")}, []string{ws})
-	if len(hidden) != 0 || len(notes) != 1 || !strings.Contains(notes[0], parent) {
-		t.Fatalf("hidden %q, notes %q: want %s noted, the missing path left out", hidden, notes, parent)
 	}
 }
 

@@ -48,6 +48,20 @@ type LanguageSnippets struct {
 	PrintCwd string
 }
 
+// Snippets returns the suite's snippets for language (a normalised name:
+// "python", "r"), false when it has none. A transport that runs its
+// conformance suite for each language it registers (the subprocess
+// transport's) fails for a language without snippets here: adding one is
+// a function below and its line in this list.
+func Snippets(language string) (LanguageSnippets, bool) {
+	for _, of := range []func() LanguageSnippets{Python, Bash, JavaScript, TypeScript, R, Java} {
+		if s := of(); s.Language == language {
+			return s, true
+		}
+	}
+	return LanguageSnippets{}, false
+}
+
 // Python returns the suite's default: the snippets for a Python kernel (the
 // subprocess transport's and Jupyter's ipykernel alike).
 func Python() LanguageSnippets {

@@ -135,7 +135,7 @@ func InProcess(c *settings.Config) {
 
 // OnDebianPython runs the subprocess transport, linked in, on Debian's python3.
 func OnDebianPython(c *settings.Config) {
-	c.Transport = subprocess.New(subprocess.Options{Python: testkit.DebianPython})
+	c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": testkit.DebianPython}})
 }
 
 // NeedSandbox skips a test that needs interpreters in sandboxes where bwrap

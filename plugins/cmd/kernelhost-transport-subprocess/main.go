@@ -32,9 +32,9 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 		}
 	}
 	t := subprocess.New(subprocess.Options{
-		Python: s.Python, Node: s.Node, Bash: s.Bash, R: s.R, Java: s.Java,
-		NoCgroups: !s.KernelCgroups,
-		PoolSizes: pools, PoolCwd: s.DefaultCwd,
+		Interpreters: s.interpreterPaths(),
+		NoCgroups:    !s.KernelCgroups,
+		PoolSizes:    pools, PoolCwd: s.DefaultCwd,
 		Preload:         subprocess.ParsePreload(s.Preload),
 		MaxMessageBytes: s.MaxMessageBytes,
 		Sandbox:         subprocess.SandboxOptions{Mode: s.Sandbox, Writable: writable, Hidden: lines(s.HostPrivatePaths), Network: s.Network},
@@ -54,6 +54,16 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 		transportplugin.Logger().Warn("INTERPRETERS ARE NOT SANDBOXED: every context can reach every other context's interpreter and the host's environment (-sandbox=on refuses to start without a sandbox)", "why", why)
 	}
 	return withGauges{t}, nil
+}
+
+// interpreters are the interpreters' settings as subprocess.Options takes
+// them.
+func (o *options) interpreterPaths() map[string]string {
+	out := map[string]string{}
+	for name, path := range o.Interpreters {
+		out[name] = *path
+	}
+	return out
 }
 
 // lines are the lines of s that are not empty.

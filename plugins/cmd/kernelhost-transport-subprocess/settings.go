@@ -8,8 +8,10 @@ import (
 // options are the subprocess transport's settings as the plugin receives
 // them; newTransport turns them into subprocess.Options.
 type options struct {
-	Python, Node, Bash, R, Java string // interpreters; a name is looked up on PATH
-	KernelCgroups               bool   // false: process trees only (see reap.go)
+	// Interpreters holds each interpreter's setting by its name
+	// (subprocess.Interpreters): a path, or a name looked up on PATH.
+	Interpreters  map[string]*string
+	KernelCgroups bool // false: process trees only (see reap.go)
 	// Pool sizes the warm pools (subprocess.ParsePoolSizes), whose
 	// interpreters start in DefaultCwd, where contexts start by default.
 	Pool, DefaultCwd string
@@ -36,21 +38,34 @@ type options struct {
 // message limit, room for a message's JSON and protobuf framing.
 const maxMessageCap = transportplugin.MaxMessageBytes / 2
 
-// settings are the subprocess transport's settings, each declared once here:
-// the host makes each a flag, a KERNELHOST_* variable, a config file key and
-// a line of -help (docs/operating.md), checks its bounds and passes the
-// plugin those that are set; the rest keep these defaults.
-var settings = []transportplugin.Setting[options]{
-	transportplugin.StringSetting("python", "python3", "Python interpreter",
-		func(o *options) *string { return &o.Python }),
-	transportplugin.StringSetting("node", "node", "Node.js interpreter (javascript contexts)",
-		func(o *options) *string { return &o.Node }),
-	transportplugin.StringSetting("bash", "bash", "bash interpreter",
-		func(o *options) *string { return &o.Bash }),
-	transportplugin.StringSetting("rscript", "Rscript", "R's Rscript (r contexts; Debian r-base-core)",
-		func(o *options) *string { return &o.R }),
-	transportplugin.StringSetting("java", "java", "a JDK's java, with javac beside it (java contexts, through jshell; Debian default-jdk-headless)",
-		func(o *options) *string { return &o.Java }),
+// interpreter is where the setting of interpreter name goes.
+func (o *options) interpreter(name string) *string {
+	if o.Interpreters == nil {
+		o.Interpreters = map[string]*string{}
+	}
+	if o.Interpreters[name] == nil {
+		o.Interpreters[name] = new(string)
+	}
+	return o.Interpreters[name]
+}
+
+// interpreters are the settings of the transport's interpreters (-python,
+// -node, ...), one each, as its languages' registrations describe them.
+func interpreters() []transportplugin.Setting[options] {
+	var out []transportplugin.Setting[options]
+	for _, in := range subprocess.Interpreters() {
+		out = append(out, transportplugin.StringSetting(in.Name, in.Default, in.Help,
+			func(o *options) *string { return o.interpreter(in.Name) }))
+	}
+	return out
+}
+
+// settings are the subprocess transport's settings, each declared once here
+// (the interpreters' in their languages' registrations): the host makes
+// each a flag, a KERNELHOST_* variable, a config file key and a line of
+// -help (docs/operating.md), checks its bounds and passes the plugin those
+// that are set; the rest keep these defaults.
+var settings = append(interpreters(), []transportplugin.Setting[options]{
 	transportplugin.StringSetting("interpreter-pool", "python=1,javascript=1", "subprocess transport: ready interpreters kept per language for new contexts and restarts (python, javascript and typescript in any cwd, others in the default cwd), as language=size pairs separated by commas (python=2,javascript=1,r=1); languages not named have none; python=0,javascript=0 turns them off",
 		func(o *options) *string { return &o.Pool }),
 	// The resolved default cwd, where the warm pools' interpreters start.
@@ -75,4 +90,4 @@ var settings = []transportplugin.Setting[options]{
 		func(o *options) *int { return &o.ContextPids }).NotNegative(),
 	transportplugin.IntSetting("context-cpu-weight", 0, "subprocess transport: one context's share of the CPU when several are busy, 1-10000 as cgroup v2's cpu.weight (100 is everyone's default; 0: not set); no interpreter starts where no cpu cgroup controller can apply it",
 		func(o *options) *int { return &o.ContextCPUWeight }).NotNegative(),
-}
+}...)

@@ -1,4 +1,4 @@
-package subprocess
+package sandbox
 
 import (
 	"fmt"
@@ -45,31 +45,32 @@ var knobCovers = sync.OnceValue(func() []string {
 
 // Outside the sandboxes the host (this plugin) runs nothing a context can
 // write, and no interpreter that could load what a context wrote: each
-// run of its own is a toolRunner's. They are the python driver's compile
-// (pycache.go) and javac compiling the java driver (java.go); the
-// interpreters themselves, pooled, cold, forked or restarted, and the fork
-// template, always start in a sandbox where there is one (sandbox.go,
-// forkserver.go), and bwrap is looked up outside the writable paths
+// run of its own is a ToolRunner's. They are the python driver's compile
+// (the transport's pycache.go) and javac compiling the java driver
+// (java.go); the interpreters themselves, pooled, cold, forked or
+// restarted, and the fork template, always start in a sandbox where there
+// is one (sandbox.go, the transport's forkserver.go), and bwrap is looked up outside the writable paths
 // (lookPathOutside). docs/RATIONALE.md ("The host runs no code a context
 // can write") lists every process the host and its plugins start.
 
-// toolRunner prepares a run of the host's own that starts an interpreter
+// ToolRunner prepares a run of the host's own that starts an interpreter
 // of the contexts' (python, javac): in a sandbox as a context's
 // interpreter, where there is one, with only its output directory
 // writable, since the interpreter itself may be one a context can replace
 // (a venv in the workspace, a python3 in ~/.local/bin on PATH); in "/",
 // and with the interpreters' environment (none of the host's own
 // variables: hostOnlyVar) without PYTHON* variables, where there is none.
-type toolRunner struct {
-	sb  *sandbox // nil: interpreters run unsandboxed
+type ToolRunner struct {
+	sb  *Sandbox // nil: interpreters run unsandboxed
 	env []string // the interpreters' environment
 }
 
-// tools is the transport's toolRunner.
-func (t *Transport) tools() toolRunner { return toolRunner{sb: t.sandbox, env: t.env} }
+// Tools is the ToolRunner of interpreters sandboxed in sb (nil: none) with
+// the environment env.
+func Tools(sb *Sandbox, env []string) ToolRunner { return ToolRunner{sb: sb, env: env} }
 
-// prepare makes cmd a tool run that may write out (a directory; "" none).
-func (r toolRunner) prepare(cmd *exec.Cmd, out string) {
+// Prepare makes cmd a tool run that may write out (a directory; "" none).
+func (r ToolRunner) Prepare(cmd *exec.Cmd, out string) {
 	cmd.Dir = "/" // nothing of a working directory is loaded
 	cmd.Env = make([]string, 0, len(r.env))
 	for _, kv := range r.env {
@@ -80,7 +81,7 @@ func (r toolRunner) prepare(cmd *exec.Cmd, out string) {
 	if r.sb == nil {
 		return
 	}
-	r.sb.wrap(cmd, "", false, 0) // no network stack: a tool needs none
+	r.sb.Wrap(cmd, "", false, 0) // no network stack: a tool needs none
 	if out == "" {
 		return
 	}
@@ -97,10 +98,10 @@ func (r toolRunner) prepare(cmd *exec.Cmd, out string) {
 // otherwise run as the host at its next start), and so are relative ones.
 func lookPathOutside(name string, dirs []string) (string, error) {
 	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		if !filepath.IsAbs(dir) || underAny(filepath.Clean(dir), dirs) {
+		if !filepath.IsAbs(dir) || UnderAny(filepath.Clean(dir), dirs) {
 			continue
 		}
-		if real, err := filepath.EvalSymlinks(dir); err == nil && underAny(real, dirs) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil && UnderAny(real, dirs) {
 			continue
 		}
 		path := filepath.Join(dir, name)
@@ -114,12 +115,12 @@ func lookPathOutside(name string, dirs []string) (string, error) {
 // inWritable says whether path, as given or with symlinks resolved, is
 // in one of the writable paths: a context could replace it.
 func inWritable(path string, writable []string) bool {
-	return underAny(filepath.Clean(path), writable) || slices.ContainsFunc(existingDirs([]string{path}), func(real string) bool {
-		return underAny(real, writable)
+	return UnderAny(filepath.Clean(path), writable) || slices.ContainsFunc(ExistingDirs([]string{path}), func(real string) bool {
+		return UnderAny(real, writable)
 	})
 }
 
-// userWritableDirs are the sandboxUserDirs of the user's home, which every
+// userWritableDirs are the userDirs of the user's home, which every
 // sandbox may write ("" home or "/": none).
 func userWritableDirs() []string {
 	home, _ := os.UserHomeDir()
@@ -127,11 +128,17 @@ func userWritableDirs() []string {
 		return nil
 	}
 	var dirs []string
-	for _, d := range sandboxUserDirs {
+	for _, d := range userDirs {
 		dirs = append(dirs, filepath.Join(home, d))
 	}
-	return append(dirs, existingDirs(dirs)...) // as written and as resolved
+	return append(dirs, ExistingDirs(dirs)...) // as written and as resolved
 }
+
+// HostEnvPrefix starts kernelhost's own environment variables: its settings
+// and secrets (KERNELHOST_ACCESS_TOKEN, KERNELHOST_JUPYTER_TOKEN, policy
+// configs). Interpreters run user code, which must not read them
+// (hostOnlyVar).
+const HostEnvPrefix = "KERNELHOST_"
 
 // hostOnlyVar says whether the environment variable key is the host's
 // own, which no interpreter gets: kernelhost's settings and secrets
@@ -141,7 +148,7 @@ func userWritableDirs() []string {
 // things of the host's, or let their holder speak for the service; a
 // user's variables (HOME, PATH, LANG, ...) pass.
 func hostOnlyVar(key string) bool {
-	if strings.HasPrefix(key, hostEnvPrefix) || strings.HasPrefix(key, "LISTEN_") ||
+	if strings.HasPrefix(key, HostEnvPrefix) || strings.HasPrefix(key, "LISTEN_") ||
 		strings.HasPrefix(key, "WATCHDOG_") || strings.HasPrefix(key, "MONITOR_") ||
 		strings.HasPrefix(key, "TRIGGER_") || strings.HasPrefix(key, "MEMORY_PRESSURE_") {
 		return true
@@ -162,8 +169,8 @@ var serviceVars = []string{"NOTIFY_SOCKET", "INVOCATION_ID", "JOURNAL_STREAM", "
 var serviceDirVars = []string{"CREDENTIALS_DIRECTORY", "RUNTIME_DIRECTORY", "STATE_DIRECTORY",
 	"CACHE_DIRECTORY", "LOGS_DIRECTORY", "CONFIGURATION_DIRECTORY"}
 
-// withoutHostVars returns env without the host's own variables.
-func withoutHostVars(env []string) []string {
+// WithoutHostVars returns env without the host's own variables.
+func WithoutHostVars(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
 		if k, _, _ := strings.Cut(kv, "="); !hostOnlyVar(k) {
@@ -174,7 +181,7 @@ func withoutHostVars(env []string) []string {
 }
 
 // hiddenPaths are the host's own files and directories no sandbox may
-// read (the access token file, the config file: SandboxOptions.Hidden,
+// read (the access token file, the config file: Options.Hidden,
 // and the service's directories: serviceDirVars), absolute with symlinks
 // resolved, those that exist, under the host's /tmp too (a cwd there is
 // shown: cwdArgs); notes say why each path left out is: one that holds a
@@ -187,7 +194,7 @@ func hiddenPaths(listed, keep []string) (hidden, notes []string) {
 			paths = append(paths, filepath.SplitList(val)...)
 		}
 	}
-	for _, p := range existingDirs(paths) {
+	for _, p := range ExistingDirs(paths) {
 		if covers(p, keep) {
 			notes = append(notes, fmt.Sprintf("%s holds a path every sandbox needs (a writable one, or the drivers' cache), so it is not hidden from them", p))
 		} else {
