@@ -103,8 +103,6 @@ type Interpreter struct {
 	DebianPackage string
 	// Help describes the setting.
 	Help string
-	// Languages are the languages it runs, sorted (set by Interpreters).
-	Languages []string
 }
 
 // Interpreters lists the interpreters the transport's languages run on,
@@ -113,16 +111,9 @@ type Interpreter struct {
 func Interpreters() []Interpreter {
 	var out []Interpreter
 	for _, def := range languages {
-		i := slices.IndexFunc(out, func(in Interpreter) bool { return in.Name == def.interpreter.Name })
-		if i < 0 {
+		if !slices.ContainsFunc(out, func(in Interpreter) bool { return in.Name == def.interpreter.Name }) {
 			out = append(out, def.interpreter)
-			i = len(out) - 1
-			out[i].Languages = nil
 		}
-		out[i].Languages = append(out[i].Languages, def.name)
-	}
-	for i := range out {
-		slices.Sort(out[i].Languages)
 	}
 	slices.SortFunc(out, func(a, b Interpreter) int { return strings.Compare(a.Name, b.Name) })
 	return out

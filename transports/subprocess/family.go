@@ -101,26 +101,44 @@ func (f *family) isApart() bool {
 // join counts a copy of src in before it is made: B moves apart at the
 // first one. An error when the family cannot take a member (no cgroups to
 // kill one member with, or it ended).
+//
+// src's cgroup lock is never taken under f.mu: a kill of src holds it while
+// it waits for the cgroup to empty, and isApart (asked by every member's
+// kill) must not wait on that.
 func (f *family) join(src *proc) error {
-	inCgroup := src.groups.In() // not under f.mu: killAll asks isApart
+	inCgroup := src.groups.In()
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	movedApart, err := f.count(src, inCgroup)
+	f.mu.Unlock()
+	if movedApart {
+		// Best effort: what ends a member is its v2 cgroup. B left in src's
+		// v1 groups only counts its few pages there, and keeps them from
+		// being removed.
+		src.groups.MoveOut(f.init)
+	}
+	return err
+}
+
+// count counts a member in, moving B apart first if it is not yet; it says
+// whether it did. Called with mu held.
+func (f *family) count(src *proc, inCgroup bool) (movedApart bool, err error) {
 	if f.ended {
-		return errors.New("the context's sandbox ended")
+		return false, errors.New("the context's sandbox ended")
 	}
 	if !f.apart {
 		if !inCgroup {
-			return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
+			return false, &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
 		}
 		if err := f.moveApart(src); err != nil {
-			return err
+			return false, err
 		}
+		movedApart = true
 	}
 	f.members++
-	return nil
+	return movedApart, nil
 }
 
-// moveApart moves B out of src's cgroups into one of its own, and takes
+// moveApart moves B out of src's cgroup into one of its own, and takes
 // src's network stack as the family's. Called with mu held.
 func (f *family) moveApart(src *proc) error {
 	cg, err := cgroup.NewSet(nil, true)
@@ -129,16 +147,12 @@ func (f *family) moveApart(src *proc) error {
 	}
 	if err := cg.Enter(f.init); err != nil {
 		cg.Remove(0)
-		return fmt.Errorf("move the context's sandbox init: %w", err)
+		return fmt.Errorf("move the context's sandbox init into its own cgroup: %w", err)
 	}
 	if !cg.In() {
 		cg.Remove(0)
 		return &core.Error{Kind: core.KindUnsupported, Msg: errNoFamilyCgroups}
 	}
-	// Best effort: what ends a member is its v2 cgroup. B left in src's v1
-	// groups only counts its few pages there, and keeps them from being
-	// removed.
-	src.groups.MoveOut(f.init)
 	src.net.mu.Lock()
 	f.stack, src.net.stack = src.net.stack, nil
 	src.net.mu.Unlock()

@@ -110,7 +110,7 @@ type procSpec struct {
 	sandbox *sandbox.Sandbox // nil: none
 	// maxMessage caps one message line and one batch's output (msgLines).
 	maxMessage int
-	limits     *cgroup.Limiter // nil: no limits (limits.go)
+	limits     *cgroup.Limiter // nil: no limits (internal/cgroup)
 	// forkTemplate marks a fork template's spec (forkserver.go): in a
 	// sandbox, its bwrap and control socket are a template's.
 	forkTemplate bool
@@ -138,7 +138,7 @@ func startProc(ctx context.Context, spec procSpec, out chan<- core.Message) (*pr
 // begin brings the process of a new interpreter into being on the child's
 // ends of its pipes (in childFiles order) with the frame mark of its fd 1
 // ("": none): it starts it (launch) or has an interpreter fork it
-// (forkProc, forkSandboxed, forkInFamily), and sets p.cmd and p's ids. On
+// (forkOf, forkInSandbox, copyOf), and sets p.cmd and p's ids. On
 // error nothing it started runs.
 type begin func(p *proc, child []*os.File, mark string) error
 

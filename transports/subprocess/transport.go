@@ -33,7 +33,8 @@ type Options struct {
 	// by its process tree (reap.go).
 	NoCgroups bool
 	// Env holds extra "KEY=value" entries appended to the host's environment
-	// (minus the host's own variables: hostOnlyVar) for every interpreter.
+	// (minus the host's own KERNELHOST_* variables, internal/sandbox) for
+	// every interpreter.
 	Env []string
 	// PoolSizes is how many ready interpreters each language keeps (see
 	// pool.go, ParsePoolSizes); nil or 0: none, every

@@ -56,8 +56,8 @@ func newTransport(_ context.Context, s options) (core.Transport, error) {
 	return withGauges{t}, nil
 }
 
-// interpreters are the interpreters' settings as subprocess.Options takes
-// them.
+// interpreterPaths are the interpreters' settings as subprocess.Options
+// takes them.
 func (o *options) interpreterPaths() map[string]string {
 	out := map[string]string{}
 	for name, path := range o.Interpreters {

@@ -15,7 +15,8 @@ import (
 // offers one and cgroups are on, which ends every process it started, and
 // its limits' groups. A process is started in it (Start) or moved into it
 // (Enter); it is ended (Kill) and removed (Remove) with the process. Its
-// methods are safe for concurrent use and do nothing on a nil Set.
+// methods are safe for concurrent use; all but Start and Enter do nothing
+// on a nil Set.
 type Set struct {
 	mu  sync.Mutex
 	cg  *v2Group     // its cgroup v2 until removed; nil: none

@@ -238,7 +238,7 @@ func probeStack() (string, error) {
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	_, _ = stdout.Read(make([]byte, 1)) // the sandbox's init is there
-	init := ChildrenOf(cmd.Process.Pid)
+	init := childrenOf(cmd.Process.Pid)
 	if len(init) != 1 {
 		return "", errors.New("context-network=isolated: the sandbox made to try pasta in has no init")
 	}
@@ -281,7 +281,7 @@ var ErrEnded = errors.New("network: the sandbox ended before its network was set
 // that moment to the host, so it looks every 200 µs (bwrap's setup takes
 // a few milliseconds).
 func setUp(init int, deadline time.Time) error {
-	for len(ChildrenOf(init)) == 0 {
+	for len(childrenOf(init)) == 0 {
 		if Ended(init) {
 			return ErrEnded
 		}

@@ -413,12 +413,12 @@ func (sb *Sandbox) Reaches(poolCwd, dir string) bool {
 // the interpreter (the init's child that is pid 2 in the namespace), as the
 // host numbers them.
 func Pids(bwrapPid int) (init, interp int, err error) {
-	kids := ChildrenOf(bwrapPid)
+	kids := childrenOf(bwrapPid)
 	if len(kids) != 1 {
 		return 0, 0, fmt.Errorf("bwrap (pid %d) has %d children, want its init", bwrapPid, len(kids))
 	}
 	init = kids[0]
-	for _, c := range ChildrenOf(init) {
+	for _, c := range childrenOf(init) {
 		if NsPid(c) == 2 {
 			return init, c, nil
 		}
@@ -426,8 +426,8 @@ func Pids(bwrapPid int) (init, interp int, err error) {
 	return 0, 0, fmt.Errorf("the sandbox's init (pid %d) has no child that is pid 2 in it", init)
 }
 
-// ChildrenOf lists the children of pid's main thread.
-func ChildrenOf(pid int) []int {
+// childrenOf lists the children of pid's main thread.
+func childrenOf(pid int) []int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 	if err != nil {
 		return nil

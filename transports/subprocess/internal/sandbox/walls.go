@@ -134,11 +134,11 @@ func userWritableDirs() []string {
 	return append(dirs, ExistingDirs(dirs)...) // as written and as resolved
 }
 
-// HostEnvPrefix starts kernelhost's own environment variables: its settings
+// hostEnvPrefix starts kernelhost's own environment variables: its settings
 // and secrets (KERNELHOST_ACCESS_TOKEN, KERNELHOST_JUPYTER_TOKEN, policy
 // configs). Interpreters run user code, which must not read them
 // (hostOnlyVar).
-const HostEnvPrefix = "KERNELHOST_"
+const hostEnvPrefix = "KERNELHOST_"
 
 // hostOnlyVar says whether the environment variable key is the host's
 // own, which no interpreter gets: kernelhost's settings and secrets
@@ -148,7 +148,7 @@ const HostEnvPrefix = "KERNELHOST_"
 // things of the host's, or let their holder speak for the service; a
 // user's variables (HOME, PATH, LANG, ...) pass.
 func hostOnlyVar(key string) bool {
-	if strings.HasPrefix(key, HostEnvPrefix) || strings.HasPrefix(key, "LISTEN_") ||
+	if strings.HasPrefix(key, hostEnvPrefix) || strings.HasPrefix(key, "LISTEN_") ||
 		strings.HasPrefix(key, "WATCHDOG_") || strings.HasPrefix(key, "MONITOR_") ||
 		strings.HasPrefix(key, "TRIGGER_") || strings.HasPrefix(key, "MEMORY_PRESSURE_") {
 		return true
