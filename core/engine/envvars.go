@@ -79,7 +79,6 @@ var languageSnippets = map[string]snippets{
 
 		silentHidesErrors: true,
 	},
-	// Java kernels get JVM system properties, as docs/api-contract.md §7.3 describes.
 	// Java kernels get JVM system properties, as docs/api-contract.md §7.3
 	// describes, and the process environment of System.getenv too where the
 	// JVM lets the snippet reach it (see javaEnvBlock).
