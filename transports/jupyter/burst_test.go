@@ -3,8 +3,10 @@ package jupyter
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -60,6 +62,13 @@ type gatewayProxy struct {
 	// but its answer never reaches the client, as Jupyter Server held some
 	// upgrades in bursts of starts and Kernel Gateway one at a time.
 	holdUpgrade bool
+	// muteKernel: the first kernel's websocket upgrade is never answered
+	// and the server's model of that kernel stays as the start answered it
+	// ("starting", no activity, no connection), as for a kernel process
+	// that failed as it started but did not exit. created holds the start
+	// answers, by kernel id.
+	muteKernel  bool
+	created     map[string][]byte
 	holdDeletes time.Duration
 	loseDeletes int
 	// failDeletes: that many kernel deletes, the first ones, are answered
@@ -99,12 +108,14 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hold, hang, refuse := p.holdStarts, p.hangList, p.refuseList
 	silent, culled, heldUpgrade := false, false, false
 	id, isChannels := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/api/kernels/"), "/channels")
-	if isChannels && (p.silent || p.cullOnUpgrade || p.holdUpgrade) {
+	if isChannels && (p.silent || p.cullOnUpgrade || p.holdUpgrade || p.muteKernel) {
 		if p.victim == "" {
 			p.victim = id
 		}
 		silent, culled, heldUpgrade = p.silent && p.victim == id, p.cullOnUpgrade && p.victim == id, p.holdUpgrade && p.victim == id
 	}
+	mute := p.muteKernel && p.victim != "" && p.victim == id
+	created := p.created[id]
 	if r.Method == http.MethodPost && r.URL.Path == "/api/kernels" {
 		p.starts++
 	}
@@ -162,6 +173,19 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch {
+	case mute && isChannels:
+		select {
+		case <-r.Context().Done():
+		case <-p.stop:
+		}
+		return
+	case mute && r.Method == http.MethodGet:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(created)
+		return
+	case p.muteKernel && r.Method == http.MethodPost && r.URL.Path == "/api/kernels":
+		p.recordStart(w, r)
+		return
 	case silent:
 		p.serveSilent(w, r, true)
 		return
@@ -210,6 +234,28 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.answered++
 		p.mu.Unlock()
 	}
+}
+
+// recordStart serves a start request and keeps the server's answer, the
+// kernel's model at its start (muteKernel).
+func (p *gatewayProxy) recordStart(w http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	p.rp.ServeHTTP(rec, r)
+	var km kernelModel
+	if json.Unmarshal(rec.Body.Bytes(), &km) == nil && km.ID != "" {
+		p.mu.Lock()
+		if p.created == nil {
+			p.created = map[string][]byte{}
+		}
+		p.created[km.ID] = rec.Body.Bytes()
+		p.mu.Unlock()
+	}
+	maps.Copy(w.Header(), rec.Header())
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+	p.mu.Lock()
+	p.answered++
+	p.mu.Unlock()
 }
 
 // deleteAnswered notes that a DELETE sent on to the server (inOrder) was
@@ -441,6 +487,45 @@ func TestHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 	}
 	if victim == "" || ids[victim] || starts != 3 || len(ids) != 2 || !ids[ks[0].(*kernel).id] || !ids[ks[1].(*kernel).id] {
 		t.Errorf("held kernel %q, %d starts, kernels on the server %v: want the held one deleted and the two started", victim, starts, ids)
+	}
+}
+
+// A lone start whose kernel never comes up (its process failed as it
+// started but did not exit, so the server neither completes its upgrade nor
+// reports it dead: CI saw ipykernel lose its port that way on Kernel
+// Gateway, and the start failed at the test's 60 s) is deleted and replaced
+// once its upgrade was held twice answerTimeout, not after the connect
+// timeout.
+func TestLoneStartOfAKernelThatNeverComesUpIsReplaced(t *testing.T) {
+	t.Parallel()
+	srv := jupytertest.Start(t)
+	p := startGatewayProxy(t, srv)
+	p.muteKernel = true
+	var mu sync.Mutex
+	var warned []string
+	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) {
+		c.answerTimeout = parallelAnswerTimeout
+		c.Warn = func(msg string, keyvals ...any) {
+			mu.Lock()
+			warned = append(warned, fmt.Sprint(msg, keyvals))
+			mu.Unlock()
+		}
+	})
+	began := time.Now()
+	k := startKernel(t, tr) // within runTimeout (60 s): replaced after about 22 s
+	t.Logf("FIGURE one start, its kernel never up: %v", time.Since(began))
+	if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
+		t.Errorf("1 + 1: %q", r.stdout.String())
+	}
+	victim, starts := p.victimAndStarts()
+	ks := serverKernels(t, srv)
+	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
+		t.Errorf("mute kernel %q, %d starts, kernels on the server %+v: want the mute one deleted and one other", victim, starts, ks)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warned) != 1 || !strings.Contains(warned[0], "never sent anything") {
+		t.Errorf("warnings %q, want one that the mute kernel was replaced", warned)
 	}
 }
 

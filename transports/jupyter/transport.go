@@ -225,7 +225,7 @@ func heldUpgradeBound(answer time.Duration, attempt int) time.Duration {
 // dialWhileAlive opens the websocket of kernel km (dialChannels). The
 // server holds the upgrade until the kernel answers a request of its own,
 // so it gives up early, with a silentChannelsError (the kernel is deleted
-// and the start tried again), in three cases:
+// and the start tried again), in four cases:
 //   - the server no longer has the kernel: a gateway that culls kernels
 //     idle for less than a slow start takes (Kernel Gateway culls
 //     "starting" kernels too) would otherwise hold the upgrade until the
@@ -234,21 +234,29 @@ func heldUpgradeBound(answer time.Duration, attempt int) time.Duration {
 //     does as soon as it runs, or counts a websocket of it open: it
 //     completed the upgrade on its side and the answer never came) and the
 //     upgrade was held heldBound while the kernel was up and no other
-//     upgrade of ours was in flight. A kernel
-//     that runs answers the server's request within milliseconds, and a
-//     server with no other upgrade to complete is not busy; an upgrade
-//     still held is stuck, not slow, and the server would hold it until its
-//     kernel_info_timeout (60 s) and then often open a websocket the kernel
-//     never answers. Seen on Kernel Gateway with one start at a time, and on
-//     a fresh Enterprise Gateway. In a burst the next case judges instead:
-//     a server starting dozens of kernels completes upgrades seconds apart;
+//     upgrade of ours was in flight. A kernel that runs answers the
+//     server's request within milliseconds, and a server with no other
+//     upgrade to complete is not busy; an upgrade still held is stuck, not
+//     slow, and the server would hold it until its kernel_info_timeout
+//     (60 s) and then often open a websocket the kernel never answers.
+//     Seen on Kernel Gateway with one start at a time, and on a fresh
+//     Enterprise Gateway. In a burst the next case judges instead: a server
+//     starting dozens of kernels completes upgrades seconds apart;
 //   - other upgrades got through since this one began, and this one was
 //     held heldBound past both its own start and the last of them. In a
 //     burst the server completes upgrades one after another as kernels come
 //     up (20 at once on two cores: every upgrade within 7 s), so a kernel
 //     whose upgrade is held while the others get through is stuck too. This
 //     needs nothing of the kernel's state, which a server misses when the
-//     kernel's first IOPub message comes before the server listens.
+//     kernel's first IOPub message comes before the server listens;
+//   - the kernel was never seen up, and its upgrade, the only one of ours
+//     in flight, was held twice heldBound since it began. A kernel process
+//     that failed as it started but did not exit (ipykernel whose port was
+//     taken between the server choosing it and the kernel binding it hangs
+//     in its exit, so the server's restarter sees it alive) never sends
+//     anything; a lone start on two cores under CI's load sends its first
+//     status within seconds. A slower one gets through on a later attempt,
+//     whose bound doubles.
 //
 // While none of these holds (64 kernels starting at once on two cores take
 // tens of seconds before the first answers; a remote kernel waits for its
@@ -257,78 +265,130 @@ func heldUpgradeBound(answer time.Duration, attempt int) time.Duration {
 // took answerTimeout: a burst of healthy starts sends no extra requests to a
 // server that is busy starting them.
 func (t *Transport) dialWhileAlive(ctx context.Context, km kernelModel, session string, heldBound time.Duration) (*websocket.Conn, error) {
-	id := km.ID
 	dialCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	began := time.Now()
 	t.upgrading.Add(1)
 	defer t.upgrading.Add(-1)
-	var gone, heldWhileOthers, heldWhileUp atomic.Bool
-	var up bool               // the watch has seen the kernel up
-	var loneUpSince time.Time // since when it is up and its upgrade the only one in flight
+	w := &upgradeWatch{t: t, km: km, began: time.Now(), heldBound: heldBound}
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		select {
-		case <-dialCtx.Done():
-			return
-		case <-time.After(t.c.cfg.answerTimeout):
-		}
-		tick := time.NewTicker(goneCheckInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-dialCtx.Done():
-				return
-			case <-tick.C:
-			}
-			last := t.lastUpgrade.Load()
-			if last > began.UnixNano() && time.Since(time.Unix(0, last)) > heldBound {
-				heldWhileOthers.Store(true)
-				cancel()
-				return
-			}
-			gctx, gcancel := context.WithTimeout(dialCtx, goneCheckInterval)
-			var now kernelModel
-			err := t.c.do(gctx, http.MethodGet, "api/kernels/"+url.PathEscape(id), nil, &now)
-			gcancel()
-			var ae *apiError
-			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-				gone.Store(true)
-				cancel()
-				return
-			}
-			up = up || (err == nil && (now.sentSince(km) || now.Connections > 0))
-			switch {
-			case !up || t.upgrading.Load() > 1:
-				loneUpSince = time.Time{}
-			case loneUpSince.IsZero():
-				loneUpSince = time.Now()
-			case time.Since(loneUpSince) > heldBound:
-				heldWhileUp.Store(true)
-				cancel()
-				return
-			}
+		if w.watch(dialCtx) != keepWaiting {
+			cancel()
 		}
 	}()
-	ws, err := t.c.dialChannels(dialCtx, id, session)
+	ws, err := t.c.dialChannels(dialCtx, km.ID, session)
 	cancel()
 	<-watched
 	if err == nil {
 		t.lastUpgrade.Store(time.Now().UnixNano())
 		return ws, nil
 	}
-	if ctx.Err() == nil {
-		switch {
-		case gone.Load():
-			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server shut the kernel down before its websocket opened (a gateway culling kernels that start slowly?)", id)}
-		case heldWhileOthers.Load():
-			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v while it completed others (the kernel did not answer it); the kernel was deleted", id, time.Since(began).Round(time.Second))}
-		case heldWhileUp.Load():
-			return nil, &silentChannelsError{msg: fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v, %v of them with the kernel up (the server had seen its first status) and no other upgrade pending; the kernel was deleted", id, time.Since(began).Round(time.Second), time.Since(loneUpSince).Round(time.Second))}
-		}
+	if ctx.Err() == nil && w.verdict != keepWaiting {
+		return nil, &silentChannelsError{msg: w.why()}
 	}
 	return nil, err
+}
+
+// heldVerdict is what an upgradeWatch made of a held upgrade.
+type heldVerdict int
+
+const (
+	keepWaiting heldVerdict = iota
+	kernelGone
+	heldWhileOthers
+	heldWhileUp
+	heldNeverUp
+)
+
+// upgradeWatch judges the upgrade of one kernel's websocket while it is
+// held (dialWhileAlive's cases). Its fields are the watch goroutine's until
+// it returns.
+type upgradeWatch struct {
+	t         *Transport
+	km        kernelModel
+	began     time.Time
+	heldBound time.Duration
+	verdict   heldVerdict
+	up        bool      // the kernel has been seen up
+	loneSince time.Time // since when its upgrade is the only one of ours in flight
+	// loneUpSince is since when it is also up.
+	loneUpSince time.Time
+}
+
+// watch asks about the kernel every goneCheckInterval once the upgrade took
+// answerTimeout, until ctx ends or it has a verdict, which it returns.
+func (w *upgradeWatch) watch(ctx context.Context) heldVerdict {
+	select {
+	case <-ctx.Done():
+		return keepWaiting
+	case <-time.After(w.t.c.cfg.answerTimeout):
+	}
+	tick := time.NewTicker(goneCheckInterval)
+	defer tick.Stop()
+	for w.verdict == keepWaiting {
+		select {
+		case <-ctx.Done():
+			return keepWaiting
+		case <-tick.C:
+		}
+		w.verdict = w.judge(ctx)
+	}
+	return w.verdict
+}
+
+// judge looks at the upgrade and the kernel once.
+func (w *upgradeWatch) judge(ctx context.Context) heldVerdict {
+	last := w.t.lastUpgrade.Load()
+	if last > w.began.UnixNano() && time.Since(time.Unix(0, last)) > w.heldBound {
+		return heldWhileOthers
+	}
+	gctx, gcancel := context.WithTimeout(ctx, goneCheckInterval)
+	var now kernelModel
+	err := w.t.c.do(gctx, http.MethodGet, "api/kernels/"+url.PathEscape(w.km.ID), nil, &now)
+	gcancel()
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return kernelGone
+	}
+	w.up = w.up || (err == nil && (now.sentSince(w.km) || now.Connections > 0))
+	lone := w.t.upgrading.Load() == 1
+	switch {
+	case !lone:
+		w.loneSince = time.Time{}
+	case w.loneSince.IsZero() && last <= w.began.UnixNano():
+		w.loneSince = w.began // no other upgrade completed since it began
+	case w.loneSince.IsZero():
+		w.loneSince = time.Now()
+	}
+	switch {
+	case !lone || !w.up:
+		w.loneUpSince = time.Time{}
+	case w.loneUpSince.IsZero():
+		w.loneUpSince = time.Now()
+	}
+	switch {
+	case !w.loneUpSince.IsZero() && time.Since(w.loneUpSince) > w.heldBound:
+		return heldWhileUp
+	case !w.up && !w.loneSince.IsZero() && time.Since(w.loneSince) > 2*w.heldBound:
+		return heldNeverUp
+	}
+	return keepWaiting
+}
+
+// why says what the verdict was, for the error that replaces the kernel.
+func (w *upgradeWatch) why() string {
+	id, held := w.km.ID, time.Since(w.began).Round(time.Second)
+	switch w.verdict {
+	case kernelGone:
+		return fmt.Sprintf("connect to kernel %s: the server shut the kernel down before its websocket opened (a gateway culling kernels that start slowly?)", id)
+	case heldWhileOthers:
+		return fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v while it completed others (the kernel did not answer it); the kernel was deleted", id, held)
+	case heldWhileUp:
+		return fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v, %v of them with the kernel up (the server had seen its first status) and no other upgrade pending; the kernel was deleted", id, held, time.Since(w.loneUpSince).Round(time.Second))
+	default:
+		return fmt.Sprintf("connect to kernel %s: the server held the websocket upgrade %v with no other upgrade pending, and the kernel never sent anything (it failed as it started?); the kernel was deleted", id, held)
+	}
 }
 
 // answerTimeout bounds the wait for the first answer on a kernel's fresh
