@@ -495,49 +495,34 @@ func TestHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 // reports it dead: CI saw ipykernel lose its port that way on Kernel
 // Gateway, and the start failed at the test's 60 s) is deleted and replaced
 // once its upgrade was held twice answerTimeout, not after the connect
-// timeout.
+// timeout: about 22 s.
 func TestLoneStartOfAKernelThatNeverComesUpIsReplaced(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
-	p := startGatewayProxy(t, srv)
-	p.muteKernel = true
-	var mu sync.Mutex
-	var warned []string
-	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) {
-		c.answerTimeout = parallelAnswerTimeout
-		c.Warn = func(msg string, keyvals ...any) {
-			mu.Lock()
-			warned = append(warned, fmt.Sprint(msg, keyvals))
-			mu.Unlock()
-		}
-	})
-	began := time.Now()
-	k := startKernel(t, tr) // within runTimeout (60 s): replaced after about 22 s
-	t.Logf("FIGURE one start, its kernel never up: %v", time.Since(began))
-	if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
-		t.Errorf("1 + 1: %q", r.stdout.String())
-	}
-	victim, starts := p.victimAndStarts()
-	ks := serverKernels(t, srv)
-	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
-		t.Errorf("mute kernel %q, %d starts, kernels on the server %+v: want the mute one deleted and one other", victim, starts, ks)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(warned) != 1 || !strings.Contains(warned[0], "never sent anything") {
-		t.Errorf("warnings %q, want one that the mute kernel was replaced", warned)
-	}
+	loneStartIsReplaced(t, func(p *gatewayProxy) { p.muteKernel = true }, "never sent anything")
 }
 
 // A lone start whose websocket upgrade the server holds though the kernel
 // is up (the server saw it send its first status) is deleted and replaced
 // once the upgrade was held answerTimeout past the first sight of the
-// kernel up, not after the connect timeout (nor the server's own 60 s).
+// kernel up, not after the connect timeout (nor the server's own 60 s):
+// answerTimeout to the first look at the kernel, heldBound (answerTimeout)
+// more with the kernel up, and a goneCheckInterval or two, 25-31 s at load
+// 8 on 2 cores.
 func TestLoneHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 	t.Parallel()
+	loneStartIsReplaced(t, func(p *gatewayProxy) { p.holdUpgrade = true }, "with the kernel up")
+}
+
+// loneStartIsReplaced starts one kernel through a gateway proxy with the
+// fault fault sets on its first kernel: the start succeeds within
+// startKernel's runTimeout (60 s, half the connect timeout a stuck upgrade
+// waited for before), the faulty kernel is deleted, one other runs, and one
+// warning containing want says why it was replaced.
+func loneStartIsReplaced(t *testing.T, fault func(*gatewayProxy), want string) {
+	t.Helper()
 	srv := jupytertest.Start(t)
 	p := startGatewayProxy(t, srv)
-	p.holdUpgrade = true
+	fault(p)
 	var mu sync.Mutex
 	var warned []string
 	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) {
@@ -550,25 +535,19 @@ func TestLoneHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 	})
 	began := time.Now()
 	k := startKernel(t, tr)
-	took := time.Since(began)
-	t.Logf("FIGURE one start, its kernel's websocket upgrade held: %v", took)
-	// startKernel gives the start runTimeout (60 s), half the connect
-	// timeout a held upgrade waited for before: that the start succeeds is
-	// the behaviour. Replaced, it takes answerTimeout to the first look at
-	// the kernel, heldBound (answerTimeout) more with the kernel up, and a
-	// goneCheckInterval or two: 25-31 s at load 8 on 2 cores.
+	t.Logf("FIGURE one start, its first kernel replaced (%s): %v", want, time.Since(began))
 	if r := run(t, k, "print(1 + 1)"); r.stdout.String() != "2\n" {
 		t.Errorf("1 + 1: %q", r.stdout.String())
 	}
 	victim, starts := p.victimAndStarts()
 	ks := serverKernels(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
-		t.Errorf("held kernel %q, %d starts, kernels on the server %+v: want the held one deleted and one other", victim, starts, ks)
+		t.Errorf("faulty kernel %q, %d starts, kernels on the server %+v: want the faulty one deleted and one other", victim, starts, ks)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(warned) != 1 || !strings.Contains(warned[0], "with the kernel up") {
-		t.Errorf("warnings %q, want one that the held kernel was replaced", warned)
+	if len(warned) != 1 || !strings.Contains(warned[0], want) {
+		t.Errorf("warnings %q, want one that the faulty kernel was replaced (%q)", warned, want)
 	}
 }
 
