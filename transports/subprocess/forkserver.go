@@ -300,6 +300,13 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 		if (errors.Is(err, errForkRefused) && !shadowed) || errors.Is(err, errTemplateStuck) || tmpl.isGone() {
 			fs.retire(tmpl)
 		}
+		// The caller starts the context another way; without this the
+		// operator sees only slower contexts without the preloaded
+		// modules. A shadowed module is documented (a preloaded module
+		// in the user site), and a cancelled start is the caller's own.
+		if !shadowed && ctx.Err() == nil && fs.warn != nil {
+			fs.warn("a "+fs.lang+" context could not be forked from the template: it starts without it (slower, without the preloaded modules)", "error", err)
+		}
 		return nil, nil
 	}
 	return p, tmpl
