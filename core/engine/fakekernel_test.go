@@ -250,7 +250,7 @@ func (k *fakeKernel) handle(req core.ExecuteRequest) {
 	// has seen the reply is not counted as queued behind the failure.
 	var queued []core.ExecuteRequest
 	if failure != nil {
-		queued = k.takeQueued()
+		queued = k.takeQueued(gen)
 	}
 	reply := core.Message{ParentID: p, Type: core.MsgExecuteReply, Status: core.ReplyOK, ExecutionCount: count}
 	if failure != nil {
@@ -274,17 +274,24 @@ func (k *fakeKernel) handle(req core.ExecuteRequest) {
 
 // takeQueued is stop_on_error's first half: it takes every request queued
 // behind a failure, counted as aborted; the caller answers them as aborted.
-func (k *fakeKernel) takeQueued() []core.ExecuteRequest {
+// Once a restart replaced the interpreter that failed (gen moved on), it
+// takes nothing: what is queued then was sent to the new one.
+func (k *fakeKernel) takeQueued(gen int) []core.ExecuteRequest {
 	var queued []core.ExecuteRequest
 	for {
+		k.mu.Lock()
+		if k.gen != gen {
+			k.mu.Unlock()
+			return queued
+		}
 		select {
 		case req := <-k.reqs:
-			k.mu.Lock()
 			k.aborted++
 			k.outstanding--
 			k.mu.Unlock()
 			queued = append(queued, req)
 		default:
+			k.mu.Unlock()
 			return queued
 		}
 	}
