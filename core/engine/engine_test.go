@@ -774,6 +774,83 @@ func TestHammerManyClientsFewContexts(t *testing.T) {
 	wg.Wait()
 }
 
+// TestHammerRouterAndLoopEndTheSameExecution drives an execution's two
+// writers at once: the router, which puts each message's output on the
+// stream and ends it when the kernel reports the request finished, and the
+// context's loop, which ends it on a timeout, an error, a restart. Every
+// stream must still be whole: numbered without gaps, its stdout in kernel
+// order, at most one error line, one end, and an outcome that agrees with
+// what the stream said.
+func TestHammerRouterAndLoopEndTheSameExecution(t *testing.T) {
+	e, _ := newTestEngine(t, Config{QueueDepth: 1000, InterruptGrace: time.Second})
+	ctx := context.Background()
+	info, err := e.CreateContext(ctx, "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Go(func() {
+			for i := range 12 {
+				req := ExecRequest{Code: "many 200", ContextID: info.ID}
+				switch (c + i) % 4 {
+				case 0:
+					req.Timeout = time.Duration(1+i%5) * 50 * time.Microsecond
+				case 1:
+					req.Code += "\nraise"
+				case 2:
+					if i%3 == 0 {
+						go func() { _ = e.Restart(ctx, info.ID) }()
+					}
+				}
+				x, err := e.Execute(ctx, req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				checkWhole(t, x, collect(t, x), want.String())
+			}
+		})
+	}
+	wg.Wait()
+	if got := stdout(collect(t, execute(t, e, ctx, ExecRequest{Code: "print after", ContextID: info.ID}))); got != "after\n" {
+		t.Fatalf("after the hammer: %q", got)
+	}
+}
+
+// checkWhole checks one stream of TestHammerRouterAndLoopEndTheSameExecution.
+func checkWhole(t *testing.T, x *Execution, outs []Output, allStdout string) {
+	t.Helper()
+	assertEnded(t, outs)
+	for i, o := range outs {
+		if o.Seq != uint64(i+1) {
+			t.Errorf("output %d has seq %d", i, o.Seq)
+			return
+		}
+		if o.Type == OutEndOfExecution && i != len(outs)-1 {
+			t.Errorf("an end before the last output: %+v", outs)
+			return
+		}
+	}
+	if got := stdout(outs); !strings.HasPrefix(allStdout, got) {
+		t.Errorf("stdout out of order: %q", got)
+	}
+	errs := errorsOf(outs)
+	outcome := x.State().Outcome
+	switch {
+	case len(errs) > 1:
+		t.Errorf("%d error lines: %+v", len(errs), errs)
+	case len(errs) == 0 && outcome != OutcomeOK:
+		t.Errorf("no error line, outcome %q", outcome)
+	case len(errs) == 1 && errs[0].ErrName == errNameTimeout && outcome != OutcomeTimeout:
+		t.Errorf("a timeout line, outcome %q", outcome)
+	}
+}
+
 func TestExecutionTimeoutEndsTheStreamAndFreesTheContext(t *testing.T) {
 	e, _ := newTestEngine(t, Config{ExecutionTimeout: time.Hour})
 	a := execute(t, e, context.Background(), ExecRequest{Code: "block", Timeout: 20 * time.Millisecond})

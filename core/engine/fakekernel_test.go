@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,10 @@ type fakeTransport struct {
 	mu       sync.Mutex
 	kernels  []*fakeKernel
 	startErr error // when set, StartKernel fails with it
+	// paced kernels emit a message only once the one before it was taken
+	// off their channel, as a real kernel's messages come one at a time,
+	// apart: each then travels through the engine on its own.
+	paced bool
 }
 
 func (t *fakeTransport) Info() core.TransportInfo {
@@ -54,6 +59,7 @@ func (t *fakeTransport) StartKernel(ctx context.Context, spec core.KernelSpec) (
 		kill:    make(chan struct{}),
 		env:     map[string]string{},
 		started: make(chan string, 64),
+		paced:   t.paced,
 	}
 	t.mu.Lock()
 	t.kernels = append(t.kernels, k)
@@ -94,6 +100,7 @@ type fakeKernel struct {
 	resetGate chan struct{}
 	// failRestart makes Restart fail, leaving the kernel as it is.
 	failRestart bool
+	paced       bool // see fakeTransport.paced
 }
 
 func (k *fakeKernel) Messages() <-chan core.Message { return k.msgs }
@@ -187,11 +194,15 @@ func (k *fakeKernel) serve() {
 // emit sends m unless a restart or shutdown happened since gen.
 func (k *fakeKernel) emit(gen int, m core.Message) bool {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if k.gen != gen {
+		k.mu.Unlock()
 		return false
 	}
 	k.msgs <- m
+	k.mu.Unlock()
+	for k.paced && len(k.msgs) > 0 {
+		runtime.Gosched() // the kernel "computes" until its message was taken
+	}
 	return true
 }
 
@@ -239,7 +250,7 @@ func (k *fakeKernel) handle(req core.ExecuteRequest) {
 	// has seen the reply is not counted as queued behind the failure.
 	var queued []core.ExecuteRequest
 	if failure != nil {
-		queued = k.takeQueued()
+		queued = k.takeQueued(gen)
 	}
 	reply := core.Message{ParentID: p, Type: core.MsgExecuteReply, Status: core.ReplyOK, ExecutionCount: count}
 	if failure != nil {
@@ -263,17 +274,24 @@ func (k *fakeKernel) handle(req core.ExecuteRequest) {
 
 // takeQueued is stop_on_error's first half: it takes every request queued
 // behind a failure, counted as aborted; the caller answers them as aborted.
-func (k *fakeKernel) takeQueued() []core.ExecuteRequest {
+// Once a restart replaced the interpreter that failed (gen moved on), it
+// takes nothing: what is queued then was sent to the new one.
+func (k *fakeKernel) takeQueued(gen int) []core.ExecuteRequest {
 	var queued []core.ExecuteRequest
 	for {
+		k.mu.Lock()
+		if k.gen != gen {
+			k.mu.Unlock()
+			return queued
+		}
 		select {
 		case req := <-k.reqs:
-			k.mu.Lock()
 			k.aborted++
 			k.outstanding--
 			k.mu.Unlock()
 			queued = append(queued, req)
 		default:
+			k.mu.Unlock()
 			return queued
 		}
 	}

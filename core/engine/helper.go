@@ -25,13 +25,11 @@ func (c *Context) helper(code string) error {
 func (c *Context) silentRequest(code string, stdout, stderr *strings.Builder) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.e.cfg.HelperTimeout)
 	defer cancel()
-	q, err := c.send(ctx, code, helperSilent(c.info.Language))
-	if err != nil {
-		return err
-	}
-	defer q.close()
+	// The router calls this on its goroutine; what it sets is read once
+	// wait has returned endFinished (the router is done with the request
+	// then), and the builders after close.
 	var reply, firstErr core.Message // firstErr.Type is "" until an error came
-	end := q.wait(&watch{deadline: ctx.Done()}, func(m core.Message) {
+	onMessage := func(m core.Message) {
 		switch {
 		case m.Type == core.MsgExecuteReply:
 			reply = m
@@ -42,7 +40,13 @@ func (c *Context) silentRequest(code string, stdout, stderr *strings.Builder) er
 		case m.Type == core.MsgStream && m.Name == "stderr" && stderr != nil:
 			stderr.WriteString(m.Text)
 		}
-	})
+	}
+	q, err := c.send(ctx, code, helperSilent(c.info.Language), onMessage, nil)
+	if err != nil {
+		return err
+	}
+	defer q.close()
+	end := q.wait(&watch{deadline: ctx.Done()})
 	switch end {
 	case endFinished:
 		return helperResult(reply, firstErr)

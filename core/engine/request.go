@@ -17,28 +17,30 @@ import (
 // the router.
 //
 // The engine's own helper requests (silentRequest) and user code
-// (runUserCode) both go through it, so the loop that reads a request's
-// messages is written once, in wait.
+// (runUserCode) both go through it, so the wait for a request's end is
+// written once, in wait. Its messages do not pass through the waiter: the
+// router hands each to the request's onMessage itself (see route).
 type request struct {
-	msgID    string
-	k        core.Kernel
-	r        *router
-	rt       *route
-	gotReply bool // execute_reply seen
-	gotIdle  bool // status idle seen
+	msgID string
+	k     core.Kernel
+	r     *router
+	rt    *route
 	// endText is the Text of the kernel-wide status that ended the request:
 	// what the transport knows of why (for a death: what died, and how).
 	endText string
 }
 
 // send registers a fresh msg_id with the context's current kernel and sends
-// code with it. On an error nothing stays registered. ctx bounds the send.
-// The request is a value, kept by its caller (on the stack: one request per
-// execution or helper costs no allocation of its own).
-func (c *Context) send(ctx context.Context, code string, silent bool) (request, error) {
+// code with it. The router calls onMessage with each message of the
+// request, in kernel order, on its own goroutine, and finished (if not nil)
+// when the kernel reported the request finished, before wait learns it;
+// neither may block (see route). On an error nothing stays registered. ctx
+// bounds the send. The request is a value, kept by its caller (on the
+// stack: one request per execution or helper costs no allocation of its own).
+func (c *Context) send(ctx context.Context, code string, silent bool, onMessage func(core.Message), finished func()) (request, error) {
 	k, r := c.current()
 	q := request{msgID: newID(), k: k, r: r}
-	q.rt = r.register(q.msgID)
+	q.rt = r.register(q.msgID, onMessage, finished)
 	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: q.msgID, Code: code, Silent: silent}); err != nil {
 		q.close()
 		return request{}, err
@@ -46,8 +48,17 @@ func (c *Context) send(ctx context.Context, code string, silent bool) (request, 
 	return q, nil
 }
 
-// close ends the request's routing: its msg_id is forgotten.
+// close ends the request's routing: its msg_id is forgotten, and onMessage
+// and finished are not called again.
 func (q *request) close() { q.r.unregister(q.msgID) }
+
+// exclusive runs f while the router hands nothing to the request: for a
+// waiter that changes what onMessage and finished change too.
+func (q *request) exclusive(f func()) {
+	q.rt.mu.Lock()
+	defer q.rt.mu.Unlock()
+	f()
+}
 
 // requestEnd says why wait returned.
 type requestEnd int
@@ -90,41 +101,29 @@ type watch struct {
 	control    <-chan struct{}  // a restart or delete may be waiting
 }
 
-// wait reads the request's messages, handing each one of its own to
-// onMessage in kernel order, until the request has ended or one of w's
-// channels fires. After a watch event the caller may call wait again: the
-// request goes on where it was.
-func (q *request) wait(w *watch, onMessage func(core.Message)) requestEnd {
-	for !q.gotReply || !q.gotIdle {
-		select {
-		case m := <-q.rt.ch:
-			if m.ParentID == "" {
-				if end, over := kernelWideEnd(m.State); over {
-					q.endText = m.Text
-					return end
-				}
-				continue
-			}
-			switch {
-			case m.Type == core.MsgExecuteReply:
-				q.gotReply = true
-			case m.Type == core.MsgStatus && m.State == core.StateIdle:
-				q.gotIdle = true
-			}
-			onMessage(m)
-		case <-q.r.gone:
+// wait waits until the request has ended (the router has handed it all its
+// messages by then) or one of w's channels fires. After a watch event the
+// caller may call wait again: the request goes on where it was.
+func (q *request) wait(w *watch) requestEnd {
+	select {
+	case <-q.rt.over:
+	case <-q.r.gone:
+		// Everything the kernel sent has been delivered by now: a request
+		// that it finished (or ended) before its messages stopped says so.
+		if !q.rt.isOver() {
 			return endLost
-		case <-w.deadline:
-			return endDeadline
-		case <-w.clientGone:
-			return endClientGone
-		case <-w.grace:
-			return endGrace
-		case <-w.control:
-			return endControl
 		}
+	case <-w.deadline:
+		return endDeadline
+	case <-w.clientGone:
+		return endClientGone
+	case <-w.grace:
+		return endGrace
+	case <-w.control:
+		return endControl
 	}
-	return endFinished
+	q.endText = q.rt.endText // set before over was closed
+	return q.rt.end
 }
 
 // kernelWideEnd says whether a kernel-wide status ends every request in flight.

@@ -43,11 +43,6 @@ type router struct {
 	restarted chan struct{}
 }
 
-type route struct {
-	ch   chan core.Message
-	done chan struct{} // closed by unregister: the router stops delivering
-}
-
 func newRouter(msgs <-chan core.Message, onKernelEvent func(state string)) *router {
 	r := &router{routes: make(map[string]*route), gone: make(chan struct{}), onKernelEvent: onKernelEvent, restarted: make(chan struct{})}
 	go r.run(msgs)
@@ -95,30 +90,99 @@ func (r *router) broadcast(m core.Message) {
 	}
 }
 
+// route is one request's end of the router. The router hands each message of
+// the request to handle itself, on its own goroutine, in kernel order, and
+// marks the request over when the kernel reported it finished (execute_reply
+// and status idle, after which it runs finished) or a kernel-wide status
+// ended it. Only then is the request's waiter, the context's loop, woken:
+// a message costs one goroutine hand-off into the engine (the transport's to
+// the router) and one out of it (the output log's to the stream that reads
+// it), not a third through the loop.
+//
+// mu serialises the router's work for the request with the waiter's: while
+// the request is registered, the waiter takes it (exclusive) to change what
+// handle and finished change too (an Execution's outcome and error line).
+// Neither handle nor finished may block, nor anyone hold mu while waiting
+// for the router.
+type route struct {
+	mu       sync.Mutex
+	handle   func(core.Message) // each message of the request; nil: none wanted
+	finished func()             // once, when the kernel reported the request finished; may be nil
+	gotReply bool               // execute_reply seen
+	gotIdle  bool               // status idle seen
+	closed   bool               // unregistered: nothing more is delivered
+	// end and endText are why the request is over; set once, before over
+	// is closed.
+	end     requestEnd
+	endText string
+	over    chan struct{}
+}
+
 func (rt *route) deliver(m core.Message) {
-	select {
-	case rt.ch <- m:
-	case <-rt.done:
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed || rt.isOver() {
+		return
+	}
+	if m.ParentID == "" {
+		if end, over := kernelWideEnd(m.State); over {
+			rt.endWith(end, m.Text)
+		}
+		return
+	}
+	switch {
+	case m.Type == core.MsgExecuteReply:
+		rt.gotReply = true
+	case m.Type == core.MsgStatus && m.State == core.StateIdle:
+		rt.gotIdle = true
+	}
+	if rt.handle != nil {
+		rt.handle(m)
+	}
+	if rt.gotReply && rt.gotIdle {
+		if rt.finished != nil {
+			rt.finished()
+		}
+		rt.endWith(endFinished, "")
 	}
 }
 
-// register starts routing the messages of msgID. The caller must read the
-// route's channel until it calls unregister.
-func (r *router) register(msgID string) *route {
-	rt := &route{ch: make(chan core.Message, 256), done: make(chan struct{})}
+func (rt *route) isOver() bool {
+	select {
+	case <-rt.over:
+		return true
+	default:
+		return false
+	}
+}
+
+// endWith records why the request is over and wakes its waiter; rt.mu is held.
+func (rt *route) endWith(end requestEnd, text string) {
+	rt.end, rt.endText = end, text
+	close(rt.over)
+}
+
+// register starts routing the messages of msgID to handle (and finished,
+// see route), until unregister.
+func (r *router) register(msgID string, handle func(core.Message), finished func()) *route {
+	rt := &route{handle: handle, finished: finished, over: make(chan struct{})}
 	r.mu.Lock()
 	r.routes[msgID] = rt
 	r.mu.Unlock()
 	return rt
 }
 
+// unregister stops routing the messages of msgID: once it returns, the
+// route's handle and finished are not called again.
 func (r *router) unregister(msgID string) {
 	r.mu.Lock()
 	rt := r.routes[msgID]
 	delete(r.routes, msgID)
 	r.mu.Unlock()
 	if rt != nil {
-		close(rt.done)
+		rt.mu.Lock()
+		rt.closed = true
+		rt.mu.Unlock()
 	}
 }
 

@@ -104,12 +104,16 @@ func (c *Context) resetEnv(ctx context.Context, env map[string]string) {
 // or the context gives it up: a restart or delete is waiting, or the code
 // ignored an interrupt.
 func (c *Context) runUserCode(x *Execution) {
-	q, err := c.send(context.Background(), x.code, false)
+	u := &userRun{c: c, x: x, w: watch{clientGone: x.ctx.Done(), control: c.ctrl}}
+	// The router puts the request's outputs on x's stream and ends it as
+	// the kernel reports it finished: the client hears at once, while the
+	// loop wakes once, to release the slot.
+	q, err := c.send(context.Background(), x.code, false, u.message, x.endStream)
 	if err != nil {
 		c.endUnsent(x, err)
 		return
 	}
-	u := &userRun{c: c, x: x, q: q, w: watch{clientGone: x.ctx.Done(), control: c.ctrl}}
+	u.q = q
 	defer u.q.close()
 	if x.timeout > 0 {
 		deadline, cancel := context.WithTimeout(context.Background(), x.timeout)
@@ -117,7 +121,7 @@ func (c *Context) runUserCode(x *Execution) {
 		u.w.deadline = deadline.Done()
 	}
 	defer u.stopGrace()
-	for !u.handle(u.q.wait(&u.w, u.message)) {
+	for !u.handle(u.q.wait(&u.w)) {
 	}
 }
 
@@ -137,8 +141,10 @@ func (c *Context) endUnsent(x *Execution, err error) {
 	x.end(name, "Failed to send the execution request: "+err.Error())
 }
 
-// userRun is one execution's code on the kernel: what runUserCode does with
-// each message of its request and with each event besides.
+// userRun is one execution's code on the kernel: what the router does with
+// each message of its request (message) and runUserCode with each event
+// besides (handle). While the request is registered, x's outcome and error
+// line are changed by both: handle changes them exclusive of the router.
 type userRun struct {
 	c     *Context
 	x     *Execution
@@ -147,7 +153,8 @@ type userRun struct {
 	grace *time.Timer // started by the first interrupt
 }
 
-// message puts the line a message of the request makes, if any, on x's stream.
+// message puts the line a message of the request makes, if any, on x's
+// stream. It runs on the router's goroutine.
 func (u *userRun) message(m core.Message) {
 	if o, ok := messageOutput(m, now); ok {
 		if o.Type == OutError {
@@ -185,24 +192,28 @@ func (u *userRun) handle(end requestEnd) (done bool) {
 		if c.e.cfg.DisconnectPolicy == DisconnectContinue && !x.interruptOnLeave {
 			return false
 		}
-		x.settle(OutcomeClientGone)
+		u.q.exclusive(func() { x.settle(OutcomeClientGone) })
 		u.logInterrupt("client left mid-execution")
 		u.interrupt()
 		return false
 	case endDeadline:
 		u.w.deadline = nil
-		x.settle(OutcomeTimeout)
-		u.logInterrupt("execution timeout")
-		// The client hears at once; the kernel keeps the slot until it has
-		// stopped (or was restarted), so nothing runs behind it early.
-		x.end(errNameTimeout, fmt.Sprintf("The execution did not finish within %s; it was interrupted", x.timeout))
+		u.q.exclusive(func() {
+			x.settle(OutcomeTimeout)
+			u.logInterrupt("execution timeout")
+			// The client hears at once; the kernel keeps the slot until it has
+			// stopped (or was restarted), so nothing runs behind it early.
+			x.end(errNameTimeout, fmt.Sprintf("The execution did not finish within %s; it was interrupted", x.timeout))
+		})
 		u.interrupt()
 		return false
 	case endGrace:
 		// The code ignored the interrupt: restart so that the context is
 		// free again within a bound (option B of docs/api-contract.md §9.3).
 		c.log.WarnContext(x.ctx, "interrupt did not take effect; restarting the kernel", "grace", c.e.cfg.InterruptGrace)
-		x.end(errNameRestarting, fmt.Sprintf("The execution did not stop within %s of an interrupt; the context was restarted", c.e.cfg.InterruptGrace))
+		u.q.exclusive(func() {
+			x.end(errNameRestarting, fmt.Sprintf("The execution did not stop within %s of an interrupt; the context was restarted", c.e.cfg.InterruptGrace))
+		})
 		if err := c.restartKernel(); err != nil {
 			c.log.ErrorContext(x.ctx, "restart after interrupt failed", "err", err)
 		}
@@ -211,7 +222,9 @@ func (u *userRun) handle(end requestEnd) (done bool) {
 			return false
 		}
 		notify(c.ctrl) // let the loop see it too
-		x.end(errNameUnexpectedEnd, "Connection to the execution was closed before the execution was finished")
+		u.q.exclusive(func() {
+			x.end(errNameUnexpectedEnd, "Connection to the execution was closed before the execution was finished")
+		})
 	}
 	return true
 }
