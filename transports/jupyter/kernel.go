@@ -201,8 +201,19 @@ func tooLarge(size, max int) error {
 }
 
 // Interrupt asks the server to interrupt the kernel (SIGINT or an
-// interrupt_request, as its kernel spec says).
+// interrupt_request, as its kernel spec says), if a request of ours runs
+// (core.Kernel: none, nothing to do). An interrupt sent to an idle kernel
+// is no harmless no-op: a SIGINT reaches the kernel when it reaches it
+// (through the sandbox launcher's relay, say), and under load that can be
+// inside the next request, which then loses its output or its reply; nor
+// is a request of another client of the kernel ours to stop.
 func (k *kernel) Interrupt(ctx context.Context) error {
+	k.liveMu.Lock()
+	running := len(k.live) > 0
+	k.liveMu.Unlock()
+	if !running {
+		return nil
+	}
 	if err := k.c.interruptKernel(ctx, k.id); err != nil {
 		return fmt.Errorf("interrupt kernel %s: %w", k.id, err)
 	}
