@@ -198,9 +198,9 @@ func (u *userRun) handle(end requestEnd) (done bool) {
 		return false
 	case endDeadline:
 		u.w.deadline = nil
+		u.logInterrupt("execution timeout")
 		u.q.exclusive(func() {
 			x.settle(OutcomeTimeout)
-			u.logInterrupt("execution timeout")
 			// The client hears at once; the kernel keeps the slot until it has
 			// stopped (or was restarted), so nothing runs behind it early.
 			x.end(errNameTimeout, fmt.Sprintf("The execution did not finish within %s; it was interrupted", x.timeout))
