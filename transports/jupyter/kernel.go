@@ -242,7 +242,21 @@ func (k *kernel) Restart(ctx context.Context) error {
 	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, k.c.cfg.RestartTimeout)
 	defer cancel()
-	err := k.restartOnServer(ctx)
+	// A kernel that died is being restarted by the server's own restarter
+	// (its "restarting" is what reported the death): let that restart end
+	// first, until the new kernel answers (the background nudge). A restart
+	// request that arrives during it does not wait its turn on Kernel Gateway
+	// 2.5.2 (jupyter_client's blocking restart_kernel re-enters the event
+	// loop through nest_asyncio): the server runs both restarts interleaved
+	// on the one KernelManager, which answers 500 (InvalidStateError), kills
+	// a kernel it is still launching, or loses the request altogether
+	// ("Cannot enter into task" in its log); and a kernel it kills can count
+	// against the restarter's restart_limit, past which the server removes
+	// the kernel (a 404 for the rest of its life).
+	err := k.waitReady(ctx)
+	if err == nil {
+		err = k.restartOnServer(ctx)
+	}
 	if err == nil {
 		err = k.nudge(ctx)
 	}
@@ -258,8 +272,9 @@ func (k *kernel) Restart(ctx context.Context) error {
 
 // restartOnServer asks the server to restart the kernel. The server answers
 // 500 while its own restarter is still bringing back a kernel that died (it
-// reported restarting before it restarts): that is retried, with backoff,
-// until ctx ends.
+// reported restarting before it restarts; Restart waits for the restarts it
+// heard of, not for one whose status is still on its way): that is
+// retried, with backoff, until ctx ends.
 func (k *kernel) restartOnServer(ctx context.Context) error {
 	delay := reconnectFirstDelay
 	for {

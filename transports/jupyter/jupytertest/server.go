@@ -294,8 +294,13 @@ func KernelGatewayArgs(port int) []string {
 		// GET api/kernels answers 403 without it: the transport lists the
 		// kernels to find one created after its start was abandoned.
 		"--JupyterWebsocketPersonality.list_kernels=True",
-		// As Args: a kernel's death reported within a second.
-		"--KernelRestarter.time_to_dead=0.25",
+		// A kernel's death reported within about a second, as Args, but
+		// not four times a second: Kernel Gateway's kernel manager is the
+		// blocking one, whose every poll (is_alive) re-enters the event
+		// loop through nest_asyncio, and an HTTP request in flight on a
+		// connection older than the gateway's first kernel start can be
+		// lost when it does ("Cannot enter into task" in its log).
+		"--KernelRestarter.time_to_dead=1",
 	}
 }
 
