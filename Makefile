@@ -242,7 +242,11 @@ test: deps
 # test runs its four parts at once: test-go and test-go-faults spend much of
 # their time waiting on interpreters, kernels and servers, and the builds and
 # fuzzing of the other two fill the cores meanwhile. Each part does the same
-# work as alone.
+# work as alone. The other two run niced (BACKGROUND): they are CPU work
+# with no time bound, so they take the cores when the tests wait and give
+# them up when the tests, whose bounds and binaries are the run's length,
+# need them.
+BACKGROUND := nice -n 10
 
 # -timeout: go test's default of 10 minutes is per package binary, and the
 # host's and the Jupyter transport's packages run real interpreters, Jupyter
@@ -301,7 +305,7 @@ fuzz:
 	@$(MAKE) --no-print-directory run-fuzz FUZZ_RUN='$(FUZZ_TARGETS)' FUZZ_FOR=$(FUZZTIME)
 
 test-fuzz:
-	@$(MAKE) --no-print-directory run-fuzz FUZZ_RUN='$(FUZZ_QUICK)' FUZZ_FOR=count
+	@$(BACKGROUND) $(MAKE) --no-print-directory run-fuzz FUZZ_RUN='$(FUZZ_QUICK)' FUZZ_FOR=count
 
 # One `go test -fuzz` per target of FUZZ_RUN: Go fuzzes one target per
 # invocation. FUZZ_FOR=count takes each target's own execution count.
@@ -315,10 +319,10 @@ run-fuzz:
 
 test-wasm: $(WAZERO)
 	GOOS=wasip1 GOARCH=wasm GOWASIRUNTIME=wazero PATH="$(TOOLS):$$PATH" \
-		$(GO) test -count=1 -exec="$(GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./core/...
+		$(BACKGROUND) $(GO) test -count=1 -exec="$(GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./core/...
 
 $(WAZERO):
-	GOBIN=$(TOOLS) $(GO) install github.com/tetratelabs/wazero/cmd/wazero@$(WAZERO_VERSION)
+	GOBIN=$(TOOLS) $(BACKGROUND) $(GO) install github.com/tetratelabs/wazero/cmd/wazero@$(WAZERO_VERSION)
 
 deps: deps-apt deps-npm
 
