@@ -1,0 +1,65 @@
+package server_test
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/kernelhost/kernelhost/hostcmd/internal/hosttest"
+	"github.com/kernelhost/kernelhost/internal/testkit"
+)
+
+// BenchmarkHTTPFloor measures the HTTP part of the floor under a `1+1`: the
+// host's POST /execute (transport linked in) alternated with the same
+// exchange against a bare net/http server on loopback that answers at once
+// with the bytes the host answered, one flushed write per line as the host
+// streams them, read by the same kind of client. What a `1+1` cannot go
+// below is this bare exchange plus the interpreter's own round trip
+// (BenchmarkRoundTrip's direct side); the rest is the host's.
+func BenchmarkHTTPFloor(b *testing.B) {
+	h := hosttest.Start(b)
+	body := []byte(`{"code":"1+1"}`)
+	post := func(c *http.Client, url string) []byte {
+		resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Contains(out, []byte(`"text":"2"`)) {
+			b.Fatalf("%s: %v %q", url, err, out)
+		}
+		return out
+	}
+	lines := bytes.SplitAfter(post(h.Client(), h.URL()+"/execute"), []byte("\n"))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		for _, l := range lines {
+			if len(l) > 0 {
+				_, _ = w.Write(l)
+				w.(http.Flusher).Flush()
+			}
+		}
+	})}
+	go func() { _ = bare.Serve(ln) }()
+	b.Cleanup(func() { _ = bare.Close() })
+	bareURL := "http://" + ln.Addr().String() + "/execute"
+	client := &http.Client{Transport: &http.Transport{}}
+	b.Cleanup(client.CloseIdleConnections)
+
+	hostD, bareD := testkit.Compare(b, 20,
+		testkit.Timed(func() { post(h.Client(), h.URL()+"/execute") }),
+		testkit.Timed(func() { post(client, bareURL) }))
+	testkit.ReportAdded(b, time.Nanosecond, "host", hostD, "bare-http", bareD)
+}
