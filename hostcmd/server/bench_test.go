@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,15 +114,22 @@ func compareRoundTrips(b *testing.B, aName string, a *hosttest.Host, cName strin
 
 // postExpect runs body's /execute on h and fails unless the stream holds want.
 func postExpect(b *testing.B, h *hosttest.Host, body []byte, want string) {
-	resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
+	postRead(b, h.Client(), h.URL()+"/execute", body, want)
+}
+
+// postRead posts body to url with c, reads the whole answer and fails unless
+// it holds want; it returns the answer.
+func postRead(b *testing.B, c *http.Client, url string, body []byte, want string) []byte {
+	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		b.Fatal(err)
 	}
 	out, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil || !bytes.Contains(out, []byte(want)) {
-		b.Fatalf("host: %v %q, want %s", err, out, want)
+		b.Fatalf("%s: %v %q, want %s", url, err, out, want)
 	}
+	return out
 }
 
 // compareRuns times a and c alternately (either first every other time)

@@ -3,8 +3,6 @@
 package server_test
 
 import (
-	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,17 +23,7 @@ import (
 func BenchmarkRoundTripCPU(b *testing.B) {
 	h := hosttest.Start(b)
 	body := []byte(`{"code":"1+1"}`)
-	once := func() {
-		resp, err := h.Client().Post(h.URL()+"/execute", "application/json", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || !bytes.Contains(out, []byte(`"text":"2"`)) {
-			b.Fatalf("host: %v %q", err, out)
-		}
-	}
+	once := func() { postExpect(b, h, body, `"text":"2"`) }
 	for range 50 { // warm: connection, imports, caches
 		once()
 	}

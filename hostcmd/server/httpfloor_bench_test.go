@@ -22,19 +22,8 @@ import (
 func BenchmarkHTTPFloor(b *testing.B) {
 	h := hosttest.Start(b)
 	body := []byte(`{"code":"1+1"}`)
-	post := func(c *http.Client, url string) []byte {
-		resp, err := c.Post(url, "application/json", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || !bytes.Contains(out, []byte(`"text":"2"`)) {
-			b.Fatalf("%s: %v %q", url, err, out)
-		}
-		return out
-	}
-	lines := bytes.SplitAfter(post(h.Client(), h.URL()+"/execute"), []byte("\n"))
+	const want = `"text":"2"`
+	lines := bytes.SplitAfter(postRead(b, h.Client(), h.URL()+"/execute", body, want), []byte("\n"))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -59,7 +48,7 @@ func BenchmarkHTTPFloor(b *testing.B) {
 	b.Cleanup(client.CloseIdleConnections)
 
 	hostD, bareD := testkit.Compare(b, 20,
-		testkit.Timed(func() { post(h.Client(), h.URL()+"/execute") }),
-		testkit.Timed(func() { post(client, bareURL) }))
+		testkit.Timed(func() { postExpect(b, h, body, want) }),
+		testkit.Timed(func() { postRead(b, client, bareURL, body, want) }))
 	testkit.ReportAdded(b, time.Nanosecond, "host", hostD, "bare-http", bareD)
 }
