@@ -1,10 +1,12 @@
 package testkit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -43,10 +45,40 @@ const DebianPython = "/usr/bin/python3"
 
 // NeedPythonModules calls Missing unless python imports every one of
 // modules (e.g. "IPython", "matplotlib").
+//
+// The import runs once per python and module list per test binary, and
+// every later call gets its answer: importing the data stack costs about
+// a CPU-second, and the fork tests of one package asked the same question
+// of the same python dozens of times (what is installed does not change
+// during a run).
 func NeedPythonModules(tb testing.TB, python string, modules ...string) {
 	tb.Helper()
-	out, err := exec.Command(python, "-c", "import "+strings.Join(modules, ", ")).CombinedOutput()
-	if err != nil {
-		Missingf(tb, "%s cannot import %s (make test installs them): %v: %s", python, strings.Join(modules, ", "), err, out)
+	imports := strings.Join(modules, ", ")
+	pythonChecksMu.Lock()
+	check, ok := pythonChecks[python+"\x00"+imports]
+	if !ok {
+		check = &pythonCheck{}
+		pythonChecks[python+"\x00"+imports] = check
+	}
+	pythonChecksMu.Unlock()
+	check.once.Do(func() {
+		if out, err := exec.Command(python, "-c", "import "+imports).CombinedOutput(); err != nil {
+			check.missing = fmt.Sprintf("%s cannot import %s (make test installs them): %v: %s", python, imports, err, out)
+		}
+	})
+	if check.missing != "" {
+		Missing(tb, errors.New(check.missing))
 	}
 }
+
+// pythonCheck is the answer of NeedPythonModules for one python and module
+// list: "" when it imports them, else why not.
+type pythonCheck struct {
+	once    sync.Once
+	missing string
+}
+
+var (
+	pythonChecksMu sync.Mutex
+	pythonChecks   = map[string]*pythonCheck{} // by python and "\x00" and the modules
+)

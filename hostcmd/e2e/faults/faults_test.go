@@ -105,7 +105,7 @@ func TestFaultInterpreterKilled(t *testing.T) {
 // goes with it; the plugin restarts and every context works again.
 func TestFaultPluginKilled(t *testing.T) {
 	hosttest.NoLeftovers(t)
-	h := hosttest.Start(t, hosttest.ViaPlugin)
+	h := hosttest.Start(t, hosttest.ViaPlugin, hosttest.WithForkTemplate) // the template goes too
 	extra := h.CreateContext(`{"language":"bash"}`)
 	id := h.DefaultID("python")
 	py := hosttest.PidOf(t, h, id)

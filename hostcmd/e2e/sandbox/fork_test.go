@@ -135,7 +135,7 @@ func TestForkContextSandboxedViaPlugin(t *testing.T) {
 	t.Parallel()
 	hosttest.NeedSandbox(t)
 	testkit.NeedPythonModules(t, testkit.DebianPython, "numpy", "pandas", "matplotlib", "IPython")
-	h := hosttest.Start(t, hosttest.ViaPlugin, withForkGlobal, func(c *settings.Config) {
+	h := hosttest.Start(t, hosttest.ViaPlugin, hosttest.WithForkTemplate, withForkGlobal, func(c *settings.Config) {
 		c.SetTransportSetting("sandbox", "on")
 		c.SetTransportSetting("python", testkit.DebianPython)
 	})

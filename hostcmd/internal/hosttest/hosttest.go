@@ -148,11 +148,34 @@ func NeedSandbox(t testing.TB) {
 }
 
 // ViaPlugin runs the subprocess transport through the plugin boundary, as
-// the kernelhost binary does: the real kernelhost-transport-subprocess.
+// the kernelhost binary does: the real kernelhost-transport-subprocess,
+// with its defaults but one: no python fork template (-python-preload=off),
+// as the linked-in transport of InProcess has none. A template imports the
+// data stack, about a CPU-second per host, and most of the hosts of these
+// tests started one that no test looked at (their contexts were forked
+// from it or not, as its preload raced their first request). A test about
+// the template, or about what goes with the plugin, adds WithForkTemplate
+// after ViaPlugin.
 func ViaPlugin(c *settings.Config) {
+	viaPlugin(c, "subprocess")
+	c.SetTransportSetting("python-preload", "off")
+}
+
+// WithForkTemplate gives a ViaPlugin host the plugin's default
+// -python-preload=auto back: a python fork template that preloads the data
+// stack, from which new python contexts are forked once it is ready. For
+// tests of the template and of what must go with the plugin (a killed or
+// stopped plugin leaves no template behind either).
+func WithForkTemplate(c *settings.Config) {
+	c.SetTransportSetting("python-preload", "auto")
+}
+
+// viaPlugin runs the transport named name through its plugin, with the
+// plugin's defaults.
+func viaPlugin(c *settings.Config, name string) {
 	c.Transport = nil
 	c.PluginDir = pluginDir
-	c.TransportName = "subprocess"
+	c.TransportName = name
 }
 
 // EachTransport runs f once per way the host gets its transport: linked in

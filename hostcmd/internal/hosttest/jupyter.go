@@ -28,8 +28,7 @@ func JupyterInProcess(tb testing.TB, srv *jupytertest.Server) func(*settings.Con
 // `KERNELHOST_TRANSPORT=jupyter kernelhost` does.
 func JupyterViaPlugin(srv *jupytertest.Server) func(*settings.Config) {
 	return func(c *settings.Config) {
-		ViaPlugin(c)
-		c.TransportName = "jupyter"
+		viaPlugin(c, "jupyter")
 		c.SetTransportSetting("jupyter-url", srv.URL)
 		c.SetTransportSetting("jupyter-token", srv.Token)
 	}

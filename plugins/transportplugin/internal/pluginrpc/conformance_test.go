@@ -32,28 +32,46 @@ func pluginTransportConfig(shared Config) func(t *testing.T) core.Transport {
 	}
 }
 
+// subprocessPlugin launches the real subprocess plugin for one case of a
+// conformance suite, with its defaults but two: no python fork template
+// (python-preload=off) and pool only the languages of pool
+// (interpreter-pool; the default is python=1,javascript=1). Every case
+// launches a plugin of its own, well over a hundred in all, and with the
+// defaults each started a template that imported the data stack (a
+// CPU-second; its contexts forked only when it was ready before the case's
+// first kernel, which it mostly was not) and a python and a node
+// interpreter for its pools, whatever the suite's language: most of this
+// package's CPU. Forked contexts are tested in transports/subprocess
+// (fork_test.go), through the plugin in TestForkThroughPlugin and the host's
+// e2e tests.
+func subprocessPlugin(pool string) func(t *testing.T) core.Transport {
+	return pluginTransportConfig(Config{Path: subprocessBin, Settings: map[string]any{"python-preload": "off", "interpreter-pool": pool}})
+}
+
 // Each conformance suite is a parallel test: its cases run beside the other
 // suites' cases (go test's -parallel bounds how many at once), not after them.
+// Each suite's language keeps its default pool (python=1, javascript=1;
+// none for bash and typescript), the others have none.
 func TestConformanceSubprocessPluginPython(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Python())
+	transporttest.Run(t, subprocessPlugin("python=1,javascript=0"), transporttest.Python())
 }
 
 func TestConformanceSubprocessPluginBash(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.Bash())
+	transporttest.Run(t, subprocessPlugin("python=0,javascript=0"), transporttest.Bash())
 }
 
 func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.JavaScript())
+	transporttest.Run(t, subprocessPlugin("python=0,javascript=1"), transporttest.JavaScript())
 }
 
 func TestConformanceSubprocessPluginTypeScript(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, pluginTransport(subprocessBin), transporttest.TypeScript())
+	transporttest.Run(t, subprocessPlugin("python=0,javascript=0"), transporttest.TypeScript())
 }
 
 func TestConformanceExamplePlugin(t *testing.T) {
