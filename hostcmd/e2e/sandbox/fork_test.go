@@ -25,12 +25,12 @@ func unsandboxed(c *settings.Config) {
 
 // unsandboxedViaPlugin runs the subprocess transport through its plugin,
 // as the kernelhost binary does, without a sandbox (Debian's python, no
-// fork server: contexts are forked from their own interpreters).
+// fork server, as every ViaPlugin host: contexts are forked from their own
+// interpreters).
 func unsandboxedViaPlugin(c *settings.Config) {
 	hosttest.ViaPlugin(c)
 	c.SetTransportSetting("sandbox", "off")
 	c.SetTransportSetting("python", testkit.DebianPython)
-	c.SetTransportSetting("python-preload", "off")
 }
 
 // withForkGlobal gives every context the global env var KH_FORK_GLOBAL=g.

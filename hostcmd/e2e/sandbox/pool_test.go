@@ -22,9 +22,9 @@ import (
 func TestPoolThroughPlugin(t *testing.T) {
 	t.Parallel()
 	needNode(t)
-	// The pool, not the fork template: with a preload, a python context
-	// comes from the template once it is ready (TestForkContextSandboxedViaPlugin).
-	h := hosttest.Start(t, hosttest.ViaPlugin, func(c *settings.Config) { c.SetTransportSetting("python-preload", "off") })
+	// The pool, not the fork template: ViaPlugin hosts have none (with one, a
+	// python context comes from it once it is ready: TestForkContextSandboxedViaPlugin).
+	h := hosttest.Start(t, hosttest.ViaPlugin)
 	for _, lang := range []string{"python", "javascript"} {
 		if rss := awaitPool(h, t, lang); rss < 1<<20 {
 			t.Errorf("%s pool rss %v bytes, want an interpreter's", lang, rss)
@@ -94,7 +94,6 @@ func TestPooledContextInItsOwnCwdThroughPlugin(t *testing.T) {
 	workspace := t.TempDir()
 	writable := func(c *settings.Config) {
 		c.SetTransportSetting("sandbox-writable", workspace)
-		c.SetTransportSetting("python-preload", "off")
 	}
 	pooled := hosttest.Start(t, hosttest.ViaPlugin, writable)
 	cold := hosttest.Start(t, hosttest.ViaPlugin, writable, func(c *settings.Config) { c.SetTransportSetting("interpreter-pool", "python=0,javascript=0") })
