@@ -32,8 +32,8 @@ type LanguageSnippets struct {
 	SetState string
 	GetState string
 
-	// Sleep writes "start\n" to stdout, then runs for at least 30 s unless
-	// interrupted.
+	// Sleep writes "start\n" to stdout, then runs for at least SleepRunsFor
+	// unless interrupted.
 	Sleep string
 
 	// Exit makes the interpreter exit at once (the kernel dies).

@@ -35,6 +35,8 @@ const (
 	ExecTimeout  = 30 * time.Second // one execution, request to reply and idle
 	// InterruptTimeout bounds the end of an interrupted request.
 	InterruptTimeout = 10 * time.Second
+	// SleepRunsFor is how long each language's Sleep snippet runs.
+	SleepRunsFor = 60 * time.Second
 )
 
 // Suite is what a Case runs against.
