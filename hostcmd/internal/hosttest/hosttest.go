@@ -255,6 +255,15 @@ func (h *Host) Client() *http.Client { return h.client }
 // Cwd is the host's default cwd, a temporary directory of the test.
 func (h *Host) Cwd() string { return h.cwd }
 
+// requestGuard bounds one request of Do, so that a request the host never
+// answers fails the test instead of hanging it. It is no measure of the host:
+// it leaves room for the host's own recovery on a loaded machine, such as
+// the Jupyter transport replacing a kernel that never came up (an ipykernel
+// whose port was taken as it started hangs in its exit, and the server holds
+// its websocket): judged after twice the transport's answer timeout (30 s),
+// then a new kernel's start.
+const requestGuard = 90 * time.Second
+
 // Do sends one request and returns the status and the whole body.
 func (h *Host) Do(method, path string, body string) (int, string) {
 	h.t.Helper()
@@ -265,7 +274,7 @@ func (h *Host) Do(method, path string, body string) (int, string) {
 // DoWith is Do with extra request headers, returning the response's too.
 func (h *Host) DoWith(method, path, body string, headers map[string]string) (int, http.Header, string) {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), requestGuard)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, h.URL()+path, strings.NewReader(body))
 	if err != nil {
