@@ -26,7 +26,7 @@ func (t *tools) register(s *mcp.Server) {
 		Description: "Run code in a stateful interpreter session (a context) and return what it printed, its result and any error. " +
 			"State (variables, imports, files) persists between calls in the same context. " +
 			"Without context_id the code runs in the language's default context; give context_id (from create_context or list_contexts) to pick one. " +
-			"The value of the last expression is returned as the result (python, javascript, r). " +
+			"The value of the last expression is returned as the result (python, javascript, typescript, r and java; bash only prints). " +
 			"Charts drawn with matplotlib (plt.show() or a figure as the last expression) and PNG images come back as images, " +
 			"and structured results (a chart's data, a DataFrame, JSON, HTML) as structured content. " +
 			"An exception comes back as an error with its traceback; the context stays usable. " +

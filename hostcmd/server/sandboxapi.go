@@ -28,14 +28,15 @@ type sandboxAPI struct {
 }
 
 // newSandboxAPI builds the sandbox API with a context's walls: the
-// transport's sandbox settings (the subprocess plugin's -sandbox and
-// -sandbox-writable; their defaults for another transport) and the
+// transport's sandbox settings (the subprocess plugin's -sandbox,
+// -sandbox-writable and -context-network, named by subprocess.Setting*;
+// their defaults for another transport) and the
 // default cwd as home.
 func newSandboxAPI(cfg settings.Config, home string) (*envd.Server, error) {
 	specs := cfg.PluginSpecs()
-	opts := subprocess.SandboxOptions{Mode: cfg.TransportSettings["sandbox"], Writable: []string{home},
-		Hidden: cfg.PrivatePaths(specs), Network: cfg.TransportSettings["context-network"]}
-	for _, w := range strings.Split(cfg.TransportSettings["sandbox-writable"], ",") {
+	opts := subprocess.SandboxOptions{Mode: cfg.TransportSettings[subprocess.SettingSandbox], Writable: []string{home},
+		Hidden: cfg.PrivatePaths(specs), Network: cfg.TransportSettings[subprocess.SettingContextNetwork]}
+	for _, w := range strings.Split(cfg.TransportSettings[subprocess.SettingSandboxWritable], ",") {
 		if w = strings.TrimSpace(w); w != "" {
 			opts.Writable = append(opts.Writable, w)
 		}
@@ -49,7 +50,7 @@ func newSandboxAPI(cfg settings.Config, home string) (*envd.Server, error) {
 	case err != nil:
 		// Commands never run unsandboxed unless the operator said so
 		// (-sandbox=off); the files side still serves.
-		ecfg.NoCommands = fmt.Sprintf("commands run only in a sandbox, and there is none here (%v); %s=off runs them without one", err, settings.EnvVar("sandbox"))
+		ecfg.NoCommands = fmt.Sprintf("commands run only in a sandbox, and there is none here (%v); %s=off runs them without one", err, settings.EnvVar(subprocess.SettingSandbox))
 		cfg.Logger.Warn("the sandbox API refuses commands: no sandbox here", "why", err)
 	case sb != nil:
 		ecfg.Sandbox = sb
@@ -68,21 +69,22 @@ func newSandboxAPI(cfg settings.Config, home string) (*envd.Server, error) {
 
 // commandLimits are a context's limits (the subprocess plugin's
 // -context-memory, -context-pids, -context-cpu-weight and -kernel-cgroups,
-// their defaults for another transport), for each command.
+// named by subprocess.Setting*; their defaults for another transport), for
+// each command.
 func commandLimits(settings map[string]string) (*subprocess.CommandLimits, error) {
 	var lim subprocess.Limits
 	var err error
-	if lim.MemoryBytes, err = subprocess.ParseBytes(settings["context-memory"]); err != nil {
-		return nil, fmt.Errorf("context-memory: %w", err)
+	if lim.MemoryBytes, err = subprocess.ParseBytes(settings[subprocess.SettingContextMemory]); err != nil {
+		return nil, fmt.Errorf("%s: %w", subprocess.SettingContextMemory, err)
 	}
-	for name, field := range map[string]*int{"context-pids": &lim.Pids, "context-cpu-weight": &lim.CPUWeight} {
+	for name, field := range map[string]*int{subprocess.SettingContextPids: &lim.Pids, subprocess.SettingContextCPUWeight: &lim.CPUWeight} {
 		if v := settings[name]; v != "" {
 			if *field, err = strconv.Atoi(v); err != nil {
 				return nil, fmt.Errorf("%s %q: want an integer", name, v)
 			}
 		}
 	}
-	cgroups := settings["kernel-cgroups"] != "false"
+	cgroups := settings[subprocess.SettingKernelCgroups] != "false"
 	return subprocess.NewCommandLimits(lim, cgroups)
 }
 

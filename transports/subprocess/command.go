@@ -12,6 +12,23 @@ import (
 	"github.com/kernelhost/kernelhost/transports/subprocess/internal/sandbox"
 )
 
+// The names of the subprocess plugin's settings
+// (plugins/cmd/kernelhost-transport-subprocess, settings.go) that the host
+// reads too, from its settings.Config.TransportSettings: the sandbox API
+// gives its commands a context's walls and limits from them
+// (hostcmd/server/sandboxapi.go). Both sides name them by these constants,
+// so a rename reaches both; the plugin's TestSettingsTheHostReads fails if
+// one is no longer declared there, or no longer sets its field.
+const (
+	SettingSandbox          = "sandbox"
+	SettingSandboxWritable  = "sandbox-writable"
+	SettingContextNetwork   = "context-network"
+	SettingContextMemory    = "context-memory"
+	SettingContextPids      = "context-pids"
+	SettingContextCPUWeight = "context-cpu-weight"
+	SettingKernelCgroups    = "kernel-cgroups"
+)
+
 // CommandSandbox runs commands other than interpreters (the sandbox API's
 // process.Process, hostcmd/envd) in the same walls as a context's
 // interpreter: built from the same SandboxOptions by the same code

@@ -14,8 +14,9 @@
 //     (register, Interpreters); python.go, node.go, bash.go, r.go,
 //     java.go: one language each, all of its rules (start, request framing,
 //     interrupt, cwd move, message channel) and its registration. Adding a
-//     language is its file and its driver script (docs/drivers.md, "Where
-//     a language lives").
+//     language is its file and its driver script here, and outside the
+//     package its snippets, goldens, a docs row and its Debian package
+//     (docs/drivers.md, "Where a language lives", lists them).
 //   - transport.go: Transport (Options, StartKernel); kernel.go: Kernel
 //     (Execute, Interrupt, Restart, Shutdown); pool.go: the warm pool.
 //   - proc.go: one interpreter process, its pipes and its lifecycle, and

@@ -65,10 +65,12 @@ const (
 
 // langDef registers a language, from its driver's file (register): its
 // name as clients give it, the interpreter it runs on and its driver for
-// the interpreter found. Adding a language is its driver's file (its
-// langDef, its driver, its init that registers it) and its driver script
-// (drivers/); the transport and the plugin's settings read the languages
-// from here.
+// the interpreter found. In this package a language is its driver's file
+// (its langDef, its driver, its init that registers it) and its driver
+// script (drivers/); the transport and the plugin's settings read the
+// languages from here. Outside it a new language needs more (its
+// snippets, goldens, a docs row, a Debian package to install):
+// docs/drivers.md, "Where a language lives", lists them.
 type langDef struct {
 	name        string
 	interpreter Interpreter

@@ -130,7 +130,7 @@ func compilePolicy(path string) error {
 
 // InProcess runs the subprocess transport linked into the test binary.
 func InProcess(c *settings.Config) {
-	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.TransportSettings["sandbox-writable"]}}})
+	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.TransportSettings[subprocess.SettingSandboxWritable]}}})
 }
 
 // OnDebianPython runs the subprocess transport, linked in, on Debian's python3.
@@ -218,7 +218,7 @@ func Start(t testing.TB, configure ...func(*settings.Config)) *Host {
 		// The test's temporary directories (cwd's parent holds them all)
 		// are writable in its sandboxes: its code may wait for a file the
 		// test makes there, or write one the test reads.
-		TransportSettings: map[string]string{"sandbox-writable": filepath.Dir(cwd)},
+		TransportSettings: map[string]string{subprocess.SettingSandboxWritable: filepath.Dir(cwd)},
 	}
 	InProcess(&cfg)
 	for _, f := range configure {

@@ -61,7 +61,8 @@ func interpreters() []transportplugin.Setting[options] {
 }
 
 // settings are the subprocess transport's settings, each declared once here
-// (the interpreters' in their languages' registrations): the host makes
+// (the interpreters' in their languages' registrations; those the host
+// reads too by their subprocess.Setting* names): the host makes
 // each a flag, a KERNELHOST_* variable, a config file key and a line of
 // -help (docs/operating.md), checks its bounds and passes the plugin those
 // that are set; the rest keep these defaults.
@@ -76,18 +77,18 @@ var settings = append(interpreters(), []transportplugin.Setting[options]{
 		func(o *options) *string { return &o.Preload }),
 	transportplugin.IntSetting("max-message-bytes", subprocess.DefaultMaxMessageBytes, "subprocess transport: largest message an interpreter may send (one output write, one result or display, one batch of them); past it the output is cut, with a notice in the stream saying how much was dropped, and the execution goes on with its state",
 		func(o *options) *int { return &o.MaxMessageBytes }).Between(4<<10, maxMessageCap),
-	transportplugin.BoolSetting("kernel-cgroups", true, "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only",
+	transportplugin.BoolSetting(subprocess.SettingKernelCgroups, true, "subprocess transport: a cgroup per interpreter where cgroup v2 is writable, so delete, restart and shutdown end every process it started; false: its process tree only",
 		func(o *options) *bool { return &o.KernelCgroups }),
-	transportplugin.StringSetting("sandbox", "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC, mount and network namespaces (context-network), own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
+	transportplugin.StringSetting(subprocess.SettingSandbox, "auto", "subprocess transport: each interpreter in a bubblewrap sandbox of its own (own PID, IPC, mount and network namespaces (context-network), own /tmp, the host's files read-only but the writable paths): auto (where bwrap works here, else a warning), on (no interpreter without one) or off",
 		func(o *options) *string { return &o.Sandbox }).OneOf("auto", "on", "off"),
-	transportplugin.StringSetting("sandbox-writable", "", "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory, a project directory); a context's cwd outside them is read-only in its sandbox",
+	transportplugin.StringSetting(subprocess.SettingSandboxWritable, "", "subprocess transport: host paths, separated by commas, that every sandbox may write besides the default cwd and the user's ~/.local, ~/.cache and ~/.npm (a pip or conda prefix, a shared data directory, a project directory); a context's cwd outside them is read-only in its sandbox",
 		func(o *options) *string { return &o.SandboxWritable }),
-	transportplugin.StringSetting("context-network", "isolated", "subprocess transport: a sandboxed context's network: isolated (a network namespace of its own: its own loopback and abstract unix sockets, nothing of the host's loopback listeners, the host's API among them, reachable; outbound connections through pasta, Debian's passt, as from the host), none (a network namespace of its own with loopback only) or host (the host's network, loopback listeners included); with -sandbox=off contexts have the host's network",
+	transportplugin.StringSetting(subprocess.SettingContextNetwork, "isolated", "subprocess transport: a sandboxed context's network: isolated (a network namespace of its own: its own loopback and abstract unix sockets, nothing of the host's loopback listeners, the host's API among them, reachable; outbound connections through pasta, Debian's passt, as from the host), none (a network namespace of its own with loopback only) or host (the host's network, loopback listeners included); with -sandbox=off contexts have the host's network",
 		func(o *options) *string { return &o.Network }).OneOf("isolated", "none", "host"),
-	transportplugin.StringSetting("context-memory", "", "subprocess transport: memory one context's interpreter and everything it starts may use (512MiB, 2G; empty: no limit), in its cgroup; past it the interpreter is killed, the execution ends with MemoryLimitExceeded and the context restarts without its state; no interpreter starts where no memory cgroup controller can apply it",
+	transportplugin.StringSetting(subprocess.SettingContextMemory, "", "subprocess transport: memory one context's interpreter and everything it starts may use (512MiB, 2G; empty: no limit), in its cgroup; past it the interpreter is killed, the execution ends with MemoryLimitExceeded and the context restarts without its state; no interpreter starts where no memory cgroup controller can apply it",
 		func(o *options) *string { return &o.ContextMemory }),
-	transportplugin.IntSetting("context-pids", 0, "subprocess transport: processes and threads one context's interpreter may have at once, itself included (0: no limit); past it fork fails; no interpreter starts where no pids cgroup controller can apply it",
+	transportplugin.IntSetting(subprocess.SettingContextPids, 0, "subprocess transport: processes and threads one context's interpreter may have at once, itself included (0: no limit); past it fork fails; no interpreter starts where no pids cgroup controller can apply it",
 		func(o *options) *int { return &o.ContextPids }).NotNegative(),
-	transportplugin.IntSetting("context-cpu-weight", 0, "subprocess transport: one context's share of the CPU when several are busy, 1-10000 as cgroup v2's cpu.weight (100 is everyone's default; 0: not set); no interpreter starts where no cpu cgroup controller can apply it",
+	transportplugin.IntSetting(subprocess.SettingContextCPUWeight, 0, "subprocess transport: one context's share of the CPU when several are busy, 1-10000 as cgroup v2's cpu.weight (100 is everyone's default; 0: not set); no interpreter starts where no cpu cgroup controller can apply it",
 		func(o *options) *int { return &o.ContextCPUWeight }).NotNegative(),
 }...)

@@ -386,7 +386,8 @@ def _own_dev():
 
 
 # The system-wide files of a fresh /proc, covered read-only: walls.go's
-# kernelKnobs, the same list.
+# kernelKnobs (internal/sandbox), the same list under /proc;
+# TestPythonCopiesOfTheWalls there checks it.
 _KERNEL_KNOBS = ("sys", "sysrq-trigger", "irq", "bus", "fs", "acpi", "asound", "scsi", "driver", "mtrr",
                  "latency_stats", "timer_stats")
 

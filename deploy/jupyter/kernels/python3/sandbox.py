@@ -1,6 +1,6 @@
 # Runs a Jupyter kernel in a bubblewrap (bwrap) sandbox with the walls of
-# kernelhost's own interpreters (transports/subprocess/sandbox.go and
-# walls.go; docs/jupyter.md, "Kernels run sandboxed"):
+# kernelhost's own interpreters (transports/subprocess/internal/sandbox:
+# sandbox.go and walls.go; docs/jupyter.md, "Kernels run sandboxed"):
 #
 #   python3 -I -S sandbox.py --connection-file FILE [--writable DIR]...
 #       [--signal-interrupts] -- KERNEL...
@@ -31,13 +31,18 @@ import os
 import signal
 import sys
 
+# sandbox.go's userDirs, the same list (TestPythonCopiesOfTheWalls in
+# transports/subprocess/internal/sandbox checks it); $IPYTHONDIR is added
+# where the server sets it.
 USER_DIRS = (".local", ".cache", ".npm", ".config", ".ipython")
 
 # The system-wide files a fresh /proc holds (sysctls, SysRq, IRQ, bus,
 # filesystem and driver settings): root's, checked by owner only, and a
 # kernel of a root server is uid 0 in its sandbox. Each is covered read-only
 # by the host's own entry, whatever bwrap does by itself (0.8.0 left
-# /proc/sys writable). The same list as transports/subprocess/walls.go.
+# /proc/sys writable). walls.go's kernelKnobs, the same list
+# (transports/subprocess/internal/sandbox; TestPythonCopiesOfTheWalls
+# there checks it).
 KERNEL_KNOBS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs",
                 "/proc/acpi", "/proc/asound", "/proc/scsi", "/proc/driver", "/proc/mtrr",
                 "/proc/latency_stats", "/proc/timer_stats")

@@ -85,7 +85,9 @@ type Options struct {
 // userDirs are the places, under the user's home, where users expect
 // `pip install --user`, npm, caches and configuration (IPython's profile,
 // matplotlib's font cache) to write. They are made if missing,
-// so the first `pip install --user` in a sandbox finds ~/.local.
+// so the first `pip install --user` in a sandbox finds ~/.local. The
+// Jupyter kernels' sandbox has a copy (deploy/jupyter/kernels/python3/
+// sandbox.py, USER_DIRS), checked by TestPythonCopiesOfTheWalls.
 var userDirs = []string{".local", ".cache", ".npm", ".config", ".ipython"}
 
 // sandbox is how interpreters are wrapped; nil: not at all.

@@ -24,7 +24,9 @@ import (
 // read-only. /sys needs nothing more: `--ro-bind / /` shows it and every
 // mount under it (the cgroup tree) read-only. A context forked from the
 // fork template makes its own /proc and covers the same list itself
-// (drivers/forkserver.py, _own_proc).
+// (drivers/forkserver.py, _own_proc), and the Jupyter kernels' sandbox
+// (deploy/jupyter/kernels/python3/sandbox.py) has its own copy:
+// TestPythonCopiesOfTheWalls fails if either differs.
 var kernelKnobs = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs",
 	"/proc/acpi", "/proc/asound", "/proc/scsi", "/proc/driver", "/proc/mtrr", "/proc/latency_stats", "/proc/timer_stats"}
 
