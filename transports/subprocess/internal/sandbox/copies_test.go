@@ -53,8 +53,8 @@ func pythonTuple(t *testing.T, path, name string) []string {
 	return entries
 }
 
-// sameEntries fails naming what copy lacks of and adds to want.
-func sameEntries(t *testing.T, copy string, got, want []string) {
+// sameEntries fails naming what the copy at where lacks of want and adds to it.
+func sameEntries(t *testing.T, where string, got, want []string) {
 	t.Helper()
 	var missing, extra []string
 	for _, w := range want {
@@ -68,7 +68,7 @@ func sameEntries(t *testing.T, copy string, got, want []string) {
 		}
 	}
 	if len(missing) > 0 || len(extra) > 0 {
-		t.Errorf("%s differs from the Go list: missing %s; extra %s", copy, list(missing), list(extra))
+		t.Errorf("%s differs from the Go list: missing %s; extra %s", where, list(missing), list(extra))
 	}
 }
 
