@@ -52,8 +52,6 @@ type forkSpec struct {
 	// Family asks a sandboxed context for a copy in its sandbox, whose
 	// descriptors come on its control socket (family.go).
 	Family bool `json:"family,omitempty"`
-	// WarmUp: procSpec.warmUp.
-	WarmUp bool `json:"warm_up,omitempty"`
 }
 
 // errNoFamily is why a sandboxed context that bwrap started (from the
@@ -88,7 +86,7 @@ func (p *proc) forkOf(ctx context.Context, src *proc, cwd string, child []*os.Fi
 	}
 	defer ackR.Close()
 	defer ackW.Close()
-	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: mark, Cwd: cwd, WarmUp: p.spec.warmUp}}
+	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: mark, Cwd: cwd}}
 	for _, f := range append(child, ackW) {
 		var st unix.Stat_t
 		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
@@ -106,9 +104,6 @@ func (p *proc) forkOf(ctx context.Context, src *proc, cwd string, child []*os.Fi
 	process, err := os.FindProcess(pid)
 	if err != nil {
 		return err
-	}
-	if p.spec.warmUp {
-		toBackground(pid) // priority.go
 	}
 	if err := p.enterGroups(pid); err != nil {
 		_ = process.Kill()

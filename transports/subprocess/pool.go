@@ -61,13 +61,10 @@ import (
 // ready, or a fork of a template since retired, is discarded and
 // replaced: refresh), and a forked one only after its driver said, on
 // the hand-out's cwd record, that nothing its template preloaded changed
-// on disk since (pip install -U: the template is retired). Before it says
-// ready, a fork made ahead of need uses what the template preloaded once
-// (procSpec.warmUp), out of sight: its copies of the pages a session's
-// first cells touch are made while it waits, not while they run. When no
-// forked slot is ready, take gives up at once and the kernel is forked
-// afresh: a burst larger than the pool degrades to the fork path, not to
-// a cold start.
+// on disk since (pip install -U: the template is retired). When no forked
+// slot is ready, take gives up at once and the kernel is forked afresh:
+// a burst larger than the pool degrades to the fork path, not to a cold
+// start.
 
 // maxPoolSize bounds a language's pool: each is an idle interpreter.
 const maxPoolSize = 64
@@ -191,10 +188,6 @@ func (pl *pool) take(ctx context.Context, out chan<- core.Message, cwd string) *
 		if s.tmpl != tmpl {
 			pl.discard(s.p) // a cold one, or a fork of a retired template
 			continue
-		}
-		if s.tmpl != nil {
-			pid, _, _ := s.p.ids()
-			toForeground(pid) // it warmed up in the background (priority.go)
 		}
 		if move || s.tmpl != nil {
 			if err := s.p.enterCwd(ctx, dir); err != nil {
@@ -380,9 +373,7 @@ func (pl *pool) fill(s *poolSlot) {
 	spec, err := pl.spec()
 	if err == nil {
 		ctx, cancel := context.WithTimeout(pl.ctx, poolStartTimeout)
-		ahead := spec
-		ahead.warmUp = true
-		if s.p, s.tmpl = pl.forks.fork(ctx, nil, ahead, pl.cwd); s.p == nil {
+		if s.p, s.tmpl = pl.forks.fork(ctx, nil, spec, pl.cwd); s.p == nil {
 			s.p, err = startProc(ctx, spec, nil)
 		}
 		cancel()

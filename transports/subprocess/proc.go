@@ -114,11 +114,6 @@ type procSpec struct {
 	// forkTemplate marks a fork template's spec (forkserver.go): in a
 	// sandbox, its bwrap and control socket are a template's.
 	forkTemplate bool
-	// warmUp asks a context forked from a template to use what the
-	// template preloaded once before it says ready (forkserver.py's
-	// _warm_up): the pool's contexts, made ahead of need, pay then the
-	// first use's cost that a new context's first cells would.
-	warmUp bool
 }
 
 // startProc starts an interpreter for spec and waits (bounded by ctx) until

@@ -136,30 +136,3 @@ func TestReadyPoolRefillsAfterTheBurst(t *testing.T) {
 		}
 	})
 }
-
-// A context forked ahead of need used the preloaded data stack once before
-// it said ready (forkserver.py's _warm_up): its first cell sees what the
-// first cell of a context forked when asked for sees: no figure, none
-// queued for the inline backend, no result history, no input history, no
-// name of its own, execution count 1.
-func TestReadyContextShowsNoTraceOfItsWarmUp(t *testing.T) {
-	t.Parallel()
-	forEachReadyOnly(t, func(t *testing.T, mode forkMode) {
-		const probe = "import sys\nip = sys.modules['IPython'].get_ipython()\nshow = sys.modules['matplotlib_inline.backend_inline'].show\n" +
-			"print(sys.modules['matplotlib.pyplot'].get_fignums(), show._to_draw, show._draw_called, sorted(globals()), ip.execution_count, dict(ip.user_ns['Out']), ip.user_ns['In'], ip.displayhook.prompt_count)"
-		first := func(mode forkMode) (string, int) {
-			tr, dir := forkTransport(t, mode, DefaultPreload(), nil)
-			readyTemplate(t, tr)
-			e := tt.Exec(t, startForked(t, tr, mode, dir), probe, false)
-			if e.Reply().Status != "ok" {
-				t.Fatalf("%s:%s", mode, e)
-			}
-			return e.Stream("stdout"), e.ExecutionCount()
-		}
-		warmed, count := first(mode)
-		asked, _ := first(forkMode{sandbox: mode.sandbox})
-		if warmed != asked || count != 1 {
-			t.Errorf("the first cell of a ready context prints\n%s(execution count %d); of a context forked when asked for\n%s", warmed, count, asked)
-		}
-	})
-}
