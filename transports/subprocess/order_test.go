@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/internal/testkit"
@@ -280,6 +281,31 @@ func TestPythonPrintArrivesDuringSleep(t *testing.T) {
 	for range 2 {
 		printedWhileRunning(t, k, "import time\nprint('start')\ntime.sleep(120)")
 	}
+}
+
+// After a second without a cell the output thread ends; the next cell's
+// thread reuses the timer the first one made, and its print arrives while
+// it runs too.
+func TestPythonPrintArrivesDuringSleepAfterTheOutputThreadEnded(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t, "python", t.TempDir())
+	printedWhileRunning(t, k, "import time\nprint('start')\ntime.sleep(120)")
+	tasks := "/proc/" + strconv.Itoa(k.Pid()) + "/task"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		entries, err := os.ReadDir(tasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the interpreter still has %d threads 10s after its last cell", len(entries))
+		}
+		time.Sleep(50 * time.Millisecond) // the thread's end is not awaitable from here
+	}
+	printedWhileRunning(t, k, "import time\nprint('start')\ntime.sleep(120)")
 }
 
 // So does a write to stderr (queued apart from stdout's buffer, see driver.py).

@@ -120,7 +120,7 @@ _FLUSHER_IDLE = 1.0  # seconds without a cell after which the flusher thread end
 _flusher_lock = threading.Lock()  # held where the thread starts, publishes its timer, or ends
 _flusher_thread = None
 _timer = None  # the flusher's _Timer, once the thread made it; None while no thread serves
-_spare = None  # (timer, poll) a thread that ended left for the next: made once per process
+_timer_made = None  # (timer, poll): made at the first thread's start, kept for the next threads
 _cells = 0  # cells that armed the timer: the thread ends only after a second without one
 _no_timer = False  # True where no timer could be made
 _fork_guard = threading.Lock()  # held by the flusher while it flushes, and by a fork
@@ -304,12 +304,10 @@ def _start_flusher():
     (_import changes sys.path, which a cell may be using). Where there can
     be no timer (no ctypes, no timerfd), no thread starts, and output waits
     for the cell's end or a full buffer."""
-    global _flusher_thread, _timer, _no_timer, _spare
+    global _flusher_thread, _timer, _no_timer, _timer_made
     if _no_timer:
         return
-    if _spare is not None:
-        (timer, poll), _spare = _spare, None
-    else:
+    if _timer_made is None:
         try:
             timer = _Timer()
             poll = _import("select").poll()
@@ -317,11 +315,12 @@ def _start_flusher():
         except Exception:
             _no_timer = True
             return
+        _timer_made = timer, poll
+    timer, poll = _timer_made
     thread = threading.Thread(target=_flush_loop, args=(timer, poll), name="kernelhost-output", daemon=True)
     try:
         thread.start()
     except RuntimeError:  # no thread to be had (a limit on threads): the next cell tries again
-        _spare = timer, poll
         return
     _flusher_thread, _timer = thread, timer
 
@@ -341,7 +340,7 @@ def _flush_loop(timer, poll):
     # they set or cleared _running: so the thread, to end, clears _timer
     # before it looks at _running, and where a cell started meanwhile it
     # keeps the timer and arms it (the cell may have found none to arm).
-    global _flusher_thread, _timer, _spare
+    global _flusher_thread, _timer
     _output_thread_takes_no_sigint()
     seen = _cells
     while True:
@@ -362,10 +361,7 @@ def _flush_loop(timer, poll):
                     timer.arm()
                 continue
             _flusher_thread = None
-            # The timer stays, disarmed, for the next thread: made anew, it
-            # is a third of a restart's cost.
-            _spare = timer, poll
-        return
+        return  # the timer stays, disarmed, for the next thread (_timer_made)
 
 
 def _flush_from_thread():
@@ -396,12 +392,11 @@ def _before_fork():
 def _after_fork_in_child():
     # A forked child (multiprocessing, os.fork) has no flusher thread: its
     # stdout is flushed at each newline instead (stderr is sent at each write).
-    global _flusher_thread, _timer, _spare, _write_lock, _flusher_lock, _fork_guard, _hold_err
+    global _flusher_thread, _timer, _timer_made, _write_lock, _flusher_lock, _fork_guard, _hold_err
     _flusher_thread = None
-    for timer in (_timer, _spare and _spare[0]):
-        if timer is not None:
-            timer.close()  # the parent's timer: armed here, it would wake the parent's thread
-    _timer = _spare = None
+    if _timer_made is not None:
+        _timer_made[0].close()  # the parent's timer: armed here, it would wake the parent's thread
+    _timer = _timer_made = None
     _hold_err = False
     try:
         signal.set_wakeup_fd(-1)  # the pipe is the parent's, and the child has no output thread to read one
@@ -900,8 +895,7 @@ def _execute(req):
             if silent:
                 # The engine's own requests (its helpers, its check of a
                 # new kernel): short, their output read at their end, so
-                # they start no flusher thread, whose start after an idle
-                # second is most of such a request's time.
+                # they start no flusher thread.
                 value = _run_helper(code) if code.startswith(HELPER_MARK) else _run(code, filename, silent)
             else:
                 # A print while the cell runs is sent within _FLUSH_DELAY. A
