@@ -315,6 +315,23 @@ func TestPythonStderrArrivesDuringSleep(t *testing.T) {
 	writtenWhileRunning(t, k, "stderr", "import sys, time\nsys.stderr.write('start\\n')\ntime.sleep(120)")
 }
 
+// stderr text that does not end a line is held for the "\n" a print
+// writes after it, but not for long: it arrives while the cell sleeps, and
+// before a print written after it.
+func TestPythonHeldStderrArrivesDuringSleepBeforeLaterPrints(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t, "python", t.TempDir())
+	e := tt.Send(t, k, "import sys, time\nsys.stderr.write('held')\nprint('after')\ntime.sleep(120)", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") == "after\n" })
+	if got, want := trace(e), "stderr:heldstdout:after\n"; got != want {
+		t.Fatalf("outputs while the cell runs: got %q, want %q", got, want)
+	}
+	if err := k.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tt.Collect(t, k, e, tt.InterruptTimeout, nil)
+}
+
 // A print that comes after the cell has run for a while, past the
 // driver's first flush (its timer fired with nothing to send), arrives too:
 // the timer is armed again while the cell runs.

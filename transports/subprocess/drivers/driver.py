@@ -94,9 +94,9 @@ _loads = json.loads
 # reach the pipe first. One exception, so that print(x, file=sys.stderr),
 # which writes x and then "\n", leaves as one message: text that does not
 # end a line is held (_err_held) until the next stderr write, the next
-# message or flush of the driver (_flush_output), or the next flush of the
-# flusher thread. A print
-# that user code itself flushes (flush=True, sys.stdout.flush()) within
+# message or flush of the driver (_flush_output), or the flusher thread's
+# second flush after it (held a whole _FLUSH_DELAY: the first may come
+# between the text and its "\n"). A print that user code itself flushes (flush=True, sys.stdout.flush()) within
 # that time, or 64 KiB of prints, can overtake held text. (stderr is
 # rarely a hot path; the host merges the messages of a burst it reads at
 # once.)
@@ -137,7 +137,8 @@ def _take_env(name):
 _FRAME_MARK = b"\x1ekh" + (_take_env("KH_FRAME_MARK") or "0" * 16).encode()
 _FRAME_PAYLOAD = 4096 - len(_FRAME_MARK) - 5
 _STDERR_HEAD = '{"type":"stream","name":"stderr","parent_id":'
-_err_held = None  # (parent_id, text): stderr text that does not end a line, not sent yet
+_err_held = None  # (parent_id, text, tick): stderr text that does not end a line, not sent yet
+_ticks = 0  # the flusher thread's flushes so far: the tick a hold began is its age
 _hold_err = True  # False in a forked child, which has no flusher thread to send held text
 
 
@@ -174,7 +175,7 @@ def _send_held_err():
     global _err_held
     held, _err_held = _err_held, None
     if held is not None:
-        _write_msgs(_stderr_msg(*held))
+        _write_msgs(_stderr_msg(held[0], held[1]))
 
 
 def _send(data):
@@ -220,11 +221,12 @@ class _StderrRaw(io.RawIOBase):
             return len(b)
         held, parent = _err_held, _parent
         try:
+            tick = _ticks
             if held is not None and held[0] == parent:
-                _err_held, text = None, held[1] + text
+                _err_held, text, tick = None, held[1] + text, held[2]
             if text[-1] != "\n" and _hold_err:
                 _flush_output()  # what stdout holds was written before
-                _err_held = (parent, text)
+                _err_held = (parent, text, tick)
             else:
                 _send(_stderr_msg(parent, text))
         except OSError:  # the host closed fd 1: nobody reads the output any more
@@ -369,11 +371,19 @@ def _flush_from_thread():
     half done in a forked child), with an error swallowed (ValueError: user
     code closed sys.stdout, the next cell's output makes a new one; OSError:
     the host closed fd 1, nobody reads the output any more)."""
+    global _ticks
+    _ticks += 1
     with _fork_guard:
         try:
-            if _err_held is not None:
+            held = _err_held
+            # Held text goes only once held since before the previous tick:
+            # the "\n" of a print to stderr may be a microsecond behind its
+            # text. Until then stdout waits too (it was written after).
+            if held is None:
+                _stdout.flush()
+            elif held[2] < _ticks - 1:
                 _send_held_err()
-            _stdout.flush()
+                _stdout.flush()
         except Exception:
             pass
     _check_lost_sigint()
