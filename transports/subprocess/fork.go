@@ -52,6 +52,8 @@ type forkSpec struct {
 	// Family asks a sandboxed context for a copy in its sandbox, whose
 	// descriptors come on its control socket (family.go).
 	Family bool `json:"family,omitempty"`
+	// WarmUp: procSpec.warmUp.
+	WarmUp bool `json:"warm_up,omitempty"`
 }
 
 // errNoFamily is why a sandboxed context that bwrap started (from the
@@ -86,7 +88,7 @@ func (p *proc) forkOf(ctx context.Context, src *proc, cwd string, child []*os.Fi
 	}
 	defer ackR.Close()
 	defer ackW.Close()
-	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: mark, Cwd: cwd}}
+	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: mark, Cwd: cwd, WarmUp: p.spec.warmUp}}
 	for _, f := range append(child, ackW) {
 		var st unix.Stat_t
 		if err := unix.Fstat(int(f.Fd()), &st); err != nil {

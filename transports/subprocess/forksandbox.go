@@ -138,7 +138,7 @@ func (p *proc) forkInSandbox(tmpl *proc, cwd string, child []*os.File, mark stri
 	// family socket, control socket.
 	c := files.toChild
 	toChild := []*os.File{c[0], c[1], c[2], c[3], files.statusW, c[4], famChild, c[5]}
-	req := forkRequest{Fork: forkSpec{Seq: forkSeq.Add(1), Mark: mark, Cwd: cwd}}
+	req := forkRequest{Fork: forkSpec{Seq: forkSeq.Add(1), Mark: mark, Cwd: cwd, WarmUp: p.spec.warmUp}}
 	err = tmpl.fork.line.ask(req, toChild, deadline)
 	files.sent()
 	famChild.Close()

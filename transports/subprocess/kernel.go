@@ -68,7 +68,7 @@ func (k *Kernel) Execute(ctx context.Context, req core.ExecuteRequest) error {
 	if p == nil || p.isGone() {
 		return fmt.Errorf("subprocess: %s kernel is dead; restart it", k.lang.name)
 	}
-	p.req.begin(req.MsgID)
+	p.req.begin(req.MsgID, !req.Silent)
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = p.reqW.SetWriteDeadline(deadline)
 	} else {

@@ -61,10 +61,13 @@ import (
 // ready, or a fork of a template since retired, is discarded and
 // replaced: refresh), and a forked one only after its driver said, on
 // the hand-out's cwd record, that nothing its template preloaded changed
-// on disk since (pip install -U: the template is retired). When no forked
-// slot is ready, take gives up at once and the kernel is forked afresh:
-// a burst larger than the pool degrades to the fork path, not to a cold
-// start.
+// on disk since (pip install -U: the template is retired). Before it says
+// ready, a fork made ahead of need uses what the template preloaded once
+// (procSpec.warmUp), out of sight: its copies of the pages a session's
+// first cells touch are made while it waits, not while they run. When no
+// forked slot is ready, take gives up at once and the kernel is forked
+// afresh: a burst larger than the pool degrades to the fork path, not to
+// a cold start.
 
 // maxPoolSize bounds a language's pool: each is an idle interpreter.
 const maxPoolSize = 64
@@ -371,9 +374,14 @@ func (pl *pool) fill(s *poolSlot) {
 	pl.awaitQuiet(s)
 	was := pl.forks.current()
 	spec, err := pl.spec()
+	if err == nil && pl.forks != nil && spec.cells != nil {
+		spec.cells.awaitPause(pl.ctx, s.taken) // for the fork's warm-up (cells.go)
+	}
 	if err == nil {
 		ctx, cancel := context.WithTimeout(pl.ctx, poolStartTimeout)
-		if s.p, s.tmpl = pl.forks.fork(ctx, nil, spec, pl.cwd); s.p == nil {
+		ahead := spec
+		ahead.warmUp = true
+		if s.p, s.tmpl = pl.forks.fork(ctx, nil, ahead, pl.cwd); s.p == nil {
 			s.p, err = startProc(ctx, spec, nil)
 		}
 		cancel()

@@ -114,6 +114,14 @@ type procSpec struct {
 	// forkTemplate marks a fork template's spec (forkserver.go): in a
 	// sandbox, its bwrap and control socket are a template's.
 	forkTemplate bool
+	// warmUp asks a context forked from a template to use what the
+	// template preloaded once before it says ready (forkserver.py's
+	// _warm_up): the pool's contexts, made ahead of need, pay then the
+	// first use's cost that a new context's first cells would.
+	warmUp bool
+	// cells is the transport's cell activity, which p's cells count in
+	// (nil: none).
+	cells *cellActivity
 }
 
 // startProc starts an interpreter for spec and waits (bounded by ctx) until
@@ -181,6 +189,7 @@ func newProc(spec procSpec, out chan<- core.Message) *proc {
 		stop:     make(chan struct{}),
 		waitDone: make(chan struct{}),
 	}
+	p.req.cells = spec.cells
 	p.rd = newProcReader(out, p.stop, &p.req, spec.maxMessage, p.driverGone)
 	return p
 }

@@ -2,6 +2,9 @@ package subprocess
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -133,6 +136,74 @@ func TestReadyPoolRefillsAfterTheBurst(t *testing.T) {
 			if pid <= burst {
 				t.Errorf("ready context %d was forked during the burst (its last pid %d)", pid, burst)
 			}
+		}
+	})
+}
+
+// While a context runs a cell, the pool's refill waits for the cells to
+// pause (cells.go: the new fork's warm-up would take the cell's CPU): a
+// context taken from the pool during a cell is replaced after the cell
+// ended, by a fork whose pid is above that of a process the test started
+// as the cell ended (pids grow; a wrap of pid_max within the test aside).
+func TestReadyPoolRefillWaitsForTheCellsToPause(t *testing.T) {
+	t.Parallel()
+	forEachReadyOnly(t, func(t *testing.T, mode forkMode) {
+		tr, dir := forkTransport(t, mode, []string{"wave"}, nil)
+		readyTemplate(t, tr)
+		awaitReadyForks(t, tr)
+		busy := startForked(t, tr, mode, dir)
+		before := awaitReadyForks(t, tr)
+		release := filepath.Join(dir, "release")
+		e := tt.Send(t, busy, "import os, time\nprint('running', flush=True)\nend = time.monotonic() + 60\n"+
+			"while not os.path.exists("+pythonLiteral(release)+") and time.monotonic() < end: time.sleep(0.01)", false)
+		tt.Collect(t, busy, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") == "running\n" })
+		took := time.Now()
+		startForked(t, tr, mode, dir) // takes a ready context: the pool refills
+		// Time for a refill that did not wait to fork; the pause holds it
+		// back for at most maxHold.
+		time.Sleep(300 * time.Millisecond)
+		if err := os.WriteFile(release, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tt.Collect(t, busy, e, tt.ExecTimeout, nil)
+		marker := exec.Command("true")
+		if err := marker.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if held := time.Since(took); held >= maxHold {
+			t.Skipf("the cell ran %v after the take, past maxHold (%v): a loaded machine; nothing to tell", held, maxHold)
+		}
+		for _, pid := range awaitReadyForks(t, tr) {
+			if !slices.Contains(before, pid) && pid <= marker.Process.Pid {
+				t.Errorf("ready context %d was forked while a cell ran (a process started as it ended: pid %d)", pid, marker.Process.Pid)
+			}
+		}
+	})
+}
+
+// A context forked ahead of need used the preloaded data stack once before
+// it said ready (forkserver.py's _warm_up): its first cell sees what the
+// first cell of a context forked when asked for sees: no figure, none
+// queued for the inline backend, no result history, no input history, no
+// name of its own, execution count 1.
+func TestReadyContextShowsNoTraceOfItsWarmUp(t *testing.T) {
+	t.Parallel()
+	forEachReadyOnly(t, func(t *testing.T, mode forkMode) {
+		const probe = "import sys\nip = sys.modules['IPython'].get_ipython()\nshow = sys.modules['matplotlib_inline.backend_inline'].show\n" +
+			"print(sys.modules['matplotlib.pyplot'].get_fignums(), show._to_draw, show._draw_called, sorted(globals()), ip.execution_count, dict(ip.user_ns['Out']), ip.user_ns['In'], ip.displayhook.prompt_count)"
+		first := func(mode forkMode) (string, int) {
+			tr, dir := forkTransport(t, mode, DefaultPreload(), nil)
+			readyTemplate(t, tr)
+			e := tt.Exec(t, startForked(t, tr, mode, dir), probe, false)
+			if e.Reply().Status != "ok" {
+				t.Fatalf("%s:%s", mode, e)
+			}
+			return e.Stream("stdout"), e.ExecutionCount()
+		}
+		warmed, count := first(mode)
+		asked, _ := first(forkMode{sandbox: mode.sandbox})
+		if warmed != asked || count != 1 {
+			t.Errorf("the first cell of a ready context prints\n%s(execution count %d); of a context forked when asked for\n%s", warmed, count, asked)
 		}
 	})
 }

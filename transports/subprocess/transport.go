@@ -77,6 +77,7 @@ type Transport struct {
 	sandboxErr error
 	limits     *cgroup.Limiter // nil: none
 	limitsErr  error           // why the limits asked for cannot be applied here
+	cells      *cellActivity   // whether its contexts run cells, for the pools' refills
 	// closed ends what the transport runs apart from kernels (the python
 	// driver's compile) when it is closed.
 	closed      context.Context
@@ -111,6 +112,7 @@ func New(opts Options) *Transport {
 		env:        append(sandbox.WithoutHostVars(os.Environ()), opts.Env...),
 		langs:      map[string]language{},
 		missing:    map[string]string{},
+		cells:      newCellActivity(),
 	}
 	t.sandbox, t.noSandbox, t.sandboxErr = sandbox.New(withDriverCache(opts.Sandbox), sandbox.Works)
 	if t.sandbox != nil && opts.Warn != nil {
@@ -275,5 +277,6 @@ func (t *Transport) spec(name, cwd string) (procSpec, error) {
 		sandbox:    t.sandbox,
 		maxMessage: t.maxMessage,
 		limits:     t.limits,
+		cells:      t.cells,
 	}, nil
 }

@@ -228,7 +228,70 @@ def _serve_as_context(spec, template):
         _reset_env()
     if template and "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()  # else every context draws the template's numbers
+    if spec.get("warm_up"):
+        _warm_up()
     _main()
+
+
+def _warm_up():
+    """Use once what a new context's first requests use (the hand-out's
+    check, the engine's set-up requests, a DataFrame, a groupby and its
+    display, a line chart and its png and e2b/chart), in a context the host
+    forks ahead of need (pool.go), before it says ready. A fork shares the
+    template's pages until it writes one, and Python writes what it touches
+    (reference counts, caches), so a new context's first cells fault in a
+    private copy of each page of the code and data they use: thousands of
+    copy-on-write faults, which made a session's cells 2-3x a warm
+    context's on a VM where a fault costs ~14 us (docs/benchmarks.md).
+    Paid here, while the context waits in the pool, they are not paid by
+    the session. Nothing of it shows (readyctx_test.go): its objects are
+    local, its figure is closed and was never queued for the inline
+    backend to show, its requests are silent (no execution count, no
+    history), no random number is drawn and nothing is sent."""
+    shell = _sh.obj
+    numpy, pandas = sys.modules.get("numpy"), sys.modules.get("pandas")
+    try:
+        if numpy is not None and pandas is not None:
+            frame = pandas.DataFrame({"k": numpy.arange(1000) % 10, "v": numpy.arange(1000.0)})
+            means = frame.groupby("k")["v"].mean()
+            if shell is not None:
+                _sh.bundle(means.to_frame())
+        if shell is not None and "matplotlib.pyplot" in sys.modules:
+            _warm_up_pyplot(sys.modules["matplotlib"], sys.modules["matplotlib.pyplot"])
+    except Exception:
+        pass  # a broken library: the context's own cells say how
+    # The hand-out's check and the engine's first requests (a silent cell,
+    # a helper), through the driver's own code, their messages dropped.
+    global OUT_FD
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    out, OUT_FD = OUT_FD, devnull
+    try:
+        _stale()
+        _execute(_loads(b'{"msg_id":"","code":"None","silent":true}'))
+        _execute({"msg_id": "", "code": HELPER_MARK + "import os\nos.environ.get('PWD')", "silent": True})
+    finally:
+        os.close(OUT_FD)
+        OUT_FD = out
+
+
+def _warm_up_pyplot(matplotlib, plt):
+    # Not interactive meanwhile, the inline backend queues nothing to show
+    # (its new_figure_manager_given_figure); closed, the figure leaves its
+    # number free: the session's first figure is still figure 1.
+    interactive = matplotlib.is_interactive()
+    matplotlib.interactive(False)
+    try:
+        figure = plt.figure()
+        try:
+            plt.plot(range(10), [x * x for x in range(10)])
+            _sh.bundle(figure)
+        finally:
+            plt.close(figure)
+    finally:
+        matplotlib.interactive(interactive)
 
 
 # A context's start environment: its interpreter's, less the driver's own
