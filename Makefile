@@ -252,11 +252,15 @@ BACKGROUND := nice -n 10
 # host's and the Jupyter transport's packages run real interpreters, Jupyter
 # Servers and a Kernel Gateway one after the other; on a loaded 2-core
 # machine they have come within it.
-# SLOW_TEST_PACKAGES come first: go test starts package binaries in the order
-# it is given them (-p of them at once, one per core), and ./... alone would
-# start the longest ones last, leaving one core idle at the end while they
-# finish. Longest first, the short packages fill in beside them.
-SLOW_TEST_PACKAGES := ./transports/jupyter/ ./transports/subprocess/ ./hostcmd/server/ ./hostcmd/e2e/jupyter/ ./hostcmd/e2e/python/ ./hostcmd/e2e/sandbox/
+# SLOW_TEST_PACKAGES come first, longest first: go test starts package
+# binaries in the order it is given them (-p of them at once, one per core),
+# and ./... alone would start the longest ones last, leaving one core idle
+# at the end while they finish (sdktest, pluginrpc and policy, over a
+# minute each, were the last 3 minutes of a CI run); the short packages fill
+# in beside them.
+SLOW_TEST_PACKAGES := ./transports/subprocess/ ./transports/jupyter/ ./hostcmd/server/ ./hostcmd/sdktest/ \
+	./hostcmd/e2e/jupyter/ ./hostcmd/ ./plugins/transportplugin/internal/pluginrpc/ ./plugins/policy/ \
+	./hostcmd/e2e/python/ ./hostcmd/e2e/sandbox/
 # Most tests are parallel tests (t.Parallel): they wait on interpreters,
 # kernels and servers of their own, most of the time asleep (a timeout
 # played out, a kernel starting), so four run at a time per package binary
