@@ -67,7 +67,11 @@ func TestCounterGapIsAnnounced(t *testing.T) {
 	}
 	k.(*kernel).lose.Store(&lose)
 	id := lossy
-	if err := k.Execute(t.Context(), core.ExecuteRequest{MsgID: id, Code: "for i in range(10):\n    print('drop' if i % 3 == 0 else 'keep', i, flush=True)"}); err != nil {
+	// Each line in one write: ipykernel's output thread flushes on its own
+	// every 0.2 s, and on a loaded machine it has sent the "drop" of a
+	// print('drop', 0) apart from its " 0".
+	const droppable = "import sys\nfor i in range(10):\n    sys.stdout.write('%s %d\\n' % ('drop' if i % 3 == 0 else 'keep', i))\n    sys.stdout.flush()"
+	if err := k.Execute(t.Context(), core.ExecuteRequest{MsgID: id, Code: droppable}); err != nil {
 		t.Fatal(err)
 	}
 	r := collect(t, k, id)
