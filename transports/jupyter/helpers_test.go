@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -85,9 +86,17 @@ func send(tb testing.TB, k core.Kernel, code string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: id, Code: code}); err != nil {
-		tb.Fatalf("execute %q: %v", code, err)
+		tb.Fatalf("execute %q: %v", clip(code), err)
 	}
 	return id
+}
+
+// clip shortens code for a failure message (TestTooLarge's is 9 MiB).
+func clip(code string) string {
+	if len(code) <= 200 {
+		return code
+	}
+	return fmt.Sprintf("%s... (%d bytes)", code[:200], len(code))
 }
 
 // collect reads messages until the request with id has sent both its

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -400,6 +401,32 @@ func TestTooLarge(t *testing.T) {
 	}
 	// Just below the limit still works, and the connection is intact.
 	code = "x = '" + strings.Repeat("a", 9<<20) + "'; print(len(x))"
+	if r := run(t, k, code); r.stdout.String() != "9437184\n" {
+		t.Errorf("9 MiB request: %q %+v", r.stdout.String(), r.reply)
+	}
+}
+
+// A large request to a server that reads it slowly (stopped here, for
+// longer than the connection may be silent: PingInterval+PongTimeout)
+// keeps the connection: the server's silence counts from when it has the
+// request, and the pings that waited behind it go on. (In CI a loaded
+// server took that long to read TestTooLarge's 9 MiB.)
+func TestLargeRequestToAStalledServer(t *testing.T) {
+	t.Parallel()
+	srv := jupytertest.Start(t)
+	k := startKernel(t, newTransport(t, srv, func(c *Config) { c.PingInterval, c.PongTimeout = 5*time.Second, 5*time.Second }))
+	if r := run(t, k, "1+1"); r.reply.Status != "ok" {
+		t.Fatalf("1+1: %+v", r.reply)
+	}
+	if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume := time.AfterFunc(12*time.Second, func() { _ = syscall.Kill(srv.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() {
+		resume.Stop()
+		_ = syscall.Kill(srv.Pid, syscall.SIGCONT)
+	})
+	code := "x = '" + strings.Repeat("a", 9<<20) + "'; print(len(x))"
 	if r := run(t, k, code); r.stdout.String() != "9437184\n" {
 		t.Errorf("9 MiB request: %q %+v", r.stdout.String(), r.reply)
 	}

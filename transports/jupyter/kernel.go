@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -101,6 +102,22 @@ type conn struct {
 	ws      *websocket.Conn
 	v1      bool
 	writeMu sync.Mutex
+	// idle is how long the server may be silent after it has all we wrote
+	// before the connection is judged lost (serve sets it; 0: not yet);
+	// holdReads, while a write of ours is under way, is when that write's
+	// deadline and idle run out (UnixNano; 0: none).
+	idle      atomic.Int64
+	holdReads atomic.Int64
+}
+
+// extendReads sets the read deadline: idle from now, or the hold of a
+// write under way if that is later.
+func (c *conn) extendReads() error {
+	d := time.Now().Add(time.Duration(c.idle.Load()))
+	if h := c.holdReads.Load(); h > d.UnixNano() {
+		d = time.Unix(0, h)
+	}
+	return c.ws.SetReadDeadline(d)
 }
 
 var _ core.Kernel = (*kernel)(nil)
@@ -357,6 +374,19 @@ func (c *conn) write(ctx context.Context, binaryFrame bool, frame []byte) error 
 	if binaryFrame {
 		typ = websocket.BinaryMessage
 	}
+	// The server says nothing while it reads a frame of ours, which takes
+	// a loaded server seconds for a large one (a 9 MiB request took more
+	// than PingInterval+PongTimeout in CI), and our pings wait behind it:
+	// while we write, the write's deadline judges the connection, and the
+	// server's silence counts from when it has the frame.
+	if c.idle.Load() > 0 {
+		c.holdReads.Store(dl.Add(time.Duration(c.idle.Load())).UnixNano())
+		_ = c.extendReads()
+		defer func() {
+			c.holdReads.Store(0)
+			_ = c.extendReads()
+		}()
+	}
 	if err := c.ws.WriteMessage(typ, frame); err != nil {
 		// A failed write leaves the connection unusable: close it so the
 		// reader notices and the supervisor reconnects.
@@ -407,8 +437,8 @@ func (k *kernel) setConn(c *conn) {
 // serve reads the connection until it fails, with a ping goroutine alongside.
 func (k *kernel) serve(c *conn) {
 	cfg := k.c.cfg
-	idle := cfg.PingInterval + cfg.PongTimeout
-	extend := func(string) error { return c.ws.SetReadDeadline(time.Now().Add(idle)) }
+	c.idle.Store(int64(cfg.PingInterval + cfg.PongTimeout))
+	extend := func(string) error { return c.extendReads() }
 	_ = extend("")
 	c.ws.SetPongHandler(extend)
 
@@ -446,7 +476,10 @@ func (k *kernel) ping(c *conn, stop <-chan struct{}) {
 		case <-keepAlive:
 			k.sendKeepAlive(c)
 		case <-t.C:
-			if c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.PongTimeout)) != nil {
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.PongTimeout)); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					continue // behind a large write of ours (write): the next tick pings again
+				}
 				return // the reader sees the failure too
 			}
 			if k.deletedOnServer(cfg.PongTimeout) {

@@ -48,7 +48,9 @@ type Server struct {
 	RuntimeDir string
 	// ConfigDir is its JUPYTER_CONFIG_DIR.
 	ConfigDir string
-	dir       string // holds the above and its other Jupyter dirs
+	// Pid is the server process's (a test may stop it: SIGSTOP).
+	Pid int
+	dir string // holds the above and its other Jupyter dirs
 
 	mu     sync.Mutex
 	stderr strings.Builder
@@ -452,6 +454,7 @@ func (s *Server) launch(what string, cmd *exec.Cmd, ready string) (_ *Server, st
 		return nil, nil, fmt.Errorf("start %s: %v", what, err)
 	}
 	pw.Close()
+	s.Pid = cmd.Process.Pid
 	running, logDone := s.collectLog(pr, ready)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
