@@ -379,8 +379,8 @@ func (c *conn) write(ctx context.Context, binaryFrame bool, frame []byte) error 
 	// than PingInterval+PongTimeout in CI), and our pings wait behind it:
 	// while we write, the write's deadline judges the connection, and the
 	// server's silence counts from when it has the frame.
-	if c.idle.Load() > 0 {
-		c.holdReads.Store(dl.Add(time.Duration(c.idle.Load())).UnixNano())
+	if idle := time.Duration(c.idle.Load()); idle > 0 {
+		c.holdReads.Store(dl.Add(idle).UnixNano())
 		_ = c.extendReads()
 		defer func() {
 			c.holdReads.Store(0)
@@ -477,7 +477,7 @@ func (k *kernel) ping(c *conn, stop <-chan struct{}) {
 			k.sendKeepAlive(c)
 		case <-t.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.PongTimeout)); err != nil {
-				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 					continue // behind a large write of ours (write): the next tick pings again
 				}
 				return // the reader sees the failure too

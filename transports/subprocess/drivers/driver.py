@@ -96,8 +96,9 @@ _loads = json.loads
 # end a line is held (_err_held) until the next stderr write, the next
 # message or flush of the driver (_flush_output), or the flusher thread's
 # second flush after it (held a whole _FLUSH_DELAY: the first may come
-# between the text and its "\n"). A print that user code itself flushes (flush=True, sys.stdout.flush()) within
-# that time, or 64 KiB of prints, can overtake held text. (stderr is
+# between the text and its "\n"). A print that user code itself flushes
+# (flush=True, sys.stdout.flush()) within that time, or 64 KiB of prints,
+# can overtake held text. (stderr is
 # rarely a hot path; the host merges the messages of a burst it reads at
 # once.)
 #
