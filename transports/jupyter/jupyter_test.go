@@ -414,14 +414,16 @@ func TestTooLarge(t *testing.T) {
 func TestLargeRequestToAStalledServer(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Start(t)
-	k := startKernel(t, newTransport(t, srv, func(c *Config) { c.PingInterval, c.PongTimeout = 5*time.Second, 5*time.Second }))
+	k := startKernel(t, newTransport(t, srv, func(c *Config) { c.PingInterval, c.PongTimeout = 10*time.Second, 10*time.Second }))
 	if r := run(t, k, "1+1"); r.reply.Status != "ok" {
 		t.Fatalf("1+1: %+v", r.reply)
 	}
 	if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	resume := time.AfterFunc(12*time.Second, func() { _ = syscall.Kill(srv.Pid, syscall.SIGCONT) })
+	// Stopped past the 20 s allowance; once it runs again, a loaded server
+	// took over 10 s in CI to read the rest and answer.
+	resume := time.AfterFunc(25*time.Second, func() { _ = syscall.Kill(srv.Pid, syscall.SIGCONT) })
 	t.Cleanup(func() {
 		resume.Stop()
 		_ = syscall.Kill(srv.Pid, syscall.SIGCONT)
