@@ -12,8 +12,8 @@ import (
 // and run beside a session's first cells it took their core (on 2 cores
 // the chart cell took 2-3x as long). So a refill waits until the cells
 // pause (awaitPause). Silent requests (the engine's set-up of a new
-// context) do not count: they take a millisecond, and a burst of new
-// contexts should find the pool refilled.
+// context) do not count: they take a millisecond. A hand-out does
+// (handedOut): the new context's first cell follows it.
 type cellActivity struct {
 	mu      sync.Mutex
 	running int
@@ -45,6 +45,16 @@ func (a *cellActivity) end() {
 		close(a.paused)
 		a.paused = make(chan struct{})
 	}
+	a.mu.Unlock()
+}
+
+// handedOut says a context was just handed out: its first cells follow
+// within milliseconds, and a refill that started in between (no cell
+// running, none for cellPause) would warm up beside them. So the pause
+// counts from the hand-out too.
+func (a *cellActivity) handedOut() {
+	a.mu.Lock()
+	a.lastEnd = time.Now()
 	a.mu.Unlock()
 }
 

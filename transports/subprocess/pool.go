@@ -205,6 +205,9 @@ func (pl *pool) take(ctx context.Context, out chan<- core.Message, cwd string) *
 			}
 		}
 		if s.p.adopt(out) {
+			if s.p.req.cells != nil {
+				s.p.req.cells.handedOut() // before the refill's wait (deferred above)
+			}
 			return s.p
 		}
 		s.p.kill() // it died while it waited, and its watcher had not seen it yet

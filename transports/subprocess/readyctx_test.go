@@ -143,8 +143,7 @@ func TestReadyPoolRefillsAfterTheBurst(t *testing.T) {
 // While a context runs a cell, the pool's refill waits for the cells to
 // pause (cells.go: the new fork's warm-up would take the cell's CPU): a
 // context taken from the pool during a cell is replaced after the cell
-// ended, by a fork whose pid is above that of a process the test started
-// as the cell ended (pids grow; a wrap of pid_max within the test aside).
+// ended.
 func TestReadyPoolRefillWaitsForTheCellsToPause(t *testing.T) {
 	t.Parallel()
 	forEachReadyOnly(t, func(t *testing.T, mode forkMode) {
@@ -153,32 +152,70 @@ func TestReadyPoolRefillWaitsForTheCellsToPause(t *testing.T) {
 		awaitReadyForks(t, tr)
 		busy := startForked(t, tr, mode, dir)
 		before := awaitReadyForks(t, tr)
-		release := filepath.Join(dir, "release")
-		e := tt.Send(t, busy, "import os, time\nprint('running', flush=True)\nend = time.monotonic() + 60\n"+
-			"while not os.path.exists("+pythonLiteral(release)+") and time.monotonic() < end: time.sleep(0.01)", false)
-		tt.Collect(t, busy, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") == "running\n" })
+		endCell := cellUntilReleased(t, busy, dir)
 		took := time.Now()
 		startForked(t, tr, mode, dir) // takes a ready context: the pool refills
-		// Time for a refill that did not wait to fork; the pause holds it
-		// back for at most maxHold.
-		time.Sleep(300 * time.Millisecond)
+		noForkDuringTheCell(t, tr, before, took, endCell)
+	})
+}
+
+// A context just handed out runs its first cell within milliseconds: the
+// refill waits for that cell too (cellActivity.handedOut), though no cell
+// ran when the context was taken.
+func TestReadyPoolRefillWaitsForTheNewContextsFirstCell(t *testing.T) {
+	t.Parallel()
+	forEachReadyOnly(t, func(t *testing.T, mode forkMode) {
+		tr, dir := forkTransport(t, mode, []string{"wave"}, nil)
+		readyTemplate(t, tr)
+		before := awaitReadyForks(t, tr)
+		took := time.Now()
+		k := startForked(t, tr, mode, dir)
+		endCell := cellUntilReleased(t, k, dir)
+		if began := time.Since(took); began >= cellPause {
+			t.Skipf("the first cell ran %v after the take, past cellPause (%v): a loaded machine; nothing to tell", began, cellPause)
+		}
+		noForkDuringTheCell(t, tr, before, took, endCell)
+	})
+}
+
+// cellUntilReleased starts in k a cell that runs until the returned
+// function is called, which returns once the cell ended.
+func cellUntilReleased(t *testing.T, k *Kernel, dir string) (end func()) {
+	t.Helper()
+	release := filepath.Join(dir, "release")
+	e := tt.Send(t, k, "import os, time\nprint('running', flush=True)\nend = time.monotonic() + 60\n"+
+		"while not os.path.exists("+pythonLiteral(release)+") and time.monotonic() < end: time.sleep(0.01)", false)
+	tt.Collect(t, k, e, tt.ExecTimeout, func(tt.Received) bool { return e.Stream("stdout") == "running\n" })
+	return func() {
+		t.Helper()
 		if err := os.WriteFile(release, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		tt.Collect(t, busy, e, tt.ExecTimeout, nil)
-		marker := exec.Command("true")
-		if err := marker.Run(); err != nil {
-			t.Fatal(err)
+		tt.Collect(t, k, e, tt.ExecTimeout, nil)
+	}
+}
+
+// noForkDuringTheCell gives a refill that did not wait time to fork, ends
+// the cell, and checks that the contexts the pool holds besides before
+// were forked after the cell ended: their pids are above that of a
+// process started then (pids grow; a wrap of pid_max within the test
+// aside).
+func noForkDuringTheCell(t *testing.T, tr *Transport, before []int, took time.Time, endCell func()) {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond) // a refill that does not wait is not awaitable
+	endCell()
+	marker := exec.Command("true")
+	if err := marker.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if held := time.Since(took); held >= maxHold {
+		t.Skipf("the cell ran %v after the take, past maxHold (%v): a loaded machine; nothing to tell", held, maxHold)
+	}
+	for _, pid := range awaitReadyForks(t, tr) {
+		if !slices.Contains(before, pid) && pid <= marker.Process.Pid {
+			t.Errorf("ready context %d was forked while a cell ran (a process started as it ended: pid %d)", pid, marker.Process.Pid)
 		}
-		if held := time.Since(took); held >= maxHold {
-			t.Skipf("the cell ran %v after the take, past maxHold (%v): a loaded machine; nothing to tell", held, maxHold)
-		}
-		for _, pid := range awaitReadyForks(t, tr) {
-			if !slices.Contains(before, pid) && pid <= marker.Process.Pid {
-				t.Errorf("ready context %d was forked while a cell ran (a process started as it ended: pid %d)", pid, marker.Process.Pid)
-			}
-		}
-	})
+	}
 }
 
 // A context forked ahead of need used the preloaded data stack once before
