@@ -117,12 +117,10 @@ _loads = json.loads
 _write_lock = threading.Lock()
 _FLUSH_BYTES = 1 << 16
 _FLUSH_DELAY = 0.002  # seconds
-_FLUSHER_IDLE = 1.0  # seconds without a cell after which the flusher thread ends
-_flusher_lock = threading.Lock()  # held where the thread starts, publishes its timer, or ends
+_flusher_lock = threading.Lock()  # held where the thread starts
 _flusher_thread = None
-_timer = None  # the flusher's _Timer, once the thread made it; None while no thread serves
-_timer_made = None  # (timer, poll): made at the first thread's start, kept for the next threads
-_cells = 0  # cells that armed the timer: the thread ends only after a second without one
+_timer = None  # the flusher's _Timer, once its thread runs
+_cells = 0  # cells that armed the timer (a SIGINT's resend is for one cell only)
 _no_timer = False  # True where no timer could be made
 _fork_guard = threading.Lock()  # held by the flusher while it flushes, and by a fork
 
@@ -281,17 +279,12 @@ def _arm_flusher():
     _FLUSH_DELAY from _FLUSH_DELAY on, while it runs."""
     global _cells
     _cells += 1
-    timer = _timer
-    if timer is not None:
-        timer.arm()
-        return
-    with _flusher_lock:
-        if _timer is not None:
-            _timer.arm()
-        elif _flusher_thread is None:
-            _start_flusher()
-            if _timer is not None:
-                _timer.arm()
+    if _timer is None:
+        with _flusher_lock:
+            if _flusher_thread is None:
+                _start_flusher()
+    if _timer is not None:
+        _timer.arm()
 
 
 def _disarm_flusher():
@@ -307,23 +300,21 @@ def _start_flusher():
     (_import changes sys.path, which a cell may be using). Where there can
     be no timer (no ctypes, no timerfd), no thread starts, and output waits
     for the cell's end or a full buffer."""
-    global _flusher_thread, _timer, _no_timer, _timer_made
+    global _flusher_thread, _timer, _no_timer
     if _no_timer:
         return
-    if _timer_made is None:
-        try:
-            timer = _Timer()
-            poll = _import("select").poll()
-            poll.register(timer.fd, 1)  # POLLIN
-        except Exception:
-            _no_timer = True
-            return
-        _timer_made = timer, poll
-    timer, poll = _timer_made
+    try:
+        timer = _Timer()
+        poll = _import("select").poll()
+        poll.register(timer.fd, 1)  # POLLIN
+    except Exception:
+        _no_timer = True
+        return
     thread = threading.Thread(target=_flush_loop, args=(timer, poll), name="kernelhost-output", daemon=True)
     try:
         thread.start()
     except RuntimeError:  # no thread to be had (a limit on threads): the next cell tries again
+        timer.close()
         return
     _flusher_thread, _timer = thread, timer
 
@@ -337,34 +328,20 @@ def _output_thread_takes_no_sigint():
 
 
 def _flush_loop(timer, poll):
-    # The thread ends after _FLUSHER_IDLE without a cell, so an idle context
-    # has no extra thread (os.fork warns about threads on Python 3.12+).
-    # _arm_flusher and _disarm_flusher read _timer without the lock, after
-    # they set or cleared _running: so the thread, to end, clears _timer
-    # before it looks at _running, and where a cell started meanwhile it
-    # keeps the timer and arms it (the cell may have found none to arm).
-    global _flusher_thread, _timer
+    # The thread lives as long as the interpreter, asleep on the timer
+    # between cells: it costs nothing there, and a thread started again
+    # for the next cell would add its start to that cell (an agent's cells
+    # come seconds apart; docs/benchmarks.md).
     _output_thread_takes_no_sigint()
-    seen = _cells
     while True:
-        if poll.poll(_FLUSHER_IDLE * 1000):
-            try:
-                os.read(timer.fd, 8)
-            except BlockingIOError:
-                pass  # disarmed or armed again since it fired
-            _flush_from_thread()
-            if _running:
-                timer.arm()
-            continue
-        with _flusher_lock:
-            _timer = None
-            if _running or _cells != seen:
-                _timer, seen = timer, _cells
-                if _running:
-                    timer.arm()
-                continue
-            _flusher_thread = None
-        return  # the timer stays, disarmed, for the next thread (_timer_made)
+        poll.poll()
+        try:
+            os.read(timer.fd, 8)
+        except BlockingIOError:
+            pass  # disarmed or armed again since it fired
+        _flush_from_thread()
+        if _running:
+            timer.arm()
 
 
 def _flush_from_thread():
@@ -403,11 +380,11 @@ def _before_fork():
 def _after_fork_in_child():
     # A forked child (multiprocessing, os.fork) has no flusher thread: its
     # stdout is flushed at each newline instead (stderr is sent at each write).
-    global _flusher_thread, _timer, _timer_made, _write_lock, _flusher_lock, _fork_guard, _hold_err
+    global _flusher_thread, _timer, _write_lock, _flusher_lock, _fork_guard, _hold_err
     _flusher_thread = None
-    if _timer_made is not None:
-        _timer_made[0].close()  # the parent's timer: armed here, it would wake the parent's thread
-    _timer = _timer_made = None
+    if _timer is not None:
+        _timer.close()  # the parent's timer: armed here, it would wake the parent's thread
+    _timer = None
     _hold_err = False
     try:
         signal.set_wakeup_fd(-1)  # the pipe is the parent's, and the child has no output thread to read one
