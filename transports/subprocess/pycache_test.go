@@ -63,6 +63,52 @@ func TestPythonDriverIsCompiledOnce(t *testing.T) {
 	}
 }
 
+// A transport checks the compiled driver before each start, by its stat
+// once that is settled and else by its hash: a write to the file, even one
+// that keeps its size and sets its modification time back, made right
+// after the check or long after, has the next start compile it anew.
+func TestPythonDriverNoticesAWrittenCache(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	d := newPythonDriver(context.Background(), "python3", sandbox.ToolRunner{})
+	for _, settle := range []bool{false, true} {
+		if args, err := d.prepare(); err != nil || len(args) != 2 || args[1] != d.loader[1] {
+			t.Fatalf("prepare: %v, args %.80q: want the loader", err, args)
+		}
+		path, first := cachedDriver(t, os.Getenv("XDG_CACHE_HOME"))
+		info, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if settle {
+			// A start long after: the stamp is trusted from then on.
+			deadline := time.Now().Add(5 * time.Second)
+			for s, _ := stampOf(path); !s.settled(); s, _ = stampOf(path) {
+				if time.Now().After(deadline) {
+					t.Fatal("the cache file's ctime is not settled after 5 s")
+				}
+				time.Sleep(20 * time.Millisecond) // the clock's passing is the wait
+			}
+			if _, err := d.prepare(); err != nil || d.stamp == (fileStamp{}) {
+				t.Fatalf("prepare: %v; stamp %+v, want the settled stat", err, d.stamp)
+			}
+		}
+		written := bytes.Clone(first)
+		written[len(written)-1] ^= 1
+		if err := os.WriteFile(path, written, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, info.ModTime(), info.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.prepare(); err != nil {
+			t.Fatal(err)
+		}
+		if _, data := cachedDriver(t, os.Getenv("XDG_CACHE_HOME")); !bytes.Equal(data, first) {
+			t.Fatalf("settled %v: after a write to the cache file the next start left it as written", settle)
+		}
+	}
+}
+
 // Without a cache directory of the user's own that only they can write to
 // (none at all: a file where it would be; one anyone can write to) python
 // runs the driver as before, compiling it.
