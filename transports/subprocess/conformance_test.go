@@ -1,6 +1,7 @@
 package subprocess
 
 import (
+	"flag"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -12,9 +13,15 @@ import (
 
 // TestMain: the parallel tests spend their time waiting on interpreters
 // (starts, sleeps in cells, bounds that must expire), so more of them run at
-// once than go test's default of one per core.
+// once than go test's default of one per core. Their sandboxes have no
+// network stack unless a test names one (unsetNetwork): the network's
+// tests (network_test.go, family_test.go) do. Benchmarks keep the
+// default, isolated, which is what they measure.
 func TestMain(m *testing.M) {
 	testkit.WaitingParallel(parallelTests)
+	if flag.Lookup("test.bench").Value.String() == "" {
+		unsetNetwork = NetworkNone
+	}
 	goleak.VerifyTestMain(m)
 }
 

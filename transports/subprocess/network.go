@@ -24,6 +24,13 @@ const (
 // ParseNetwork checks a -context-network value.
 func ParseNetwork(s string) (string, error) { return sandbox.ParseNetwork(s) }
 
+// unsetNetwork is the network of a transport whose SandboxOptions.Network
+// is "": NetworkIsolated, the setting's default. This package's tests make
+// it NetworkNone (TestMain): most are not about the network, and pasta
+// costs each sandboxed interpreter ~140 ms of CPU; those that are name
+// theirs.
+var unsetNetwork = NetworkIsolated
+
 // netAttach is an interpreter's network stack while it lives: set once it
 // is attached, stopped when the interpreter ended (proc.wait), whichever
 // comes first. The stack is attached in the background, while the

@@ -114,6 +114,9 @@ func New(opts Options) *Transport {
 		missing:    map[string]string{},
 		cells:      newCellActivity(),
 	}
+	if opts.Sandbox.Network == "" {
+		opts.Sandbox.Network = unsetNetwork
+	}
 	t.sandbox, t.noSandbox, t.sandboxErr = sandbox.New(withDriverCache(opts.Sandbox), sandbox.Works)
 	if t.sandbox != nil && opts.Warn != nil {
 		for _, note := range t.sandbox.Notes() {
