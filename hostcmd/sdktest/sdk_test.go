@@ -49,7 +49,9 @@ func TestOfficialSDK(t *testing.T) {
 		set  func(*settings.Config)
 	}{
 		{"in-process", func(c *settings.Config) {
-			c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": python}})
+			// No network stack (pasta) per context: the SDK's tests are
+			// not about the network; the plugin's host keeps the default.
+			c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": python}, Sandbox: subprocess.SandboxOptions{Network: subprocess.NetworkNone}})
 		}},
 		{"plugin", func(c *settings.Config) {
 			c.PluginDir, c.TransportName = pluginDir, "subprocess"

@@ -35,7 +35,7 @@ func TestFaultInterpreterCrashesNatively(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_CORE, &saved) })
 
-	h := hosttest.Start(t, hosttest.OnDebianPython)
+	h := hosttest.Start(t, hosttest.DefaultNetwork, hosttest.OnDebianPython) // processes left: pasta too
 	for _, crash := range []string{"import ctypes; ctypes.string_at(0)", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"} {
 		// A kernel of the size a plotting session has (the first execution
 		// after a crash also starts the new kernel: not timed).

@@ -4,7 +4,9 @@ package faults_test
 // each. After every fault the host answers /health, the next execution on
 // every context works, and, when the test ends, no goroutine of the test's
 // is left (goleak against the test's own baseline) and no process the test
-// started is left (the /proc tree under the test binary). Those checks see
+// started is left (the /proc tree under the test binary; their hosts have
+// the default -context-network, hosttest.DefaultNetwork, so each context's
+// pasta is among what must go). Those checks see
 // the whole test binary, so a fault test is never a parallel test: go test
 // runs the package's other tests, which are, only after it. make test runs
 // this package whole as a part of its own (test-go-faults), beside the rest
@@ -74,7 +76,7 @@ func killMidExecution(h *hosttest.Host, t *testing.T, id string, pid int) (hostt
 // new interpreter at its next execution, the other contexts keep their state.
 func TestFaultInterpreterKilled(t *testing.T) {
 	hosttest.NoLeftovers(t)
-	h := hosttest.Start(t)
+	h := hosttest.Start(t, hosttest.DefaultNetwork)
 	victim := h.CreateContext(`{}`)
 	other := h.CreateContext(`{"language":"bash"}`)
 	hosttest.NoError(t, h.Run(map[string]any{"code": "kept = 'state'"}))
@@ -105,7 +107,7 @@ func TestFaultInterpreterKilled(t *testing.T) {
 // goes with it; the plugin restarts and every context works again.
 func TestFaultPluginKilled(t *testing.T) {
 	hosttest.NoLeftovers(t)
-	h := hosttest.Start(t, hosttest.ViaPlugin, hosttest.WithForkTemplate) // the template goes too
+	h := hosttest.Start(t, hosttest.DefaultNetwork, hosttest.ViaPlugin, hosttest.WithForkTemplate) // the template and the contexts' pasta go too
 	extra := h.CreateContext(`{"language":"bash"}`)
 	id := h.DefaultID("python")
 	py := hosttest.PidOf(t, h, id)
@@ -353,7 +355,7 @@ func TestFaultJupyterWebsocket(t *testing.T) {
 // a time: the host stays healthy, every context works, nothing leaks.
 func TestFaultClientsDisconnect(t *testing.T) {
 	hosttest.NoLeftovers(t)
-	h := hosttest.Start(t)
+	h := hosttest.Start(t, hosttest.DefaultNetwork)
 	ids := []string{h.DefaultID("python"), h.CreateContext(`{}`).ID}
 	const clients, concurrent = 500, 25
 	var (
@@ -420,7 +422,7 @@ func vmRSS() int64 {
 func TestFaultSlowReader(t *testing.T) {
 	hosttest.NoLeftovers(t)
 	const buffer = 8 << 20
-	h := hosttest.Start(t, func(c *settings.Config) { c.MaxOutputBytes = buffer })
+	h := hosttest.Start(t, hosttest.DefaultNetwork, func(c *settings.Config) { c.MaxOutputBytes = buffer })
 	other := h.CreateContext(`{}`)
 	done := filepath.Join(h.Cwd(), "done") // where the sandboxed kernel may write
 	runtime.GC()

@@ -69,7 +69,7 @@ func TestBrokenPythonEnvironmentIsReported(t *testing.T) {
 		check(t, func(_ *testing.T, site string) func(*settings.Config) {
 			return func(c *settings.Config) {
 				// The sandbox's /tmp is its own: it must see site.
-				c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Sandbox: subprocess.SandboxOptions{Writable: []string{site}}})
+				c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Sandbox: subprocess.SandboxOptions{Writable: []string{site}, Network: hosttest.ContextNetwork}})
 			}
 		})
 	})

@@ -22,7 +22,7 @@ func ipythonPython(t *testing.T) func(*settings.Config) {
 	return func(c *settings.Config) {
 		c.SetTransportSetting("python", python) // the plugin's
 		if c.Transport != nil {
-			c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": python}})
+			c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": python}, Sandbox: subprocess.SandboxOptions{Network: hosttest.ContextNetwork}})
 		}
 	}
 }

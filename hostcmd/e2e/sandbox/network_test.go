@@ -41,7 +41,7 @@ except OSError as e:
 	} {
 		t.Run(tc.name+"/"+tc.network, func(t *testing.T) {
 			t.Parallel()
-			h := hosttest.Start(t, tc.transport, func(c *settings.Config) {
+			h := hosttest.Start(t, hosttest.DefaultNetwork, tc.transport, func(c *settings.Config) {
 				if tc.network != "" {
 					c.SetTransportSetting("context-network", tc.network)
 				}

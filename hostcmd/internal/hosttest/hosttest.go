@@ -128,14 +128,34 @@ func compilePolicy(path string) error {
 	return chain.Close(ctx)
 }
 
+// ContextNetwork is the -context-network of the tests' hosts (Start):
+// none, a network namespace of its own with loopback only. Most tests are
+// not about a context's network, and under isolated, the host's default,
+// each sandboxed context starts pasta, ~140 ms of CPU. A test about the
+// network, or one that needs the default host, adds DefaultNetwork; a test
+// that links in a transport of its own gives it ContextNetwork.
+const ContextNetwork = subprocess.NetworkNone
+
+// DefaultNetwork gives the host the default -context-network (isolated:
+// pasta, outbound network), for tests about a context's network or whose
+// checks count on the default. It must come first among Start's options:
+// it makes Start's linked-in transport (InProcess) anew, and InProcess and
+// OnDebianPython read the setting.
+func DefaultNetwork(c *settings.Config) {
+	delete(c.TransportSettings, subprocess.SettingContextNetwork)
+	InProcess(c)
+}
+
 // InProcess runs the subprocess transport linked into the test binary.
 func InProcess(c *settings.Config) {
-	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.TransportSettings[subprocess.SettingSandboxWritable]}}})
+	c.Transport = subprocess.New(subprocess.Options{Sandbox: subprocess.SandboxOptions{Writable: []string{c.DefaultCwd, c.TransportSettings[subprocess.SettingSandboxWritable]},
+		Network: c.TransportSettings[subprocess.SettingContextNetwork]}})
 }
 
 // OnDebianPython runs the subprocess transport, linked in, on Debian's python3.
 func OnDebianPython(c *settings.Config) {
-	c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": testkit.DebianPython}})
+	c.Transport = subprocess.New(subprocess.Options{Interpreters: map[string]string{"python": testkit.DebianPython},
+		Sandbox: subprocess.SandboxOptions{Network: c.TransportSettings[subprocess.SettingContextNetwork]}})
 }
 
 // NeedSandbox skips a test that needs interpreters in sandboxes where bwrap
@@ -217,8 +237,9 @@ func Start(t testing.TB, configure ...func(*settings.Config)) *Host {
 		PolicyOptions: PolicyOptions(),
 		// The test's temporary directories (cwd's parent holds them all)
 		// are writable in its sandboxes: its code may wait for a file the
-		// test makes there, or write one the test reads.
-		TransportSettings: map[string]string{subprocess.SettingSandboxWritable: filepath.Dir(cwd)},
+		// test makes there, or write one the test reads. The contexts'
+		// network is ContextNetwork unless the test says DefaultNetwork.
+		TransportSettings: map[string]string{subprocess.SettingSandboxWritable: filepath.Dir(cwd), subprocess.SettingContextNetwork: ContextNetwork},
 	}
 	InProcess(&cfg)
 	for _, f := range configure {
