@@ -33,11 +33,13 @@ func pluginTransportConfig(shared Config) func(t *testing.T) core.Transport {
 }
 
 // subprocessPlugin launches the real subprocess plugin for one case of a
-// conformance suite, with its defaults but two: no python fork template
-// (python-preload=off) and pool only the languages of pool
-// (interpreter-pool; the default is python=1,javascript=1). Every case
-// launches a plugin of its own, well over a hundred in all, and with the
-// defaults each started a template that imported the data stack (a
+// conformance suite, with its defaults but three: no python fork template
+// (python-preload=off), pool only the languages of pool (interpreter-pool;
+// the default is python=1,javascript=1), and no network stack per sandboxed
+// interpreter (context-network=none: pasta, ~140 ms of CPU each, is
+// transports/subprocess's network_test.go's subject, not the suite's).
+// Every case launches a plugin of its own, well over a hundred in all, and
+// with the defaults each started a template that imported the data stack (a
 // CPU-second; its contexts forked only when it was ready before the case's
 // first kernel, which it mostly was not) and a python and a node
 // interpreter for its pools, whatever the suite's language: most of this
@@ -45,7 +47,7 @@ func pluginTransportConfig(shared Config) func(t *testing.T) core.Transport {
 // (fork_test.go), through the plugin in TestForkThroughPlugin and the host's
 // e2e tests.
 func subprocessPlugin(pool string) func(t *testing.T) core.Transport {
-	return pluginTransportConfig(Config{Path: subprocessBin, Settings: map[string]any{"python-preload": "off", "interpreter-pool": pool}})
+	return pluginTransportConfig(Config{Path: subprocessBin, Settings: map[string]any{"python-preload": "off", "interpreter-pool": pool, "context-network": "none"}})
 }
 
 // Each conformance suite is a parallel test: its cases run beside the other
