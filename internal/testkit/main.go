@@ -11,7 +11,8 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Main is a package's TestMain: it makes a temporary directory, calls setup
+// Main is a package's TestMain: it takes python3 on PATH without a launcher
+// (SkipPythonShim), makes a temporary directory, calls setup
 // with it to build what the tests run (setup may be nil), runs the tests,
 // runs the AfterTests functions, removes the directory, and fails a passing
 // run that left goroutines running. A setup error fails the run before any test runs. Main does not
@@ -21,6 +22,7 @@ func Main(m *testing.M, setup func(dir string) error) {
 }
 
 func run(m *testing.M, setup func(dir string) error) int {
+	SkipPythonShim()
 	dir, err := os.MkdirTemp("", "kernelhost-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -13,12 +13,14 @@ import (
 
 // TestMain: the parallel tests spend their time waiting on interpreters
 // (starts, sleeps in cells, bounds that must expire), so more of them run at
-// once than go test's default of one per core. Their sandboxes have no
+// once than go test's default of one per core. python3 is reached without
+// pyenv's shim (testkit.SkipPythonShim). Their sandboxes have no
 // network stack unless a test names one (unsetNetwork): the network's
 // tests (network_test.go, family_test.go) do. Benchmarks keep the
 // default, isolated, which is what they measure.
 func TestMain(m *testing.M) {
 	testkit.WaitingParallel(parallelTests)
+	testkit.SkipPythonShim()
 	if flag.Lookup("test.bench").Value.String() == "" {
 		unsetNetwork = NetworkNone
 	}
