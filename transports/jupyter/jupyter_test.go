@@ -408,9 +408,10 @@ func TestTooLarge(t *testing.T) {
 
 // A large request to a server that reads it slowly (stopped here, for
 // longer than the connection may be silent: PingInterval+PongTimeout)
-// keeps the connection: the server's silence counts from when it has the
-// request, and the pings that waited behind it go on. (In CI a loaded
-// server took that long to read TestTooLarge's 9 MiB.)
+// keeps the connection: the server's silence counts from when it has had
+// time to read and parse the request (serverReadRate), and the pings that
+// waited behind it go on. (In CI a loaded server took that long to read
+// TestTooLarge's 9 MiB, and ~30 s after the write to answer.)
 func TestLargeRequestToAStalledServer(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Start(t)
@@ -422,7 +423,7 @@ func TestLargeRequestToAStalledServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Stopped past the 20 s allowance; once it runs again, a loaded server
-	// took over 10 s in CI to read the rest and answer.
+	// took ~30 s in CI to read the rest and answer.
 	resume := time.AfterFunc(25*time.Second, func() { _ = syscall.Kill(srv.Pid, syscall.SIGCONT) })
 	t.Cleanup(func() {
 		resume.Stop()

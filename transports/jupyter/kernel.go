@@ -104,8 +104,9 @@ type conn struct {
 	writeMu sync.Mutex
 	// idle is how long the server may be silent after it has all we wrote
 	// before the connection is judged lost (serve sets it; 0: not yet);
-	// holdReads, while a write of ours is under way, is when that write's
-	// deadline and idle run out (UnixNano; 0: none).
+	// holdReads is the least read deadline our writes ask for: while one is
+	// under way, when its deadline and idle run out; after it, when the
+	// server has had time to read and parse it (UnixNano; 0: none).
 	idle      atomic.Int64
 	holdReads atomic.Int64
 }
@@ -362,6 +363,11 @@ func (k *kernel) waitConn(ctx context.Context) (*conn, error) {
 	}
 }
 
+// serverReadRate is the slowest a server may read and parse a frame of
+// ours without being judged lost: a Jupyter Server at load 10 on two cores
+// took ~30 s after the write for a 9 MiB request (~300 KiB/s).
+const serverReadRate = 256 << 10
+
 func (c *conn) write(ctx context.Context, binaryFrame bool, frame []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
@@ -377,13 +383,15 @@ func (c *conn) write(ctx context.Context, binaryFrame bool, frame []byte) error 
 	// The server says nothing while it reads a frame of ours, which takes
 	// a loaded server seconds for a large one (a 9 MiB request took more
 	// than PingInterval+PongTimeout in CI), and our pings wait behind it:
-	// while we write, the write's deadline judges the connection, and the
-	// server's silence counts from when it has the frame.
+	// while we write, the write's deadline judges the connection. A
+	// written frame may still sit in the sockets' buffers (megabytes on
+	// loopback), and the server parses it before it answers anything, so
+	// its silence may last idle plus the frame at serverReadRate.
 	if idle := time.Duration(c.idle.Load()); idle > 0 {
 		c.holdReads.Store(dl.Add(idle).UnixNano())
 		_ = c.extendReads()
 		defer func() {
-			c.holdReads.Store(0)
+			c.holdReads.Store(time.Now().Add(idle + time.Duration(len(frame))*time.Second/serverReadRate).UnixNano())
 			_ = c.extendReads()
 		}()
 	}
