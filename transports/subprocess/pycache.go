@@ -226,37 +226,40 @@ func (d *pythonDriver) compile() error {
 	if !strings.HasPrefix(file, d.base+".") {
 		return fmt.Errorf("the python compile wrote %q", file)
 	}
-	stamp, ok := stampOf(file)
-	data, err := os.ReadFile(file)
+	sum, stamp, err := hashOf(file)
 	if err != nil {
 		return err
 	}
-	if !ok || !stamp.settled() {
-		stamp = fileStamp{} // the next start reads it again
-	}
-	d.file, d.sum, d.stamp = file, sha256.Sum256(data), stamp
+	d.file, d.sum, d.stamp = file, sum, stamp
 	return nil
 }
 
-// verified says whether the compiled driver is still the one the host
-// wrote: its stat as when its hash was checked, or else its hash (the
-// stat taken before the read, so a write during the read shows next
-// time).
-func (d *pythonDriver) verified() bool {
-	stamp, ok := stampOf(d.file)
-	if !ok {
-		return false
+// hashOf is file's SHA-256 and its stamp, zero unless settled (a start
+// then reads it again). The stat comes before the read, so a write during
+// the read shows next time.
+func hashOf(file string) (sum [32]byte, stamp fileStamp, err error) {
+	stamp, ok := stampOf(file)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return sum, fileStamp{}, err
 	}
-	if stamp == d.stamp {
+	if !ok || !stamp.settled() {
+		stamp = fileStamp{}
+	}
+	return sha256.Sum256(data), stamp, nil
+}
+
+// verified says whether the compiled driver is still the one the host
+// wrote: its stat as when its hash was checked, or else its hash.
+func (d *pythonDriver) verified() bool {
+	if stamp, ok := stampOf(d.file); ok && stamp == d.stamp {
 		return true
 	}
-	data, err := os.ReadFile(d.file)
-	if err != nil || sha256.Sum256(data) != d.sum {
+	sum, stamp, err := hashOf(d.file)
+	if err != nil || sum != d.sum {
 		return false
 	}
-	if stamp.settled() {
-		d.stamp = stamp
-	}
+	d.stamp = stamp
 	return true
 }
 
