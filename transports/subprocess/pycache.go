@@ -147,11 +147,11 @@ type fileStamp struct {
 	mtime, ctime syscall.Timespec
 }
 
-// racyWindow: a stamp is trusted once its ctime is older than this. The
-// kernel's file times are coarse (a clock tick, a few ms): a write in the
-// same tick as the stat that made a stamp could leave its ctime as it was
-// (git's "racily clean" entries).
-const racyWindow = 100 * time.Millisecond
+// racyWindow: a stamp is trusted once its ctime is older than this. File
+// times are coarse (a clock tick, a few ms; a whole second on some
+// filesystems): a write in the same tick as the stat that made a stamp
+// could leave its ctime as it was (git's "racily clean" entries).
+const racyWindow = 2 * time.Second
 
 // settled says whether s can stand for the file's content (racyWindow).
 func (s fileStamp) settled() bool {
