@@ -166,3 +166,30 @@ func HostPidOfProbe(tb testing.TB, out string) int {
 	}
 	return HostPidIn(tb, ns, n)
 }
+
+// CPUTime returns the CPU time (user and system) all of pid's threads have
+// used so far, from /proc/PID/stat. It is what a process costs whatever
+// else shares the machine, where its wall time under load is not.
+func CPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	// utime and stime are the 12th and 13th fields after the command name,
+	// which is in parentheses and may hold spaces and parentheses itself.
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	// /proc counts in USER_HZ, which Linux fixes at 100 a second.
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}

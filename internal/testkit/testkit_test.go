@@ -66,6 +66,37 @@ func TestAliveAndAwaitGone(t *testing.T) {
 	}
 }
 
+// A process that spins for 300 ms of its own CPU shows at least that much,
+// and not far more; a gone process is an error.
+func TestCPUTime(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `while :; do :; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		used, err := testkit.CPUTime(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if used >= 300*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the spinning shell used %s of CPU in 30 s", used)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := testkit.CPUTime(pid); err == nil {
+		t.Errorf("CPUTime of the reaped pid %d: no error", pid)
+	}
+}
+
 // Through the proxy a line comes back; after Stall nothing passes and the
 // connection stays open; after Cut it is closed; new connections pass.
 func TestProxy(t *testing.T) {
