@@ -351,16 +351,33 @@ func askFamilyFork(src *proc, spec forkSpec, files []*os.File, deadline time.Tim
 	if src.fork == nil {
 		return errors.New("the context has no control socket")
 	}
-	ctl := src.fork.ctl
+	if err := sendFork(src, spec, files, deadline); err != nil {
+		return err
+	}
+	_ = src.fork.ctl.SetReadDeadline(deadline)
+	defer src.fork.ctl.SetReadDeadline(time.Time{})
+	answer, err := readAnswer(src.fork.ctl, spec.Seq)
+	if err != nil {
+		return err
+	}
+	return parseForkAnswer(answer)
+}
+
+// sendFork sends files, a fork's descriptors, on src's control socket
+// with the request's number, then the request on its fd 3: the driver
+// takes the descriptors of the request it reads (forkserver.py's
+// _fork_descriptors).
+func sendFork(src *proc, spec forkSpec, files []*os.File, deadline time.Time) error {
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
-	seq := []byte(strconv.FormatUint(spec.Seq, 10))
-	_ = ctl.SetDeadline(deadline)
-	defer ctl.SetDeadline(time.Time{})
-	if _, _, err := ctl.WriteMsgUnix(seq, unix.UnixRights(fds...), nil); err != nil {
-		return fmt.Errorf("send the copy's descriptors: %w", err)
+	ctl := src.fork.ctl
+	_ = ctl.SetWriteDeadline(deadline)
+	_, _, err := ctl.WriteMsgUnix([]byte(strconv.FormatUint(spec.Seq, 10)), unix.UnixRights(fds...), nil)
+	_ = ctl.SetWriteDeadline(time.Time{})
+	if err != nil {
+		return fmt.Errorf("send the fork's descriptors: %w", err)
 	}
 	line, err := json.Marshal(forkRequest{Fork: spec})
 	if err != nil {
@@ -372,16 +389,17 @@ func askFamilyFork(src *proc, spec forkSpec, files []*os.File, deadline time.Tim
 	if err != nil {
 		return fmt.Errorf("send the fork request: %w", err)
 	}
-	return readForkAnswer(ctl, spec.Seq)
+	return nil
 }
 
 // errNoForkAnswer marks a forking interpreter that did not answer (it
 // died, or is stuck).
 var errNoForkAnswer = errors.New("the forking interpreter did not answer")
 
-// readForkAnswer reads "<seq> ok" or "<seq> error <why>" from conn,
-// skipping the answers to requests given up on (conn's deadline bounds it).
-func readForkAnswer(conn *net.UnixConn, seq uint64) error {
+// readAnswer reads the answer to request seq from conn, what follows
+// "<seq> ", skipping the answers to requests given up on (conn's read
+// deadline bounds it).
+func readAnswer(conn *net.UnixConn, seq uint64) (string, error) {
 	buf := make([]byte, 4096)
 	for {
 		n, _, _, _, err := conn.ReadMsgUnix(buf, nil)
@@ -389,13 +407,12 @@ func readForkAnswer(conn *net.UnixConn, seq uint64) error {
 			if err == nil {
 				err = io.EOF
 			}
-			return fmt.Errorf("%w: %v", errNoForkAnswer, err)
+			return "", fmt.Errorf("%w: %v", errNoForkAnswer, err)
 		}
 		id, answer, _ := strings.Cut(string(buf[:n]), " ")
-		if id != strconv.FormatUint(seq, 10) {
-			continue
+		if id == strconv.FormatUint(seq, 10) {
+			return answer, nil
 		}
-		return parseForkAnswer(answer)
 	}
 }
 

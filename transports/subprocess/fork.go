@@ -2,7 +2,6 @@ package subprocess
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kernelhost/kernelhost/core"
 	"github.com/kernelhost/kernelhost/transports/subprocess/internal/cgroup"
 )
@@ -22,10 +19,18 @@ import (
 // python interpreter can be asked, on fd 3, to fork a child that becomes
 // a new interpreter (drivers/forkserver.py). The child is cloned with
 // CLONE_PARENT, so it is this process's child exactly as an interpreter
-// started by exec is: forkProc gives it its own pipes (made here, opened by
-// the child through /proc/<this pid>/fd), its own process group, cgroup and
-// limits, and from then on it is a proc like any other: the same pump,
-// readers, interrupt, kill and reaping.
+// started by exec is: forkProc gives it its own pipes (made here, sent with
+// the request over the forking interpreter's control socket), its own
+// process group, cgroup and limits, and from then on it is a proc like any
+// other: the same pump, readers, interrupt, kill and reaping.
+//
+// The pipes travel as SCM_RIGHTS, not by the child opening
+// /proc/<this pid>/fd/<n>: this process (the transport plugin) is not
+// dumpable (pluginrpc, to keep the host's settings from its interpreters),
+// which makes its /proc/<pid>/fd root's, open only to a process with
+// CAP_SYS_PTRACE. Under an unprivileged host every fork failed that way.
+// So every interpreter that can fork has a control socket (fd 5; launch
+// gives one to an interpreter it starts, forkOf to the child it forks).
 
 // forkAckWait bounds the wait for the forking interpreter's answer (the
 // child's pid) when ctx has no sooner deadline.
@@ -37,18 +42,15 @@ type forkRequest struct {
 }
 
 type forkSpec struct {
-	Host int   `json:"host"` // this process: the child opens /proc/<host>/fd/<n>
-	Fds  []int `json:"fds"`  // the child's ends, in childFiles order (3, 4, 1, 2)
-	Ack  int   `json:"ack"`  // where the forking driver writes the child's pid, or "error <why>"
-	// Inodes are those of Fds' pipes, then Ack's: a descriptor number the
-	// host closed meanwhile (it gave up) may name another file by then,
-	// which the driver must not open as its pipe.
-	Inodes []uint64 `json:"inodes"`
-	Mark   string   `json:"mark"` // the child's frame mark (frames.go)
-	Cwd    string   `json:"cwd,omitempty"`
-	// Seq numbers a request to a sandboxed template (forksandbox.go) or
-	// context (family.go), whose answer names it.
-	Seq uint64 `json:"seq,omitempty"`
+	// Host is this process, which the child checks is its parent (the
+	// host did not die meanwhile). Outside a sandbox only.
+	Host int `json:"host,omitempty"`
+	// Seq numbers the request: its descriptors on the control socket
+	// come with it, and its answer names it (a request given up on is
+	// skipped by number).
+	Seq  uint64 `json:"seq,omitempty"`
+	Mark string `json:"mark"` // the child's frame mark (frames.go)
+	Cwd  string `json:"cwd,omitempty"`
 	// Family asks a sandboxed context for a copy in its sandbox, whose
 	// descriptors come on its control socket (family.go).
 	Family bool `json:"family,omitempty"`
@@ -81,25 +83,21 @@ func forkProc(ctx context.Context, src *proc, spec procSpec, cwd string, out cha
 
 // forkOf asks src's interpreter to fork a child on the child's ends of p's
 // pipes, and moves the child into p's groups: the begin of forkProc.
-func (p *proc) forkOf(ctx context.Context, src *proc, cwd string, child []*os.File, mark string) error {
-	ackR, ackW, err := os.Pipe()
+func (p *proc) forkOf(ctx context.Context, src *proc, cwd string, child []*os.File, mark string) (err error) {
+	ctl, ctlChild, err := openControl() // the child's, for its own forks
 	if err != nil {
 		return err
 	}
-	defer ackR.Close()
-	defer ackW.Close()
-	req := forkRequest{Fork: forkSpec{Host: os.Getpid(), Ack: int(ackW.Fd()), Mark: mark, Cwd: cwd, WarmUp: p.spec.warmUp}}
-	for _, f := range append(child, ackW) {
-		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			return err
+	defer ctlChild.Close() // the child has its own once forked
+	defer func() {
+		if err != nil {
+			ctl.Close()
 		}
-		if f != ackW {
-			req.Fork.Fds = append(req.Fork.Fds, int(f.Fd()))
-		}
-		req.Fork.Inodes = append(req.Fork.Inodes, st.Ino)
-	}
-	pid, err := askFork(ctx, src, req, ackR)
+	}()
+	spec := forkSpec{Host: os.Getpid(), Seq: forkSeq.Add(1), Mark: mark, Cwd: cwd, WarmUp: p.spec.warmUp}
+	// In the order forkserver.py takes them: the pipes (childFiles), then
+	// the control socket.
+	pid, err := askFork(ctx, src, spec, append(slices.Clip(child), ctlChild))
 	if err != nil {
 		return err
 	}
@@ -114,8 +112,9 @@ func (p *proc) forkOf(ctx context.Context, src *proc, cwd string, child []*os.Fi
 		return err
 	}
 	p.cmd = &exec.Cmd{Path: src.cmd.Path, Args: src.cmd.Args, Process: process}
+	p.fork = &forking{ctl: ctl}
 	p.idsMu.Lock()
-	p.pid, p.pgid = pid, pid // the child made its own group before it opened its pipes
+	p.pid, p.pgid = pid, pid // the child made its own group before it serves
 	p.idsMu.Unlock()
 	return nil
 }
@@ -136,49 +135,51 @@ func (t *Transport) forkable() string {
 	return "only " + strings.Join(names, " or ") + " contexts can"
 }
 
-// askFork writes req on src's fd 3 and reads the answer: the child's pid.
-func askFork(ctx context.Context, src *proc, req forkRequest, ack *os.File) (int, error) {
-	line, err := json.Marshal(req)
-	if err != nil {
+// askFork sends files, the child's descriptors, on src's control socket
+// and the request on its fd 3, and reads the answer on the control socket:
+// the child's pid. Bounded by ctx and forkAckWait; src's death ends it at
+// once.
+func askFork(ctx context.Context, src *proc, spec forkSpec, files []*os.File) (int, error) {
+	if src.fork == nil {
+		return 0, errors.New("the forking interpreter has no control socket")
+	}
+	deadline := forkDeadline(ctx)
+	if err := sendFork(src, spec, files, deadline); err != nil {
 		return 0, err
 	}
-	deadline := time.Now().Add(forkAckWait)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	ctl := src.fork.ctl
+	_ = ctl.SetReadDeadline(deadline)
+	defer ctl.SetReadDeadline(time.Time{})
+	type result struct {
+		answer string
+		err    error
 	}
-	_ = src.reqW.SetWriteDeadline(deadline)
-	_, err = src.reqW.Write(append(line, '\n'))
-	_ = src.reqW.SetWriteDeadline(time.Time{})
-	if err != nil {
-		return 0, fmt.Errorf("send the fork request: %w", err)
-	}
-	// The driver writes its answer with one write and closes its end; ours
-	// stays open (the child could not open it otherwise), so the answer is
-	// what one read returns. A driver that died never answers: the deadline
-	// or src's end says so.
-	_ = ack.SetReadDeadline(deadline)
-	answer := make(chan string, 1)
+	done := make(chan result, 1)
 	go func() {
-		buf := make([]byte, 4096)
-		n, _ := ack.Read(buf)
-		answer <- string(buf[:n])
+		answer, err := readAnswer(ctl, spec.Seq)
+		done <- result{answer, err}
 	}()
-	var got string
+	var got result
 	select {
-	case got = <-answer:
+	case got = <-done:
 	case <-src.rd.pumpDone:
-		_ = ack.SetReadDeadline(aLongTimeAgo)
-		return 0, errors.New("the forking interpreter died")
+		_ = ctl.SetReadDeadline(aLongTimeAgo)
+		<-done // no reader of src's socket is left for the next request
+		return 0, fmt.Errorf("%w: it died", errNoForkAnswer)
 	case <-ctx.Done():
-		_ = ack.SetReadDeadline(aLongTimeAgo)
+		_ = ctl.SetReadDeadline(aLongTimeAgo)
+		<-done
 		return 0, ctx.Err()
 	}
-	if why, ok := strings.CutPrefix(got, "error "); ok {
+	if got.err != nil {
+		return 0, got.err
+	}
+	if why, ok := strings.CutPrefix(got.answer, "error "); ok {
 		return 0, fmt.Errorf("%w: %s", errForkRefused, why)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(got))
+	pid, err := strconv.Atoi(got.answer)
 	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("the forking interpreter answered %q", got)
+		return 0, fmt.Errorf("the forking interpreter answered %q", got.answer)
 	}
 	return pid, nil
 }

@@ -43,14 +43,17 @@ import (
 // A forked context lives in the template's PID namespace, so a retired
 // template lives on (reaping) until its last context ended (forkServer.retire).
 
-// forkSeq numbers the requests to sandboxed templates: an answer that came
-// after its request was given up is skipped by the next one.
+// forkSeq numbers fork requests: an answer (or, on a control socket, the
+// descriptors) of a request given up on is skipped by the next one.
 var forkSeq atomic.Uint64
 
-// forking is a proc's part in forking in a sandbox. A sandboxed fork
-// template has ctl, its end of the control socket (fd 5 in it), and line,
-// the requests on it (forkline.go). A context forked in a sandbox has ctl
-// too, where the descriptors of its copies go (family.go), and:
+// forking is a proc's part in forking. Outside a sandbox, an interpreter
+// that can fork (procSpec.hasControl; a fork template's, a context's) has
+// only ctl, its end of the control socket (fd 5 in it), where the
+// descriptors of its forks go (fork.go). A sandboxed fork template has ctl,
+// and line, the requests on it (forkline.go). A context forked in a
+// sandbox has ctl too, where the descriptors of its copies go (family.go),
+// and:
 //
 //   - status, the read end of the pipe its namespace's init writes the
 //     interpreter's wait status to before it exits (the interpreter is not
@@ -58,8 +61,8 @@ var forkSeq atomic.Uint64
 //     wrote, set before the proc's waitDone closes;
 //   - family, the sandbox it shares with its live copies.
 //
-// Other interpreters (started by exec, or forked outside a sandbox) have
-// none (proc.fork is nil).
+// Other interpreters (those of a driver that does not fork, and those
+// bwrap started) have none (proc.fork is nil).
 type forking struct {
 	ctl        *net.UnixConn
 	line       *forkLine // a template's, once it is ready
@@ -76,8 +79,8 @@ func (p *proc) familyOf() *family {
 	return p.fork.family
 }
 
-// openControl makes a sandboxed template's or context's control socket:
-// the host keeps ctl, child is the interpreter's fd 5.
+// openControl makes an interpreter's control socket: the host keeps ctl,
+// child is the interpreter's fd 5.
 func openControl() (ctl *net.UnixConn, child *os.File, err error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -152,7 +152,7 @@ func (fs *forkServer) startTemplate() {
 			go p.kill()
 			return
 		}
-		if p.fork != nil {
+		if p.spec.sandbox != nil {
 			p.fork.line = newForkLine(p.fork.ctl)
 		}
 		fs.tmpl = p
@@ -248,7 +248,7 @@ func (fs *forkServer) retire(p *proc) {
 // socket closes) and exits once the last context forked from it ended:
 // they are in its PID namespace, which ends with it.
 func (fs *forkServer) end(p *proc) {
-	if p.fork == nil {
+	if p.spec.sandbox == nil {
 		p.kill()
 		return
 	}
@@ -288,7 +288,7 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 	}
 	var p *proc
 	var err error
-	if tmpl.fork != nil {
+	if tmpl.spec.sandbox != nil {
 		p, err = forkSandboxed(ctx, tmpl, spec, dir, out)
 	} else {
 		fs.forkMu.Lock()
@@ -297,7 +297,7 @@ func (fs *forkServer) fork(ctx context.Context, out chan<- core.Message, spec pr
 	}
 	if err != nil {
 		shadowed := strings.Contains(err.Error(), errForkRefused.Error()+": shadowed")
-		if (errors.Is(err, errForkRefused) && !shadowed) || errors.Is(err, errTemplateStuck) || tmpl.isGone() {
+		if (errors.Is(err, errForkRefused) && !shadowed) || errors.Is(err, errTemplateStuck) || errors.Is(err, errNoForkAnswer) || tmpl.isGone() {
 			fs.retire(tmpl)
 		}
 		// The caller starts the context another way; without this the

@@ -38,9 +38,9 @@ type proc struct {
 	// req is the request it runs.
 	req running
 	cmd *exec.Cmd
-	// fork is its part in forking in a sandbox (forksandbox.go): a
-	// sandboxed fork template's control socket, or a context forked in a
-	// sandbox's; nil for other interpreters.
+	// fork is its part in forking (forksandbox.go): its control socket,
+	// where an interpreter that can fork gets its forks' descriptors
+	// (hasControl), and in a sandbox more; nil for other interpreters.
 	fork *forking
 	// net is the user-mode network stack of its namespace (network.go),
 	// ended with it.
@@ -265,10 +265,10 @@ func (p *proc) launch(child []*os.File, mark string) (err error) {
 		cmd.Env = append(cmd.Env, "PWD="+pwd)
 	}
 	cmd.ExtraFiles = []*os.File{child[0], child[1]} // fd 3, fd 4
-	if s.forkTemplate && s.sandbox != nil {
+	if s.hasControl() {
 		ctl, ctlChild, err := openControl()
 		if err != nil {
-			return fmt.Errorf("start %s fork template: %w", s.lang.name, err)
+			return fmt.Errorf("start %s kernel: %w", s.lang.name, err)
 		}
 		p.fork = &forking{ctl: ctl}
 		defer ctlChild.Close()                            // the child has its own once started
@@ -311,6 +311,19 @@ func (p *proc) launch(child []*os.File, mark string) (err error) {
 	p.pgid = p.pid
 	p.idsMu.Unlock()
 	return nil
+}
+
+// hasControl says whether an interpreter started for s gets a control
+// socket (fd 5, openControl): a sandboxed fork template, for its requests;
+// outside a sandbox every interpreter of a driver that forks (python's),
+// for its forks' descriptors (fork.go). A sandboxed interpreter bwrap
+// starts cannot fork (errNoFamily).
+func (s procSpec) hasControl() bool {
+	if s.sandbox != nil {
+		return s.forkTemplate
+	}
+	_, ok := s.lang.drv.(forker)
+	return ok
 }
 
 // pwdOf is the PWD an interpreter in cwd gets: cwd made absolute, as a shell

@@ -6,8 +6,12 @@
 # sends {"fork": {...}} on fd 3 and this process clones itself with
 # CLONE_PARENT, so the child is the host's child, as an interpreter the
 # host started itself is (it waits for it, kills its group, reads its exit
-# status). The child opens the pipes the host made for it through
-# /proc/<host>/fd, puts them on fds 1-4, and serves requests as any driver.
+# status). The pipes the host made for the child, and the child's own
+# control socket, come before the request on this process's control socket
+# (fd 5, SCM_RIGHTS); the child puts them on fds 1-5 and serves requests as
+# any driver. Not /proc/<host>/fd: the host (the transport plugin) is not
+# dumpable, so that is closed to a process of its user without
+# CAP_SYS_PTRACE, which an unprivileged host's interpreters are.
 # A fork template is an interpreter that preloaded the libraries (KH_PRELOAD)
 # and serves nothing but forks (KH_FORK_TEMPLATE): a new context is one of
 # its children.
@@ -124,63 +128,80 @@ def _clone_context(flags=_CLONE_PARENT, runs_no_code=False):
     return pid
 
 
-def _open_host_fd(host, fd, inode, mode):
-    """Open the host's descriptor fd, which must be the pipe of that inode:
-    a host that gave up on the request may have closed it, and the number
-    may name another file of the host by now."""
-    opened = os.open("/proc/%d/fd/%d" % (host, fd), mode | os.O_CLOEXEC)
-    if os.fstat(opened).st_ino != inode:
-        os.close(opened)
-        raise OSError("the host's descriptor %d is no longer the pipe it named" % fd)
-    return opened
-
-
 def _fork_context(spec, template):
-    """Serve a fork request: the child becomes a context and never returns
-    here; the parent writes the child's pid (or why not) to the host's ack
-    pipe. A request the host gave up on is dropped."""
+    """Serve a fork request: its descriptors (the child's four pipes and its
+    control socket) came on the control socket; the child becomes a context
+    and never returns here; the parent answers "<seq> <pid>" or "<seq>
+    error <why>" there. A request the host gave up on is dropped."""
     if spec.get("family"):
         _fork_in_family(spec)
         return
-    host = spec["host"]
-    try:
-        ack = _open_host_fd(host, spec["ack"], spec["inodes"][-1], os.O_WRONLY)
-    except (OSError, IndexError):
+    got = _fork_descriptors(spec)
+    if got is None:
         return
-    try:
-        why = _stale() if template else None
-        pid = _clone_context(runs_no_code=template) if why is None else -1
-    except Exception as exc:
-        why, pid = str(exc) or type(exc).__name__, -1
+    ctl, seq, fds = got
+    why, pid = None, -1
+    if len(fds) != len(_PIPE_TARGETS) + 1:
+        why = "want %d descriptors, got %d" % (len(_PIPE_TARGETS) + 1, len(fds))
+    else:
+        try:
+            why = _stale() if template else None
+            pid = _clone_context(runs_no_code=template) if why is None else -1
+        except Exception as exc:
+            why, pid = str(exc) or type(exc).__name__, -1
     if pid == 0:
-        os.close(ack)
-        _become_context(spec, template)
+        _become_context(spec, fds, template)
         raise SystemExit(0)  # through the frames of the request that forked: the interpreter exits as a driver does
-    try:
-        os.write(ack, (str(pid) if why is None else "error " + why).encode())
-    except OSError:
-        pass  # the host gave up; the child, if any, finds its pipes gone and exits
-    finally:
-        os.close(ack)
+    for fd in fds:
+        os.close(fd)
+    _answer_fork(ctl, seq, str(pid) if why is None else "error " + why)
 
 
-def _become_context(spec, template):
+def _become_context(spec, fds, template):
     libc = _libc()
-    host = spec["host"]
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != host:
+    if os.getppid() != spec["host"]:
         os._exit(1)  # the host died meanwhile
     os.setpgid(0, 0)  # its own group, which SIGINT and the kill go to
-    # The pipes, in the order of proc.go's childFiles: 3, 4, 1, 2.
-    modes = (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY, os.O_WRONLY)
-    if len(spec["fds"]) != len(_PIPE_TARGETS):
-        os._exit(1)
-    try:
-        opened = [_open_host_fd(host, fd, inode, mode) for fd, inode, mode in zip(spec["fds"], spec["inodes"], modes)]
-    except OSError:
-        os._exit(1)
-    _take_pipes(opened)
+    *pipes, ctl = fds
+    _take_pipes(pipes)
+    os.dup2(ctl, _CTL_FD, inheritable=False)  # its own control socket, for its forks
+    os.close(ctl)
     _serve_as_context(spec, template)
+
+
+def _fork_descriptors(spec):
+    """(control socket, number, descriptors) of fork request spec: the host
+    sent its descriptors on the control socket (fd 5), with the request's
+    number, before the request; those of requests it gave up on before are
+    closed. None when none came (the host gave up on this one too)."""
+    socket = _import("socket")
+    ctl = _fork_cache.get("ctl")
+    if ctl is None:
+        ctl = _fork_cache["ctl"] = socket.socket(fileno=_CTL_FD)
+    ctl.settimeout(_FORK_FDS_WAIT)
+    seq = str(spec.get("seq", 0)).encode()
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 64, 8)
+        except OSError:
+            return None
+        if msg == seq:
+            return ctl, seq, fds
+        for fd in fds:
+            os.close(fd)
+        if not msg:
+            return None
+
+
+def _answer_fork(ctl, seq, answer):
+    try:
+        ctl.sendall(seq + b" " + answer.encode())
+    except OSError:
+        pass  # the host gave up; the child, if any, finds its pipes gone and exits
+
+
+_FORK_FDS_WAIT = 30  # seconds: forkAckWait, the host's bound
 
 
 # The pipes, in the order of proc.go's childFiles: 3, 4, 1, 2.
@@ -354,7 +375,7 @@ _CLONE_NEWNET = 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT = 24, 38, 47
-_CTL_FD = 5  # the sandboxed template's control socket (forkserver.go)
+_CTL_FD = 5  # the control socket: a sandboxed template's requests, a fork's descriptors (../fork.go)
 _SANDBOXED = _take_env("KH_FORK_SANDBOX") is not None
 _NETNS = _take_env("KH_FORK_NETNS") is not None  # each context in a network namespace of its own (../network.go)
 _cold_path = list(sys.path)  # the import path a cold start has (the template prunes its own)
@@ -655,23 +676,10 @@ def _fork_in_family(spec):
     with CLONE_PARENT, is B's child, a member of C's family. Answers
     "<seq> ok" or "<seq> error <why>" there; a request the host gave up on
     is dropped."""
-    socket = _import("socket")
-    ctl = _fork_cache.get("ctl")
-    if ctl is None:
-        ctl = _fork_cache["ctl"] = socket.socket(fileno=_CTL_FD)
-    ctl.settimeout(_FAMILY_FDS_WAIT)
-    seq = str(spec.get("seq", 0)).encode()
-    while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(ctl, 64, 8)
-        except OSError:
-            return  # none came: the host gave up
-        if msg == seq:
-            break
-        for fd in fds:
-            os.close(fd)
-        if not msg:
-            return
+    got = _fork_descriptors(spec)
+    if got is None:
+        return
+    ctl, seq, fds = got
     why, pid = None, -1
     if len(fds) != 6:
         why = "want 6 descriptors, got %d" % len(fds)
@@ -685,13 +693,7 @@ def _fork_in_family(spec):
         raise SystemExit(0)  # as _fork_context's child
     for fd in fds:
         os.close(fd)
-    try:
-        ctl.sendall(b"%s %s" % (seq, b"ok" if why is None else ("error " + why).encode()))
-    except OSError:
-        pass
-
-
-_FAMILY_FDS_WAIT = 30  # seconds: forkAckWait, the host's bound
+    _answer_fork(ctl, seq, "ok" if why is None else "error " + why)
 
 
 def _become_member(spec, fds):
@@ -860,6 +862,12 @@ def _serve_forks():
             _fork_context(req["fork"], True)
 
 
+# The control socket is the driver's, not its children's, as fd 3 and 4
+# are (driver.py); a sandboxed context bwrap started has none.
+try:
+    os.set_inheritable(_CTL_FD, False)
+except OSError:
+    pass
 _is_template = _take_env("KH_FORK_TEMPLATE") is not None
 _start_env = dict(os.environ)  # a template's contexts take theirs in _serve_as_context
 if _is_template:
