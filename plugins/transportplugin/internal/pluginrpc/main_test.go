@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -97,8 +98,9 @@ func runHelper(mode string) {
 }
 
 // miniHost launches the example plugin, starts a bash kernel, prints
-// "PIDS <plugin> <bash>" and waits to be killed: the parent-death test
-// SIGKILLs it and checks that nothing it started lives on.
+// "PIDS <plugin> <bash>" and waits: the parent-death test SIGKILLs it and
+// checks that nothing it started lives on; at the end of its stdin it
+// closes the plugin and exits, as a host that stops cleanly.
 func miniHost() {
 	ctx := context.Background()
 	s, err := Launch(ctx, Config{Path: os.Getenv("EXAMPLE_BIN")})
@@ -125,7 +127,8 @@ func miniHost() {
 		}
 	}
 	fmt.Printf("PIDS %d %s\n", s.PID(), strings.TrimSpace(out.String()))
-	select {}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	s.Close()
 }
 
 // hangTransport's kernels never answer Execute: a plugin stuck in a call.

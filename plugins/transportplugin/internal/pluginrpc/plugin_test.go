@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -630,14 +632,77 @@ func TestStartWhileRestartingIsUnavailable(t *testing.T) {
 
 func TestHostSIGKILLLeavesNoPlugin(t *testing.T) {
 	t.Parallel()
+	host, _, pluginPID, bashPID := startMiniHost(t)
+	pluginFD, bashFD := pidfd(t, pluginPID), pidfd(t, bashPID)
+	if err := host.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	host.Wait()
+	waitGone(t, "plugin of the SIGKILLed host", pluginFD, 30*time.Second)
+	waitGone(t, "bash of the SIGKILLed host's plugin", bashFD, 30*time.Second)
+}
+
+// The plugin's sockets are in a directory of its host's (socketdir.go): a
+// host killed with SIGKILL leaves it, the next host to start removes it,
+// and a host that stops cleanly leaves none.
+func TestPluginSocketsOfAGoneHostAreRemoved(t *testing.T) {
+	t.Parallel()
+	base := filepath.Join(os.TempDir(), "kernelhost-"+strconv.Itoa(os.Getuid()))
+	killed, _, pluginPID, _ := startMiniHost(t)
+	killedDir := filepath.Join(base, "host-"+strconv.Itoa(killed.Process.Pid))
+	pluginSockets(t, killedDir, pluginPID)
+	pluginFD := pidfd(t, pluginPID)
+	if err := killed.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed.Wait()
+	waitGone(t, "plugin of the SIGKILLed host", pluginFD, 30*time.Second)
+	if _, err := os.Stat(killedDir); err != nil {
+		t.Fatalf("the SIGKILLed host's socket directory: %v, want it left (nothing removes it before the next host)", err)
+	}
+
+	next, stdin, pluginPID, _ := startMiniHost(t)
+	if _, err := os.Stat(killedDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the SIGKILLed host's socket directory after the next host started: %v, want it removed", err)
+	}
+	nextDir := filepath.Join(base, "host-"+strconv.Itoa(next.Process.Pid))
+	pluginSockets(t, nextDir, pluginPID)
+	stdin.Close() // the mini host closes its plugin and exits
+	if err := next.Wait(); err != nil {
+		t.Fatalf("the mini host's clean stop: %v", err)
+	}
+	if _, err := os.Stat(nextDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the socket directory of a host that stopped cleanly: %v, want it removed", err)
+	}
+}
+
+// pluginSockets checks that the plugin pluginPID has its kernel socket in
+// a directory of hostDir's.
+func pluginSockets(t *testing.T, hostDir string, pluginPID int) {
+	t.Helper()
+	socks, _ := filepath.Glob(filepath.Join(hostDir, "plugin-dir*", "kernels-"+strconv.Itoa(pluginPID)+".sock"))
+	if len(socks) != 1 {
+		entries, err := os.ReadDir(hostDir)
+		t.Fatalf("plugin %d's kernel socket in %s: %v, want one (the directory holds %v, %v)", pluginPID, hostDir, socks, entries, err)
+	}
+}
+
+// startMiniHost starts a mini host (miniHost) and returns it, its stdin
+// (closing it stops the host cleanly) and the pids it printed; the host is
+// killed at the test's end if it still runs.
+func startMiniHost(t *testing.T) (host *exec.Cmd, stdin io.WriteCloser, pluginPID, bashPID int) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := exec.Command(exe)
+	host = exec.Command(exe)
 	host.Env = append(os.Environ(), helperEnv+"=minihost", "EXAMPLE_BIN="+exampleBin)
 	out, err := host.StdoutPipe()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if stdin, err = host.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
 	if err := host.Start(); err != nil {
@@ -649,15 +714,9 @@ func TestHostSIGKILLLeavesNoPlugin(t *testing.T) {
 	if len(f) != 3 {
 		t.Fatalf("mini host said %q", line)
 	}
-	pluginPID, _ := strconv.Atoi(f[1])
-	bashPID, _ := strconv.Atoi(f[2])
-	pluginFD, bashFD := pidfd(t, pluginPID), pidfd(t, bashPID)
-	if err := host.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	host.Wait()
-	waitGone(t, "plugin of the SIGKILLed host", pluginFD, 30*time.Second)
-	waitGone(t, "bash of the SIGKILLed host's plugin", bashFD, 30*time.Second)
+	pluginPID, _ = strconv.Atoi(f[1])
+	bashPID, _ = strconv.Atoi(f[2])
+	return host, stdin, pluginPID, bashPID
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

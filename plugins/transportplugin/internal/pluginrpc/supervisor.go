@@ -141,6 +141,9 @@ type Supervised struct {
 	stop     chan struct{} // closed by Close
 	loopDone chan struct{}
 	pumps    sync.WaitGroup // kernel message pumps
+	// sockets is where go-plugin makes each plugin process's socket
+	// directory (holdSocketDir), "" for its default.
+	sockets string
 
 	kernelIDs atomic.Uint64 // the last kernel id given (Start.kernel_id)
 }
@@ -181,9 +184,11 @@ func Launch(ctx context.Context, cfg Config) (*Supervised, error) {
 		up:       make(chan struct{}),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
+		sockets:  holdSocketDir(cfg.Logger),
 	}
 	inst, info, err := s.start(ctx)
 	if err != nil {
+		releaseSocketDir()
 		return nil, err
 	}
 	s.info = info
@@ -233,6 +238,7 @@ func (s *Supervised) Close() error {
 	s.mu.Unlock()
 	<-s.loopDone
 	s.pumps.Wait()
+	releaseSocketDir()
 	return nil
 }
 
@@ -385,6 +391,7 @@ func (s *Supervised) start(ctx context.Context) (*instance, core.TransportInfo, 
 		RunnerFunc:       runnerFunc(s.cfg.Path, s.cfg.Args, s.cfg.Env, &proc),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
+		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: s.sockets},
 		Logger:           hl,
 		StartTimeout:     s.cfg.StartTimeout,
 		Stderr:           stderr,
