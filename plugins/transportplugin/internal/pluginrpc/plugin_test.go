@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -720,3 +721,41 @@ func startMiniHost(t *testing.T) (host *exec.Cmd, stdin io.WriteCloser, pluginPI
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// sweepDeadHosts removes the directory of a host whose pid is gone, unless
+// a socket in it still takes connections (a host alive in another PID
+// namespace that shares this /tmp).
+func TestSweepKeepsADirectoryWhoseSocketServes(t *testing.T) {
+	t.Parallel()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	served := filepath.Join(base, "host-"+strconv.Itoa(gone.Process.Pid))
+	dead := filepath.Join(base, "host-999999999") // above any pid_max
+	for _, dir := range []string{served, dead} {
+		if err := os.MkdirAll(filepath.Join(dir, "plugin-dir1"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := net.Listen("unix", filepath.Join(served, "plugin-dir1", "kernels-1.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// A socket file nothing listens on: its plugin was killed.
+	stale, err := net.Listen("unix", filepath.Join(dead, "plugin-dir1", "kernels-2.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	sweepDeadHosts(base, discardLogger())
+	if _, err := os.Stat(served); err != nil {
+		t.Errorf("a directory whose socket serves: %v, want it kept", err)
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a dead host's directory: %v, want it removed", err)
+	}
+}

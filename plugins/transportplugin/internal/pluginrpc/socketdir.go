@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Where the plugins' sockets live. go-plugin makes a private (0700)
@@ -96,8 +98,9 @@ func privateDir(dir string) error {
 }
 
 // sweepDeadHosts removes base's host-<pid> directories whose process is
-// gone. A pid reused since by another process keeps its directory until
-// that one is gone too.
+// gone and whose plugins answer on no socket. A pid reused since by another
+// process keeps its directory until that one is gone too; the sockets keep
+// that of a host alive in another PID namespace that shares this /tmp.
 func sweepDeadHosts(base string, log *slog.Logger) {
 	entries, err := os.ReadDir(base)
 	if err != nil {
@@ -111,8 +114,25 @@ func sweepDeadHosts(base string, log *slog.Logger) {
 		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
 			continue // alive (EPERM: alive, another user's)
 		}
-		if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
+		dir := filepath.Join(base, e.Name())
+		if servesASocket(dir) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
 			log.Warn("could not remove the plugin sockets of a host that is gone", "dir", e.Name(), "error", err)
 		}
 	}
+}
+
+// servesASocket reports whether a plugin's kernel socket in hostDir takes
+// a connection (closed at once, before its token: the plugin drops it).
+func servesASocket(hostDir string) bool {
+	socks, _ := filepath.Glob(filepath.Join(hostDir, "plugin-dir*", "kernels-*.sock"))
+	for _, sock := range socks {
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			c.Close()
+			return true
+		}
+	}
+	return false
 }
