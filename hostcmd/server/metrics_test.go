@@ -229,7 +229,7 @@ func TestMetricsDisabled(t *testing.T) {
 // kill -9 of the transport plugin counts one restart, once it is back.
 func TestMetricsPluginRestart(t *testing.T) {
 	hosttest.NoLeftovers(t)
-	h := hosttest.Start(t, hosttest.ViaPlugin, hosttest.WithForkTemplate) // the template goes too
+	h := hosttest.Start(t, hosttest.ViaPlugin, hosttest.WithSmallForkTemplate) // the template goes too
 	if got := hosttest.Metrics(t, h, nil).Value(t, "kernelhost_plugin_restarts_total"); got != 0 {
 		t.Fatalf("restarts before any fault: %v", got)
 	}

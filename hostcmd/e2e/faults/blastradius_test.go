@@ -256,7 +256,7 @@ func TestPluginKilledLeavesNothing(t *testing.T) {
 	if !subprocess.CgroupsAvailable() {
 		t.Skip("no writable cgroup v2 with cgroup.kill here: a killed plugin's processes are found by its cgroups")
 	}
-	h := hosttest.Start(t, hosttest.DefaultNetwork, hosttest.ViaPlugin, hosttest.WithForkTemplate) // the template's cgroup goes too
+	h := hosttest.Start(t, hosttest.DefaultNetwork, hosttest.ViaPlugin, hosttest.WithSmallForkTemplate) // the template's cgroup goes too
 	plugin := h.PluginPID()
 	ctx := h.CreateContext(`{"language":"bash"}`)
 	lines := h.Run(map[string]any{"context_id": ctx.ID, "code": "readlink /proc/self/ns/pid\nsetsid sleep 300 & echo $! $$"})

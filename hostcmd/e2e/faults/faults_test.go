@@ -107,7 +107,7 @@ func TestFaultInterpreterKilled(t *testing.T) {
 // goes with it; the plugin restarts and every context works again.
 func TestFaultPluginKilled(t *testing.T) {
 	hosttest.NoLeftovers(t)
-	h := hosttest.Start(t, hosttest.DefaultNetwork, hosttest.ViaPlugin, hosttest.WithForkTemplate) // the template and the contexts' pasta go too
+	h := hosttest.Start(t, hosttest.DefaultNetwork, hosttest.ViaPlugin, hosttest.WithSmallForkTemplate) // the template and the contexts' pasta go too
 	extra := h.CreateContext(`{"language":"bash"}`)
 	id := h.DefaultID("python")
 	py := hosttest.PidOf(t, h, id)

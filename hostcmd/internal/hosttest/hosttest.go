@@ -190,6 +190,14 @@ func WithForkTemplate(c *settings.Config) {
 	c.SetTransportSetting("python-preload", "auto")
 }
 
+// WithSmallForkTemplate is WithForkTemplate with a template that preloads
+// json alone: for tests of what goes with the template's process (a killed
+// plugin's), to which the data stack's import, about 2 CPU-s a template on
+// CI's machine, adds nothing.
+func WithSmallForkTemplate(c *settings.Config) {
+	c.SetTransportSetting("python-preload", "json")
+}
+
 // viaPlugin runs the transport named name through its plugin, with the
 // plugin's defaults.
 func viaPlugin(c *settings.Config, name string) {
