@@ -303,15 +303,9 @@ func TestForkTemplateRefusedIsReported(t *testing.T) {
 		t.Logf("%s", out)
 		return
 	}
-	var mu sync.Mutex
-	var warnings []string
-	warn := func(msg string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		warnings = append(warnings, strings.TrimSpace(fmt.Sprintln(append([]any{msg}, args...)...)))
-	}
+	var warned warnings
 	dir := t.TempDir()
-	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"json"}, PoolCwd: dir, NoCgroups: true, Warn: warn,
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"json"}, PoolCwd: dir, NoCgroups: true, Warn: warned.warn,
 		Sandbox: SandboxOptions{Mode: SandboxOn, Writable: []string{dir}}})
 	t.Cleanup(func() { _ = tr.Close() })
 	if on, why, err := tr.Sandboxed(); !on || err != nil {
@@ -346,14 +340,32 @@ func TestForkTemplateRefusedIsReported(t *testing.T) {
 			t.Fatal("the template's start does not end")
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "fork template cannot start") || !strings.Contains(warnings[0], "namespace") {
-		t.Errorf("warnings: %q, want one that says the template cannot start and why", warnings)
+	got := warned.all()
+	if len(got) != 1 || !strings.Contains(got[0], "fork template cannot start") || !strings.Contains(got[0], "namespace") {
+		t.Errorf("warnings: %q, want one that says the template cannot start and why", got)
 	} else {
-		t.Logf("warned: %s", warnings[0])
+		t.Logf("warned: %s", got[0])
 	}
 	if st := tr.ForkStats(); len(st) != 1 || !strings.Contains(st[0].Failing, "namespace") {
 		t.Errorf("ForkStats: %+v", st)
 	}
+}
+
+// warnings records what a Transport warns (Options.Warn), one line each.
+type warnings struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *warnings) warn(msg string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, strings.TrimSpace(fmt.Sprintln(append([]any{msg}, args...)...)))
+}
+
+// all returns the warnings so far.
+func (w *warnings) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.lines)
 }

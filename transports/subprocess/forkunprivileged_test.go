@@ -2,13 +2,11 @@ package subprocess
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -38,17 +36,11 @@ func TestUnprivilegedHostForksContexts(t *testing.T) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var warnings []string
-	warn := func(msg string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		warnings = append(warnings, strings.TrimSpace(fmt.Sprintln(append([]any{msg}, args...)...)))
-	}
+	var warned warnings
 	dir := t.TempDir()
 	// colorsys: a module the driver does not import, so a context that
 	// has it loaded is a fork of the template.
-	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"colorsys"}, PoolCwd: dir, NoCgroups: true, Warn: warn,
+	tr := New(Options{Interpreters: map[string]string{"python": testkit.DebianPython}, Preload: []string{"colorsys"}, PoolCwd: dir, NoCgroups: true, Warn: warned.warn,
 		Sandbox: SandboxOptions{Mode: SandboxOff}})
 	t.Cleanup(func() { _ = tr.Close() })
 	tmpl := readyTemplate(t, tr)
@@ -77,10 +69,8 @@ func TestUnprivilegedHostForksContexts(t *testing.T) {
 	if got := stdoutOf(t, liveFork(t, tr, cp), "print(x + 1)"); got != "42\n" {
 		t.Errorf("the copy's copy prints %q", got)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(warnings) != 0 {
-		t.Errorf("warnings: %q", warnings)
+	if w := warned.all(); len(w) != 0 {
+		t.Errorf("warnings: %q", w)
 	}
 }
 
