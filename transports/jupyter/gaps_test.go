@@ -49,10 +49,8 @@ func lostOf(r *result) (notices []string, lost int) {
 // Messages that the kernel numbered and that never arrived are announced in
 // the request's stream with their count, in front of its reply; requests
 // before and after, with nothing lost, carry no notice.
-func TestCounterGapIsAnnounced(t *testing.T) {
-	t.Parallel()
-	srv := jupytertest.Shared(t)
-	k := startKernel(t, newTransport(t, srv, nil))
+// (TestOneKernel runs it.)
+func checkCounterGapIsAnnounced(t *testing.T, k core.Kernel) {
 	if r := run(t, k, "for i in range(10):\n    print('line', i, flush=True)"); r.stderr.String() != "" {
 		t.Fatalf("nothing lost, yet stderr = %q", r.stderr.String())
 	}
@@ -66,6 +64,7 @@ func TestCounterGapIsAnnounced(t *testing.T) {
 		return false
 	}
 	k.(*kernel).lose.Store(&lose)
+	t.Cleanup(func() { k.(*kernel).lose.Store(nil) })
 	id := lossy
 	// Each line in one write: ipykernel's output thread flushes on its own
 	// every 0.2 s, and on a loaded machine it has sent the "drop" of a
