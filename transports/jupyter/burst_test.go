@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +82,7 @@ type gatewayProxy struct {
 	forwarded      int            // DELETEs sent on to the server and not answered yet (inOrder)
 	deleteDone     chan struct{}  // closed and replaced when one of them is answered
 	deletes        map[string]int // DELETE api/kernels/{id} received, by id
+	started        []string       // the kernels the server created for starts through the proxy
 	starts         int            // start requests received
 	answered       int            // start requests the server answered
 	stop           chan struct{}  // closed at cleanup: hanging requests end
@@ -92,6 +95,7 @@ func startGatewayProxy(t *testing.T, srv *jupytertest.Server) *gatewayProxy {
 		t.Fatal(err)
 	}
 	p := &gatewayProxy{rp: httputil.NewSingleHostReverseProxy(u), backend: u.Host, stop: make(chan struct{})}
+	p.rp.ModifyResponse = p.noteStart
 	p.Server = httptest.NewServer(p)
 	t.Cleanup(func() {
 		close(p.stop)
@@ -236,11 +240,63 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// noteStart notes the kernel a start request's answer names (started),
+// whether the client still waits for the answer or not.
+func (p *gatewayProxy) noteStart(resp *http.Response) error {
+	if resp.Request.Method != http.MethodPost || resp.Request.URL.Path != "/api/kernels" || resp.StatusCode != http.StatusCreated {
+		return nil
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	var km kernelModel
+	if json.Unmarshal(b, &km) == nil && km.ID != "" {
+		p.mu.Lock()
+		p.started = append(p.started, km.ID)
+		p.mu.Unlock()
+	}
+	return err
+}
+
+// kernelsOnServer lists the kernels on srv itself (serverKernels) that were
+// started through the proxy: all that the transports connected to it could
+// have left there, on a server that other tests share.
+func (p *gatewayProxy) kernelsOnServer(t *testing.T, srv *jupytertest.Server) []kernelModel {
+	t.Helper()
+	p.mu.Lock()
+	started := slices.Clone(p.started)
+	p.mu.Unlock()
+	var ks []kernelModel
+	for _, km := range serverKernels(t, srv) {
+		if slices.Contains(started, km.ID) {
+			ks = append(ks, km)
+		}
+	}
+	return ks
+}
+
+// waitNoKernelsFrom waits until srv has no kernel started through the proxy
+// (within bound).
+func (p *gatewayProxy) waitNoKernelsFrom(t *testing.T, srv *jupytertest.Server, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ks := p.kernelsOnServer(t, srv)
+		if len(ks) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kernels started through the proxy left on the server after %v: %+v", within, ks)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // recordStart serves a start request and keeps the server's answer, the
 // kernel's model at its start (muteKernel).
 func (p *gatewayProxy) recordStart(w http.ResponseWriter, r *http.Request) {
 	rec := httptest.NewRecorder()
-	p.rp.ServeHTTP(rec, r)
+	p.rp.ServeHTTP(rec, r) // noteStart notes the kernel
 	var km kernelModel
 	if json.Unmarshal(rec.Body.Bytes(), &km) == nil && km.ID != "" {
 		p.mu.Lock()
@@ -554,10 +610,11 @@ func loneStartIsReplaced(t *testing.T, fault func(*gatewayProxy), want string) {
 // A start request the gateway answers only after the start timeout leaves
 // no kernel on the server: not while the transport lives on, not when it is
 // closed right away (the host gave up at start-up and exits), whether the
-// gateway lists kernels or not.
+// gateway lists kernels or not. The shared server: what is left is counted
+// among the kernels started through the test's proxy.
 func TestAbandonedStartLeavesNothing(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	for _, tc := range []struct {
 		name           string
 		refuseList     bool
@@ -584,13 +641,13 @@ func TestAbandonedStartLeavesNothing(t *testing.T) {
 			}
 			if tc.closeAtFailure {
 				tr.Close()
-				if ks := serverKernels(t, srv); len(ks) != 0 {
+				if ks := p.kernelsOnServer(t, srv); len(ks) != 0 {
 					t.Fatalf("kernels left on the server once the transport was closed: %+v", ks)
 				}
 				return
 			}
 			p.waitAnswered(t, 1, 30*time.Second)
-			waitNoKernels(t, srv, 30*time.Second)
+			p.waitNoKernelsFrom(t, srv, 30*time.Second)
 		})
 	}
 }
@@ -606,10 +663,11 @@ func (p *gatewayProxy) deleteCount(id string) int {
 // whose caller gave up on it, as the plugin's stream does after 1 s) waits
 // for that delete instead of sending a second one: Kernel Gateway 2.5.2
 // answers a second DELETE of a kernel it is deleting with a 500 and then
-// leaves its next request unanswered for about 30 s.
+// leaves its next request unanswered for about 30 s. On the shared server,
+// its kernel found among those started through the proxy.
 func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.Shared(t)
 	p := startGatewayProxy(t, srv)
 	p.holdDeletes = 2 * time.Second
 	tr := newTransport(t, &jupytertest.Server{URL: p.url(), Token: srv.Token}, nil)
@@ -634,7 +692,7 @@ func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 	if err := <-shutDown; err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
-	if ks := serverKernels(t, srv); len(ks) != 0 {
+	if ks := p.kernelsOnServer(t, srv); len(ks) != 0 {
 		t.Errorf("kernels left on the server once the transport was closed: %+v", ks)
 	}
 }

@@ -99,14 +99,17 @@ func checkCounterGapIsAnnounced(t *testing.T, k core.Kernel) {
 }
 
 // A kernel whose IOPub queue holds one message drops for real what the server
-// does not read in time; the transport counts every one of them.
+// does not read in time; the transport counts every one of them. On the
+// shared server, under a kernel spec name of its own (the others' python3
+// stays as it is).
 func TestIOPubOverflowIsAnnounced(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
-	if err := srv.UseOverflowingPython(); err != nil {
+	srv := jupytertest.Shared(t)
+	const spec = "python3-overflowing"
+	if err := srv.AddOverflowingPython(spec); err != nil {
 		t.Fatal(err)
 	}
-	k := startKernel(t, newTransport(t, srv, nil))
+	k := startKernel(t, newTransport(t, srv, func(c *Config) { c.KernelNames = map[string]string{"python": spec} }))
 	const total = 5000
 	id := send(t, k, "from IPython.display import display\nfor i in range(5000):\n    display(i)")
 	r := collectWithin(t, k, id, 5*time.Minute)

@@ -145,7 +145,8 @@ func addWritable(spec, dir string) error {
 // AddKernelSpec writes a kernel spec called name into the server's data dir;
 // the server sees it at its next kernel start or spec listing. argv is the
 // spec's command line ({connection_file} and {resource_dir} are substituted
-// by the server).
+// by the server). The spec file appears whole (written aside, then renamed):
+// a listing by a test that shares the server never reads half of it.
 func (s *Server) AddKernelSpec(name, language string, argv []string) error {
 	dir := filepath.Join(s.DataDir, "kernels", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -159,7 +160,11 @@ func (s *Server) AddKernelSpec(name, language string, argv []string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "kernel.json"), spec, 0o644)
+	tmp := filepath.Join(dir, ".kernel.json.tmp")
+	if err := os.WriteFile(tmp, spec, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "kernel.json"))
 }
 
 // overflowingLauncher is ipykernel with a 1-message IOPub queue and a small
@@ -180,7 +185,15 @@ kernelapp.launch_new_instance()
 // IOPub queue overflows (see overflowingLauncher), for tests of lost
 // messages. Kernels started before keep theirs.
 func (s *Server) UseOverflowingPython() error {
-	return s.AddKernelSpec("python3", "python", []string{"/usr/bin/python3", "-c", overflowingLauncher, "-f", "{connection_file}"})
+	return s.AddOverflowingPython("python3")
+}
+
+// AddOverflowingPython adds a Python kernel spec called name whose IOPub
+// queue overflows (see overflowingLauncher); a transport starts it for
+// "python" with Config.KernelNames. The server's other specs stay, so a
+// test may add it to a server others share, under a name of its own.
+func (s *Server) AddOverflowingPython(name string) error {
+	return s.AddKernelSpec(name, "python", []string{"/usr/bin/python3", "-c", overflowingLauncher, "-f", "{connection_file}"})
 }
 
 // Binary finds the server: jupyter-server, or "jupyter server".
@@ -253,9 +266,11 @@ var shared struct {
 // arguments that the first caller launches and that stops once all the
 // package's tests are done (testkit.AfterTests: the package's TestMain must
 // be testkit.Main). Tests that neither change their server (its kernel
-// specs, its arguments, its life) nor count its kernels share it: they use
-// kernels of their own on it, and a server start costs seconds of a loaded
-// machine. If the server failed to start, every caller fails with the same
+// specs, its arguments, its life) nor count all its kernels share it: they
+// use kernels of their own on it, and a server start costs seconds of a
+// loaded machine. A test may add a kernel spec under a name of its own
+// (AddKernelSpec), and count the kernels it started (by id, or those
+// started through a proxy of its own). If the server failed to start, every caller fails with the same
 // error. A failing caller prints the server's log so far.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
