@@ -448,6 +448,13 @@ func waitNoKernels(t *testing.T, srv *jupytertest.Server, within time.Duration) 
 	}
 }
 
+// proxiedServer is the key (jupytertest.SharedAs) of the server that the
+// tests of a misbehaving gateway share: their answer bound
+// (parallelAnswerTimeout) needs a server that the other tests' floods do
+// not keep busy, and each counts only the kernels started through its own
+// proxy (kernelsOnServer), all its transport could have left there.
+const proxiedServer = "proxied"
+
 // parallelAnswerTimeout is the answer bound (Config.answerTimeout) of the
 // parallel tests that wait it out once, for a kernel made silent: a healthy
 // kernel's answer must come within it though parallel neighbours load the
@@ -458,7 +465,7 @@ const parallelAnswerTimeout = 10 * time.Second
 // by a new one, and the start succeeds.
 func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	p.silent = true
 	var mu sync.Mutex
@@ -478,7 +485,7 @@ func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 		t.Errorf("1 + 1: %q", r.stdout.String())
 	}
 	victim, starts := p.victimAndStarts()
-	ks := serverKernels(t, srv)
+	ks := p.kernelsOnServer(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
 		t.Errorf("silent kernel %q, %d starts, kernels on the server %+v: want the silent one deleted and one other", victim, starts, ks)
 	}
@@ -495,7 +502,7 @@ func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 // the connect timeout.
 func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	p.cullOnUpgrade = true
 	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = parallelAnswerTimeout })
@@ -510,7 +517,7 @@ func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 		t.Errorf("1 + 1: %q", r.stdout.String())
 	}
 	victim, starts := p.victimAndStarts()
-	ks := serverKernels(t, srv)
+	ks := p.kernelsOnServer(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID != k.(*kernel).id {
 		t.Errorf("culled kernel %q, %d starts, kernels on the server %+v: want a second start and its kernel alone", victim, starts, ks)
 	}
@@ -522,7 +529,7 @@ func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 // after the connect timeout; both starts succeed.
 func TestHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	p.holdUpgrade = true
 	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = parallelAnswerTimeout })
@@ -538,7 +545,7 @@ func TestHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 	}
 	victim, starts := p.victimAndStarts()
 	ids := map[string]bool{}
-	for _, k := range serverKernels(t, srv) {
+	for _, k := range p.kernelsOnServer(t, srv) {
 		ids[k.ID] = true
 	}
 	if victim == "" || ids[victim] || starts != 3 || len(ids) != 2 || !ids[ks[0].(*kernel).id] || !ids[ks[1].(*kernel).id] {
@@ -576,7 +583,7 @@ func TestLoneHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 // warning containing want says why it was replaced.
 func loneStartIsReplaced(t *testing.T, fault func(*gatewayProxy), want string) {
 	t.Helper()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	fault(p)
 	var mu sync.Mutex
@@ -596,7 +603,7 @@ func loneStartIsReplaced(t *testing.T, fault func(*gatewayProxy), want string) {
 		t.Errorf("1 + 1: %q", r.stdout.String())
 	}
 	victim, starts := p.victimAndStarts()
-	ks := serverKernels(t, srv)
+	ks := p.kernelsOnServer(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
 		t.Errorf("faulty kernel %q, %d starts, kernels on the server %+v: want the faulty one deleted and one other", victim, starts, ks)
 	}

@@ -256,10 +256,16 @@ func (s *Server) own(tb testing.TB, what string, stop func(), err error) *Server
 // or fails under CI (testkit.Missing).
 type missingError struct{ error }
 
-var shared struct {
+// sharedServer is one server of Shared or SharedAs.
+type sharedServer struct {
 	once sync.Once
 	s    *Server
 	err  error
+}
+
+var shared struct {
+	mu sync.Mutex
+	by map[string]*sharedServer // by SharedAs's key; Shared's is ""
 }
 
 // Shared returns the test binary's shared server, a Start with no extra
@@ -274,23 +280,43 @@ var shared struct {
 // error. A failing caller prints the server's log so far.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
-	shared.once.Do(func() {
+	return SharedAs(tb, "")
+}
+
+// SharedAs is Shared for the tests that share a server of their own, one
+// per key: tests whose bounds need a server that other tests do not keep
+// busy (a 9 MiB request takes a loaded server seconds to parse, and it
+// answers nobody meanwhile), and that count only the kernels they started,
+// share one with each other instead of starting one each.
+func SharedAs(tb testing.TB, key string) *Server {
+	tb.Helper()
+	shared.mu.Lock()
+	if shared.by == nil {
+		shared.by = map[string]*sharedServer{}
+	}
+	sh := shared.by[key]
+	if sh == nil {
+		sh = &sharedServer{}
+		shared.by[key] = sh
+	}
+	shared.mu.Unlock()
+	sh.once.Do(func() {
 		var stop func()
-		shared.s, stop, shared.err = start()
-		if shared.err == nil {
+		sh.s, stop, sh.err = start()
+		if sh.err == nil {
 			testkit.AfterTests(stop)
 		}
 	})
-	if shared.err != nil {
-		if m, ok := shared.err.(missingError); ok {
+	if sh.err != nil {
+		if m, ok := sh.err.(missingError); ok {
 			testkit.Missing(tb, m.error)
 		}
-		tb.Fatal(shared.err)
+		tb.Fatal(sh.err)
 	}
-	s := shared.s
+	s := sh.s
 	tb.Cleanup(func() {
 		if tb.Failed() {
-			tb.Logf("shared jupyter server log:\n%s", s.Log())
+			tb.Logf("shared jupyter server %q log:\n%s", key, s.Log())
 		}
 	})
 	return s
