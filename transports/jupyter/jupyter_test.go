@@ -324,13 +324,11 @@ func checkUpdateDisplayData(t *testing.T, k core.Kernel) {
 	}
 }
 
-func TestInterrupt(t *testing.T) {
-	t.Parallel()
-	testInterruptOf(t, startKernel(t, newTransport(t, jupytertest.Shared(t), nil)))
-}
-
 // testInterruptOf interrupts a cell of k that sleeps: it ends with
-// KeyboardInterrupt, and k runs the next cell.
+// KeyboardInterrupt, and k runs the next cell. TestInterruptOfAnIdleKernel-
+// SendsNothing runs it on the shared server (through a proxy that counts the
+// interrupt requests), TestShippedKernelSpecIsSandboxed on the shipped
+// spec's sandbox.
 func testInterruptOf(t *testing.T, k core.Kernel) {
 	t.Helper()
 	id := send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
