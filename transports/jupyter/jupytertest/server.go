@@ -396,18 +396,30 @@ func startKernelGateway(extra ...string) (s *Server, stop func(), err error) {
 	if _, err := os.Stat(filepath.Join(dir, "kernel_gateway", "__init__.py")); err != nil {
 		return nil, nil, missingError{fmt.Errorf("Kernel Gateway 2.5.2 is not at %s (it is ../shared/third_party beside the repository)", dir)}
 	}
-	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import notebook, jupyter_client, ipykernel").CombinedOutput(); err != nil {
-		return nil, nil, missingError{fmt.Errorf("Kernel Gateway needs Debian's python3-notebook and python3-ipykernel (apt-get install python3-notebook python3-ipykernel): %v\n%s", err, out)}
+	if err := kernelGatewayDeps(); err != nil {
+		return nil, nil, err
 	}
 	s, port, err := newServer()
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(python, append([]string{"-m", "kernel_gateway"}, override(KernelGatewayArgs(port), extra)...)...)
+	cmd := exec.Command(kernelGatewayPython, append([]string{"-m", "kernel_gateway"}, override(KernelGatewayArgs(port), extra)...)...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "KG_AUTH_TOKEN="+s.Token)
 	return s.launch("kernel gateway", cmd, "is available at")
 }
+
+// kernelGatewayPython is the interpreter Kernel Gateway runs on.
+const kernelGatewayPython = "/usr/bin/python3"
+
+// kernelGatewayDeps checks, once per test binary (an interpreter that
+// imports them costs about a CPU-second, and a package starts several
+// gateways), that Kernel Gateway's Debian packages are installed.
+var kernelGatewayDeps = sync.OnceValue(func() error {
+	if out, err := exec.Command(kernelGatewayPython, "-c", "import notebook, jupyter_client, ipykernel").CombinedOutput(); err != nil {
+		return missingError{fmt.Errorf("Kernel Gateway needs Debian's python3-notebook and python3-ipykernel (apt-get install python3-notebook python3-ipykernel): %v\n%s", err, out)}
+	}
+	return nil
+})
 
 // repoRoot is the repository's root, found from this file's path.
 func repoRoot() string {
