@@ -449,10 +449,12 @@ func waitNoKernels(t *testing.T, srv *jupytertest.Server, within time.Duration) 
 }
 
 // proxiedServer is the key (jupytertest.SharedAs) of the server that the
-// tests of a misbehaving gateway share: their answer bound
-// (parallelAnswerTimeout) needs a server that the other tests' floods do
-// not keep busy, and each counts only the kernels started through its own
-// proxy (kernelsOnServer), all its transport could have left there.
+// tests of a misbehaving gateway (a gatewayProxy in front of the server)
+// share: their answer bounds (parallelAnswerTimeout, a delete's answer)
+// need a server that the other tests' floods (a 9 MiB request, 20,000
+// lines) do not keep busy, and each counts only the kernels started
+// through its own proxy (kernelsOnServer) or by id, all its transport
+// could have left there.
 const proxiedServer = "proxied"
 
 // parallelAnswerTimeout is the answer bound (Config.answerTimeout) of the
@@ -617,11 +619,11 @@ func loneStartIsReplaced(t *testing.T, fault func(*gatewayProxy), want string) {
 // A start request the gateway answers only after the start timeout leaves
 // no kernel on the server: not while the transport lives on, not when it is
 // closed right away (the host gave up at start-up and exits), whether the
-// gateway lists kernels or not. The shared server: what is left is counted
-// among the kernels started through the test's proxy.
+// gateway lists kernels or not. What is left is counted among the kernels
+// started through the test's proxy, on the server of the proxied tests.
 func TestAbandonedStartLeavesNothing(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Shared(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	for _, tc := range []struct {
 		name           string
 		refuseList     bool
@@ -670,11 +672,11 @@ func (p *gatewayProxy) deleteCount(id string) int {
 // whose caller gave up on it, as the plugin's stream does after 1 s) waits
 // for that delete instead of sending a second one: Kernel Gateway 2.5.2
 // answers a second DELETE of a kernel it is deleting with a 500 and then
-// leaves its next request unanswered for about 30 s. On the shared server,
-// its kernel found among those started through the proxy.
+// leaves its next request unanswered for about 30 s. On the server of the
+// proxied tests, its kernel found among those started through the proxy.
 func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Shared(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	p.holdDeletes = 2 * time.Second
 	tr := newTransport(t, &jupytertest.Server{URL: p.url(), Token: srv.Token}, nil)
@@ -712,7 +714,10 @@ func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 // fails the Shutdown saying what may remain, and Close deletes it.
 func TestShutdownSurvivesAnUnansweredDelete(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Shared(t)
+	// The server of the proxied tests, not the package's shared one: a 9 MiB
+	// request there (TestOneKernel/v1/TooLarge) held a DELETE past
+	// answerWithin at load 12, and AnswerLost saw a second DELETE.
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	// Beyond the second or so a delete takes here, so that a DELETE the
 	// proxy passes on is answered within it.
 	const answerWithin = 5 * time.Second
