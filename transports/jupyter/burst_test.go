@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +82,7 @@ type gatewayProxy struct {
 	forwarded      int            // DELETEs sent on to the server and not answered yet (inOrder)
 	deleteDone     chan struct{}  // closed and replaced when one of them is answered
 	deletes        map[string]int // DELETE api/kernels/{id} received, by id
+	started        []string       // the kernels the server created for starts through the proxy
 	starts         int            // start requests received
 	answered       int            // start requests the server answered
 	stop           chan struct{}  // closed at cleanup: hanging requests end
@@ -92,6 +95,7 @@ func startGatewayProxy(t *testing.T, srv *jupytertest.Server) *gatewayProxy {
 		t.Fatal(err)
 	}
 	p := &gatewayProxy{rp: httputil.NewSingleHostReverseProxy(u), backend: u.Host, stop: make(chan struct{})}
+	p.rp.ModifyResponse = p.noteStart
 	p.Server = httptest.NewServer(p)
 	t.Cleanup(func() {
 		close(p.stop)
@@ -236,11 +240,63 @@ func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// noteStart notes the kernel a start request's answer names (started),
+// whether the client still waits for the answer or not.
+func (p *gatewayProxy) noteStart(resp *http.Response) error {
+	if resp.Request.Method != http.MethodPost || resp.Request.URL.Path != "/api/kernels" || resp.StatusCode != http.StatusCreated {
+		return nil
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	var km kernelModel
+	if json.Unmarshal(b, &km) == nil && km.ID != "" {
+		p.mu.Lock()
+		p.started = append(p.started, km.ID)
+		p.mu.Unlock()
+	}
+	return err
+}
+
+// kernelsOnServer lists the kernels on srv itself (serverKernels) that were
+// started through the proxy: all that the transports connected to it could
+// have left there, on a server that other tests share.
+func (p *gatewayProxy) kernelsOnServer(t *testing.T, srv *jupytertest.Server) []kernelModel {
+	t.Helper()
+	p.mu.Lock()
+	started := slices.Clone(p.started)
+	p.mu.Unlock()
+	var ks []kernelModel
+	for _, km := range serverKernels(t, srv) {
+		if slices.Contains(started, km.ID) {
+			ks = append(ks, km)
+		}
+	}
+	return ks
+}
+
+// waitNoKernelsFrom waits until srv has no kernel started through the proxy
+// (within bound).
+func (p *gatewayProxy) waitNoKernelsFrom(t *testing.T, srv *jupytertest.Server, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ks := p.kernelsOnServer(t, srv)
+		if len(ks) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kernels started through the proxy left on the server after %v: %+v", within, ks)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // recordStart serves a start request and keeps the server's answer, the
 // kernel's model at its start (muteKernel).
 func (p *gatewayProxy) recordStart(w http.ResponseWriter, r *http.Request) {
 	rec := httptest.NewRecorder()
-	p.rp.ServeHTTP(rec, r)
+	p.rp.ServeHTTP(rec, r) // noteStart notes the kernel
 	var km kernelModel
 	if json.Unmarshal(rec.Body.Bytes(), &km) == nil && km.ID != "" {
 		p.mu.Lock()
@@ -392,6 +448,15 @@ func waitNoKernels(t *testing.T, srv *jupytertest.Server, within time.Duration) 
 	}
 }
 
+// proxiedServer is the key (jupytertest.SharedAs) of the server that the
+// tests of a misbehaving gateway (a gatewayProxy in front of the server)
+// share: their answer bounds (parallelAnswerTimeout, a delete's answer)
+// need a server that the other tests' floods (a 9 MiB request, 20,000
+// lines) do not keep busy, and each counts only the kernels started
+// through its own proxy (kernelsOnServer) or by id, all its transport
+// could have left there.
+const proxiedServer = "proxied"
+
 // parallelAnswerTimeout is the answer bound (Config.answerTimeout) of the
 // parallel tests that wait it out once, for a kernel made silent: a healthy
 // kernel's answer must come within it though parallel neighbours load the
@@ -402,7 +467,7 @@ const parallelAnswerTimeout = 10 * time.Second
 // by a new one, and the start succeeds.
 func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	p.silent = true
 	var mu sync.Mutex
@@ -422,7 +487,7 @@ func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 		t.Errorf("1 + 1: %q", r.stdout.String())
 	}
 	victim, starts := p.victimAndStarts()
-	ks := serverKernels(t, srv)
+	ks := p.kernelsOnServer(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
 		t.Errorf("silent kernel %q, %d starts, kernels on the server %+v: want the silent one deleted and one other", victim, starts, ks)
 	}
@@ -439,7 +504,7 @@ func TestSilentWebsocketKernelIsReplaced(t *testing.T) {
 // the connect timeout.
 func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	p.cullOnUpgrade = true
 	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = parallelAnswerTimeout })
@@ -454,7 +519,7 @@ func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 		t.Errorf("1 + 1: %q", r.stdout.String())
 	}
 	victim, starts := p.victimAndStarts()
-	ks := serverKernels(t, srv)
+	ks := p.kernelsOnServer(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID != k.(*kernel).id {
 		t.Errorf("culled kernel %q, %d starts, kernels on the server %+v: want a second start and its kernel alone", victim, starts, ks)
 	}
@@ -466,7 +531,7 @@ func TestKernelShutDownWhileItsWebsocketOpensIsReplaced(t *testing.T) {
 // after the connect timeout; both starts succeed.
 func TestHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	p.holdUpgrade = true
 	tr := connect(t, Config{URL: p.url(), Token: srv.Token}, func(c *Config) { c.answerTimeout = parallelAnswerTimeout })
@@ -482,7 +547,7 @@ func TestHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 	}
 	victim, starts := p.victimAndStarts()
 	ids := map[string]bool{}
-	for _, k := range serverKernels(t, srv) {
+	for _, k := range p.kernelsOnServer(t, srv) {
 		ids[k.ID] = true
 	}
 	if victim == "" || ids[victim] || starts != 3 || len(ids) != 2 || !ids[ks[0].(*kernel).id] || !ids[ks[1].(*kernel).id] {
@@ -520,7 +585,7 @@ func TestLoneHeldWebsocketUpgradeIsReplaced(t *testing.T) {
 // warning containing want says why it was replaced.
 func loneStartIsReplaced(t *testing.T, fault func(*gatewayProxy), want string) {
 	t.Helper()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	fault(p)
 	var mu sync.Mutex
@@ -540,7 +605,7 @@ func loneStartIsReplaced(t *testing.T, fault func(*gatewayProxy), want string) {
 		t.Errorf("1 + 1: %q", r.stdout.String())
 	}
 	victim, starts := p.victimAndStarts()
-	ks := serverKernels(t, srv)
+	ks := p.kernelsOnServer(t, srv)
 	if victim == "" || starts != 2 || len(ks) != 1 || ks[0].ID == victim || ks[0].ID != k.(*kernel).id {
 		t.Errorf("faulty kernel %q, %d starts, kernels on the server %+v: want the faulty one deleted and one other", victim, starts, ks)
 	}
@@ -554,10 +619,11 @@ func loneStartIsReplaced(t *testing.T, fault func(*gatewayProxy), want string) {
 // A start request the gateway answers only after the start timeout leaves
 // no kernel on the server: not while the transport lives on, not when it is
 // closed right away (the host gave up at start-up and exits), whether the
-// gateway lists kernels or not.
+// gateway lists kernels or not. What is left is counted among the kernels
+// started through the test's proxy, on the server of the proxied tests.
 func TestAbandonedStartLeavesNothing(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	for _, tc := range []struct {
 		name           string
 		refuseList     bool
@@ -584,13 +650,13 @@ func TestAbandonedStartLeavesNothing(t *testing.T) {
 			}
 			if tc.closeAtFailure {
 				tr.Close()
-				if ks := serverKernels(t, srv); len(ks) != 0 {
+				if ks := p.kernelsOnServer(t, srv); len(ks) != 0 {
 					t.Fatalf("kernels left on the server once the transport was closed: %+v", ks)
 				}
 				return
 			}
 			p.waitAnswered(t, 1, 30*time.Second)
-			waitNoKernels(t, srv, 30*time.Second)
+			p.waitNoKernelsFrom(t, srv, 30*time.Second)
 		})
 	}
 }
@@ -606,10 +672,11 @@ func (p *gatewayProxy) deleteCount(id string) int {
 // whose caller gave up on it, as the plugin's stream does after 1 s) waits
 // for that delete instead of sending a second one: Kernel Gateway 2.5.2
 // answers a second DELETE of a kernel it is deleting with a 500 and then
-// leaves its next request unanswered for about 30 s.
+// leaves its next request unanswered for about 30 s. On the server of the
+// proxied tests, its kernel found among those started through the proxy.
 func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	p := startGatewayProxy(t, srv)
 	p.holdDeletes = 2 * time.Second
 	tr := newTransport(t, &jupytertest.Server{URL: p.url(), Token: srv.Token}, nil)
@@ -634,7 +701,7 @@ func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 	if err := <-shutDown; err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
-	if ks := serverKernels(t, srv); len(ks) != 0 {
+	if ks := p.kernelsOnServer(t, srv); len(ks) != 0 {
 		t.Errorf("kernels left on the server once the transport was closed: %+v", ks)
 	}
 }
@@ -647,7 +714,10 @@ func TestCloseWaitsForADeleteInFlight(t *testing.T) {
 // fails the Shutdown saying what may remain, and Close deletes it.
 func TestShutdownSurvivesAnUnansweredDelete(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Shared(t)
+	// The server of the proxied tests, not the package's shared one: a 9 MiB
+	// request there (TestOneKernel/v1/TooLarge) held a DELETE past
+	// answerWithin at load 12, and AnswerLost saw a second DELETE.
+	srv := jupytertest.SharedAs(t, proxiedServer)
 	// Beyond the second or so a delete takes here, so that a DELETE the
 	// proxy passes on is answered within it.
 	const answerWithin = 5 * time.Second

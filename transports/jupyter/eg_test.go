@@ -18,12 +18,14 @@ import (
 // YARN or Docker), so its behaviours at the HTTP level are played by
 // fakeEG, a real HTTP server on loopback: the REST answers of EG 3.x with
 // its default authorization (403 without KERNEL_USERNAME in the start
-// request's env) and, when startDelay is set, a start POST that blocks as
-// EG's does while a remote kernel comes up. Its kernels have no websocket
-// (404), which is enough for the protocol-level cases it serves.
+// request's env) and, when kernelUp is not nil, a start POST that blocks as
+// EG's does while a remote kernel comes up, until kernelUp is closed (or the
+// test ends). Its kernels have no websocket (404), which is enough for the
+// protocol-level cases it serves.
 type fakeEG struct {
 	*httptest.Server
-	startDelay time.Duration
+	kernelUp <-chan struct{}
+	stop     chan struct{} // closed at cleanup: a start held for kernelUp ends
 
 	mu      sync.Mutex
 	starts  []startRequest // bodies of POST api/kernels
@@ -31,8 +33,8 @@ type fakeEG struct {
 	created []string
 }
 
-func startFakeEG(t *testing.T, startDelay time.Duration) *fakeEG {
-	eg := &fakeEG{startDelay: startDelay}
+func startFakeEG(t *testing.T, kernelUp <-chan struct{}) *fakeEG {
+	eg := &fakeEG{kernelUp: kernelUp, stop: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api", func(w http.ResponseWriter, r *http.Request) {
 		// EG 3.2's answer: the Jupyter API's version, then its own.
@@ -59,7 +61,13 @@ func startFakeEG(t *testing.T, startDelay time.Duration) *fakeEG {
 				"'. Ensure KERNEL_USERNAME is set to an appropriate value and retry the request."})
 			return
 		}
-		time.Sleep(eg.startDelay) // EG answers once the remote kernel is up, whoever waits
+		if eg.kernelUp != nil { // EG answers once the remote kernel is up, whoever waits
+			select {
+			case <-eg.kernelUp:
+			case <-eg.stop:
+				return
+			}
+		}
 		eg.mu.Lock()
 		eg.created = append(eg.created, id)
 		eg.mu.Unlock()
@@ -83,7 +91,10 @@ func startFakeEG(t *testing.T, startDelay time.Duration) *fakeEG {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	eg.Server = httptest.NewServer(mux)
-	t.Cleanup(eg.Close)
+	t.Cleanup(func() {
+		close(eg.stop)
+		eg.Close()
+	})
 	return eg
 }
 
@@ -103,7 +114,7 @@ func (eg *fakeEG) transport(t *testing.T, mod func(*Config)) *Transport {
 // is what gets the request through.
 func TestEnterpriseGatewayNeedsKernelUsername(t *testing.T) {
 	t.Parallel()
-	eg := startFakeEG(t, 0)
+	eg := startFakeEG(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -142,9 +153,11 @@ func TestEnterpriseGatewayNeedsKernelUsername(t *testing.T) {
 // (and only that one: a kernel that was there before stays).
 func TestAbandonedStartIsDeleted(t *testing.T) {
 	t.Parallel()
-	// The gateway answers the start after 20 s; the 1 s start timeout must
-	// end the wait long before that, however loaded the machine.
-	eg := startFakeEG(t, 20*time.Second)
+	// The gateway answers the start only once the transport gave up on it
+	// (it waited 20 s before, which only this test's slot spent waiting):
+	// the 1 s start timeout must end the wait, however loaded the machine.
+	kernelUp := make(chan struct{})
+	eg := startFakeEG(t, kernelUp)
 	eg.created = []string{"kernel-of-someone-else"}
 	tr := eg.transport(t, func(c *Config) {
 		c.KernelEnv = map[string]string{"KERNEL_USERNAME": "alice"}
@@ -160,6 +173,7 @@ func TestAbandonedStartIsDeleted(t *testing.T) {
 	if d := time.Since(began); d > 12*time.Second {
 		t.Errorf("the start gave up after %v, want about 1 s", d)
 	}
+	close(kernelUp) // the late answer
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		eg.mu.Lock()
 		created, deleted := slices.Clone(eg.created), slices.Clone(eg.deleted)

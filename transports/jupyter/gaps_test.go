@@ -49,10 +49,8 @@ func lostOf(r *result) (notices []string, lost int) {
 // Messages that the kernel numbered and that never arrived are announced in
 // the request's stream with their count, in front of its reply; requests
 // before and after, with nothing lost, carry no notice.
-func TestCounterGapIsAnnounced(t *testing.T) {
-	t.Parallel()
-	srv := jupytertest.Shared(t)
-	k := startKernel(t, newTransport(t, srv, nil))
+// (TestOneKernel runs it.)
+func checkCounterGapIsAnnounced(t *testing.T, k core.Kernel) {
 	if r := run(t, k, "for i in range(10):\n    print('line', i, flush=True)"); r.stderr.String() != "" {
 		t.Fatalf("nothing lost, yet stderr = %q", r.stderr.String())
 	}
@@ -66,6 +64,7 @@ func TestCounterGapIsAnnounced(t *testing.T) {
 		return false
 	}
 	k.(*kernel).lose.Store(&lose)
+	t.Cleanup(func() { k.(*kernel).lose.Store(nil) })
 	id := lossy
 	// Each line in one write: ipykernel's output thread flushes on its own
 	// every 0.2 s, and on a loaded machine it has sent the "drop" of a
@@ -100,14 +99,17 @@ func TestCounterGapIsAnnounced(t *testing.T) {
 }
 
 // A kernel whose IOPub queue holds one message drops for real what the server
-// does not read in time; the transport counts every one of them.
+// does not read in time; the transport counts every one of them. On the
+// shared server, under a kernel spec name of its own (the others' python3
+// stays as it is).
 func TestIOPubOverflowIsAnnounced(t *testing.T) {
 	t.Parallel()
-	srv := jupytertest.Start(t)
-	if err := srv.UseOverflowingPython(); err != nil {
+	srv := jupytertest.Shared(t)
+	const spec = "python3-overflowing"
+	if err := srv.AddOverflowingPython(spec); err != nil {
 		t.Fatal(err)
 	}
-	k := startKernel(t, newTransport(t, srv, nil))
+	k := startKernel(t, newTransport(t, srv, func(c *Config) { c.KernelNames = map[string]string{"python": spec} }))
 	const total = 5000
 	id := send(t, k, "from IPython.display import display\nfor i in range(5000):\n    display(i)")
 	r := collectWithin(t, k, id, 5*time.Minute)

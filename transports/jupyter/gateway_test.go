@@ -33,8 +33,9 @@ func TestKernelGateway(t *testing.T) {
 		// shared out between two gateways, each taking its share in order:
 		// the suite waits on kernels, and the two waits overlap. The two
 		// run as goroutines of this test, not as parallel subtests, which
-		// would queue behind the package's other parallel tests.
-		cases := transporttest.Cases()
+		// would queue behind the package's other parallel tests. The cases
+		// that need no kernel of their own share one, as in TestConformance.
+		cases := transporttest.SharingKernel(transporttest.Cases())
 		var wg sync.WaitGroup
 		for g, gw := range gateways {
 			wg.Go(func() {

@@ -91,7 +91,7 @@ func send(tb testing.TB, k core.Kernel, code string) string {
 	return id
 }
 
-// clip shortens code for a failure message (TestTooLarge's is 9 MiB).
+// clip shortens code for a failure message (TestOneKernel/v1/TooLarge's is 9 MiB).
 func clip(code string) string {
 	if len(code) <= 200 {
 		return code

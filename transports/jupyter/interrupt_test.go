@@ -17,7 +17,9 @@ import (
 // server: a SIGINT sent to an idle kernel reaches it when it does (through
 // the sandbox launcher's relay), under load inside the next request, which
 // then lost its output and its reply (CI, TestConformance/InterruptIdle).
-// An interrupt of a running request still goes, and stops it.
+// An interrupt of a running request still goes, and stops it
+// (testInterruptOf: this is also the test of interrupting a running cell on
+// the shared server, which TestInterrupt ran on a kernel of its own).
 func TestInterruptOfAnIdleKernelSendsNothing(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Shared(t)

@@ -14,12 +14,61 @@ import (
 	"github.com/kernelhost/kernelhost/transports/jupyter/jupytertest"
 )
 
-// protocols runs f once per websocket protocol: jupyter-server 1.23 picks
-// the binary v1 subprotocol when offered, so ProtocolJSON proves the JSON
-// frames of older servers and ProtocolAuto the binary ones.
-func protocols(t *testing.T, f func(t *testing.T, p Protocol)) {
-	t.Run("json", func(t *testing.T) { f(t, ProtocolJSON) })
-	t.Run("v1", func(t *testing.T) { f(t, ProtocolAuto) })
+// kernelCheck is a check that runs on a kernel that other checks used
+// before it (TestOneKernel): it neither restarts, interrupts, kills nor
+// shuts the kernel down, and its assertions hold on a kernel that ran other
+// code. A check that changes the kernel's transport (the lose hook) undoes
+// that in its cleanup.
+type kernelCheck struct {
+	name string
+	run  func(t *testing.T, k core.Kernel)
+}
+
+// TestOneKernel runs the checks of a kernel's messages that need no kernel
+// of their own on one kernel per websocket protocol, one after the other
+// (each started a kernel of its own before, about a CPU-second in CI).
+// jupyter-server 1.23 picks the binary v1 subprotocol when offered, so
+// ProtocolJSON proves the JSON frames of older servers and ProtocolAuto the
+// binary ones; the checks of the frames' contents run on both, the others
+// on the default (v1) only. A check that fails leaves its kernel to no
+// other: the next starts a kernel of its own.
+func TestOneKernel(t *testing.T) {
+	t.Parallel()
+	srv := jupytertest.Shared(t)
+	framing := []kernelCheck{
+		{"StateStreamingAndReply", checkStateStreamingAndReply},
+		{"MIMEBundles", checkMIMEBundles},
+	}
+	for _, tc := range []struct {
+		name   string
+		p      Protocol
+		checks []kernelCheck
+	}{
+		{"json", ProtocolJSON, framing},
+		{"v1", ProtocolAuto, append(framing,
+			kernelCheck{"BufferedOutputComesBeforeTheResult", checkBufferedOutputComesBeforeTheResult},
+			kernelCheck{"SilentRequestsAreNotCounted", checkSilentRequestsAreNotCounted},
+			kernelCheck{"ErrorReply", checkErrorReply},
+			kernelCheck{"UpdateDisplayData", checkUpdateDisplayData},
+			kernelCheck{"CounterGapIsAnnounced", checkCounterGapIsAnnounced},
+			kernelCheck{"LostIdleIsDetected", checkLostIdleIsDetected},
+			kernelCheck{"TooLarge", checkTooLarge},
+		)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tr := newTransport(t, srv, func(c *Config) { c.Protocol = tc.p })
+			var k core.Kernel
+			for _, c := range tc.checks {
+				if k == nil {
+					k = startKernel(t, tr) // shut down at the end of tc
+				}
+				if !t.Run(c.name, func(t *testing.T) { c.run(t, k) }) {
+					k = nil
+				}
+			}
+		})
+	}
 }
 
 func TestInfo(t *testing.T) {
@@ -60,11 +109,8 @@ func TestWrongToken(t *testing.T) {
 	}
 }
 
-func TestStateStreamingAndReply(t *testing.T) {
-	t.Parallel()
-	srv := jupytertest.Shared(t)
-	protocols(t, func(t *testing.T, p Protocol) {
-		k := startKernel(t, newTransport(t, srv, func(c *Config) { c.Protocol = p }))
+func checkStateStreamingAndReply(t *testing.T, k core.Kernel) {
+	{
 		run(t, k, "x = 41")
 		r := run(t, k, "print('a'); import sys; print('b', file=sys.stderr, flush=True); x + 1")
 		if got := r.stdout.String(); got != "a\n" {
@@ -100,18 +146,16 @@ func TestStateStreamingAndReply(t *testing.T) {
 		if res == nil || string(res.Data["text/plain"]) != `"42"` || res.ExecutionCount != r.reply.ExecutionCount {
 			t.Errorf("execute_result = %+v, reply = %+v", res, r.reply)
 		}
-	})
+	}
 }
 
-// TestBufferedOutputComesBeforeTheResult: output a cell leaves in
+// checkBufferedOutputComesBeforeTheResult: output a cell leaves in
 // ipykernel's buffers (no newline, no flush of its own) goes out before the
 // cell's result and its idle, with flushes of nothing in between. The
 // kernel spec of deploy/jupyter skips the round trip to the IOPub thread for
 // a flush with nothing buffered (launch.py): this is the order that must
 // survive it.
-func TestBufferedOutputComesBeforeTheResult(t *testing.T) {
-	t.Parallel()
-	k := startKernel(t, newTransport(t, jupytertest.Shared(t), nil))
+func checkBufferedOutputComesBeforeTheResult(t *testing.T, k core.Kernel) {
 	const code = "import sys\nsys.stdout.flush(); sys.stderr.flush()\n" +
 		"print('a', end=''); sys.stderr.write('e')\nsys.stdout.flush(); sys.stdout.flush()\n" +
 		"print('b', end='')\n7 * 6"
@@ -137,10 +181,7 @@ func TestBufferedOutputComesBeforeTheResult(t *testing.T) {
 	}
 }
 
-func TestSilentRequestsAreNotCounted(t *testing.T) {
-	t.Parallel()
-	srv := jupytertest.Shared(t)
-	k := startKernel(t, newTransport(t, srv, nil))
+func checkSilentRequestsAreNotCounted(t *testing.T, k core.Kernel) {
 	first := run(t, k, "1").reply.ExecutionCount
 	id := "silent-" + t.Name()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
@@ -155,10 +196,7 @@ func TestSilentRequestsAreNotCounted(t *testing.T) {
 	}
 }
 
-func TestErrorReply(t *testing.T) {
-	t.Parallel()
-	srv := jupytertest.Shared(t)
-	k := startKernel(t, newTransport(t, srv, nil))
+func checkErrorReply(t *testing.T, k core.Kernel) {
 	r := run(t, k, "1/0")
 	if r.reply.Status != core.ReplyError || r.reply.EName != "ZeroDivisionError" {
 		t.Errorf("reply = %+v", r.reply)
@@ -238,11 +276,8 @@ func allTwo(done map[string]int) bool {
 	return true
 }
 
-func TestMIMEBundles(t *testing.T) {
-	t.Parallel()
-	srv := jupytertest.Shared(t)
-	protocols(t, func(t *testing.T, p Protocol) {
-		k := startKernel(t, newTransport(t, srv, func(c *Config) { c.Protocol = p }))
+func checkMIMEBundles(t *testing.T, k core.Kernel) {
+	{
 		// A 1×1 PNG, so the test needs no matplotlib.
 		r := run(t, k, `
 import base64
@@ -272,13 +307,10 @@ display({'application/json': {'n': 12345678901234567890, 'f': 1.25, 'z': None}},
 		if !strings.Contains(j, `"n":12345678901234567890`) || !strings.Contains(j, `"z":null`) || !strings.Contains(j, `"f":1.25`) {
 			t.Errorf("application/json = %s", j)
 		}
-	})
+	}
 }
 
-func TestUpdateDisplayData(t *testing.T) {
-	t.Parallel()
-	srv := jupytertest.Shared(t)
-	k := startKernel(t, newTransport(t, srv, nil))
+func checkUpdateDisplayData(t *testing.T, k core.Kernel) {
 	r := run(t, k, "from IPython.display import display\nh = display('one', display_id=True)\nh.update('two')")
 	var got []string
 	for _, m := range r.msgs {
@@ -292,13 +324,11 @@ func TestUpdateDisplayData(t *testing.T) {
 	}
 }
 
-func TestInterrupt(t *testing.T) {
-	t.Parallel()
-	testInterruptOf(t, startKernel(t, newTransport(t, jupytertest.Shared(t), nil)))
-}
-
 // testInterruptOf interrupts a cell of k that sleeps: it ends with
-// KeyboardInterrupt, and k runs the next cell.
+// KeyboardInterrupt, and k runs the next cell. TestInterruptOfAnIdleKernel-
+// SendsNothing runs it on the shared server (through a proxy that counts the
+// interrupt requests), TestShippedKernelSpecIsSandboxed on the shipped
+// spec's sandbox.
 func testInterruptOf(t *testing.T, k core.Kernel) {
 	t.Helper()
 	id := send(t, k, "import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
@@ -387,10 +417,7 @@ func TestKernelSegfaultReportedWithinASecond(t *testing.T) {
 	}
 }
 
-func TestTooLarge(t *testing.T) {
-	t.Parallel()
-	srv := jupytertest.Shared(t)
-	k := startKernel(t, newTransport(t, srv, nil))
+func checkTooLarge(t *testing.T, k core.Kernel) {
 	code := "x = '" + strings.Repeat("a", 11<<20) + "'"
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
@@ -411,7 +438,7 @@ func TestTooLarge(t *testing.T) {
 // keeps the connection: the server's silence counts from when it has had
 // time to read and parse the request (serverReadRate), and the pings that
 // waited behind it go on. (In CI a loaded server took that long to read
-// TestTooLarge's 9 MiB, and ~30 s after the write to answer.)
+// TestOneKernel/v1/TooLarge's 9 MiB, and ~30 s after the write to answer.)
 func TestLargeRequestToAStalledServer(t *testing.T) {
 	t.Parallel()
 	srv := jupytertest.Start(t)
@@ -493,15 +520,13 @@ func TestShutdownClosesMessages(t *testing.T) {
 
 // A lost idle (a full ZeroMQ queue drops messages silently) must not leave
 // the request unfinished: the idle probe notices, and the client is told.
-func TestLostIdleIsDetected(t *testing.T) {
-	t.Parallel()
-	srv := jupytertest.Shared(t)
-	k := startKernel(t, newTransport(t, srv, nil))
+func checkLostIdleIsDetected(t *testing.T, k core.Kernel) {
 	lossy := "lossy-" + t.Name()
 	lose := func(m core.Message) bool {
 		return m.ParentID == lossy && m.Type == core.MsgStatus && m.State == core.StateIdle
 	}
 	k.(*kernel).lose.Store(&lose)
+	t.Cleanup(func() { k.(*kernel).lose.Store(nil) })
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	if err := k.Execute(ctx, core.ExecuteRequest{MsgID: lossy, Code: "print('hi')"}); err != nil {

@@ -49,15 +49,17 @@ func TestRKernel(t *testing.T) {
 	t.Parallel()
 	srv := startRServer(t)
 	s := &transporttest.Suite{NewTransport: func(t *testing.T) core.Transport { return newTransport(t, srv, nil) }, Lang: rSnippets}
+	var cases []transporttest.Case
 	for _, c := range transporttest.Cases() {
-		t.Run(c.Name, func(t *testing.T) {
-			if why, ok := rSkipped[c.Name]; ok {
-				t.Skip(why)
-			}
-			t.Parallel() // as transporttest.Run does
-			c.Run(t, s)
-		})
+		if why, ok := rSkipped[c.Name]; ok {
+			t.Run(c.Name, func(t *testing.T) { t.Skip(why) })
+			continue
+		}
+		cases = append(cases, c)
 	}
+	// The cases that need no kernel of their own share one, as in
+	// TestConformance: an IRkernel start is the slowest.
+	transporttest.RunCases(t, s, transporttest.SharingKernel(cases))
 	t.Run("Cwd", func(t *testing.T) { testRCwd(t, srv) })
 	t.Run("DefaultCwdOnKernel", func(t *testing.T) { testRDefaultCwdOnKernel(t, srv) })
 }

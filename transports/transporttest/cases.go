@@ -17,21 +17,21 @@ func Cases() []Case { return append(kernelCases(), engineCases()...) }
 // kernelCases are the checks at the Kernel level.
 func kernelCases() []Case {
 	return []Case{
-		{"StartShutdown", testStartShutdown},
-		{"UnknownLanguage", testUnknownLanguage},
-		{"MainResult", testMainResult},
-		{"Stdout", testStdout},
-		{"Stderr", testStderr},
-		{"StreamsBeforeEnd", testStreamsBeforeEnd},
-		{"Error", testError},
-		{"StatePersists", testStatePersists},
-		{"SilentNotCounted", testSilentNotCounted},
-		{"ParentIDs", testParentIDs},
-		{"Interrupt", testInterrupt},
-		{"InterruptIdle", testInterruptIdle},
-		{"Restart", testRestart},
-		{"RestartDuringExecution", testRestartDuringExecution},
-		{"KernelDeath", testKernelDeath},
+		{Name: "StartShutdown", Run: testStartShutdown},
+		{Name: "UnknownLanguage", Run: testUnknownLanguage},
+		{Name: "MainResult", Run: testMainResult, Shares: true},
+		{Name: "Stdout", Run: testStdout, Shares: true},
+		{Name: "Stderr", Run: testStderr, Shares: true},
+		{Name: "StreamsBeforeEnd", Run: testStreamsBeforeEnd, Shares: true},
+		{Name: "Error", Run: testError, Shares: true},
+		{Name: "StatePersists", Run: testStatePersists, Shares: true},
+		{Name: "SilentNotCounted", Run: testSilentNotCounted},
+		{Name: "ParentIDs", Run: testParentIDs, Shares: true},
+		{Name: "Interrupt", Run: testInterrupt},
+		{Name: "InterruptIdle", Run: testInterruptIdle},
+		{Name: "Restart", Run: testRestart},
+		{Name: "RestartDuringExecution", Run: testRestartDuringExecution},
+		{Name: "KernelDeath", Run: testKernelDeath},
 	}
 }
 

@@ -20,12 +20,12 @@ import (
 // kernel, not only on core's scripted fake.
 func engineCases() []Case {
 	return []Case{
-		{"EngineEnvVarsExact", testEngineEnvVarsExact},
-		{"EngineCwdExact", testEngineCwdExact},
-		{"EngineEnvResetAfterOverlap", testEngineEnvResetAfterOverlap},
-		{"EngineEnvRestoresShadowed", testEngineEnvRestoresShadowed},
-		{"EngineErrorDoesNotAbortQueued", testEngineErrorDoesNotAbortQueued},
-		{"EngineDisconnectFreesContext", testEngineDisconnectFreesContext},
+		{Name: "EngineEnvVarsExact", Run: testEngineEnvVarsExact},
+		{Name: "EngineCwdExact", Run: testEngineCwdExact},
+		{Name: "EngineEnvResetAfterOverlap", Run: testEngineEnvResetAfterOverlap},
+		{Name: "EngineEnvRestoresShadowed", Run: testEngineEnvRestoresShadowed},
+		{Name: "EngineErrorDoesNotAbortQueued", Run: testEngineErrorDoesNotAbortQueued},
+		{Name: "EngineDisconnectFreesContext", Run: testEngineDisconnectFreesContext},
 	}
 }
 

@@ -43,12 +43,25 @@ const (
 type Suite struct {
 	NewTransport func(t *testing.T) core.Transport
 	Lang         LanguageSnippets
+
+	// kernel, when set, is what StartKernel returns: the kernel that the
+	// cases of SharingKernel's group run on.
+	kernel core.Kernel
 }
 
 // Case is one named conformance check.
 type Case struct {
 	Name string
 	Run  func(t *testing.T, s *Suite)
+	// Shares says that the case may run on a kernel that cases before it
+	// used (SharingKernel): it starts one kernel with Suite.StartKernel and
+	// neither restarts, interrupts, kills nor shuts it down, its checks hold
+	// on a kernel that ran other code (execution counts relative to the
+	// first it sees), and it reads no state that another sharing case sets
+	// (of StatePersists and SilentNotCounted, which both set SetState's
+	// variable, only StatePersists shares: a value left by the other would
+	// hide a SetState that did nothing).
+	Shares bool
 }
 
 // Run runs every case of Cases as a parallel subtest (go test's -parallel
@@ -57,8 +70,13 @@ type Case struct {
 // returns must start kernels for lang.Language.
 func Run(t *testing.T, newTransport func(t *testing.T) core.Transport, lang LanguageSnippets) {
 	t.Helper()
-	s := &Suite{NewTransport: newTransport, Lang: lang}
-	for _, c := range Cases() {
+	RunCases(t, &Suite{NewTransport: newTransport, Lang: lang}, Cases())
+}
+
+// RunCases runs cases on s as Run runs Cases: each a parallel subtest.
+func RunCases(t *testing.T, s *Suite, cases []Case) {
+	t.Helper()
+	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			// Each case starts kernels of its own and spends most of its
 			// time waiting on them: side by side, the waits overlap.
@@ -66,6 +84,51 @@ func Run(t *testing.T, newTransport func(t *testing.T) core.Transport, lang Lang
 			c.Run(t, s)
 		})
 	}
+}
+
+// SharedKernelCase is the name of the case that SharingKernel puts in place
+// of the cases that share a kernel.
+const SharedKernelCase = "SharedKernel"
+
+// SharingKernel returns cases with those that Share replaced by one case,
+// SharedKernelCase, where the first of them stood: it starts one kernel and
+// runs them on it one after the other, in their order, each as a subtest of
+// its own name. A case that fails leaves its kernel to no other: the next
+// starts a kernel of its own. Run gives every case a kernel of its own; this
+// is for a transport whose kernel starts are most of its suite's cost (the
+// Jupyter transport's: an ipykernel start is about a CPU-second).
+func SharingKernel(cases []Case) []Case {
+	var out, sharing []Case
+	at := -1
+	for _, c := range cases {
+		if !c.Shares {
+			out = append(out, c)
+			continue
+		}
+		if at < 0 {
+			at = len(out)
+			out = append(out, Case{})
+		}
+		sharing = append(sharing, c)
+	}
+	if at < 0 {
+		return out
+	}
+	out[at] = Case{Name: SharedKernelCase, Run: func(t *testing.T, s *Suite) {
+		var on *Suite
+		for _, c := range sharing {
+			if on == nil {
+				// Started (and shut down at the end) by the group.
+				ss := *s
+				ss.kernel = s.StartKernel(t)
+				on = &ss
+			}
+			if !t.Run(c.Name, func(t *testing.T) { c.Run(t, on) }) {
+				on = nil
+			}
+		}
+	}}
+	return out
 }
 
 // Received is one kernel message and when the suite read it.
@@ -159,6 +222,9 @@ func (e *Execution) String() string {
 // cwd; cleanup shuts it down and checks that Messages closes.
 func (s *Suite) StartKernel(t *testing.T) core.Kernel {
 	t.Helper()
+	if s.kernel != nil {
+		return s.kernel
+	}
 	tr := s.NewTransport(t)
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()

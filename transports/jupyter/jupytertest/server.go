@@ -145,7 +145,8 @@ func addWritable(spec, dir string) error {
 // AddKernelSpec writes a kernel spec called name into the server's data dir;
 // the server sees it at its next kernel start or spec listing. argv is the
 // spec's command line ({connection_file} and {resource_dir} are substituted
-// by the server).
+// by the server). The spec file appears whole (written aside, then renamed):
+// a listing by a test that shares the server never reads half of it.
 func (s *Server) AddKernelSpec(name, language string, argv []string) error {
 	dir := filepath.Join(s.DataDir, "kernels", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -159,7 +160,11 @@ func (s *Server) AddKernelSpec(name, language string, argv []string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "kernel.json"), spec, 0o644)
+	tmp := filepath.Join(dir, ".kernel.json.tmp")
+	if err := os.WriteFile(tmp, spec, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "kernel.json"))
 }
 
 // overflowingLauncher is ipykernel with a 1-message IOPub queue and a small
@@ -180,7 +185,15 @@ kernelapp.launch_new_instance()
 // IOPub queue overflows (see overflowingLauncher), for tests of lost
 // messages. Kernels started before keep theirs.
 func (s *Server) UseOverflowingPython() error {
-	return s.AddKernelSpec("python3", "python", []string{"/usr/bin/python3", "-c", overflowingLauncher, "-f", "{connection_file}"})
+	return s.AddOverflowingPython("python3")
+}
+
+// AddOverflowingPython adds a Python kernel spec called name whose IOPub
+// queue overflows (see overflowingLauncher); a transport starts it for
+// "python" with Config.KernelNames. The server's other specs stay, so a
+// test may add it to a server others share, under a name of its own.
+func (s *Server) AddOverflowingPython(name string) error {
+	return s.AddKernelSpec(name, "python", []string{"/usr/bin/python3", "-c", overflowingLauncher, "-f", "{connection_file}"})
 }
 
 // Binary finds the server: jupyter-server, or "jupyter server".
@@ -243,39 +256,67 @@ func (s *Server) own(tb testing.TB, what string, stop func(), err error) *Server
 // or fails under CI (testkit.Missing).
 type missingError struct{ error }
 
-var shared struct {
+// sharedServer is one server of Shared or SharedAs.
+type sharedServer struct {
 	once sync.Once
 	s    *Server
 	err  error
+}
+
+var shared struct {
+	mu sync.Mutex
+	by map[string]*sharedServer // by SharedAs's key; Shared's is ""
 }
 
 // Shared returns the test binary's shared server, a Start with no extra
 // arguments that the first caller launches and that stops once all the
 // package's tests are done (testkit.AfterTests: the package's TestMain must
 // be testkit.Main). Tests that neither change their server (its kernel
-// specs, its arguments, its life) nor count its kernels share it: they use
-// kernels of their own on it, and a server start costs seconds of a loaded
-// machine. If the server failed to start, every caller fails with the same
+// specs, its arguments, its life) nor count all its kernels share it: they
+// use kernels of their own on it, and a server start costs seconds of a
+// loaded machine. A test may add a kernel spec under a name of its own
+// (AddKernelSpec), and count the kernels it started (by id, or those
+// started through a proxy of its own). If the server failed to start, every caller fails with the same
 // error. A failing caller prints the server's log so far.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
-	shared.once.Do(func() {
+	return SharedAs(tb, "")
+}
+
+// SharedAs is Shared for the tests that share a server of their own, one
+// per key: tests whose bounds need a server that other tests do not keep
+// busy (a 9 MiB request takes a loaded server seconds to parse, and it
+// answers nobody meanwhile), and that count only the kernels they started,
+// share one with each other instead of starting one each.
+func SharedAs(tb testing.TB, key string) *Server {
+	tb.Helper()
+	shared.mu.Lock()
+	if shared.by == nil {
+		shared.by = map[string]*sharedServer{}
+	}
+	sh := shared.by[key]
+	if sh == nil {
+		sh = &sharedServer{}
+		shared.by[key] = sh
+	}
+	shared.mu.Unlock()
+	sh.once.Do(func() {
 		var stop func()
-		shared.s, stop, shared.err = start()
-		if shared.err == nil {
+		sh.s, stop, sh.err = start()
+		if sh.err == nil {
 			testkit.AfterTests(stop)
 		}
 	})
-	if shared.err != nil {
-		if m, ok := shared.err.(missingError); ok {
+	if sh.err != nil {
+		if m, ok := sh.err.(missingError); ok {
 			testkit.Missing(tb, m.error)
 		}
-		tb.Fatal(shared.err)
+		tb.Fatal(sh.err)
 	}
-	s := shared.s
+	s := sh.s
 	tb.Cleanup(func() {
 		if tb.Failed() {
-			tb.Logf("shared jupyter server log:\n%s", s.Log())
+			tb.Logf("shared jupyter server %q log:\n%s", key, s.Log())
 		}
 	})
 	return s
@@ -355,18 +396,30 @@ func startKernelGateway(extra ...string) (s *Server, stop func(), err error) {
 	if _, err := os.Stat(filepath.Join(dir, "kernel_gateway", "__init__.py")); err != nil {
 		return nil, nil, missingError{fmt.Errorf("Kernel Gateway 2.5.2 is not at %s (it is ../shared/third_party beside the repository)", dir)}
 	}
-	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import notebook, jupyter_client, ipykernel").CombinedOutput(); err != nil {
-		return nil, nil, missingError{fmt.Errorf("Kernel Gateway needs Debian's python3-notebook and python3-ipykernel (apt-get install python3-notebook python3-ipykernel): %v\n%s", err, out)}
+	if err := kernelGatewayDeps(); err != nil {
+		return nil, nil, err
 	}
 	s, port, err := newServer()
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(python, append([]string{"-m", "kernel_gateway"}, override(KernelGatewayArgs(port), extra)...)...)
+	cmd := exec.Command(kernelGatewayPython, append([]string{"-m", "kernel_gateway"}, override(KernelGatewayArgs(port), extra)...)...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "KG_AUTH_TOKEN="+s.Token)
 	return s.launch("kernel gateway", cmd, "is available at")
 }
+
+// kernelGatewayPython is the interpreter Kernel Gateway runs on.
+const kernelGatewayPython = "/usr/bin/python3"
+
+// kernelGatewayDeps checks, once per test binary (an interpreter that
+// imports them costs about a CPU-second, and a package starts several
+// gateways), that Kernel Gateway's Debian packages are installed.
+var kernelGatewayDeps = sync.OnceValue(func() error {
+	if out, err := exec.Command(kernelGatewayPython, "-c", "import notebook, jupyter_client, ipykernel").CombinedOutput(); err != nil {
+		return missingError{fmt.Errorf("Kernel Gateway needs Debian's python3-notebook and python3-ipykernel (apt-get install python3-notebook python3-ipykernel): %v\n%s", err, out)}
+	}
+	return nil
+})
 
 // repoRoot is the repository's root, found from this file's path.
 func repoRoot() string {
