@@ -38,6 +38,9 @@ func newTransport(t *testing.T) core.Transport { return New(Options{}) }
 // registered, with its snippets from transporttest.Snippets. Each suite is
 // a parallel subtest: its cases run beside the other suites' cases (go
 // test's -parallel bounds how many at once), not after them.
+// The cases that need no kernel of their own share one
+// (transporttest.RunSharing): a JVM with jshell costs about a CPU-second to
+// start, and the suite runs for six languages, five of them twice.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	probe := New(Options{})
@@ -45,24 +48,16 @@ func TestConformance(t *testing.T) {
 	for _, def := range languages {
 		t.Run(def.name, func(t *testing.T) {
 			t.Parallel()
-			runSharing(t, newTransport, conformanceSnippets(t, def))
+			transporttest.RunSharing(t, newTransport, conformanceSnippets(t, def))
 		})
 		if lang, ok := probe.langs[def.name]; !ok || lang.drv.cwdRecord("/") == nil {
 			continue // its pool serves only the pool's cwd: the suite's kernels start elsewhere
 		}
 		t.Run(def.name+"-pooled", func(t *testing.T) {
 			t.Parallel()
-			runSharing(t, newPooledTransport(def.name), conformanceSnippets(t, def))
+			transporttest.RunSharing(t, newPooledTransport(def.name), conformanceSnippets(t, def))
 		})
 	}
-}
-
-// runSharing runs the suite with the cases that need no kernel of their own
-// on one (transporttest.SharingKernel): a JVM with jshell costs about a
-// CPU-second to start, and the suite runs for six languages, five of them
-// twice.
-func runSharing(t *testing.T, newTransport func(t *testing.T) core.Transport, snippets transporttest.LanguageSnippets) {
-	transporttest.RunCases(t, &transporttest.Suite{NewTransport: newTransport, Lang: snippets}, transporttest.SharingKernel(transporttest.Cases()))
 }
 
 // conformanceSnippets are the suite's snippets for def, whose interpreter

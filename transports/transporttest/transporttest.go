@@ -73,6 +73,14 @@ func Run(t *testing.T, newTransport func(t *testing.T) core.Transport, lang Lang
 	RunCases(t, &Suite{NewTransport: newTransport, Lang: lang}, Cases())
 }
 
+// RunSharing runs Cases as Run does, but the cases that need no kernel of
+// their own share one (SharingKernel): for a transport whose kernels cost
+// much to start.
+func RunSharing(t *testing.T, newTransport func(t *testing.T) core.Transport, lang LanguageSnippets) {
+	t.Helper()
+	RunCases(t, &Suite{NewTransport: newTransport, Lang: lang}, SharingKernel(Cases()))
+}
+
 // RunCases runs cases on s as Run runs Cases: each a parallel subtest.
 func RunCases(t *testing.T, s *Suite, cases []Case) {
 	t.Helper()

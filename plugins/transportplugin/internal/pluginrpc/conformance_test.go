@@ -52,28 +52,32 @@ func subprocessPlugin(pool string) func(t *testing.T) core.Transport {
 
 // Each conformance suite is a parallel test: its cases run beside the other
 // suites' cases (go test's -parallel bounds how many at once), not after them.
+// The subprocess plugin's suites share one plugin and kernel among the
+// cases that need none of their own (transporttest.RunSharing: each case
+// launches a plugin of its own, with its pools); the example plugin's gives
+// every case its own.
 // Each suite's language keeps its default pool (python=1, javascript=1;
 // none for bash and typescript), the others have none.
 func TestConformanceSubprocessPluginPython(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, subprocessPlugin("python=1,javascript=0"), transporttest.Python())
+	transporttest.RunSharing(t, subprocessPlugin("python=1,javascript=0"), transporttest.Python())
 }
 
 func TestConformanceSubprocessPluginBash(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, subprocessPlugin("python=0,javascript=0"), transporttest.Bash())
+	transporttest.RunSharing(t, subprocessPlugin("python=0,javascript=0"), transporttest.Bash())
 }
 
 func TestConformanceSubprocessPluginJavaScript(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, subprocessPlugin("python=0,javascript=1"), transporttest.JavaScript())
+	transporttest.RunSharing(t, subprocessPlugin("python=0,javascript=1"), transporttest.JavaScript())
 }
 
 func TestConformanceSubprocessPluginTypeScript(t *testing.T) {
 	t.Parallel()
 	testkit.NeedCommand(t, "node", "nodejs")
-	transporttest.Run(t, subprocessPlugin("python=0,javascript=0"), transporttest.TypeScript())
+	transporttest.RunSharing(t, subprocessPlugin("python=0,javascript=0"), transporttest.TypeScript())
 }
 
 func TestConformanceExamplePlugin(t *testing.T) {
