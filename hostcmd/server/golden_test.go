@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -81,6 +82,9 @@ func testNDJSONGolden(t *testing.T, h *hosttest.Host) {
 			ctx := h.CreateContext(`{"language":"` + tc.language + `"}`)
 			var got []byte
 			for _, req := range tc.requests {
+				// A copy: goldenCases is shared by the linked-in and the
+				// plugin host's subtests, which run at once.
+				req = maps.Clone(req)
 				req["context_id"] = ctx.ID
 				body, err := json.Marshal(req)
 				if err != nil {
