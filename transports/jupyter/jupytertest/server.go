@@ -224,12 +224,35 @@ func start(extra ...string) (s *Server, stop func(), err error) {
 	if err != nil {
 		return nil, nil, missingError{err}
 	}
-	s, port, err := newServer()
-	if err != nil {
-		return nil, nil, err
+	return onAFreePort(func() (*Server, func(), error) {
+		s, port, err := newServer()
+		if err != nil {
+			return nil, nil, err
+		}
+		args := append(slices.Clip(pre), override(Args(port, s.Token, s.RootDir), extra)...)
+		return s.launch("jupyter server", exec.Command(bin, args...), "is running at")
+	})
+}
+
+// onAFreePort runs start, a server's launch on a port freePort found, again
+// (up to twice more) when another process took that port before the server
+// bound it: the servers run with no port retries of their own (the tests
+// must know the port), and the tests of a package start servers side by side.
+func onAFreePort(start func() (*Server, func(), error)) (s *Server, stop func(), err error) {
+	for range 3 {
+		s, stop, err = start()
+		if err == nil || !portTaken(err) {
+			return s, stop, err
+		}
 	}
-	args := append(pre, override(Args(port, s.Token, s.RootDir), extra)...)
-	return s.launch("jupyter server", exec.Command(bin, args...), "is running at")
+	return s, stop, err
+}
+
+// portTaken says whether a launch failed because its port was taken, as
+// Jupyter Server and Kernel Gateway say it with no port retries.
+func portTaken(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "is not available") || strings.Contains(msg, "is already in use")
 }
 
 // own hands the server that start or launch made (or their error) to tb:
@@ -399,13 +422,15 @@ func startKernelGateway(extra ...string) (s *Server, stop func(), err error) {
 	if err := kernelGatewayDeps(); err != nil {
 		return nil, nil, err
 	}
-	s, port, err := newServer()
-	if err != nil {
-		return nil, nil, err
-	}
-	cmd := exec.Command(kernelGatewayPython, append([]string{"-m", "kernel_gateway"}, override(KernelGatewayArgs(port), extra)...)...)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "KG_AUTH_TOKEN="+s.Token)
-	return s.launch("kernel gateway", cmd, "is available at")
+	return onAFreePort(func() (*Server, func(), error) {
+		s, port, err := newServer()
+		if err != nil {
+			return nil, nil, err
+		}
+		cmd := exec.Command(kernelGatewayPython, append([]string{"-m", "kernel_gateway"}, override(KernelGatewayArgs(port), extra)...)...)
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "KG_AUTH_TOKEN="+s.Token)
+		return s.launch("kernel gateway", cmd, "is available at")
+	})
 }
 
 // kernelGatewayPython is the interpreter Kernel Gateway runs on.
