@@ -31,8 +31,6 @@ var rSkipped = map[string]string{
 	"Interrupt":        "IRkernel replies status abort (not error) to an interrupted request",
 	// The cwd part runs in the Cwd subtest below.
 
-	"StreamsBeforeEnd":             "CI time: transport behaviour, proven on ipykernel",
-	"ParentIDs":                    "CI time: transport behaviour, proven on ipykernel",
 	"InterruptIdle":                "CI time: transport behaviour, proven on ipykernel",
 	"RestartDuringExecution":       "CI time: transport behaviour, proven on ipykernel",
 	"KernelDeath":                  "CI time: transport behaviour, proven on ipykernel",
