@@ -12,15 +12,8 @@ import (
 // ProcState returns pid's state letter and parent from /proc, state "" when
 // the process is gone.
 func ProcState(pid int) (state string, ppid int) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0
-	}
-	s := string(b)
-	// The state follows the command name, which is in parentheses and may
-	// hold spaces and parentheses of its own.
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
+	f, err := statFields(pid)
+	if err != nil || len(f) < 2 {
 		return "", 0
 	}
 	ppid, _ = strconv.Atoi(f[1])
@@ -171,14 +164,11 @@ func HostPidOfProbe(tb testing.TB, out string) int {
 // used so far, from /proc/PID/stat. It is what a process costs whatever
 // else shares the machine, where its wall time under load is not.
 func CPUTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
 	}
-	s := string(b)
-	// utime and stime are the 12th and 13th fields after the command name,
-	// which is in parentheses and may hold spaces and parentheses itself.
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	// utime and stime are the 12th and 13th fields after the name.
 	if len(f) < 13 {
 		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
 	}
@@ -192,4 +182,16 @@ func CPUTime(pid int) (time.Duration, error) {
 	}
 	// /proc counts in USER_HZ, which Linux fixes at 100 a second.
 	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// statFields returns the fields of /proc/PID/stat after the command name,
+// the state first: the name is in parentheses and may hold spaces and
+// parentheses of its own.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:]), nil
 }
