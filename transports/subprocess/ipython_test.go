@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -316,6 +317,55 @@ func TestIPythonExecutionCount(t *testing.T) {
 	execOK(t, k, "%reset -f")
 	if got := results(execOK(t, k, "get_ipython().execution_count")); len(got) != 1 || got[0] != "5" {
 		t.Fatalf("after %%reset: %q", got)
+	}
+}
+
+// What a context keeps of its cells (In, Out, _, __, ___, _i, _ii, _iii,
+// _N, _iN and which of them %who hides) is what IPython's own run_cell
+// keeps for the same cells: the shell's history and result hook are
+// kernelhost's leaner versions of IPython's (_kernelhost/shell.py).
+func TestIPythonHistoryAsIPythonKeepsIt(t *testing.T) {
+	t.Parallel()
+	python := needIPython(t)
+	cells := []string{"get_ipython()", "40 + 2", "x = 7", "x * 3", "_ = 'mine'", "5", "del _\n6", "[1, 2]",
+		"print('no result')", "None", "'%d' % x", "8;", "  x + 1", "exit_code = 1\nexit_code"}
+	// Cell 1 makes the context's shell, which then keeps cells from 2 on:
+	// the probe compares those.
+	probe := `import re; h = get_ipython().user_ns_hidden
+names = ("_", "__", "___", "_i", "_ii", "_iii")
+print("PROBE", repr((In[-13:-1], {k: v for k, v in Out.items() if k >= 2}, ["the shell" if v is get_ipython() else v for v in (globals().get(n, "unset") for n in names)], _2, _i4, _8, _i14,
+    sorted(k for k in h if k in names or (re.fullmatch(r"_i?[0-9]+", k) and int(k.lstrip("_i")) >= 2)))))`
+	k := startPython(t, python)
+	for _, c := range cells {
+		execOK(t, k, c)
+	}
+	got := strings.TrimSpace(execOK(t, k, probe).Stream("stdout"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), tt.StartTimeout)
+	defer cancel()
+	script := `import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+c = Config(); c.HistoryManager.hist_file = ":memory:"; c.InteractiveShell.colors = "NoColor"
+sh = InteractiveShell.instance(config=c)
+for cell in json.loads(sys.argv[1]):
+    sh.run_cell(cell, store_history=True)
+`
+	all, _ := json.Marshal(append(cells, probe))
+	cmd := exec.CommandContext(ctx, python, "-c", script, string(all))
+	cmd.Env = append(os.Environ(), "IPYTHONDIR="+t.TempDir())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("IPython's own shell: %v\n%s", err, out)
+	}
+	var want string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "PROBE ") {
+			want = line
+		}
+	}
+	if want == "" || got != want {
+		t.Fatalf("the context keeps\n%s\nIPython keeps\n%s\n(IPython's output:\n%s)", got, want, out)
 	}
 }
 

@@ -75,10 +75,65 @@ def shell():
 
 def _create_shell():
     with _driver.own_imports():
+        from IPython.core.displayhook import DisplayHook
         from IPython.core.displaypub import DisplayPublisher
+        from IPython.core.history import HistoryManager
         from IPython.core.interactiveshell import InteractiveShell
         from traitlets import Type
         from traitlets.config import Config
+
+    # The two pieces of IPython's bookkeeping the driver runs for every cell
+    # (In, _i, _iN; Out, _, _N), as IPython does them, at a third of the cost:
+    # IPython keeps _i, _ii, _iii and _i00 as traits, whose every set is
+    # validated and notified (four a cell), and reads each trait (shell,
+    # cache_size) anew at every use; here they are plain attributes and each
+    # trait is read once. Nothing observes those four traits.
+    class History(HistoryManager):
+        _i = _ii = _iii = _i00 = ""
+
+        def store_inputs(self, line_num, source, source_raw=None):
+            if source_raw is None:
+                source_raw = source
+            source = source.rstrip("\n")
+            source_raw = source_raw.rstrip("\n")
+            if self._exit_re.match(source_raw.strip()):
+                return  # as IPython: exit and quit are not history
+            self.input_hist_parsed.append(source)
+            self.input_hist_raw.append(source_raw)
+            with self.db_input_cache_lock:
+                # Written to the in-memory database when asked for (%history
+                # -g): no thread saves a ":memory:" history, none to wake.
+                self.db_input_cache.append((line_num, source, source_raw))
+            self._iii, self._ii, self._i, self._i00 = self._ii, self._i, self._i00, source_raw
+            shell = self.shell
+            if shell is not None:
+                shell.push({"_i": self._i, "_ii": self._ii, "_iii": self._iii, "_i%s" % line_num: source_raw}, interactive=False)
+
+    class ResultHook(DisplayHook):
+        def update_user_ns(self, result):
+            shell = self.shell
+            ns = shell.user_ns
+            out = ns["_oh"]
+            cache_size = self.cache_size
+            if not cache_size or result is out:
+                return  # as IPython: no cache, or Out itself (a cycle)
+            full = self.do_full_cache
+            if full and len(out) >= cache_size:
+                self.cull_cache()
+            # _, __ and ___ move on unless the user bound one of them, or
+            # _ is a builtin (gettext's), as in IPython.
+            move = "_" not in builtins.__dict__
+            for name in ("_", "__", "___"):
+                if name in ns and getattr(self, name) is not ns[name]:
+                    move = False
+            self.___, self.__, self._ = self.__, self._, result
+            to_main = {"_": result, "__": self.__, "___": self.___} if move else {}
+            if full:
+                count = self.prompt_count
+                to_main["_%s" % count] = result
+            shell.push(to_main, interactive=False)
+            if full:
+                out[count] = result
 
     class Publisher(DisplayPublisher):
         """display(), IPython's and the inline backend's: a message on fd 4, at once."""
@@ -92,6 +147,11 @@ def _create_shell():
 
     class Shell(InteractiveShell):
         display_pub_class = Type(Publisher)
+        displayhook_class = Type(ResultHook)
+
+        def init_history(self):
+            self.history_manager = History(shell=self, parent=self)
+            self.configurables.append(self.history_manager)
         # `!cmd`, %pip, %conda: the command writes to fd 1/2 itself, streamed
         # live by the host, stdout apart from stderr, and after the prints
         # before it (the audit hook). IPython's default, system_piped, reads
