@@ -130,7 +130,7 @@ func TestCLIVersion(t *testing.T) {
 	t.Run("stamped", func(t *testing.T) {
 		exe := filepath.Join(t.TempDir(), "kernelhost")
 		const pkg = testkit.Module + "/hostcmd/internal/buildinfo"
-		if err := testkit.Kernelhost(exe, "-ldflags", "-X "+pkg+".version=v1.2.3-4-gabcdef0-dirty -X "+pkg+".commit=abcdef0123"); err != nil {
+		if err := testkit.Kernelhost(exe, "-X "+pkg+".version=v1.2.3-4-gabcdef0-dirty -X "+pkg+".commit=abcdef0123"); err != nil {
 			t.Fatal(err)
 		}
 		status, stdout, stderr := run(t, exe, "", hostEnv(), "version")

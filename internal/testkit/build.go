@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 )
 
@@ -49,20 +50,28 @@ func Plugins() (string, error) {
 	return dir, Build(dir, "plugins/cmd/...", "plugins/examples/cmd/...")
 }
 
+// RuntimeLDFlags are the Makefile's RUNTIME_LDFLAGS, which make gives every
+// binary it builds: the Go runtime's default GODEBUG (the Makefile says
+// why). Build and Kernelhost build with them too, as a user's make does;
+// TestInstall checks that make's binaries carry the same.
+const RuntimeLDFlags = "-X=runtime.godebugDefault=schedtrace=2147483647"
+
 // Build builds the commands pkgs (paths inside the module, such as
-// "plugins/cmd/kernelhost-transport-subprocess") into the directory dir.
+// "plugins/cmd/kernelhost-transport-subprocess") into the directory dir,
+// with RuntimeLDFlags.
 func Build(dir string, pkgs ...string) error {
-	args := []string{"-o", dir + string(filepath.Separator)}
+	args := []string{"-ldflags", RuntimeLDFlags, "-o", dir + string(filepath.Separator)}
 	for _, p := range pkgs {
 		args = append(args, Module+"/"+p)
 	}
 	return goBuild(nil, args...)
 }
 
-// Kernelhost builds the kernelhost command to out; buildArgs go to go build
-// (e.g. "-ldflags", "-X ...", as make build stamps the version).
-func Kernelhost(out string, buildArgs ...string) error {
-	return goBuild(nil, append(append([]string{"-o", out}, buildArgs...), Module+"/hostcmd")...)
+// Kernelhost builds the kernelhost command to out with RuntimeLDFlags and
+// the linker flags ldflags (e.g. "-X ...", as make build stamps the version).
+func Kernelhost(out string, ldflags ...string) error {
+	flags := strings.Join(append([]string{RuntimeLDFlags}, ldflags...), " ")
+	return goBuild(nil, "-ldflags", flags, "-o", out, Module+"/hostcmd")
 }
 
 // Denylist builds the example Go policy module to out, as `make policies`.
