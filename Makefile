@@ -14,17 +14,18 @@ SDKTEST  := hostcmd/sdktest
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDINFO := github.com/kernelhost/kernelhost/hostcmd/internal/buildinfo
-# The Go runtime's default GODEBUG, compiled into every binary make builds
-# (the host and its plugins; internal/testkit builds them the same way), and
-# into the test and benchmark binaries, whose hosts run in process.
-# schedtrace keeps the runtime's sysmon thread out of its deep sleep, from
-# which the first system call after every idle pause woke it to poll every
-# 20 us: per `1+1` a fifth of the host's CPU and a third of a plugin's on a VM
-# where each wake-up is a call into the hypervisor. The period, 2^31-1 ms
-# (24.8 days), is how often it prints its trace line. docs/RATIONALE.md,
-# "The Go runtime's sysmon kept out of its deep sleep", has the figures and
-# the cost; TestInstall checks that the go command adds no default of its
-# own, which this would replace.
+# The Go runtime's default GODEBUG, compiled into the host (bin/kernelhost;
+# testkit.Kernelhost builds it the same way). schedtrace keeps the runtime's
+# sysmon thread out of its deep sleep, from which the first system call
+# after every idle pause woke it to poll every 20 us: per `1+1` a fifth of
+# the host's CPU on a VM where each wake-up is a call into the hypervisor.
+# The period, 2^31-1 ms (24.8 days), is how often it prints its trace line.
+# Not in the plugins: with sysmon backed off to 10 ms, a plugin's one P
+# (GOMAXPROCS 1) stays with a goroutine blocked in a process wait for up to
+# that long (javascript contexts took 35 ms instead of 13).
+# docs/RATIONALE.md, "The Go runtime's sysmon kept out of its deep sleep",
+# has the figures and the cost; TestInstall checks that the go command adds
+# no default of its own, which this would replace.
 RUNTIME_LDFLAGS := -X=runtime.godebugDefault=schedtrace=2147483647
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) $(RUNTIME_LDFLAGS)
 
@@ -127,7 +128,7 @@ release: policies
 		os=$${p%/*}; arch=$${p#*/}; name=kernelhost-$(VERSION)-$$os-$$arch; d=dist/$$name; \
 		echo "release $$name"; \
 		for plugin in $(INSTALL_PLUGINS); do \
-			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(RUNTIME_LDFLAGS)' \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w' \
 				-o $$d/lib/kernelhost/plugins/kernelhost-transport-$$plugin ./plugins/cmd/kernelhost-transport-$$plugin; \
 		done; \
 		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $$d/bin/kernelhost ./hostcmd; \
@@ -138,7 +139,7 @@ release: policies
 
 ## plugins: the transport plugins, bin/plugins/kernelhost-transport-*
 plugins:
-	$(GO) build -ldflags '$(RUNTIME_LDFLAGS)' -o bin/plugins/ ./plugins/cmd/... ./plugins/examples/cmd/...
+	$(GO) build -o bin/plugins/ ./plugins/cmd/... ./plugins/examples/cmd/...
 
 ## policies: the example env-var policy modules, bin/policies/*.wasm
 policies:
@@ -287,7 +288,7 @@ SLOW_TEST_PACKAGES := ./transports/subprocess/ ./transports/jupyter/ ./hostcmd/s
 # test-go runs every other package. The two run every test once between them.
 FAULT_PACKAGE := ./hostcmd/e2e/faults/
 test-go:
-	$(GO) test -race -count=1 -timeout=30m -parallel=4 -ldflags '$(RUNTIME_LDFLAGS)' $(SLOW_TEST_PACKAGES) \
+	$(GO) test -race -count=1 -timeout=30m -parallel=4 $(SLOW_TEST_PACKAGES) \
 		$(filter-out $(shell $(GO) list $(FAULT_PACKAGE)),$(shell $(GO) list ./...))
 
 # A TestFault* elsewhere would run among that package's parallel tests, whose
@@ -295,7 +296,7 @@ test-go:
 test-go-faults:
 	@if git grep -l '^func TestFault' -- '*_test.go' ':!$(FAULT_PACKAGE)'; then \
 		echo "TestFault* outside $(FAULT_PACKAGE) (above): move them there (test-go-faults runs them alone)" >&2; exit 1; fi
-	$(GO) test -race -count=1 -timeout=30m -parallel=4 -ldflags '$(RUNTIME_LDFLAGS)' $(FAULT_PACKAGE)
+	$(GO) test -race -count=1 -timeout=30m -parallel=4 $(FAULT_PACKAGE)
 
 ## test-faults: the fault suite (kill -9 of interpreter, plugin, Jupyter
 ## kernel and server; cut and stalled websocket; 500 disconnecting clients;
@@ -311,7 +312,7 @@ soak:
 # The whole log goes to bin/faults.log; the results and figures to the terminal.
 run-faults:
 	@mkdir -p bin; status=0; \
-	$(GO) test -race -count=1 -v -ldflags '$(RUNTIME_LDFLAGS)' -run='$(FAULT_TESTS)' $(FAULT_PACKAGE) -args -soak=$(SOAK) >bin/faults.log 2>&1 || status=$$?; \
+	$(GO) test -race -count=1 -v -run='$(FAULT_TESTS)' $(FAULT_PACKAGE) -args -soak=$(SOAK) >bin/faults.log 2>&1 || status=$$?; \
 	grep -E '^(--- |FAIL|ok|PASS)|FIGURE' bin/faults.log; \
 	[ $$status = 0 ] || echo "failed: the whole log is in bin/faults.log"; exit $$status
 
@@ -365,7 +366,7 @@ $(SDKTEST)/node_modules/.package-lock.json: $(SDKTEST)/package.json $(SDKTEST)/p
 ## context start and idle RSS against the bare interpreter, as ratios), and the
 ## python environment (a plain cell with and without it, a 10,000-point chart)
 bench:
-	$(GO) test -ldflags '$(RUNTIME_LDFLAGS)' -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -count=1 ./hostcmd/server/ ./hostcmd/e2e/jupyter/ ./transports/kernelpy/
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -count=1 ./hostcmd/server/ ./hostcmd/e2e/jupyter/ ./transports/kernelpy/
 
 ## vet: gofmt check and go vet
 # -race: vet compiles every package and its tests; with the flags make test

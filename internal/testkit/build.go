@@ -50,17 +50,16 @@ func Plugins() (string, error) {
 	return dir, Build(dir, "plugins/cmd/...", "plugins/examples/cmd/...")
 }
 
-// RuntimeLDFlags are the Makefile's RUNTIME_LDFLAGS, which make gives every
-// binary it builds: the Go runtime's default GODEBUG (the Makefile says
-// why). Build and Kernelhost build with them too, as a user's make does;
-// TestInstall checks that make's binaries carry the same.
+// RuntimeLDFlags are the Makefile's RUNTIME_LDFLAGS, which make gives the
+// host: the Go runtime's default GODEBUG (the Makefile says why).
+// Kernelhost builds with them too, as a user's make does; TestInstall
+// checks that make's host carries the same.
 const RuntimeLDFlags = "-X=runtime.godebugDefault=schedtrace=2147483647"
 
 // Build builds the commands pkgs (paths inside the module, such as
-// "plugins/cmd/kernelhost-transport-subprocess") into the directory dir,
-// with RuntimeLDFlags.
+// "plugins/cmd/kernelhost-transport-subprocess") into the directory dir.
 func Build(dir string, pkgs ...string) error {
-	args := []string{"-ldflags", RuntimeLDFlags, "-o", dir + string(filepath.Separator)}
+	args := []string{"-o", dir + string(filepath.Separator)}
 	for _, p := range pkgs {
 		args = append(args, Module+"/"+p)
 	}
