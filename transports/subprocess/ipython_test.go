@@ -369,6 +369,20 @@ for cell in json.loads(sys.argv[1]):
 	}
 }
 
+// In[N] is cell N also when the shell is made by a later cell than the
+// first (no preload: here by the third, which imports IPython); the cells
+// that ran before it existed are empty.
+func TestIPythonInNumbersTheCellsBeforeTheShell(t *testing.T) {
+	t.Parallel()
+	k := startPython(t, needIPython(t))
+	for _, c := range []string{"a = 1", "b = 2", "import IPython", "40 + 2"} {
+		execOK(t, k, c)
+	}
+	if got := execOK(t, k, "print(repr((In[1:], _i4, Out)))").Stream("stdout"); got != "(['', '', '', '40 + 2', 'print(repr((In[1:], _i4, Out)))'], '40 + 2', {4: 42})\n" {
+		t.Fatalf("In, _i4 and Out after the shell was made by cell 3: %q", got)
+	}
+}
+
 // With the shell, a builtin scalar's result is IPython's text/plain: its
 // repr, unless a text/plain printer registered for its type says otherwise
 // (one for int leaves bool, whose True and False have printers of their

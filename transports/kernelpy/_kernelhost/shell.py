@@ -98,8 +98,14 @@ def _create_shell():
             source_raw = source_raw.rstrip("\n")
             if self._exit_re.match(source_raw.strip()):
                 return  # as IPython: exit and quit are not history
-            self.input_hist_parsed.append(source)
-            self.input_hist_raw.append(source_raw)
+            parsed, raw = self.input_hist_parsed, self.input_hist_raw
+            if len(parsed) < line_num:
+                # Cells that ran before the shell existed (it is made when a
+                # cell first needs it) are empty entries: In[N] is cell N.
+                parsed.extend([""] * (line_num - len(parsed)))
+                raw.extend([""] * (line_num - len(raw)))
+            parsed.append(source)
+            raw.append(source_raw)
             with self.db_input_cache_lock:
                 # Written to the in-memory database when asked for (%history
                 # -g): no thread saves a ":memory:" history, none to wake.
