@@ -46,6 +46,7 @@ func TestOneKernel(t *testing.T) {
 	}{
 		{"json", ProtocolJSON, framing},
 		{"v1", ProtocolAuto, append(framing,
+			kernelCheck{"StartsWithoutTheDebugger", checkStartsWithoutTheDebugger},
 			kernelCheck{"BufferedOutputComesBeforeTheResult", checkBufferedOutputComesBeforeTheResult},
 			kernelCheck{"SilentRequestsAreNotCounted", checkSilentRequestsAreNotCounted},
 			kernelCheck{"ErrorReply", checkErrorReply},
@@ -146,6 +147,20 @@ func checkStateStreamingAndReply(t *testing.T, k core.Kernel) {
 		if res == nil || string(res.Data["text/plain"]) != `"42"` || res.ExecutionCount != r.reply.ExecutionCount {
 			t.Errorf("execute_result = %+v, reply = %+v", res, r.reply)
 		}
+	}
+}
+
+// checkStartsWithoutTheDebugger: the kernel spec of deploy/jupyter starts
+// ipykernel without debugpy, about a third of a kernel's start (launch.py),
+// and a cell can still import debugpy where it is installed.
+func checkStartsWithoutTheDebugger(t *testing.T, k core.Kernel) {
+	r := run(t, k, "import sys\nprint(sorted(m for m in ('debugpy', 'pydevd') if m in sys.modules))")
+	if got := r.stdout.String(); got != "[]\n" {
+		t.Errorf("modules of the debugger loaded at the kernel's start: stdout %q, stderr %q", got, r.stderr.String())
+	}
+	r = run(t, k, "import importlib.util\nif importlib.util.find_spec('debugpy'):\n    import debugpy\n    print(debugpy.__name__)\nelse:\n    print('debugpy')")
+	if got := r.stdout.String(); got != "debugpy\n" {
+		t.Errorf("import debugpy in a cell: stdout %q, stderr %q", got, r.stderr.String())
 	}
 }
 

@@ -1,13 +1,22 @@
-# ipykernel with unbounded ZeroMQ send queues and no idle waits per cell
-# (kernelhost, docs/jupyter.md).
-#
+# ipykernel without its debugger, with unbounded ZeroMQ send queues and no
+# idle waits per cell (kernelhost, docs/jupyter.md).
+import sys
+
+# No debugger. Debian's ipykernel depends on debugpy, and ipykernel imports
+# it at start for JupyterLab's debugger: debugpy, pydevd and the
+# pkg_resources they pull in are about a third of a kernel's start (CPU and
+# wall). kernelhost sends no debug_request, so ipykernel is made to find
+# debugpy missing, as on a system without it (its log says "debugging will
+# not be enabled"); once ipykernel is imported, a cell may import debugpy.
+sys.modules["debugpy"] = None
+
 # ZeroMQ's default send queue holds 1,000 messages; when the Jupyter server
 # falls behind a fast kernel (a loaded machine, a burst of flushed prints),
 # the kernel's IOPub socket drops what does not fit, without a word. With no
 # limit (SNDHWM 0) the messages wait in the kernel's memory until the server
 # reads them. Every socket of the kernel gets it: setting it on the context
 # before ipykernel makes its sockets is the one hook ipykernel 6 offers.
-import zmq
+import zmq  # noqa: E402
 
 _init = zmq.Context.__init__
 
@@ -44,6 +53,8 @@ if hasattr(OutStream, "_rotate_buffer"):  # ipykernel 6: a buffer that the IOPub
 
 from ipykernel import kernelapp  # noqa: E402
 from ipykernel.kernelbase import Kernel  # noqa: E402
+
+del sys.modules["debugpy"]
 
 # ipykernel sleeps 0.5 ms (1 ms and more on a busy machine) before every
 # execute_reply, for clients that stop reading IOPub at the reply. kernelhost
