@@ -70,7 +70,8 @@ type sandboxFound struct {
 // the server's own machine: a cell cannot write a sysctl, /etc or its own
 // kernel spec, sees only its own processes, and cannot read the server's
 // token (its jpserver-*.json, its config dir), another kernel's connection
-// file (its HMAC key) or the host's /tmp; its cwd (the server's root) is
+// file (its HMAC key), another kernel's cells (IPython's history) or the
+// host's /tmp; its cwd (the server's root) is
 // writable, and an interrupt still reaches it (the launcher passes it in).
 // The same holds with /tmp writable (jupytertest's spec, "--writable /tmp"),
 // where the server's dirs are shown but for the masks over them.
@@ -111,7 +112,11 @@ func TestShippedKernelSpecIsSandboxed(t *testing.T) {
 // checks what it found; secrets are more files it must not read.
 func checkSandbox(t *testing.T, srv *jupytertest.Server, k, other core.Kernel, secrets ...string) {
 	t.Helper()
-	run(t, other, "x = 1") // both kernels are up, their connection files written
+	// Both kernels are up, their connection files written; other's cell,
+	// in IPython's history, is written out at once (ipykernel's history
+	// thread would otherwise write it later).
+	const mark = "a-cell-of-the-other-kernel"
+	run(t, other, "x = '"+mark+"'\nget_ipython().history_manager.writeout_cache()")
 	entries, err := os.ReadDir(srv.RuntimeDir)
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +168,13 @@ func checkSandbox(t *testing.T, srv *jupytertest.Server, k, other core.Kernel, s
 	}
 	if b, err := os.ReadFile(filepath.Join(srv.RootDir, "kernelhost-sandbox-probe")); string(b) != "from the kernel" {
 		t.Errorf("the file the kernel wrote in its cwd, on the host: %q, %v", b, err)
+	}
+	// IPython's history of every session (%history -g) holds no other
+	// kernel's cells: each kernel keeps its own in memory, not in the
+	// history.sqlite of the IPYTHONDIR all kernels may write.
+	r := run(t, k, "h = get_ipython().history_manager\nprint([c for s, _, c in h.search('*'+'"+mark+"*') if s != h.session_number])")
+	if got := r.stdout.String(); got != "[]\n" {
+		t.Errorf("the other kernel's cells in this kernel's history: stdout %q, stderr %q", got, r.stderr.String())
 	}
 }
 

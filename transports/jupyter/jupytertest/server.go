@@ -481,26 +481,13 @@ func newServer() (*Server, int, error) {
 		if err := WriteKernelSpec(s.DataDir); err != nil {
 			return nil, 0, err
 		}
-		return s, port, writeIPythonConfig(filepath.Join(dir, "ipython"))
+		return s, port, nil
 	}()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, 0, err
 	}
 	return s, port, nil
-}
-
-// writeIPythonConfig keeps each kernel's IPython history in memory: the
-// kernels of one server share its IPYTHONDIR, and many of them writing one
-// history.sqlite at once (the tests share a server and run in parallel) made
-// IPython print "Session/line number was not unique in database" into a
-// cell's stdout.
-func writeIPythonConfig(ipythonDir string) error {
-	dir := filepath.Join(ipythonDir, "profile_default")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "ipython_kernel_config.py"), []byte("c.HistoryManager.hist_file = ':memory:'\n"), 0o644)
 }
 
 // freePort is a loopback port nothing listens on (testkit.FreePort without a test).

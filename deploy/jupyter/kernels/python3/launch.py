@@ -1,5 +1,5 @@
-# ipykernel without its debugger, with unbounded ZeroMQ send queues and no
-# idle waits per cell (kernelhost, docs/jupyter.md).
+# ipykernel without its debugger, with unbounded ZeroMQ send queues, no idle
+# waits per cell and its history in memory (kernelhost, docs/jupyter.md).
 import sys
 
 # No debugger. Debian's ipykernel depends on debugpy, and ipykernel imports
@@ -61,5 +61,13 @@ del sys.modules["debugpy"]
 # reads until the request's status idle, which comes after all its output.
 if "_execute_sleep" in Kernel.class_trait_names():
     Kernel._execute_sleep.default_value = 0.0
+
+# Each kernel keeps IPython's history (In, %history) in memory. On disk it
+# would be the history.sqlite of the IPYTHONDIR that every kernel of the
+# server may write: a kernel would read the cells of every other (%history
+# -g), and kernels writing it at once print "Session/line number was not
+# unique in database" into a cell's output. The command line wins over any
+# ipython_kernel_config.py.
+sys.argv.append("--HistoryManager.hist_file=:memory:")
 
 kernelapp.launch_new_instance()
