@@ -46,7 +46,7 @@ func TestOneKernel(t *testing.T) {
 	}{
 		{"json", ProtocolJSON, framing},
 		{"v1", ProtocolAuto, append(framing,
-			kernelCheck{"StartsWithoutTheDebugger", checkStartsWithoutTheDebugger},
+			kernelCheck{"StartsWithoutDebuggerAndJedi", checkStartsWithoutDebuggerAndJedi},
 			kernelCheck{"BufferedOutputComesBeforeTheResult", checkBufferedOutputComesBeforeTheResult},
 			kernelCheck{"SilentRequestsAreNotCounted", checkSilentRequestsAreNotCounted},
 			kernelCheck{"ErrorReply", checkErrorReply},
@@ -150,17 +150,18 @@ func checkStateStreamingAndReply(t *testing.T, k core.Kernel) {
 	}
 }
 
-// checkStartsWithoutTheDebugger: the kernel spec of deploy/jupyter starts
-// ipykernel without debugpy, about a third of a kernel's start (launch.py),
-// and a cell can still import debugpy where it is installed.
-func checkStartsWithoutTheDebugger(t *testing.T, k core.Kernel) {
-	r := run(t, k, "import sys\nprint(sorted(m for m in ('debugpy', 'pydevd') if m in sys.modules))")
+// checkStartsWithoutDebuggerAndJedi: the kernel spec of deploy/jupyter
+// starts ipykernel without debugpy and IPython without jedi, over a third
+// of a kernel's start (launch.py), and a cell can still import both where
+// they are installed.
+func checkStartsWithoutDebuggerAndJedi(t *testing.T, k core.Kernel) {
+	r := run(t, k, "import sys\nprint(sorted(m for m in ('debugpy', 'pydevd', 'jedi', 'parso') if m in sys.modules))")
 	if got := r.stdout.String(); got != "[]\n" {
-		t.Errorf("modules of the debugger loaded at the kernel's start: stdout %q, stderr %q", got, r.stderr.String())
+		t.Errorf("modules loaded at the kernel's start: stdout %q, stderr %q", got, r.stderr.String())
 	}
-	r = run(t, k, "import importlib.util\nif importlib.util.find_spec('debugpy'):\n    import debugpy\n    print(debugpy.__name__)\nelse:\n    print('debugpy')")
-	if got := r.stdout.String(); got != "debugpy\n" {
-		t.Errorf("import debugpy in a cell: stdout %q, stderr %q", got, r.stderr.String())
+	r = run(t, k, "import importlib, importlib.util\nfor m in ('debugpy', 'jedi'):\n    print(importlib.import_module(m).__name__ if importlib.util.find_spec(m) else m)")
+	if got := r.stdout.String(); got != "debugpy\njedi\n" {
+		t.Errorf("import debugpy and jedi in a cell: stdout %q, stderr %q", got, r.stderr.String())
 	}
 }
 

@@ -1,14 +1,18 @@
-# ipykernel without its debugger, with unbounded ZeroMQ send queues, no idle
-# waits per cell and its history in memory (kernelhost, docs/jupyter.md).
+# ipykernel without its debugger and jedi, with unbounded ZeroMQ send
+# queues, no idle waits per cell and its history in memory (kernelhost,
+# docs/jupyter.md).
 import sys
 
-# No debugger. Debian's ipykernel depends on debugpy, and ipykernel imports
-# it at start for JupyterLab's debugger: debugpy, pydevd and the
-# pkg_resources they pull in are about a third of a kernel's start (CPU and
-# wall). kernelhost sends no debug_request, so ipykernel is made to find
-# debugpy missing, as on a system without it (its log says "debugging will
-# not be enabled"); once ipykernel is imported, a cell may import debugpy.
+# No debugger and no jedi. Debian's ipykernel depends on debugpy and imports
+# it at start for JupyterLab's debugger; IPython's completer imports jedi
+# for its completions. debugpy, pydevd and the pkg_resources they pull in,
+# and jedi with parso, are over a third of a kernel's start (CPU and wall).
+# kernelhost sends neither debug_request nor complete_request, so ipykernel
+# and IPython are made to find both missing, as on a system without them
+# (the kernel's log says "debugging will not be enabled"; completions fall
+# back to IPython's own). Once they are imported, a cell may import either.
 sys.modules["debugpy"] = None
+sys.modules["jedi"] = None
 
 # ZeroMQ's default send queue holds 1,000 messages; when the Jupyter server
 # falls behind a fast kernel (a loaded machine, a burst of flushed prints),
@@ -54,7 +58,7 @@ if hasattr(OutStream, "_rotate_buffer"):  # ipykernel 6: a buffer that the IOPub
 from ipykernel import kernelapp  # noqa: E402
 from ipykernel.kernelbase import Kernel  # noqa: E402
 
-del sys.modules["debugpy"]
+del sys.modules["debugpy"], sys.modules["jedi"]
 
 # ipykernel sleeps 0.5 ms (1 ms and more on a busy machine) before every
 # execute_reply, for clients that stop reading IOPub at the reply. kernelhost
