@@ -20,12 +20,14 @@ BUILDINFO := github.com/kernelhost/kernelhost/hostcmd/internal/buildinfo
 # after every idle pause woke it to poll every 20 us: per `1+1` a fifth of
 # the host's CPU on a VM where each wake-up is a call into the hypervisor.
 # The period, 2^31-1 ms (24.8 days), is how often it prints its trace line.
-# Not in the plugins: with sysmon backed off to 10 ms, a plugin's one P
-# (GOMAXPROCS 1) stays with a goroutine blocked in a process wait for up to
-# that long (javascript contexts took 35 ms instead of 13).
-# docs/RATIONALE.md, "The Go runtime's sysmon kept out of its deep sleep",
-# has the figures and the cost; TestInstall checks that the go command adds
-# no default of its own, which this would replace.
+# The Jupyter plugin gets it too (make plugins; testkit.Plugins the same):
+# it waits on no process, and sysmon's wake-ups were half of its
+# context switches per `1+1`. Not the subprocess plugin: with sysmon backed
+# off to 10 ms, its one P (GOMAXPROCS 1) stays with a goroutine blocked in
+# a process wait for up to that long (javascript contexts took 35 ms
+# instead of 13). docs/RATIONALE.md, "The Go runtime's sysmon kept out of
+# its deep sleep", has the figures and the cost; TestInstall checks that
+# the go command adds no default of its own, which this would replace.
 RUNTIME_LDFLAGS := -X=runtime.godebugDefault=schedtrace=2147483647
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) $(RUNTIME_LDFLAGS)
 
@@ -128,7 +130,8 @@ release: policies
 		os=$${p%/*}; arch=$${p#*/}; name=kernelhost-$(VERSION)-$$os-$$arch; d=dist/$$name; \
 		echo "release $$name"; \
 		for plugin in $(INSTALL_PLUGINS); do \
-			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w' \
+			flags='-s -w'; [ $$plugin != jupyter ] || flags="$$flags $(RUNTIME_LDFLAGS)"; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$$flags" \
 				-o $$d/lib/kernelhost/plugins/kernelhost-transport-$$plugin ./plugins/cmd/kernelhost-transport-$$plugin; \
 		done; \
 		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $$d/bin/kernelhost ./hostcmd; \
@@ -139,7 +142,8 @@ release: policies
 
 ## plugins: the transport plugins, bin/plugins/kernelhost-transport-*
 plugins:
-	$(GO) build -o bin/plugins/ ./plugins/cmd/... ./plugins/examples/cmd/...
+	$(GO) build -o bin/plugins/ ./plugins/cmd/kernelhost-transport-subprocess ./plugins/examples/cmd/...
+	$(GO) build -ldflags '$(RUNTIME_LDFLAGS)' -o bin/plugins/ ./plugins/cmd/kernelhost-transport-jupyter
 
 ## policies: the example env-var policy modules, bin/policies/*.wasm
 policies:

@@ -64,15 +64,21 @@ func TestInstall(t *testing.T) {
 	// testkit's (the tests build the host with it), and replaces none of the
 	// go command's own: a go.mod whose go line falls behind the toolchain
 	// gets a default of compatibility settings, which the Makefile's would
-	// then drop. The plugins keep the runtime's default (the Makefile says why).
+	// then drop. The Jupyter plugin has it too; the subprocess plugin keeps
+	// the runtime's default (the Makefile says why).
 	t.Run("the runtime's default GODEBUG is compiled into the host", func(t *testing.T) {
-		for _, bin := range []string{exe, filepath.Join(prefix, "lib/kernelhost/plugins/kernelhost-transport-subprocess")} {
+		plugins := filepath.Join(prefix, "lib/kernelhost/plugins")
+		for bin, want := range map[string]bool{
+			exe: true,
+			filepath.Join(plugins, "kernelhost-transport-jupyter"):    true,
+			filepath.Join(plugins, "kernelhost-transport-subprocess"): false,
+		} {
 			out, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
 			if err != nil {
 				t.Fatalf("go version -m %s: %v\n%s", bin, err, out)
 			}
-			if linked := strings.Contains(string(out), testkit.RuntimeLDFlags); linked != (bin == exe) {
-				t.Errorf("%s linked with %s: %v, want %v:\n%s", bin, testkit.RuntimeLDFlags, linked, bin == exe, out)
+			if linked := strings.Contains(string(out), testkit.RuntimeLDFlags); linked != want {
+				t.Errorf("%s linked with %s: %v, want %v:\n%s", bin, testkit.RuntimeLDFlags, linked, want, out)
 			}
 			if strings.Contains(string(out), "DefaultGODEBUG=") {
 				t.Errorf("the go command gives %s a default GODEBUG of its own, which the Makefile's RUNTIME_LDFLAGS would replace: put both in it:\n%s", bin, out)

@@ -23,8 +23,9 @@ func Root() string {
 }
 
 // Plugins builds every transport plugin (plugins/cmd and the examples), as
-// `make plugins` does into bin/plugins, into a directory the test binaries
-// of this checkout share, and returns that directory. Several test binaries
+// `make plugins` does into bin/plugins (the Jupyter plugin with
+// RuntimeLDFlags), into a directory the test binaries of this checkout
+// share, and returns that directory. Several test binaries
 // run the plugins and `make test` starts them side by side; go build
 // relinks a plugin only when the one already in the directory was built
 // from other sources, so each is linked once rather than once per test
@@ -47,13 +48,16 @@ func Plugins() (string, error) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return "", fmt.Errorf("lock %s: %w", dir, err)
 	}
-	return dir, Build(dir, "plugins/cmd/...", "plugins/examples/cmd/...")
+	if err := Build(dir, "plugins/cmd/kernelhost-transport-subprocess", "plugins/examples/cmd/..."); err != nil {
+		return dir, err
+	}
+	return dir, goBuild(nil, "-ldflags", RuntimeLDFlags, "-o", dir+string(filepath.Separator), Module+"/plugins/cmd/kernelhost-transport-jupyter")
 }
 
 // RuntimeLDFlags are the Makefile's RUNTIME_LDFLAGS, which make gives the
-// host: the Go runtime's default GODEBUG (the Makefile says why).
-// Kernelhost builds with them too, as a user's make does; TestInstall
-// checks that make's host carries the same.
+// host and the Jupyter plugin: the Go runtime's default GODEBUG (the
+// Makefile says why). Kernelhost and Plugins build with them too, as a
+// user's make does; TestInstall checks that make's binaries carry the same.
 const RuntimeLDFlags = "-X=runtime.godebugDefault=schedtrace=2147483647"
 
 // Build builds the commands pkgs (paths inside the module, such as
