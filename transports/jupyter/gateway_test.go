@@ -129,7 +129,7 @@ const slowStartDelay = 8 * time.Second
 // leaves no kernel behind.
 func testSlowKernelStart(t *testing.T, kg *jupytertest.Server) {
 	err := kg.AddKernelSpec("slow", "python", []string{"/bin/sh", "-c",
-		fmt.Sprintf("sleep %d; exec /usr/bin/python3 -m ipykernel_launcher -f \"$0\"", int(slowStartDelay.Seconds())), "{connection_file}"})
+		fmt.Sprintf("sleep %d; exec /usr/bin/python3 \"$0\" -f \"$1\"", int(slowStartDelay.Seconds())), kg.PythonLauncher(), "{connection_file}"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,10 +27,10 @@ func TestJupyterDefaultCwdIsCheckedWhereTheKernelRuns(t *testing.T) {
 	srv := jupytertest.Start(t)
 	base := t.TempDir()
 	// launcher: mkdir $1, rm -rf $2, then the kernel (its cwd: the server's root).
-	const launcher = `mkdir -p -- "$1" && rm -rf -- "$2" && exec /usr/bin/python3 -m ipykernel_launcher -f "$3"`
+	const launcher = `mkdir -p -- "$1" && rm -rf -- "$2" && exec /usr/bin/python3 "$3" -f "$4"`
 	start := func(t *testing.T, spec, defaultCwd, workspace string, mkdir, rmdir string) (*hosttest.Host, *testkit.SyncBuffer) {
 		t.Helper()
-		if err := srv.AddKernelSpec(spec, "python", []string{"/bin/sh", "-c", launcher, "sh", mkdir, rmdir, "{connection_file}"}); err != nil {
+		if err := srv.AddKernelSpec(spec, "python", []string{"/bin/sh", "-c", launcher, "sh", mkdir, rmdir, srv.PythonLauncher(), "{connection_file}"}); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

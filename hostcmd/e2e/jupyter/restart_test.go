@@ -24,8 +24,8 @@ func TestJupyterRestartTimeout(t *testing.T) {
 	const restartTimeout, slowStart = 2 * time.Second, 6 * time.Second
 	srv := jupytertest.Start(t)
 	marker := filepath.Join(t.TempDir(), "started-once")
-	launcher := `if [ -e "$1" ]; then sleep ` + strconv.Itoa(int(slowStart.Seconds())) + `; fi; touch "$1"; exec /usr/bin/python3 -m ipykernel_launcher -f "$2"`
-	if err := srv.AddKernelSpec("python-slow-restart", "python", []string{"/bin/sh", "-c", launcher, "sh", marker, "{connection_file}"}); err != nil {
+	launcher := `if [ -e "$1" ]; then sleep ` + strconv.Itoa(int(slowStart.Seconds())) + `; fi; touch "$1"; exec /usr/bin/python3 "$2" -f "$3"`
+	if err := srv.AddKernelSpec("python-slow-restart", "python", []string{"/bin/sh", "-c", launcher, "sh", marker, srv.PythonLauncher(), "{connection_file}"}); err != nil {
 		t.Fatal(err)
 	}
 	var log testkit.SyncBuffer

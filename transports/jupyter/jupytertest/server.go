@@ -142,6 +142,16 @@ func addWritable(spec, dir string) error {
 	return os.WriteFile(spec, b, 0o644)
 }
 
+// PythonLauncher is the launcher of the python kernel kernelhost ships
+// (deploy/jupyter/kernels/python3/launch.py, in the server's data dir), for
+// a kernel spec of a test's own: `/usr/bin/python3 LAUNCHER -f
+// {connection_file}` starts the kernel users get, without its sandbox
+// (with its history in memory: kernels of one server sharing a history
+// file print errors into cells).
+func (s *Server) PythonLauncher() string {
+	return filepath.Join(s.DataDir, "kernels", "python3", "launch.py")
+}
+
 // AddKernelSpec writes a kernel spec called name into the server's data dir;
 // the server sees it at its next kernel start or spec listing. argv is the
 // spec's command line ({connection_file} and {resource_dir} are substituted
