@@ -20,14 +20,17 @@ BUILDINFO := github.com/kernelhost/kernelhost/hostcmd/internal/buildinfo
 # after every idle pause woke it to poll every 20 us: per `1+1` a fifth of
 # the host's CPU on a VM where each wake-up is a call into the hypervisor.
 # The period, 2^31-1 ms (24.8 days), is how often it prints its trace line.
-# The Jupyter plugin gets it too (make plugins; testkit.Plugins the same):
-# it waits on no process, and sysmon's wake-ups were half of its
-# context switches per `1+1`. Not the subprocess plugin: with sysmon backed
-# off to 10 ms, its one P (GOMAXPROCS 1) stays with a goroutine blocked in
-# a process wait for up to that long (javascript contexts took 35 ms
-# instead of 13). docs/RATIONALE.md, "The Go runtime's sysmon kept out of
-# its deep sleep", has the figures and the cost; TestInstall checks that
-# the go command adds no default of its own, which this would replace.
+# The transport plugins get it too (make plugins; testkit.Plugins the
+# same): sysmon's wake-ups were half of a plugin's context switches per
+# `1+1`. They run with one P (GOMAXPROCS 1), and with sysmon backed off to
+# 10 ms a goroutine blocked in a system call keeps that P for up to that
+# long, so the subprocess plugin waits for its interpreters' exits on the
+# netpoller (transports/subprocess/exitwait.go) rather than in waitid
+# (javascript contexts took 35 ms instead of 13 before it did). Not the
+# example plugin, which waits for its bash in waitid. docs/RATIONALE.md,
+# "The Go runtime's sysmon kept out of its deep sleep", has the figures
+# and the cost; TestInstall checks that the go command adds no default of
+# its own, which this would replace.
 RUNTIME_LDFLAGS := -X=runtime.godebugDefault=schedtrace=2147483647
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) $(RUNTIME_LDFLAGS)
 
@@ -130,8 +133,7 @@ release: policies
 		os=$${p%/*}; arch=$${p#*/}; name=kernelhost-$(VERSION)-$$os-$$arch; d=dist/$$name; \
 		echo "release $$name"; \
 		for plugin in $(INSTALL_PLUGINS); do \
-			flags='-s -w'; [ $$plugin != jupyter ] || flags="$$flags $(RUNTIME_LDFLAGS)"; \
-			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$$flags" \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(RUNTIME_LDFLAGS)' \
 				-o $$d/lib/kernelhost/plugins/kernelhost-transport-$$plugin ./plugins/cmd/kernelhost-transport-$$plugin; \
 		done; \
 		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $$d/bin/kernelhost ./hostcmd; \
@@ -142,8 +144,8 @@ release: policies
 
 ## plugins: the transport plugins, bin/plugins/kernelhost-transport-*
 plugins:
-	$(GO) build -o bin/plugins/ ./plugins/cmd/kernelhost-transport-subprocess ./plugins/examples/cmd/...
-	$(GO) build -ldflags '$(RUNTIME_LDFLAGS)' -o bin/plugins/ ./plugins/cmd/kernelhost-transport-jupyter
+	$(GO) build -ldflags '$(RUNTIME_LDFLAGS)' -o bin/plugins/ ./plugins/cmd/...
+	$(GO) build -o bin/plugins/ ./plugins/examples/cmd/...
 
 ## policies: the example env-var policy modules, bin/policies/*.wasm
 policies:

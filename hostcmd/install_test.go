@@ -64,14 +64,13 @@ func TestInstall(t *testing.T) {
 	// testkit's (the tests build the host with it), and replaces none of the
 	// go command's own: a go.mod whose go line falls behind the toolchain
 	// gets a default of compatibility settings, which the Makefile's would
-	// then drop. The Jupyter plugin has it too; the subprocess plugin keeps
-	// the runtime's default (the Makefile says why).
+	// then drop. The transport plugins have it too (the Makefile says why).
 	t.Run("the runtime's default GODEBUG is compiled into the host", func(t *testing.T) {
 		plugins := filepath.Join(prefix, "lib/kernelhost/plugins")
 		for bin, want := range map[string]bool{
 			exe: true,
 			filepath.Join(plugins, "kernelhost-transport-jupyter"):    true,
-			filepath.Join(plugins, "kernelhost-transport-subprocess"): false,
+			filepath.Join(plugins, "kernelhost-transport-subprocess"): true,
 		} {
 			out, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
 			if err != nil {

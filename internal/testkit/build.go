@@ -23,7 +23,7 @@ func Root() string {
 }
 
 // Plugins builds every transport plugin (plugins/cmd and the examples), as
-// `make plugins` does into bin/plugins (the Jupyter plugin with
+// `make plugins` does into bin/plugins (those of plugins/cmd with
 // RuntimeLDFlags), into a directory the test binaries of this checkout
 // share, and returns that directory. Several test binaries
 // run the plugins and `make test` starts them side by side; go build
@@ -48,14 +48,14 @@ func Plugins() (string, error) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return "", fmt.Errorf("lock %s: %w", dir, err)
 	}
-	if err := Build(dir, "plugins/cmd/kernelhost-transport-subprocess", "plugins/examples/cmd/..."); err != nil {
+	if err := goBuild(nil, "-ldflags", RuntimeLDFlags, "-o", dir+string(filepath.Separator), Module+"/plugins/cmd/..."); err != nil {
 		return dir, err
 	}
-	return dir, goBuild(nil, "-ldflags", RuntimeLDFlags, "-o", dir+string(filepath.Separator), Module+"/plugins/cmd/kernelhost-transport-jupyter")
+	return dir, Build(dir, "plugins/examples/cmd/...")
 }
 
 // RuntimeLDFlags are the Makefile's RUNTIME_LDFLAGS, which make gives the
-// host and the Jupyter plugin: the Go runtime's default GODEBUG (the
+// host and the transport plugins: the Go runtime's default GODEBUG (the
 // Makefile says why). Kernelhost and Plugins build with them too, as a
 // user's make does; TestInstall checks that make's binaries carry the same.
 const RuntimeLDFlags = "-X=runtime.godebugDefault=schedtrace=2147483647"

@@ -376,6 +376,9 @@ func (p *proc) wait() {
 		f.readExitStatus()
 		f.family.leave()
 	} else {
+		if p.cmd.Process != nil {
+			parkUntilExit(p.cmd.Process.Pid)
+		}
 		_ = p.cmd.Wait()
 	}
 	p.net.end()
